@@ -1,0 +1,97 @@
+//! Builds the default plugins as WebAssembly components and embeds them in the binary.
+//!
+//! Each crate under `plugins/` is compiled for `wasm32-unknown-unknown` by a nested cargo (with its
+//! own target directory, so it never waits on the outer build's lock), then wrapped into a component
+//! with `wit-component`. The components land in `OUT_DIR` and `src/runtime/defaults.rs` includes them.
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Plugin crates built as components, with the file name their build produces.
+const PLUGINS: &[(&str, &str)] = &[
+    ("wasched-node-unschedulable", "wasched_node_unschedulable"),
+    ("wasched-node-name", "wasched_node_name"),
+    ("wasched-taint-toleration", "wasched_taint_toleration"),
+    ("wasched-node-affinity", "wasched_node_affinity"),
+    ("wasched-node-resources-fit", "wasched_node_resources_fit"),
+    ("wasched-balanced-allocation", "wasched_balanced_allocation"),
+    ("wasched-volume-zone", "wasched_volume_zone"),
+];
+
+const WASM_TARGET: &str = "wasm32-unknown-unknown";
+
+fn main() {
+    let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
+    let root = manifest_dir.parent().unwrap().to_path_buf();
+    for watched in ["sdk", "plugins", "wit", "Cargo.lock"] {
+        println!("cargo:rerun-if-changed={}", root.join(watched).display());
+    }
+    println!("cargo:rerun-if-env-changed=WASCHED_WASM_TARGET_DIR");
+
+    let target_dir = env::var_os("WASCHED_WASM_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target").join("wasm-plugins"));
+    build_plugins(&root, &target_dir);
+
+    let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
+    for (package, file) in PLUGINS {
+        let module_path = target_dir
+            .join(WASM_TARGET)
+            .join("release")
+            .join(format!("{file}.wasm"));
+        let module = std::fs::read(&module_path)
+            .unwrap_or_else(|e| panic!("{package}: cannot read {}: {e}", module_path.display()));
+        let component = wit_component::ComponentEncoder::default()
+            .module(&module)
+            .and_then(|encoder| encoder.validate(true).encode())
+            .unwrap_or_else(|e| panic!("{package}: cannot encode a component: {e:#}"));
+        std::fs::write(out_dir.join(format!("{file}.component.wasm")), component).unwrap();
+    }
+}
+
+fn build_plugins(root: &Path, target_dir: &Path) {
+    let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let mut command = Command::new(cargo);
+    command
+        .current_dir(root)
+        .args([
+            "build",
+            "--release",
+            "--target",
+            WASM_TARGET,
+            "--target-dir",
+        ])
+        .arg(target_dir);
+    for (package, _) in PLUGINS {
+        command.args(["-p", package]);
+    }
+    // The outer build's settings (clippy's wrapper, coverage or sanitizer flags, its target)
+    // are for the host, not for the guests.
+    for var in [
+        "RUSTC_WORKSPACE_WRAPPER",
+        "RUSTC_WRAPPER",
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_BUILD_RUSTFLAGS",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "CARGO_PRIMARY_PACKAGE",
+    ] {
+        command.env_remove(var);
+    }
+    // Guests ship without debug info; the component only needs its code and type section.
+    command
+        .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
+        .env("CARGO_PROFILE_RELEASE_STRIP", "debuginfo")
+        .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "3");
+    let status = command
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run cargo to build the default plugins: {e}"));
+    if !status.success() {
+        panic!(
+            "building the default plugins for {WASM_TARGET} failed (see above). If the target is \
+             missing, install it with: rustup target add {WASM_TARGET}"
+        );
+    }
+}

@@ -1,0 +1,436 @@
+//! The cluster cache: nodes with the pods placed on them and their summed requests, the storage
+//! objects volume plugins look up, and a change log that keeps every plugin instance's node mirror
+//! current without re-sending nodes that did not change.
+
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::storage::v1::StorageClass;
+use wasched_sdk as sdk;
+
+use crate::nodetree::{zone_key, NodeTree};
+
+/// One node and what is placed on it.
+#[derive(Debug, Clone)]
+pub struct NodeEntry {
+    /// The node as plugins see it (usage included).
+    pub info: sdk::NodeInfo,
+    zone: String,
+    /// Keys (`namespace/name`) of the pods on the node.
+    pods: Vec<String>,
+}
+
+/// A pod that holds resources on a node.
+#[derive(Debug, Clone)]
+struct PlacedPod {
+    node: String,
+    requests: sdk::Resources,
+    non_zero_requests: sdk::Resources,
+}
+
+/// A change to one node, as recorded in the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// Added or changed: send the whole node.
+    Upsert(u32),
+    /// Gone: its id may be reused.
+    Remove(u32),
+    /// Only its usage changed.
+    Usage(u32),
+}
+
+/// What a plugin instance must be told to catch up with the cache.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Delta {
+    pub upserts: Vec<u32>,
+    pub removals: Vec<u32>,
+    pub usage: Vec<u32>,
+}
+
+impl Delta {
+    pub fn is_empty(&self) -> bool {
+        self.upserts.is_empty() && self.removals.is_empty() && self.usage.is_empty()
+    }
+}
+
+/// The cluster as the scheduler knows it.
+#[derive(Debug, Default)]
+pub struct Cache {
+    nodes: Vec<Option<NodeEntry>>,
+    free_ids: Vec<u32>,
+    by_name: HashMap<String, u32>,
+    tree: NodeTree,
+    listing: Option<Vec<u32>>,
+    pods: HashMap<String, PlacedPod>,
+    /// Pods placed on nodes the cache does not have (yet), by node name.
+    orphans: BTreeMap<String, Vec<String>>,
+    claims: HashMap<(String, String), core::PersistentVolumeClaim>,
+    volumes: HashMap<String, core::PersistentVolume>,
+    classes: HashMap<String, StorageClass>,
+    log: Vec<Change>,
+    /// The generation of `log[0]`.
+    log_base: u64,
+}
+
+impl Cache {
+    /// The current generation: every change to a node advances it by one.
+    pub fn generation(&self) -> u64 {
+        self.log_base + self.log.len() as u64
+    }
+
+    /// The oldest generation the change log still holds; an instance synced before it must be
+    /// sent every node again.
+    pub fn log_start(&self) -> u64 {
+        self.log_base
+    }
+
+    /// Number of nodes.
+    pub fn node_count(&self) -> usize {
+        self.by_name.len()
+    }
+
+    /// The node with id `id`.
+    pub fn node(&self, id: u32) -> Option<&NodeEntry> {
+        self.nodes.get(id as usize).and_then(Option::as_ref)
+    }
+
+    /// The id of the node named `name`.
+    pub fn node_id(&self, name: &str) -> Option<u32> {
+        self.by_name.get(name).copied()
+    }
+
+    /// Every node id with its node, in id order.
+    pub fn nodes(&self) -> impl Iterator<Item = (u32, &NodeEntry)> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(id, n)| n.as_ref().map(|n| (id as u32, n)))
+    }
+
+    /// Recomputes the node-tree listing if nodes joined, left or changed zone since the last one.
+    pub fn refresh_listing(&mut self) {
+        if self.listing.is_none() {
+            self.listing = Some(self.tree.list());
+        }
+    }
+
+    /// The nodes in node-tree order (zone by zone, round-robin) as of the last
+    /// [`Cache::refresh_listing`]; empty before the first.
+    pub fn listing(&self) -> &[u32] {
+        self.listing.as_deref().unwrap_or_default()
+    }
+
+    /// Adds a node, or replaces the one with the same name (keeping what is placed on it).
+    pub fn upsert_node(&mut self, mut info: sdk::NodeInfo) -> u32 {
+        let zone = zone_key(&info.labels);
+        if let Some(&id) = self.by_name.get(&info.name) {
+            let entry = self.nodes[id as usize]
+                .as_mut()
+                .expect("indexed node exists");
+            info.usage = std::mem::take(&mut entry.info.usage);
+            if entry.zone != zone {
+                self.tree.update(id, &entry.zone, &zone);
+                self.listing = None;
+                entry.zone = zone;
+            }
+            entry.info = info;
+            self.log.push(Change::Upsert(id));
+            return id;
+        }
+        let id = self.free_ids.pop().unwrap_or(self.nodes.len() as u32);
+        let name = info.name.clone();
+        let mut entry = NodeEntry {
+            info,
+            zone,
+            pods: Vec::new(),
+        };
+        for key in self.orphans.remove(&name).unwrap_or_default() {
+            if let Some(pod) = self.pods.get(&key) {
+                add_usage(&mut entry.info.usage, pod);
+                entry.pods.push(key);
+            }
+        }
+        self.tree.add(id, &entry.zone);
+        self.listing = None;
+        if id as usize == self.nodes.len() {
+            self.nodes.push(Some(entry));
+        } else {
+            self.nodes[id as usize] = Some(entry);
+        }
+        self.by_name.insert(name, id);
+        self.log.push(Change::Upsert(id));
+        id
+    }
+
+    /// Removes a node. Its pods stay known and count again if the node comes back.
+    pub fn remove_node(&mut self, name: &str) -> bool {
+        let Some(id) = self.by_name.remove(name) else {
+            return false;
+        };
+        let entry = self.nodes[id as usize].take().expect("indexed node exists");
+        self.tree.remove(id, &entry.zone);
+        self.listing = None;
+        if !entry.pods.is_empty() {
+            self.orphans.insert(name.to_string(), entry.pods);
+        }
+        self.free_ids.push(id);
+        self.log.push(Change::Remove(id));
+        true
+    }
+
+    /// Records that `pod` holds its requests on `node` (running there, or just placed by us).
+    /// Placing a pod that is already placed moves it.
+    pub fn place_pod(&mut self, pod: &sdk::Pod, node: &str) {
+        let key = format!("{}/{}", pod.namespace, pod.name);
+        self.remove_pod(&key);
+        let placed = PlacedPod {
+            node: node.to_string(),
+            requests: pod.requests.clone(),
+            non_zero_requests: pod.non_zero_requests.clone(),
+        };
+        match self.by_name.get(node) {
+            Some(&id) => {
+                let entry = self.nodes[id as usize]
+                    .as_mut()
+                    .expect("indexed node exists");
+                add_usage(&mut entry.info.usage, &placed);
+                entry.pods.push(key.clone());
+                self.log.push(Change::Usage(id));
+            }
+            None => self
+                .orphans
+                .entry(node.to_string())
+                .or_default()
+                .push(key.clone()),
+        }
+        self.pods.insert(key, placed);
+    }
+
+    /// Releases a pod's resources. Returns false if the pod was not placed.
+    pub fn remove_pod(&mut self, key: &str) -> bool {
+        let Some(placed) = self.pods.remove(key) else {
+            return false;
+        };
+        match self.by_name.get(&placed.node) {
+            Some(&id) => {
+                let entry = self.nodes[id as usize]
+                    .as_mut()
+                    .expect("indexed node exists");
+                let usage = &mut entry.info.usage;
+                usage.requested.subtract(&placed.requests);
+                usage.non_zero_requested.subtract(&placed.non_zero_requests);
+                usage.pod_count = usage.pod_count.saturating_sub(1);
+                entry.pods.retain(|k| k != key);
+                self.log.push(Change::Usage(id));
+            }
+            None => {
+                if let Some(keys) = self.orphans.get_mut(&placed.node) {
+                    keys.retain(|k| k != key);
+                }
+            }
+        }
+        true
+    }
+
+    /// The node a pod is placed on, if any.
+    pub fn pod_node(&self, key: &str) -> Option<&str> {
+        self.pods.get(key).map(|p| p.node.as_str())
+    }
+
+    pub fn upsert_claim(&mut self, claim: core::PersistentVolumeClaim) {
+        let key = (
+            claim
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into()),
+            claim.metadata.name.clone().unwrap_or_default(),
+        );
+        self.claims.insert(key, claim);
+    }
+
+    pub fn upsert_volume(&mut self, volume: core::PersistentVolume) {
+        self.volumes
+            .insert(volume.metadata.name.clone().unwrap_or_default(), volume);
+    }
+
+    pub fn upsert_class(&mut self, class: StorageClass) {
+        self.classes
+            .insert(class.metadata.name.clone().unwrap_or_default(), class);
+    }
+
+    /// Fills in each of the pod's volume claims from the claims, volumes and classes known now.
+    pub fn resolve_claims(&self, pod: &mut sdk::Pod) {
+        for volume_claim in &mut pod.volume_claims {
+            let key = (pod.namespace.clone(), volume_claim.claim_name.clone());
+            volume_claim.claim = self.claims.get(&key).map(|claim| {
+                let volume_name = claim
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.volume_name.clone())
+                    .unwrap_or_default();
+                let storage_class_name = crate::k8s::claim_storage_class(claim);
+                sdk::ClaimInfo {
+                    storage_class: self.classes.get(&storage_class_name).map(|c| {
+                        sdk::StorageClassInfo {
+                            name: storage_class_name.clone(),
+                            volume_binding_mode: c.volume_binding_mode.clone(),
+                        }
+                    }),
+                    volume: self.volumes.get(&volume_name).map(crate::k8s::volume_info),
+                    volume_name,
+                    storage_class_name,
+                }
+            });
+        }
+    }
+
+    /// What changed since generation `since`, each node named once: its final state.
+    pub fn delta_since(&self, since: u64) -> Delta {
+        let start = since.saturating_sub(self.log_base) as usize;
+        let window = self.log.get(start..).unwrap_or_default();
+        let mut delta = Delta::default();
+        // Walk backwards so the newest change of a node decides what is sent.
+        let mut seen: Vec<u32> = Vec::new();
+        let mut seen_set: std::collections::HashSet<u32> = Default::default();
+        let mut usage_only: Vec<u32> = Vec::new();
+        for change in window.iter().rev() {
+            let (id, decisive) = match *change {
+                Change::Upsert(id) | Change::Remove(id) => (id, true),
+                Change::Usage(id) => (id, false),
+            };
+            let first_time = if window.len() > 64 {
+                seen_set.insert(id)
+            } else if seen.contains(&id) {
+                false
+            } else {
+                seen.push(id);
+                true
+            };
+            if decisive {
+                if first_time || usage_only.contains(&id) {
+                    usage_only.retain(|&u| u != id);
+                    match change {
+                        Change::Upsert(_) if self.node(id).is_some() => delta.upserts.push(id),
+                        Change::Upsert(_) => delta.removals.push(id),
+                        _ => delta.removals.push(id),
+                    }
+                }
+            } else if first_time {
+                usage_only.push(id);
+            }
+        }
+        // A node removed after a usage change is a removal, not a usage update.
+        usage_only.retain(|id| self.node(*id).is_some());
+        delta.usage = usage_only;
+        delta
+    }
+
+    /// Forgets log entries every consumer has seen (all consumers are at `oldest` or later).
+    pub fn compact(&mut self, oldest: u64) {
+        let drop = oldest
+            .saturating_sub(self.log_base)
+            .min(self.log.len() as u64) as usize;
+        self.log.drain(..drop);
+        self.log_base += drop as u64;
+    }
+}
+
+fn add_usage(usage: &mut sdk::NodeUsage, pod: &PlacedPod) {
+    usage.requested.add(&pod.requests);
+    usage.non_zero_requested.add(&pod.non_zero_requests);
+    usage.pod_count += 1;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, zone: &str) -> sdk::NodeInfo {
+        sdk::NodeInfo {
+            name: name.into(),
+            labels: [("topology.kubernetes.io/zone", zone)]
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn pod(name: &str, cpu: i64) -> sdk::Pod {
+        sdk::Pod {
+            namespace: "default".into(),
+            name: name.into(),
+            requests: sdk::Resources {
+                milli_cpu: cpu,
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn placing_and_removing_pods_updates_usage() {
+        let mut cache = Cache::default();
+        cache.upsert_node(node("n1", "a"));
+        cache.place_pod(&pod("p1", 500), "n1");
+        cache.place_pod(&pod("p2", 250), "n1");
+        let id = cache.node_id("n1").unwrap();
+        assert_eq!(cache.node(id).unwrap().info.usage.requested.milli_cpu, 750);
+        assert_eq!(cache.node(id).unwrap().info.usage.pod_count, 2);
+        assert!(cache.remove_pod("default/p1"));
+        assert_eq!(cache.node(id).unwrap().info.usage.requested.milli_cpu, 250);
+        assert!(
+            !cache.remove_pod("default/p1"),
+            "removing twice changes nothing"
+        );
+    }
+
+    #[test]
+    fn pods_on_an_unknown_node_count_once_it_arrives() {
+        let mut cache = Cache::default();
+        cache.place_pod(&pod("early", 300), "late-node");
+        let id = cache.upsert_node(node("late-node", "a"));
+        assert_eq!(cache.node(id).unwrap().info.usage.requested.milli_cpu, 300);
+        assert_eq!(cache.pod_node("default/early"), Some("late-node"));
+    }
+
+    #[test]
+    fn updating_a_node_keeps_its_usage_and_moves_its_zone() {
+        let mut cache = Cache::default();
+        cache.upsert_node(node("n1", "a"));
+        cache.upsert_node(node("n2", "a"));
+        cache.place_pod(&pod("p", 100), "n1");
+        let id = cache.upsert_node(node("n1", "b"));
+        assert_eq!(cache.node(id).unwrap().info.usage.requested.milli_cpu, 100);
+        cache.refresh_listing();
+        let listing = cache.listing().to_vec();
+        assert_eq!(listing.len(), 2);
+    }
+
+    #[test]
+    fn delta_names_each_changed_node_once_with_its_final_state() {
+        let mut cache = Cache::default();
+        let a = cache.upsert_node(node("a", "z"));
+        let b = cache.upsert_node(node("b", "z"));
+        let since = cache.generation();
+        cache.place_pod(&pod("p1", 1), "a");
+        cache.place_pod(&pod("p2", 1), "a");
+        cache.place_pod(&pod("p3", 1), "b");
+        cache.upsert_node(node("b", "z"));
+        cache.remove_node("a");
+        let delta = cache.delta_since(since);
+        assert_eq!(delta.removals, vec![a]);
+        assert_eq!(delta.upserts, vec![b]);
+        assert!(delta.usage.is_empty(), "{delta:?}");
+
+        let since = cache.generation();
+        cache.place_pod(&pod("p4", 1), "b");
+        assert_eq!(cache.delta_since(since).usage, vec![b]);
+        cache.compact(since);
+        assert_eq!(
+            cache.delta_since(since).usage,
+            vec![b],
+            "compaction keeps unseen entries"
+        );
+    }
+}

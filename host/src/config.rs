@@ -1,0 +1,632 @@
+//! The scheduler's TOML configuration: plugin definitions and profiles.
+//!
+//! ```toml
+//! [runtime]
+//! default_plugins = "wasm"          # or "native": how the built-in plugins run
+//!
+//! [plugins.NodeResourcesFit]        # configure a default plugin
+//! config = { scoringStrategy = { type = "MostAllocated" } }
+//!
+//! [plugins.GpuModel]                # a plugin component
+//! component = "gpu_model.wasm"      # relative to this file
+//! sha256 = "9f2c..."                # optional pin
+//! config = { annotation = "example.com/gpu-model" }
+//!
+//! [[profiles]]
+//! scheduler_name = "default-scheduler"
+//! percentage_of_nodes_to_score = 0  # 0 = kube-scheduler's adaptive default
+//! filters = ["NodeUnschedulable", "TaintToleration", "GpuModel", "NodeResourcesFit"]
+//! scores = [{ plugin = "NodeResourcesFit", weight = 1 }]
+//! ```
+//!
+//! Every mistake is reported with the file, the line and what is wrong, before anything runs.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::framework::{PluginSpec, ProfileSpec};
+use crate::runtime::defaults::{self, DEFAULT_FILTERS, DEFAULT_SCORES};
+use crate::runtime::wasm::{sha256_hex, Limits, WasmRuntime};
+use crate::runtime::PluginFactory;
+
+/// A configuration mistake: where it is and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: String,
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "{}:{line}: {}", self.file, self.message),
+            None => write!(f, "{}: {}", self.file, self.message),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// How the default plugins run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum DefaultPluginRuntime {
+    /// As the embedded WebAssembly components (what users' plugins run as).
+    #[default]
+    Wasm,
+    /// Linked into the host.
+    Native,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    runtime: RawRuntime,
+    #[serde(default)]
+    plugins: BTreeMap<String, Spanned<RawPlugin>>,
+    #[serde(default)]
+    profiles: Vec<Spanned<RawProfile>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawRuntime {
+    #[serde(default)]
+    default_plugins: DefaultPluginRuntime,
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct RawPlugin {
+    /// A component file.
+    component: Option<Spanned<String>>,
+    /// The expected sha256 of the component.
+    sha256: Option<Spanned<String>>,
+    /// A default plugin under this definition's name.
+    default: Option<Spanned<String>>,
+    #[serde(default)]
+    config: Option<toml::Table>,
+    call_timeout_ms: Option<Spanned<u64>>,
+    memory_limit_mib: Option<Spanned<u64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProfile {
+    #[serde(default = "default_scheduler_name")]
+    scheduler_name: Spanned<String>,
+    percentage_of_nodes_to_score: Option<Spanned<u32>>,
+    filters: Option<Vec<Spanned<String>>>,
+    scores: Option<Vec<Spanned<RawScore>>>,
+}
+
+fn default_scheduler_name() -> Spanned<String> {
+    Spanned::new(0..0, crate::DEFAULT_SCHEDULER_NAME.to_string())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScore {
+    plugin: Spanned<String>,
+    #[serde(default = "default_weight")]
+    weight: Spanned<i64>,
+}
+
+fn default_weight() -> Spanned<i64> {
+    Spanned::new(0..0, 1)
+}
+
+/// A parsed, validated configuration. Components are loaded by [`Config::profiles`].
+pub struct Config {
+    file: String,
+    dir: PathBuf,
+    text: String,
+    raw: RawConfig,
+    /// How the default plugins run (may be overridden from the command line).
+    pub default_plugins: DefaultPluginRuntime,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            file: "<default configuration>".into(),
+            dir: PathBuf::from("."),
+            text: String::new(),
+            raw: RawConfig::default(),
+            default_plugins: DefaultPluginRuntime::Wasm,
+        }
+    }
+}
+
+impl Config {
+    /// Reads and checks a configuration file.
+    ///
+    /// # Errors
+    /// The file cannot be read, is not valid TOML, or has an unknown key or a bad value.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: file.clone(),
+            line: None,
+            message: format!("cannot read: {e}"),
+        })?;
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Config::parse(&file, &dir, text)
+    }
+
+    /// Parses configuration text; `file` names it in errors and `dir` anchors component paths.
+    ///
+    /// # Errors
+    /// As [`Config::load`].
+    pub fn parse(file: &str, dir: &Path, text: String) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(&text).map_err(|e| ConfigError {
+            file: file.to_string(),
+            line: e.span().map(|s| line_of(&text, s.start)),
+            message: e.message().trim().to_string(),
+        })?;
+        let config = Config {
+            file: file.to_string(),
+            dir: dir.to_path_buf(),
+            default_plugins: raw.runtime.default_plugins,
+            text,
+            raw,
+        };
+        config.check()?;
+        Ok(config)
+    }
+
+    fn error(&self, span: std::ops::Range<usize>, message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            file: self.file.clone(),
+            line: (span != (0..0)).then(|| line_of(&self.text, span.start)),
+            message: message.into(),
+        }
+    }
+
+    /// Checks what can be checked without loading components.
+    fn check(&self) -> Result<(), ConfigError> {
+        for (name, plugin) in &self.raw.plugins {
+            let span = plugin.span();
+            let p = plugin.get_ref();
+            match (&p.component, &p.default) {
+                (Some(_), Some(d)) => {
+                    return Err(self.error(
+                        d.span(),
+                        format!("plugin {name}: set either `component` or `default`, not both"),
+                    ))
+                }
+                (None, Some(d)) if defaults::find(d.get_ref()).is_none() => {
+                    return Err(self.error(
+                        d.span(),
+                        format!(
+                            "plugin {name}: {:?} is not a default plugin (default plugins: {})",
+                            d.get_ref(),
+                            default_names()
+                        ),
+                    ))
+                }
+                (None, None) if defaults::find(name).is_none() => {
+                    return Err(self.error(
+                        span,
+                        format!(
+                            "plugin {name}: not a default plugin, so it needs `component = \"file.wasm\"` \
+                             (or `default = \"<default plugin>\"`)"
+                        ),
+                    ))
+                }
+                _ => {}
+            }
+            if p.component.is_none() {
+                for (key, value) in [("sha256", p.sha256.as_ref().map(Spanned::span))] {
+                    if let Some(span) = value {
+                        return Err(self.error(
+                            span,
+                            format!("plugin {name}: `{key}` only applies to a component"),
+                        ));
+                    }
+                }
+            }
+            if let Some(sha) = &p.sha256 {
+                let valid = sha.get_ref().len() == 64
+                    && sha.get_ref().bytes().all(|b| b.is_ascii_hexdigit());
+                if !valid {
+                    return Err(self.error(
+                        sha.span(),
+                        format!("plugin {name}: sha256 must be 64 hex digits"),
+                    ));
+                }
+            }
+            if let Some(timeout) = &p.call_timeout_ms {
+                if !(1..=60_000).contains(timeout.get_ref()) {
+                    return Err(self.error(
+                        timeout.span(),
+                        format!("plugin {name}: call_timeout_ms must be in 1..=60000"),
+                    ));
+                }
+            }
+            if let Some(memory) = &p.memory_limit_mib {
+                if !(1..=4096).contains(memory.get_ref()) {
+                    return Err(self.error(
+                        memory.span(),
+                        format!("plugin {name}: memory_limit_mib must be in 1..=4096"),
+                    ));
+                }
+            }
+        }
+        let mut seen_names: Vec<&str> = Vec::new();
+        for profile in &self.raw.profiles {
+            let p = profile.get_ref();
+            let scheduler_name = p.scheduler_name.get_ref();
+            if seen_names.contains(&scheduler_name.as_str()) {
+                return Err(self.error(
+                    p.scheduler_name.span(),
+                    format!("two profiles have scheduler_name {scheduler_name:?}"),
+                ));
+            }
+            seen_names.push(scheduler_name);
+            if let Some(pct) = &p.percentage_of_nodes_to_score {
+                if *pct.get_ref() > 100 {
+                    return Err(self.error(
+                        pct.span(),
+                        "percentage_of_nodes_to_score must be in 0..=100",
+                    ));
+                }
+            }
+            for name in p.filters.iter().flatten() {
+                self.check_known(name)?;
+            }
+            for score in p.scores.iter().flatten() {
+                let s = score.get_ref();
+                self.check_known(&s.plugin)?;
+                if !(1..=100).contains(s.weight.get_ref()) {
+                    return Err(self.error(
+                        s.weight.span(),
+                        format!(
+                            "weight of {} is {}, must be in 1..=100",
+                            s.plugin.get_ref(),
+                            s.weight.get_ref()
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_known(&self, name: &Spanned<String>) -> Result<(), ConfigError> {
+        let n = name.get_ref();
+        if self.raw.plugins.contains_key(n) || defaults::find(n).is_some() {
+            return Ok(());
+        }
+        let defined: Vec<&str> = self.raw.plugins.keys().map(String::as_str).collect();
+        Err(self.error(
+            name.span(),
+            format!(
+                "unknown plugin {n:?} (defined here: [{}]; default plugins: {})",
+                defined.join(", "),
+                default_names()
+            ),
+        ))
+    }
+
+    /// Loads every plugin the profiles use and builds the profiles. Without profiles in the file,
+    /// one profile for `default-scheduler` with kube-scheduler's default plugins and weights.
+    ///
+    /// # Errors
+    /// A component that is missing, does not match its pin, is not a plugin, or refuses its
+    /// configuration; a plugin used for an extension point it does not implement.
+    pub fn profiles(&self) -> Result<Vec<ProfileSpec>, ConfigError> {
+        let mut loaded: BTreeMap<String, PluginSpec> = BTreeMap::new();
+        let mut specs = Vec::new();
+        let default_profile = RawProfile {
+            scheduler_name: default_scheduler_name(),
+            percentage_of_nodes_to_score: None,
+            filters: None,
+            scores: None,
+        };
+        let profiles: Vec<&RawProfile> = if self.raw.profiles.is_empty() {
+            vec![&default_profile]
+        } else {
+            self.raw.profiles.iter().map(Spanned::get_ref).collect()
+        };
+        for profile in profiles {
+            let filters: Vec<Spanned<String>> = match &profile.filters {
+                Some(list) => list.clone(),
+                None => DEFAULT_FILTERS
+                    .iter()
+                    .map(|n| Spanned::new(0..0, n.to_string()))
+                    .collect(),
+            };
+            let scores: Vec<(Spanned<String>, i64)> = match &profile.scores {
+                Some(list) => list
+                    .iter()
+                    .map(|s| (s.get_ref().plugin.clone(), *s.get_ref().weight.get_ref()))
+                    .collect(),
+                None => DEFAULT_SCORES
+                    .iter()
+                    .map(|(n, w)| (Spanned::new(0..0, n.to_string()), *w))
+                    .collect(),
+            };
+            let mut spec = ProfileSpec {
+                scheduler_name: profile.scheduler_name.get_ref().clone(),
+                filters: Vec::new(),
+                scores: Vec::new(),
+                percentage_of_nodes_to_score: profile
+                    .percentage_of_nodes_to_score
+                    .as_ref()
+                    .map(|p| *p.get_ref()),
+            };
+            for name in &filters {
+                let plugin = self.plugin(&mut loaded, name, true)?;
+                spec.filters.push(plugin);
+            }
+            for (name, weight) in &scores {
+                let plugin = self.plugin(&mut loaded, name, false)?;
+                spec.scores.push((plugin, *weight));
+            }
+            specs.push(spec);
+        }
+        Ok(specs)
+    }
+
+    /// Loads (once) the plugin called `name` and checks it implements the filter or score.
+    fn plugin(
+        &self,
+        loaded: &mut BTreeMap<String, PluginSpec>,
+        name: &Spanned<String>,
+        as_filter: bool,
+    ) -> Result<PluginSpec, ConfigError> {
+        let n = name.get_ref();
+        if !loaded.contains_key(n) {
+            let spec = self.load_plugin(n)?;
+            loaded.insert(n.clone(), spec);
+        }
+        let spec = loaded[n].clone();
+        // One throw-away instance validates the configuration and tells what the plugin does.
+        let instance = spec
+            .factory
+            .instantiate(&spec.config)
+            .map_err(|e| self.error(self.definition_span(n, name), e.0))?;
+        let descriptor = instance.descriptor();
+        let (implements, point) = if as_filter {
+            (descriptor.filter, "filter")
+        } else {
+            (descriptor.score, "score")
+        };
+        if !implements {
+            return Err(self.error(
+                name.span(),
+                format!("plugin {n} is listed as a {point} plugin but does not implement {point}"),
+            ));
+        }
+        Ok(spec)
+    }
+
+    fn definition_span(&self, name: &str, usage: &Spanned<String>) -> std::ops::Range<usize> {
+        self.raw
+            .plugins
+            .get(name)
+            .map(Spanned::span)
+            .unwrap_or_else(|| usage.span())
+    }
+
+    fn load_plugin(&self, name: &str) -> Result<PluginSpec, ConfigError> {
+        let definition = self.raw.plugins.get(name);
+        let raw = definition.map(|d| d.get_ref().clone());
+        let config_json = raw
+            .as_ref()
+            .and_then(|r| r.config.as_ref())
+            .map(|table| serde_json::to_string(table).expect("TOML values are JSON-representable"))
+            .unwrap_or_else(|| "{}".to_string());
+        let mut limits = Limits::default();
+        if let Some(r) = &raw {
+            if let Some(t) = &r.call_timeout_ms {
+                limits.call_timeout = std::time::Duration::from_millis(*t.get_ref());
+            }
+            if let Some(m) = &r.memory_limit_mib {
+                limits.memory = (*m.get_ref() as usize) << 20;
+            }
+        }
+        let factory: Arc<dyn PluginFactory> = match raw.as_ref().and_then(|r| r.component.clone()) {
+            Some(component) => {
+                let path = self.dir.join(component.get_ref());
+                let bytes = std::fs::read(&path).map_err(|e| {
+                    self.error(
+                        component.span(),
+                        format!("plugin {name}: cannot read {}: {e}", path.display()),
+                    )
+                })?;
+                let pin = raw.as_ref().and_then(|r| r.sha256.clone());
+                if let Some(pin) = pin {
+                    let actual = sha256_hex(&bytes);
+                    if !actual.eq_ignore_ascii_case(pin.get_ref()) {
+                        return Err(self.error(
+                            pin.span(),
+                            format!(
+                                "plugin {name}: {} has sha256 {actual}, but the config pins {}",
+                                path.display(),
+                                pin.get_ref()
+                            ),
+                        ));
+                    }
+                }
+                let factory = WasmRuntime::shared()
+                    .load(name, &bytes, limits)
+                    .map_err(|e| self.error(component.span(), e.0))?;
+                Arc::new(factory)
+            }
+            None => {
+                let default_name = raw
+                    .as_ref()
+                    .and_then(|r| r.default.as_ref().map(|d| d.get_ref().clone()))
+                    .unwrap_or_else(|| name.to_string());
+                let plugin = defaults::find(&default_name).expect("checked when parsing");
+                default_factory(plugin, self.default_plugins, limits)
+                    .map_err(|e| self.error(definition.map(Spanned::span).unwrap_or(0..0), e))?
+            }
+        };
+        Ok(PluginSpec {
+            name: name.to_string(),
+            factory,
+            config: config_json,
+        })
+    }
+}
+
+/// The factory of a default plugin in the chosen runtime.
+///
+/// # Errors
+/// The embedded component failed to load (a build problem).
+pub fn default_factory(
+    plugin: &defaults::DefaultPlugin,
+    runtime: DefaultPluginRuntime,
+    limits: Limits,
+) -> Result<Arc<dyn PluginFactory>, String> {
+    Ok(match runtime {
+        DefaultPluginRuntime::Native => Arc::from((plugin.native)()),
+        DefaultPluginRuntime::Wasm => Arc::new(
+            WasmRuntime::shared()
+                .load(plugin.name, plugin.component, limits)
+                .map_err(|e| e.0)?,
+        ),
+    })
+}
+
+fn default_names() -> String {
+    defaults::DEFAULT_PLUGINS
+        .iter()
+        .map(|p| p.name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse("test.toml", Path::new("."), text.to_string())
+    }
+
+    #[test]
+    fn mistakes_are_reported_with_their_line() {
+        let cases: &[(&str, &str, usize, &str)] = &[
+            (
+                "unknown plugin in a profile",
+                "[[profiles]]\nfilters = [\n  \"NodeName\",\n  \"Nope\",\n]\n",
+                4,
+                "unknown plugin \"Nope\"",
+            ),
+            (
+                "weight out of range",
+                "[[profiles]]\nscores = [\n  { plugin = \"NodeAffinity\", weight = 500 },\n]\n",
+                3,
+                "must be in 1..=100",
+            ),
+            (
+                "unknown key",
+                "[runtime]\nspeed = 3\n",
+                2,
+                "unknown field `speed`",
+            ),
+            ("bad TOML", "[[profiles]\n", 1, ""),
+            (
+                "custom plugin without component",
+                "\n[plugins.Mine]\nconfig = {}\n",
+                2,
+                "needs `component",
+            ),
+            (
+                "duplicate profile",
+                "[[profiles]]\nscheduler_name = \"a\"\n[[profiles]]\nscheduler_name = \"a\"\n",
+                4,
+                "two profiles",
+            ),
+            (
+                "bad pin",
+                "[plugins.X]\ncomponent = \"x.wasm\"\nsha256 = \"abc\"\n",
+                3,
+                "64 hex digits",
+            ),
+        ];
+        for (name, text, line, message) in cases {
+            let Err(error) = parse(text) else {
+                panic!("{name}: accepted");
+            };
+            assert_eq!(error.line, Some(*line), "{name}: {error}");
+            assert!(error.message.contains(message), "{name}: {error}");
+            assert!(
+                error.to_string().starts_with("test.toml:"),
+                "{name}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_missing_component_file_names_the_line() {
+        let config = parse(
+            "[plugins.X]\ncomponent = \"does-not-exist.wasm\"\n\n[[profiles]]\nfilters = [\"X\"]\n",
+        )
+        .unwrap();
+        let Err(error) = config.profiles() else {
+            panic!("a missing component was accepted");
+        };
+        assert_eq!(error.line, Some(2), "{error}");
+        assert!(error.message.contains("cannot read"), "{error}");
+    }
+
+    #[test]
+    fn a_plugin_refusing_its_config_names_its_definition() {
+        let config = parse(
+            "[runtime]\ndefault_plugins = \"native\"\n[plugins.NodeResourcesFit]\nconfig = { scoringStrategy = { type = \"Best\" } }\n",
+        )
+        .unwrap();
+        let Err(error) = config.profiles() else {
+            panic!("a bad plugin config was accepted");
+        };
+        assert_eq!(error.line, Some(3), "{error}");
+        assert!(error.message.contains("\"Best\""), "{error}");
+    }
+
+    #[test]
+    fn a_score_only_plugin_cannot_filter() {
+        let config = parse(
+            "[runtime]\ndefault_plugins = \"native\"\n[[profiles]]\nfilters = [\"NodeResourcesBalancedAllocation\"]\n",
+        )
+        .unwrap();
+        let error = config.profiles().err().expect("refused");
+        assert!(
+            error.message.contains("does not implement filter"),
+            "{error}"
+        );
+        assert_eq!(error.line, Some(4));
+    }
+
+    #[test]
+    fn no_profiles_means_the_kube_scheduler_defaults() {
+        let config = parse("[runtime]\ndefault_plugins = \"native\"\n").unwrap();
+        let profiles = config.profiles().unwrap();
+        assert_eq!(profiles.len(), 1);
+        let p = &profiles[0];
+        assert_eq!(p.scheduler_name, "default-scheduler");
+        let filters: Vec<&str> = p.filters.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(filters, DEFAULT_FILTERS);
+        let scores: Vec<(&str, i64)> = p
+            .scores
+            .iter()
+            .map(|(s, w)| (s.name.as_str(), *w))
+            .collect();
+        assert_eq!(scores, DEFAULT_SCORES);
+    }
+}

@@ -1,0 +1,497 @@
+//! One scheduling cycle, as kube-scheduler runs it: PreFilter (`set-pod`), Filter over a sample of
+//! nodes starting where the last cycle stopped, Score + normalize + weights, then the best node with
+//! ties broken at random.
+
+use std::collections::BTreeSet;
+
+use wasched_sdk::{self as sdk, Code, FilterPlan, FilterResults, Normalize};
+
+use super::fit_error::{nodes_unavailable, rejected_before_filtering, NO_NODES_AVAILABLE};
+use super::Profile;
+use crate::cache::Cache;
+use crate::runtime::CallError;
+
+/// kube-scheduler's `minFeasibleNodesToFind`: below this many nodes every node is checked.
+pub const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
+/// kube-scheduler's `minFeasibleNodesPercentageToFind`.
+pub const MIN_FEASIBLE_NODES_PERCENTAGE: usize = 5;
+
+/// How many feasible nodes a cycle looks for among `nodes` (kube-scheduler's
+/// `numFeasibleNodesToFind`). A percentage of 0 is adaptive: 50% minus 1% per 125 nodes, at least 5%.
+pub fn feasible_nodes_to_find(percentage: u32, nodes: usize) -> usize {
+    if nodes < MIN_FEASIBLE_NODES_TO_FIND {
+        return nodes;
+    }
+    let mut percentage = percentage as usize;
+    if percentage == 0 {
+        percentage = 50usize
+            .saturating_sub(nodes / 125)
+            .max(MIN_FEASIBLE_NODES_PERCENTAGE);
+    }
+    (nodes * percentage / 100).max(MIN_FEASIBLE_NODES_TO_FIND)
+}
+
+/// What `--explain` shows for one node the cycle looked at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeReport {
+    pub node: String,
+    pub feasible: bool,
+    /// Why the node was ruled out (empty when feasible).
+    pub reasons: Vec<String>,
+    /// Normalized score per score plugin that had an opinion.
+    pub scores: Vec<(String, i64)>,
+    /// Weighted sum of the scores.
+    pub total: i64,
+}
+
+/// The result of one cycle.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// The chosen node.
+    pub node: Option<String>,
+    /// Why the pod was not placed: the FitError message, or the plugin error.
+    pub message: Option<String>,
+    /// True when a plugin failed, as opposed to no node fitting.
+    pub error: bool,
+    /// Filled only when the cycle was asked to explain itself.
+    pub nodes: Vec<NodeReport>,
+}
+
+impl Outcome {
+    fn unschedulable(message: String, nodes: Vec<NodeReport>) -> Outcome {
+        Outcome {
+            message: Some(message),
+            nodes,
+            ..Outcome::default()
+        }
+    }
+
+    fn plugin_error(plugin: &str, error: &CallError) -> Outcome {
+        Outcome {
+            message: Some(format!("plugin {plugin} failed in {error}")),
+            error: true,
+            ..Outcome::default()
+        }
+    }
+}
+
+/// A node's failure: which filter plugin rejected it and the index of the failure in the cycle's
+/// table of distinct failures.
+#[derive(Clone, Copy)]
+struct Rejection {
+    failure: u32,
+}
+
+impl Profile {
+    /// Runs one cycle for `pod` against the cache. Does not place the pod.
+    pub(super) fn schedule(&mut self, cache: &mut Cache, pod: &sdk::Pod, explain: bool) -> Outcome {
+        for slot in &mut self.slots {
+            if let Err(e) = slot.sync(cache) {
+                slot.discard();
+                return Outcome::plugin_error(&slot.spec.name, &e);
+            }
+        }
+        cache.refresh_listing();
+        let cache: &Cache = cache;
+        let all = cache.listing();
+        if all.is_empty() {
+            return Outcome::unschedulable(NO_NODES_AVAILABLE.to_string(), Vec::new());
+        }
+
+        // PreFilter / PreScore: every plugin sees the pod once.
+        let mut plans = Vec::with_capacity(self.slots.len());
+        for slot in &mut self.slots {
+            let instance = slot.instance.as_mut().expect("synced above");
+            match instance.set_pod(pod) {
+                Ok(plan) => plans.push(plan),
+                Err(e) => {
+                    slot.discard();
+                    return Outcome::plugin_error(&slot.spec.name, &e);
+                }
+            }
+        }
+        let mut only: Option<BTreeSet<&str>> = None;
+        let mut narrowing_plugins: Vec<&str> = Vec::new();
+        let mut active_filters = Vec::with_capacity(self.filters.len());
+        for &i in &self.filters {
+            let name = self.slots[i].spec.name.as_str();
+            match &plans[i].filter {
+                FilterPlan::Run => active_filters.push(i),
+                FilterPlan::Skip => {}
+                FilterPlan::OnlyNodes(names) => {
+                    active_filters.push(i);
+                    narrowing_plugins.push(name);
+                    let names: BTreeSet<&str> = names.iter().map(String::as_str).collect();
+                    only = Some(match only {
+                        None => names,
+                        Some(previous) => previous.intersection(&names).copied().collect(),
+                    });
+                }
+                FilterPlan::Reject(failure) if failure.code == Code::Error => {
+                    return Outcome {
+                        message: Some(format!(
+                            "running PreFilter plugin {name:?}: {}",
+                            failure.reasons.join(", ")
+                        )),
+                        error: true,
+                        ..Outcome::default()
+                    };
+                }
+                FilterPlan::Reject(failure) => {
+                    let reasons: Vec<String> =
+                        failure.reasons.iter().map(|r| r.to_string()).collect();
+                    let report = if explain {
+                        all.iter()
+                            .map(|&id| infeasible(cache, id, reasons.clone()))
+                            .collect()
+                    } else {
+                        Vec::new()
+                    };
+                    return Outcome::unschedulable(
+                        rejected_before_filtering(all.len(), &failure.reasons),
+                        report,
+                    );
+                }
+            }
+        }
+        if let Some(names) = &only {
+            if names.is_empty() {
+                let reason = if narrowing_plugins.len() == 1 {
+                    format!("node(s) didn't satisfy plugin {}", narrowing_plugins[0])
+                } else {
+                    format!(
+                        "node(s) didn't satisfy plugin(s) [{}] simultaneously",
+                        narrowing_plugins.join(" ")
+                    )
+                };
+                return Outcome::unschedulable(
+                    rejected_before_filtering(all.len(), &[reason]),
+                    Vec::new(),
+                );
+            }
+        }
+        let narrowed: Vec<u32>;
+        let candidates: &[u32] = match &only {
+            None => all,
+            Some(names) => {
+                narrowed = all
+                    .iter()
+                    .copied()
+                    .filter(|&id| {
+                        cache
+                            .node(id)
+                            .is_some_and(|n| names.contains(n.info.name.as_str()))
+                    })
+                    .collect();
+                &narrowed
+            }
+        };
+        narrowing_plugins.sort_unstable();
+        let absent_reason = format!(
+            "node(s) didn't satisfy plugin(s) [{}]",
+            narrowing_plugins.join(" ")
+        );
+        let absent = all.len() - candidates.len();
+
+        // Filter.
+        let to_find = if self.scores.is_empty() {
+            1
+        } else {
+            feasible_nodes_to_find(
+                self.percentage_of_nodes_to_score.unwrap_or(0),
+                candidates.len(),
+            )
+        };
+        let mut search = Search::default();
+        if !candidates.is_empty() {
+            if let Err((slot, e)) =
+                self.find_feasible(candidates, to_find, &active_filters, &mut search)
+            {
+                self.slots[slot].discard();
+                return Outcome::plugin_error(&self.slots[slot].spec.name, &e);
+            }
+            if let Some((slot, message)) = search.error.take() {
+                return Outcome {
+                    message: Some(format!(
+                        "running {:?} filter plugin: {message}",
+                        self.slots[slot].spec.name
+                    )),
+                    error: true,
+                    ..Outcome::default()
+                };
+            }
+        }
+        self.next_start = (self.next_start + search.processed) % all.len();
+
+        let mut reports: Vec<NodeReport> = Vec::new();
+        if explain {
+            for &(id, rejection) in &search.rejected {
+                reports.push(infeasible(cache, id, search.reasons(rejection)));
+            }
+        }
+        if search.feasible.is_empty() {
+            let absent_reasons = std::iter::repeat_n(absent_reason.as_str(), absent);
+            let reasons = search
+                .rejected
+                .iter()
+                .flat_map(|&(_, r)| {
+                    search.failures[r.failure as usize]
+                        .reasons
+                        .iter()
+                        .map(|s| s.as_ref())
+                })
+                .chain(absent_reasons);
+            return Outcome::unschedulable(nodes_unavailable(all.len(), reasons), reports);
+        }
+
+        // Score. With a single feasible node there is nothing to compare (as in kube-scheduler).
+        let feasible = &search.feasible;
+        let mut totals = vec![0i64; feasible.len()];
+        let mut per_plugin: Vec<(String, Vec<i64>)> = Vec::new();
+        if feasible.len() > 1 {
+            for &(i, weight) in &self.scores {
+                if !plans[i].score {
+                    continue;
+                }
+                let slot = &mut self.slots[i];
+                let mut scores = Vec::with_capacity(feasible.len());
+                let result = score_one(slot, feasible, &mut scores);
+                if let Err(e) = result {
+                    slot.discard();
+                    return Outcome::plugin_error(&slot.spec.name, &e);
+                }
+                for (total, score) in totals.iter_mut().zip(&scores) {
+                    *total += score * weight;
+                }
+                if explain {
+                    per_plugin.push((self.slots[i].spec.name.clone(), scores));
+                }
+            }
+        }
+
+        // Select: the highest total; ties broken uniformly at random (reservoir sampling).
+        let mut best = 0;
+        let mut ties = 1u64;
+        for (position, &total) in totals.iter().enumerate().skip(1) {
+            if total > totals[best] {
+                best = position;
+                ties = 1;
+            } else if total == totals[best] {
+                ties += 1;
+                if self.rng.below(ties) == 0 {
+                    best = position;
+                }
+            }
+        }
+        if explain {
+            for (position, &id) in feasible.iter().enumerate() {
+                reports.push(NodeReport {
+                    node: node_name(cache, id),
+                    feasible: true,
+                    reasons: Vec::new(),
+                    scores: per_plugin
+                        .iter()
+                        .map(|(name, scores)| (name.clone(), scores[position]))
+                        .collect(),
+                    total: totals[position],
+                });
+            }
+        }
+        Outcome {
+            node: Some(node_name(cache, feasible[best])),
+            message: None,
+            error: false,
+            nodes: reports,
+        }
+    }
+
+    /// Walks `candidates` from `next_start`, running the active filters over growing chunks, until
+    /// `to_find` nodes passed or every candidate was examined. The result is exactly what examining
+    /// one node at a time would give; later nodes of the last chunk are discarded.
+    fn find_feasible(
+        &mut self,
+        candidates: &[u32],
+        to_find: usize,
+        active_filters: &[usize],
+        search: &mut Search,
+    ) -> Result<(), (usize, CallError)> {
+        let n = candidates.len();
+        let start = self.next_start % n;
+        let mut chunk_len = to_find.max(1);
+        let mut position = 0;
+        let mut chunk: Vec<u32> = Vec::new();
+        let mut verdicts: Vec<Option<Rejection>> = Vec::new();
+        let mut alive: Vec<usize> = Vec::new();
+        let mut batch: Vec<u32> = Vec::new();
+        let mut results = FilterResults::default();
+        let mut interned: Vec<Option<u32>> = Vec::new();
+        while position < n && search.feasible.len() < to_find {
+            let end = n.min(position + chunk_len);
+            chunk.clear();
+            chunk.extend((position..end).map(|p| candidates[(start + p) % n]));
+            verdicts.clear();
+            verdicts.resize(chunk.len(), None);
+            alive.clear();
+            alive.extend(0..chunk.len());
+            for &slot_index in active_filters {
+                if alive.is_empty() {
+                    break;
+                }
+                batch.clear();
+                batch.extend(alive.iter().map(|&k| chunk[k]));
+                results.clear();
+                let instance = self.slots[slot_index].instance.as_mut().expect("synced");
+                instance
+                    .filter(&batch, &mut results)
+                    .map_err(|e| (slot_index, e))?;
+                interned.clear();
+                interned.resize(results.failures.len(), None);
+                let mut kept = 0;
+                for j in 0..alive.len() {
+                    let k = alive[j];
+                    match results.verdicts[j] {
+                        0 => {
+                            alive[kept] = k;
+                            kept += 1;
+                        }
+                        v => {
+                            let local = v as usize - 1;
+                            let failure = match interned[local] {
+                                Some(f) => f,
+                                None => {
+                                    let f = &results.failures[local];
+                                    if f.code == Code::Error {
+                                        search.error = Some((slot_index, f.reasons.join(", ")));
+                                        return Ok(());
+                                    }
+                                    let index = search.intern(f);
+                                    interned[local] = Some(index);
+                                    index
+                                }
+                            };
+                            verdicts[k] = Some(Rejection { failure });
+                        }
+                    }
+                }
+                alive.truncate(kept);
+            }
+            for (k, verdict) in verdicts.iter().enumerate() {
+                match verdict {
+                    None => {
+                        search.feasible.push(chunk[k]);
+                        if search.feasible.len() == to_find {
+                            search.processed = position + k + 1;
+                            return Ok(());
+                        }
+                    }
+                    Some(rejection) => search.rejected.push((chunk[k], *rejection)),
+                }
+            }
+            position = end;
+            chunk_len = chunk_len.saturating_mul(2);
+        }
+        search.processed = position;
+        Ok(())
+    }
+}
+
+/// What the filter phase found.
+#[derive(Default)]
+struct Search {
+    feasible: Vec<u32>,
+    rejected: Vec<(u32, Rejection)>,
+    /// Distinct failures seen this cycle.
+    failures: Vec<sdk::Failure>,
+    /// Nodes examined, feasible or not.
+    processed: usize,
+    /// A filter reported an error (not a verdict): the slot and its message.
+    error: Option<(usize, String)>,
+}
+
+impl Search {
+    fn intern(&mut self, failure: &sdk::Failure) -> u32 {
+        match self.failures.iter().position(|f| f == failure) {
+            Some(i) => i as u32,
+            None => {
+                self.failures.push(failure.clone());
+                (self.failures.len() - 1) as u32
+            }
+        }
+    }
+
+    fn reasons(&self, rejection: Rejection) -> Vec<String> {
+        self.failures[rejection.failure as usize]
+            .reasons
+            .iter()
+            .map(|r| r.to_string())
+            .collect()
+    }
+}
+
+fn node_name(cache: &Cache, id: u32) -> String {
+    cache
+        .node(id)
+        .map(|n| n.info.name.clone())
+        .unwrap_or_default()
+}
+
+fn infeasible(cache: &Cache, id: u32, reasons: Vec<String>) -> NodeReport {
+    NodeReport {
+        node: node_name(cache, id),
+        feasible: false,
+        reasons,
+        scores: Vec::new(),
+        total: 0,
+    }
+}
+
+/// Scores every feasible node with one plugin, normalizes, and checks the range.
+fn score_one(
+    slot: &mut super::Slot,
+    feasible: &[u32],
+    scores: &mut Vec<i64>,
+) -> Result<(), CallError> {
+    let instance = slot.instance.as_mut().expect("synced");
+    instance.score(feasible, scores)?;
+    match slot.descriptor.normalize {
+        Normalize::None => {}
+        Normalize::Scale => sdk::helpers::default_normalize(scores, false),
+        Normalize::Reverse => sdk::helpers::default_normalize(scores, true),
+        Normalize::Custom => instance.normalize(scores)?,
+    }
+    if let Some((position, bad)) = scores
+        .iter()
+        .enumerate()
+        .find(|(_, s)| !(sdk::helpers::MIN_NODE_SCORE..=sdk::helpers::MAX_NODE_SCORE).contains(*s))
+    {
+        return Err(CallError::new(
+            "score",
+            format!(
+                "returned {bad} for node #{position} of {}, outside 0..=100 after normalizing",
+                feasible.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adaptive_percentage_matches_kube_scheduler() {
+        assert_eq!(
+            feasible_nodes_to_find(0, 50),
+            50,
+            "small clusters check every node"
+        );
+        assert_eq!(feasible_nodes_to_find(0, 100), 100);
+        assert_eq!(feasible_nodes_to_find(0, 500), 230, "50 - 500/125 = 46%");
+        assert_eq!(feasible_nodes_to_find(0, 5000), 500, "50 - 40 = 10%");
+        assert_eq!(feasible_nodes_to_find(0, 50_000), 2500, "floored at 5%");
+        assert_eq!(feasible_nodes_to_find(30, 1000), 300);
+        assert_eq!(feasible_nodes_to_find(1, 1000), 100, "never fewer than 100");
+        assert_eq!(feasible_nodes_to_find(100, 1000), 1000);
+    }
+}

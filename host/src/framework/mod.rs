@@ -1,0 +1,279 @@
+//! Profiles and the scheduling cycle.
+//!
+//! A [`Scheduler`] owns the [`Cache`] and one [`Profile`] per scheduler name. A profile owns one
+//! instance of each plugin it uses; before every cycle each instance is brought up to date with the
+//! cache's change log (only the nodes that changed are sent), then [`cycle`] runs the pod through
+//! the filters and scores.
+
+mod cycle;
+pub mod fit_error;
+
+use std::sync::Arc;
+
+use wasched_sdk as sdk;
+
+use crate::cache::Cache;
+use crate::runtime::{CallError, LoadError, PluginFactory, PluginInstance};
+use crate::util::Rng;
+
+pub use cycle::{NodeReport, Outcome};
+
+/// A plugin as a profile uses it: where instances come from and their configuration.
+#[derive(Clone)]
+pub struct PluginSpec {
+    /// The name profiles refer to it by.
+    pub name: String,
+    pub factory: Arc<dyn PluginFactory>,
+    /// The plugin's configuration as JSON.
+    pub config: String,
+}
+
+/// One profile: which plugins filter and score pods of one scheduler name.
+#[derive(Clone)]
+pub struct ProfileSpec {
+    pub scheduler_name: String,
+    /// Filter plugins, in the order they run.
+    pub filters: Vec<PluginSpec>,
+    /// Score plugins with their weights.
+    pub scores: Vec<(PluginSpec, i64)>,
+    /// `None` or `Some(0)`: kube-scheduler's adaptive percentage.
+    pub percentage_of_nodes_to_score: Option<u32>,
+}
+
+/// One live plugin instance of a profile and how far its node mirror has caught up.
+struct Slot {
+    spec: PluginSpec,
+    instance: Option<Box<dyn PluginInstance>>,
+    descriptor: sdk::Descriptor,
+    /// The cache generation the instance's mirror reflects; `None` while its mirror is empty.
+    synced: Option<u64>,
+}
+
+impl Slot {
+    fn new(spec: PluginSpec) -> Result<Slot, LoadError> {
+        let instance = spec.factory.instantiate(&spec.config)?;
+        let descriptor = instance.descriptor().clone();
+        Ok(Slot {
+            spec,
+            instance: Some(instance),
+            descriptor,
+            synced: None,
+        })
+    }
+
+    /// Drops a misbehaving instance; the next sync makes a fresh one.
+    fn discard(&mut self) {
+        self.instance = None;
+        self.synced = None;
+    }
+
+    /// Brings the instance's mirror up to the cache's generation, replacing a broken instance by a
+    /// fresh one that gets every node.
+    fn sync(&mut self, cache: &Cache) -> Result<(), CallError> {
+        let generation = cache.generation();
+        let lagging = self.synced.is_some_and(|s| s < cache.log_start());
+        if self.instance.is_none() || lagging {
+            self.synced = None;
+            let fresh = self
+                .spec
+                .factory
+                .instantiate(&self.spec.config)
+                .map_err(|e| CallError::new("init", e.0))?;
+            self.instance = Some(fresh);
+        }
+        let instance = self.instance.as_mut().expect("made above");
+        match self.synced {
+            None => {
+                let nodes: Vec<(u32, &sdk::NodeInfo)> =
+                    cache.nodes().map(|(id, entry)| (id, &entry.info)).collect();
+                instance.upsert_nodes(&nodes)?;
+            }
+            Some(synced) if synced < generation => {
+                let delta = cache.delta_since(synced);
+                if !delta.removals.is_empty() {
+                    instance.remove_nodes(&delta.removals)?;
+                }
+                if !delta.upserts.is_empty() {
+                    let nodes: Vec<(u32, &sdk::NodeInfo)> = delta
+                        .upserts
+                        .iter()
+                        .filter_map(|&id| cache.node(id).map(|n| (id, &n.info)))
+                        .collect();
+                    instance.upsert_nodes(&nodes)?;
+                }
+                if !delta.usage.is_empty() && self.descriptor.reads_usage {
+                    let usage: Vec<(u32, &sdk::NodeUsage)> = delta
+                        .usage
+                        .iter()
+                        .filter_map(|&id| cache.node(id).map(|n| (id, &n.info.usage)))
+                        .collect();
+                    instance.update_usage(&usage)?;
+                }
+            }
+            Some(_) => {}
+        }
+        self.synced = Some(generation);
+        Ok(())
+    }
+}
+
+/// A profile with its live plugin instances.
+pub struct Profile {
+    pub scheduler_name: String,
+    slots: Vec<Slot>,
+    /// Indexes into `slots`, in filter order.
+    filters: Vec<usize>,
+    /// Indexes into `slots` with weights.
+    scores: Vec<(usize, i64)>,
+    percentage_of_nodes_to_score: Option<u32>,
+    /// Where the next cycle's node search starts (kube-scheduler's `nextStartNodeIndex`).
+    next_start: usize,
+    rng: Rng,
+}
+
+impl Profile {
+    /// Instantiates the profile's plugins and checks each does what the profile asks of it.
+    ///
+    /// # Errors
+    /// A plugin that cannot be instantiated, or is used as a filter (score) without one.
+    pub fn new(spec: &ProfileSpec, seed: u64) -> Result<Profile, LoadError> {
+        let mut slots: Vec<Slot> = Vec::new();
+        let mut slot_of = |plugin: &PluginSpec| -> Result<usize, LoadError> {
+            if let Some(i) = slots.iter().position(|s| s.spec.name == plugin.name) {
+                return Ok(i);
+            }
+            slots.push(Slot::new(plugin.clone())?);
+            Ok(slots.len() - 1)
+        };
+        let filters = spec
+            .filters
+            .iter()
+            .map(&mut slot_of)
+            .collect::<Result<Vec<_>, _>>()?;
+        let scores = spec
+            .scores
+            .iter()
+            .map(|(p, w)| slot_of(p).map(|i| (i, *w)))
+            .collect::<Result<Vec<_>, _>>()?;
+        for &i in &filters {
+            if !slots[i].descriptor.filter {
+                return Err(LoadError(format!(
+                    "profile {:?}: plugin {} is listed as a filter but does not implement filter",
+                    spec.scheduler_name, slots[i].spec.name
+                )));
+            }
+        }
+        for &(i, _) in &scores {
+            if !slots[i].descriptor.score {
+                return Err(LoadError(format!(
+                    "profile {:?}: plugin {} is listed as a score but does not implement score",
+                    spec.scheduler_name, slots[i].spec.name
+                )));
+            }
+        }
+        Ok(Profile {
+            scheduler_name: spec.scheduler_name.clone(),
+            slots,
+            filters,
+            scores,
+            percentage_of_nodes_to_score: spec.percentage_of_nodes_to_score,
+            next_start: 0,
+            rng: Rng::new(seed),
+        })
+    }
+
+    /// The oldest cache generation any of this profile's instances still needs.
+    fn oldest_synced(&self) -> u64 {
+        // An instance with an empty mirror gets every node anyway: it holds nothing back.
+        self.slots
+            .iter()
+            .filter_map(|s| s.synced)
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+}
+
+/// The cache and the profiles: everything needed to place pods.
+pub struct Scheduler {
+    pub cache: Cache,
+    profiles: Vec<Profile>,
+}
+
+/// Once the change log is this many times longer than the cluster, lagging instances are
+/// re-created with every node instead of holding the log back.
+const MAX_LOG_PER_NODE: usize = 4;
+const MIN_LOG_BEFORE_TRIM: usize = 4096;
+
+impl Scheduler {
+    /// Builds every profile.
+    ///
+    /// # Errors
+    /// As [`Profile::new`].
+    pub fn new(profiles: &[ProfileSpec], seed: u64) -> Result<Scheduler, LoadError> {
+        let profiles = profiles
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| Profile::new(spec, seed.wrapping_add(i as u64)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Scheduler {
+            cache: Cache::default(),
+            profiles,
+        })
+    }
+
+    /// The profiles' scheduler names.
+    pub fn scheduler_names(&self) -> impl Iterator<Item = &str> {
+        self.profiles.iter().map(|p| p.scheduler_name.as_str())
+    }
+
+    /// Brings every plugin instance's node mirror up to date now, rather than in the next cycle.
+    ///
+    /// # Errors
+    /// The first plugin that failed, by name.
+    pub fn warm_up(&mut self) -> Result<(), LoadError> {
+        for profile in &mut self.profiles {
+            for slot in &mut profile.slots {
+                if let Err(e) = slot.sync(&self.cache) {
+                    slot.discard();
+                    return Err(LoadError(format!(
+                        "plugin {} failed in {e}",
+                        slot.spec.name
+                    )));
+                }
+            }
+        }
+        self.trim_log();
+        Ok(())
+    }
+
+    /// Schedules one pod with the profile of its scheduler name and, when a node is found, places
+    /// the pod there in the cache. Returns `None` when no profile serves the pod's scheduler name.
+    pub fn schedule(&mut self, pod: &sdk::Pod, explain: bool) -> Option<Outcome> {
+        let index = self
+            .profiles
+            .iter()
+            .position(|p| p.scheduler_name == pod.scheduler_name)?;
+        let mut pod = pod.clone();
+        self.cache.resolve_claims(&mut pod);
+        let outcome = self.profiles[index].schedule(&mut self.cache, &pod, explain);
+        if let Some(node) = &outcome.node {
+            self.cache.place_pod(&pod, node);
+        }
+        self.trim_log();
+        Some(outcome)
+    }
+
+    fn trim_log(&mut self) {
+        let oldest = self
+            .profiles
+            .iter()
+            .map(Profile::oldest_synced)
+            .min()
+            .unwrap_or(u64::MAX);
+        let limit = (self.cache.node_count() * MAX_LOG_PER_NODE).max(MIN_LOG_BEFORE_TRIM) as u64;
+        let generation = self.cache.generation();
+        // Lagging instances past the limit are re-created in full at their next sync.
+        let keep_from = oldest.max(generation.saturating_sub(limit)).min(generation);
+        self.cache.compact(keep_from);
+    }
+}

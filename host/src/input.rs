@@ -1,0 +1,275 @@
+//! Reading cluster dumps: multi-document YAML, `kind: List` (and `PodList`, `NodeList`, ...) and
+//! JSON files of Nodes, Pods, PersistentVolumes, PersistentVolumeClaims and StorageClasses, as
+//! `kubectl get ... -o yaml|json` prints them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::storage::v1::StorageClass;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::k8s;
+
+/// Where an object came from, for error messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub file: PathBuf,
+    /// 1-based document number in the file.
+    pub document: usize,
+    /// The index in a list's `items`, if the object came from a list.
+    pub item: Option<usize>,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: document {}", self.file.display(), self.document)?;
+        if let Some(item) = self.item {
+            write!(f, ", items[{item}]")?;
+        }
+        Ok(())
+    }
+}
+
+/// An input file or object that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{location}: {message}")]
+pub struct InputError {
+    /// File, document and object.
+    pub location: String,
+    pub message: String,
+}
+
+/// The objects read from the input files, in input order.
+#[derive(Debug, Default)]
+pub struct Cluster {
+    pub nodes: Vec<core::Node>,
+    pub pods: Vec<core::Pod>,
+    pub volumes: Vec<core::PersistentVolume>,
+    pub claims: Vec<core::PersistentVolumeClaim>,
+    pub classes: Vec<StorageClass>,
+    /// Objects of other kinds that were skipped, counted by kind.
+    pub skipped: BTreeMap<String, usize>,
+}
+
+impl Cluster {
+    /// One line naming what was skipped, if anything was.
+    pub fn skipped_warning(&self) -> Option<String> {
+        if self.skipped.is_empty() {
+            return None;
+        }
+        let kinds: Vec<String> = self
+            .skipped
+            .iter()
+            .map(|(kind, n)| format!("{n} {kind}"))
+            .collect();
+        Some(format!(
+            "warning: skipped {} (wasched reads Node, Pod, PersistentVolume, PersistentVolumeClaim, StorageClass)",
+            kinds.join(", ")
+        ))
+    }
+}
+
+/// Reads every file into one cluster, checking every object before returning.
+///
+/// # Errors
+/// The first unreadable file, unparsable document or invalid object, with where it is.
+pub fn load_files(paths: &[PathBuf]) -> Result<Cluster, InputError> {
+    let mut cluster = Cluster::default();
+    for path in paths {
+        load_file(path, &mut cluster)?;
+    }
+    Ok(cluster)
+}
+
+fn load_file(path: &Path, cluster: &mut Cluster) -> Result<(), InputError> {
+    let at_file = |message: String| InputError {
+        location: path.display().to_string(),
+        message,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| at_file(format!("cannot read: {e}")))?;
+    let is_json = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    let documents: Vec<Value> = if is_json {
+        let value: Value =
+            serde_json::from_str(&text).map_err(|e| at_file(format!("invalid JSON: {e}")))?;
+        vec![value]
+    } else {
+        let mut documents = Vec::new();
+        for (index, document) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+            let yaml: serde_yaml::Value = serde::Deserialize::deserialize(document)
+                .map_err(|e| at_file(format!("document {}: invalid YAML: {e}", index + 1)))?;
+            let json = serde_json::to_value(&yaml)
+                .map_err(|e| at_file(format!("document {}: {e}", index + 1)))?;
+            documents.push(json);
+        }
+        documents
+    };
+    for (index, document) in documents.into_iter().enumerate() {
+        if document.is_null() {
+            continue;
+        }
+        let origin = Origin {
+            file: path.to_path_buf(),
+            document: index + 1,
+            item: None,
+        };
+        add_object(document, None, origin, cluster)?;
+    }
+    Ok(())
+}
+
+fn add_object(
+    mut value: Value,
+    kind_from_list: Option<&str>,
+    origin: Origin,
+    cluster: &mut Cluster,
+) -> Result<(), InputError> {
+    let kind = value
+        .get("kind")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .or_else(|| kind_from_list.map(str::to_string));
+    let name = value
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let error = |message: String| InputError {
+        location: match &kind {
+            Some(kind) if !name.is_empty() => format!("{origin} ({kind} {name})"),
+            Some(kind) => format!("{origin} ({kind})"),
+            None => origin.to_string(),
+        },
+        message,
+    };
+    let Some(kind) = kind.clone() else {
+        return Err(error("object has no `kind`".to_string()));
+    };
+    if let Some(item_kind) = kind.strip_suffix("List") {
+        let items = match value.get_mut("items").map(Value::take) {
+            Some(Value::Array(items)) => items,
+            Some(Value::Null) | None => Vec::new(),
+            Some(_) => return Err(error("`items` is not a list".to_string())),
+        };
+        let item_kind = (!item_kind.is_empty()).then_some(item_kind);
+        for (i, item) in items.into_iter().enumerate() {
+            let origin = Origin {
+                item: Some(i),
+                ..origin.clone()
+            };
+            add_object(item, item_kind, origin, cluster)?;
+        }
+        return Ok(());
+    }
+    if name.is_empty() {
+        return Err(error("object has no `metadata.name`".to_string()));
+    }
+    match kind.as_str() {
+        "Node" => {
+            let node: core::Node = typed(value).map_err(error)?;
+            k8s::node_info(&node).map_err(|e| error(e.to_string()))?;
+            cluster.nodes.push(node);
+        }
+        "Pod" => {
+            let pod: core::Pod = typed(value).map_err(error)?;
+            k8s::pod(&pod).map_err(|e| error(e.to_string()))?;
+            cluster.pods.push(pod);
+        }
+        "PersistentVolume" => cluster.volumes.push(typed(value).map_err(error)?),
+        "PersistentVolumeClaim" => cluster.claims.push(typed(value).map_err(error)?),
+        "StorageClass" => cluster.classes.push(typed(value).map_err(error)?),
+        other => *cluster.skipped.entry(other.to_string()).or_default() += 1,
+    }
+    Ok(())
+}
+
+/// Deserializes a typed object, naming the field that is wrong.
+fn typed<T: DeserializeOwned>(value: Value) -> Result<T, String> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." {
+            e.inner().to_string()
+        } else {
+            format!("{path}: {}", e.inner())
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("wasched-input-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn reads_multi_document_yaml_lists_and_json() {
+        let dir = temp_dir("ok");
+        let yaml = write(
+            &dir,
+            "a.yaml",
+            "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n---\n---\napiVersion: v1\nkind: List\nitems:\n- kind: Pod\n  apiVersion: v1\n  metadata: {name: p1}\n  spec: {containers: [{name: c}]}\n- kind: Service\n  metadata: {name: s}\n",
+        );
+        let json = write(
+            &dir,
+            "b.json",
+            r#"{"kind":"PodList","apiVersion":"v1","items":[{"metadata":{"name":"p2"},"spec":{"containers":[]}}]}"#,
+        );
+        let cluster = load_files(&[yaml, json]).unwrap();
+        assert_eq!(cluster.nodes.len(), 1);
+        assert_eq!(
+            cluster.pods.len(),
+            2,
+            "the PodList item takes its kind from the list"
+        );
+        assert_eq!(cluster.skipped.get("Service"), Some(&1));
+        assert!(cluster.skipped_warning().unwrap().contains("1 Service"));
+    }
+
+    #[test]
+    fn errors_name_the_file_document_object_and_field() {
+        let dir = temp_dir("bad");
+        let cases = [
+            (
+                "quantity",
+                "kind: Node\nmetadata: {name: n1}\n---\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n    resources: {requests: {cpu: lots}}\n",
+                vec!["document 2 (Pod p)", "spec.containers[0].resources.requests.cpu", "\"lots\""],
+            ),
+            (
+                "type",
+                "kind: Node\nmetadata: {name: n1}\nspec: {unschedulable: maybe}\n",
+                vec!["document 1 (Node n1)", "spec.unschedulable"],
+            ),
+            ("no kind", "metadata: {name: x}\n", vec!["document 1", "no `kind`"]),
+            ("yaml", "kind: [\n", vec!["invalid YAML"]),
+            (
+                "list item",
+                "kind: List\nitems:\n- kind: Pod\n  metadata: {}\n",
+                vec!["items[0]", "no `metadata.name`"],
+            ),
+        ];
+        for (name, text, expected) in cases {
+            let path = write(&dir, &format!("{}.yaml", name.replace(' ', "-")), text);
+            let error = load_files(&[path]).unwrap_err().to_string();
+            for fragment in expected {
+                assert!(
+                    error.contains(fragment),
+                    "{name}: {error:?} lacks {fragment:?}"
+                );
+            }
+        }
+    }
+}

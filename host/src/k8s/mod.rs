@@ -1,0 +1,394 @@
+//! From Kubernetes API objects (as `kubectl get -o yaml/json` prints them) to the plugin model.
+
+pub mod quantity;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use wasched_sdk as sdk;
+use wasched_sdk::{resource, Labels, Resources};
+
+/// What is wrong with one field of an object.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+fn field_error(field: impl Into<String>, message: impl ToString) -> FieldError {
+    FieldError {
+        field: field.into(),
+        message: message.to_string(),
+    }
+}
+
+/// The default cpu request (millicores) that scoring assumes for a container without one.
+pub const DEFAULT_MILLI_CPU_REQUEST: i64 = 100;
+/// The default memory request (bytes) that scoring assumes for a container without one.
+pub const DEFAULT_MEMORY_REQUEST: i64 = 200 * 1024 * 1024;
+
+/// The phase of a pod that no longer holds resources on its node.
+pub fn is_terminated(pod: &core::Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// `namespace/name`, with `default` for a pod without a namespace.
+pub fn pod_key(pod: &core::Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+fn labels(map: &Option<BTreeMap<String, String>>) -> Labels {
+    map.iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// Converts a resource list (`requests`, `allocatable`, `overhead`) to canonical units.
+///
+/// # Errors
+/// A quantity that does not parse, naming `field` and the resource.
+pub fn resources(list: &BTreeMap<String, Quantity>, field: &str) -> Result<Resources, FieldError> {
+    let mut out = Resources::default();
+    for (name, Quantity(text)) in list {
+        let parsed = if name == resource::CPU {
+            quantity::milli_value(text)
+        } else {
+            quantity::value(text)
+        };
+        let amount = parsed.map_err(|e| field_error(format!("{field}.{name}"), e))?;
+        out.set(name, amount);
+    }
+    Ok(out)
+}
+
+/// A container's effective requests: `requests`, with a resource that only has a limit requesting
+/// the limit (what the API server's defaulting does before the scheduler sees the pod).
+fn container_requests(
+    container: &core::Container,
+    field: &str,
+) -> Result<BTreeMap<String, Quantity>, FieldError> {
+    let Some(requirements) = &container.resources else {
+        return Ok(BTreeMap::new());
+    };
+    let mut requests = requirements.requests.clone().unwrap_or_default();
+    for (name, limit) in requirements.limits.iter().flatten() {
+        requests
+            .entry(name.clone())
+            .or_insert_with(|| limit.clone());
+    }
+    // Validate here so that the error names the container.
+    resources(&requests, &format!("{field}.resources.requests"))?;
+    Ok(requests)
+}
+
+/// Sums of a container list's requests, as kube-scheduler computes a pod's request
+/// (`resourcehelper.PodRequests`): containers plus sidecars, against each regular init container
+/// plus the sidecars started before it, plus the pod overhead. With `non_zero`, a container missing
+/// a cpu or memory request counts the scheduler's defaults.
+fn pod_requests(spec: &core::PodSpec, non_zero: bool) -> Result<Resources, FieldError> {
+    let container_resources =
+        |c: &core::Container, field: String| -> Result<Resources, FieldError> {
+            let requests = container_requests(c, &field)?;
+            let mut r = resources(&requests, &field)?;
+            if non_zero {
+                if !requests.contains_key(resource::CPU) {
+                    r.milli_cpu = DEFAULT_MILLI_CPU_REQUEST;
+                }
+                if !requests.contains_key(resource::MEMORY) {
+                    r.memory = DEFAULT_MEMORY_REQUEST;
+                }
+            }
+            Ok(r)
+        };
+    let mut total = Resources::default();
+    for (i, c) in spec.containers.iter().enumerate() {
+        total.add(&container_resources(c, format!("spec.containers[{i}]"))?);
+    }
+    let mut sidecars = Resources::default();
+    let mut init_peak = Resources::default();
+    for (i, c) in spec.init_containers.iter().flatten().enumerate() {
+        let own = container_resources(c, format!("spec.initContainers[{i}]"))?;
+        let during_init = if c.restart_policy.as_deref() == Some("Always") {
+            total.add(&own);
+            sidecars.add(&own);
+            sidecars.clone()
+        } else {
+            let mut with_sidecars = own;
+            with_sidecars.add(&sidecars);
+            with_sidecars
+        };
+        init_peak.max_with(&during_init);
+    }
+    total.max_with(&init_peak);
+    if let Some(overhead) = &spec.overhead {
+        total.add(&resources(overhead, "spec.overhead")?);
+    }
+    // `max_with`/`add` may leave explicit zero entries for scalar resources; they are kept so a
+    // plugin can tell "requested 0" from "not requested", as Kubernetes' maps do.
+    Ok(total)
+}
+
+/// The plugin model of a node (with empty usage: the cache fills it in).
+///
+/// # Errors
+/// An allocatable quantity that does not parse.
+pub fn node_info(node: &core::Node) -> Result<sdk::NodeInfo, FieldError> {
+    let spec = node.spec.as_ref();
+    let allocatable = match node.status.as_ref().and_then(|s| s.allocatable.as_ref()) {
+        Some(list) => resources(list, "status.allocatable")?,
+        None => Resources::default(),
+    };
+    Ok(sdk::NodeInfo {
+        name: node.metadata.name.clone().unwrap_or_default(),
+        labels: labels(&node.metadata.labels),
+        annotations: labels(&node.metadata.annotations),
+        taints: spec
+            .and_then(|s| s.taints.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|t| sdk::Taint {
+                key: t.key.clone(),
+                value: t.value.clone().unwrap_or_default(),
+                effect: t.effect.clone(),
+            })
+            .collect(),
+        unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        allocatable,
+        usage: sdk::NodeUsage::default(),
+    })
+}
+
+fn term(t: &core::NodeSelectorTerm) -> sdk::NodeSelectorTerm {
+    let requirements = |list: &Option<Vec<core::NodeSelectorRequirement>>| {
+        list.iter()
+            .flatten()
+            .map(|r| sdk::NodeSelectorRequirement {
+                key: r.key.clone(),
+                operator: r.operator.clone(),
+                values: r.values.clone().unwrap_or_default(),
+            })
+            .collect()
+    };
+    sdk::NodeSelectorTerm {
+        match_expressions: requirements(&t.match_expressions),
+        match_fields: requirements(&t.match_fields),
+    }
+}
+
+/// The plugin model of a pod. Its volume claims are listed by name only; the cache looks the
+/// claims up at each scheduling attempt.
+///
+/// # Errors
+/// A request or overhead quantity that does not parse.
+pub fn pod(pod: &core::Pod) -> Result<sdk::Pod, FieldError> {
+    let empty = core::PodSpec::default();
+    let spec = pod.spec.as_ref().unwrap_or(&empty);
+    let node_affinity = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .map(|na| sdk::NodeAffinity {
+            required: na
+                .required_during_scheduling_ignored_during_execution
+                .as_ref()
+                .map(|s| s.node_selector_terms.iter().map(term).collect()),
+            preferred: na
+                .preferred_during_scheduling_ignored_during_execution
+                .iter()
+                .flatten()
+                .map(|p| sdk::PreferredSchedulingTerm {
+                    weight: p.weight,
+                    preference: term(&p.preference),
+                })
+                .collect(),
+        });
+    Ok(sdk::Pod {
+        namespace: pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_string()),
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        uid: pod.metadata.uid.clone().unwrap_or_default(),
+        labels: labels(&pod.metadata.labels),
+        annotations: labels(&pod.metadata.annotations),
+        scheduler_name: spec
+            .scheduler_name
+            .clone()
+            .unwrap_or_else(|| crate::DEFAULT_SCHEDULER_NAME.to_string()),
+        priority: spec.priority.unwrap_or(0),
+        node_name: spec.node_name.clone().unwrap_or_default(),
+        node_selector: labels(&spec.node_selector),
+        node_affinity,
+        tolerations: spec
+            .tolerations
+            .iter()
+            .flatten()
+            .map(|t| sdk::Toleration {
+                key: t.key.clone().unwrap_or_default(),
+                operator: t.operator.clone().unwrap_or_default(),
+                value: t.value.clone().unwrap_or_default(),
+                effect: t.effect.clone().unwrap_or_default(),
+                toleration_seconds: t.toleration_seconds,
+            })
+            .collect(),
+        requests: pod_requests(spec, false)?,
+        non_zero_requests: pod_requests(spec, true)?,
+        volume_claims: spec
+            .volumes
+            .iter()
+            .flatten()
+            .filter_map(|v| {
+                v.persistent_volume_claim
+                    .as_ref()
+                    .map(|c| sdk::VolumeClaim {
+                        volume: v.name.clone(),
+                        claim_name: c.claim_name.clone(),
+                        claim: None,
+                    })
+            })
+            .collect(),
+        containers: spec
+            .containers
+            .iter()
+            .map(|c| sdk::Container {
+                name: c.name.clone(),
+                image: c.image.clone().unwrap_or_default(),
+            })
+            .collect(),
+    })
+}
+
+/// The storage class a claim asks for: the beta annotation wins over `spec.storageClassName`.
+pub fn claim_storage_class(claim: &core::PersistentVolumeClaim) -> String {
+    claim
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("volume.beta.kubernetes.io/storage-class"))
+        .cloned()
+        .or_else(|| {
+            claim
+                .spec
+                .as_ref()
+                .and_then(|s| s.storage_class_name.clone())
+        })
+        .unwrap_or_default()
+}
+
+/// The labels of a PersistentVolume, as the plugin model holds them.
+pub fn volume_info(pv: &core::PersistentVolume) -> sdk::VolumeInfo {
+    sdk::VolumeInfo {
+        name: pv.metadata.name.clone().unwrap_or_default(),
+        labels: labels(&pv.metadata.labels),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod_from_yaml(yaml: &str) -> core::Pod {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn pod_request_takes_the_larger_of_containers_and_init_containers_plus_overhead() {
+        let p = pod_from_yaml(
+            r#"
+metadata: {name: p}
+spec:
+  overhead: {cpu: 50m}
+  initContainers:
+  - name: init
+    resources: {requests: {cpu: "2", memory: 1Gi}}
+  containers:
+  - name: a
+    resources: {requests: {cpu: 500m, memory: 128Mi}}
+  - name: b
+    resources: {requests: {cpu: 700m, memory: 2Gi, example.com/gpu: "1"}}
+"#,
+        );
+        let model = pod(&p).unwrap();
+        assert_eq!(
+            model.requests.milli_cpu, 2050,
+            "init container dominates cpu"
+        );
+        assert_eq!(
+            model.requests.memory,
+            128 * 1024 * 1024 + 2 * 1024 * 1024 * 1024
+        );
+        assert_eq!(model.requests.scalar("example.com/gpu"), Some(1));
+    }
+
+    #[test]
+    fn sidecars_add_to_the_containers_and_to_later_init_containers() {
+        let p = pod_from_yaml(
+            r#"
+metadata: {name: p}
+spec:
+  initContainers:
+  - name: sidecar
+    restartPolicy: Always
+    resources: {requests: {cpu: "1"}}
+  - name: migrate
+    resources: {requests: {cpu: "2"}}
+  containers:
+  - name: app
+    resources: {requests: {cpu: "1"}}
+"#,
+        );
+        // containers + sidecar = 2; migrate runs beside the sidecar = 3.
+        assert_eq!(pod(&p).unwrap().requests.milli_cpu, 3000);
+    }
+
+    #[test]
+    fn missing_requests_count_defaults_only_for_scoring() {
+        let p = pod_from_yaml(
+            r#"
+metadata: {name: p}
+spec:
+  containers:
+  - name: none
+  - name: explicit-zero
+    resources: {requests: {cpu: "0", memory: "0"}}
+  - name: limit-only
+    resources: {limits: {cpu: 300m}}
+"#,
+        );
+        let model = pod(&p).unwrap();
+        assert_eq!(
+            model.requests.milli_cpu, 300,
+            "a limit without request requests the limit"
+        );
+        assert_eq!(model.requests.memory, 0);
+        assert_eq!(model.non_zero_requests.milli_cpu, 100 + 300);
+        assert_eq!(model.non_zero_requests.memory, 2 * DEFAULT_MEMORY_REQUEST);
+    }
+
+    #[test]
+    fn a_bad_quantity_names_the_field() {
+        let p = pod_from_yaml(
+            r#"
+metadata: {name: p}
+spec:
+  containers:
+  - name: a
+    resources: {requests: {memory: 12XB}}
+"#,
+        );
+        let error = pod(&p).unwrap_err();
+        assert_eq!(error.field, "spec.containers[0].resources.requests.memory");
+        assert!(error.message.contains("12XB"), "{error}");
+    }
+}

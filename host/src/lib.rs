@@ -1,0 +1,19 @@
+//! wasched: a Kubernetes-compatible scheduler whose placement policy runs as WebAssembly components.
+//!
+//! Data flows one way: objects -> [`cache`] (nodes, pods placed on them, storage objects) ->
+//! [`framework`] cycle (plugins from [`runtime`], arranged by [`config`] profiles) -> decision ->
+//! back into the cache. [`simulate`] drives it over a cluster dump.
+
+pub mod cache;
+pub mod k8s;
+pub mod nodetree;
+pub mod runtime;
+
+/// The scheduler name of pods that do not set `spec.schedulerName`.
+pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
+pub mod bench;
+pub mod config;
+pub mod framework;
+pub mod input;
+pub mod simulate;
+pub mod util;

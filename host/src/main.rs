@@ -1,0 +1,100 @@
+//! The `wasched` command line.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use wasched::config::{Config, DefaultPluginRuntime};
+use wasched::{bench, input, simulate};
+
+/// A Kubernetes-compatible scheduler whose placement policy runs as WebAssembly components.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Schedule the pending pods of a cluster dump and print where each goes, or why it cannot.
+    Simulate {
+        /// Scheduler configuration (TOML); without it, kube-scheduler's default profile.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Show every examined node: why it was ruled out, or its scores.
+        #[arg(long)]
+        explain: bool,
+        #[arg(long, value_enum, default_value_t = simulate::Output::Json)]
+        output: simulate::Output,
+        /// Seed for breaking ties between equally good nodes.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Run the default plugins as WebAssembly components or natively (overrides the config).
+        #[arg(long, value_enum)]
+        runtime: Option<DefaultPluginRuntime>,
+        /// YAML or JSON files of Nodes, Pods, PersistentVolumes, PersistentVolumeClaims and
+        /// StorageClasses (`kubectl get nodes,pods,pv,pvc,storageclass -A -o yaml`).
+        #[arg(required = true)]
+        cluster: Vec<PathBuf>,
+    },
+    /// Schedule a synthetic cluster with the default plugins as WebAssembly and natively, and
+    /// print throughput, latency and memory.
+    Bench(bench::Args),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("WASCHED_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Simulate {
+            config,
+            explain,
+            output,
+            seed,
+            runtime,
+            cluster,
+        } => {
+            let mut config = match &config {
+                Some(path) => Config::load(path)?,
+                None => Config::default(),
+            };
+            if let Some(runtime) = runtime {
+                config.default_plugins = runtime;
+            }
+            let cluster = input::load_files(&cluster)?;
+            if let Some(warning) = cluster.skipped_warning() {
+                eprintln!("{warning}");
+            }
+            let options = simulate::Options {
+                explain,
+                output,
+                seed,
+            };
+            let decisions = simulate::simulate(&config, &cluster, options)?;
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            simulate::print(&decisions, options, &mut out)?;
+            out.flush()?;
+            Ok(())
+        }
+        Command::Bench(args) => bench::run(&args),
+    }
+}

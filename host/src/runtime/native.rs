@@ -1,0 +1,80 @@
+//! Plugins linked into the host: the SDK's [`Driver`] called directly, with the same node mirror
+//! and batches as a component gets, so that native and WebAssembly runs differ only in the runtime.
+
+use std::marker::PhantomData;
+
+use wasched_sdk::{Descriptor, Driver, Exported, FilterResults, NodeInfo, NodeUsage, Pod, PodPlan};
+
+use super::{check_len, CallError, LoadError, PluginFactory, PluginInstance};
+
+/// Makes native instances of plugin type `P`.
+pub struct NativeFactory<P>(PhantomData<fn() -> P>);
+
+impl<P> Default for NativeFactory<P> {
+    fn default() -> Self {
+        NativeFactory(PhantomData)
+    }
+}
+
+impl<P: Exported + Send> PluginFactory for NativeFactory<P> {
+    fn instantiate(&self, config: &str) -> Result<Box<dyn PluginInstance>, LoadError> {
+        let driver = Driver::<P>::new(config).map_err(LoadError)?;
+        Ok(Box::new(NativeInstance {
+            driver,
+            descriptor: Driver::<P>::descriptor(),
+        }))
+    }
+
+    fn kind(&self) -> &'static str {
+        "native"
+    }
+}
+
+struct NativeInstance<P> {
+    driver: Driver<P>,
+    descriptor: Descriptor,
+}
+
+impl<P: Exported + Send> PluginInstance for NativeInstance<P> {
+    fn descriptor(&self) -> &Descriptor {
+        &self.descriptor
+    }
+
+    fn upsert_nodes(&mut self, nodes: &[(u32, &NodeInfo)]) -> Result<(), CallError> {
+        self.driver
+            .upsert_nodes(nodes.iter().map(|(id, node)| (*id, (*node).clone())));
+        Ok(())
+    }
+
+    fn remove_nodes(&mut self, ids: &[u32]) -> Result<(), CallError> {
+        self.driver.remove_nodes(ids);
+        Ok(())
+    }
+
+    fn update_usage(&mut self, usage: &[(u32, &NodeUsage)]) -> Result<(), CallError> {
+        self.driver
+            .update_usage(usage.iter().map(|(id, u)| (*id, (*u).clone())));
+        Ok(())
+    }
+
+    fn set_pod(&mut self, pod: &Pod) -> Result<PodPlan, CallError> {
+        Ok(self.driver.set_pod(pod.clone()))
+    }
+
+    fn filter(&mut self, ids: &[u32], out: &mut FilterResults) -> Result<(), CallError> {
+        let before = out.verdicts.len();
+        self.driver.filter(ids, out);
+        check_len("filter", out.verdicts.len() - before, ids.len())
+    }
+
+    fn score(&mut self, ids: &[u32], out: &mut Vec<i64>) -> Result<(), CallError> {
+        let before = out.len();
+        self.driver.score(ids, out);
+        check_len("score", out.len() - before, ids.len())
+    }
+
+    fn normalize(&mut self, scores: &mut Vec<i64>) -> Result<(), CallError> {
+        self.driver.normalize(scores);
+        Ok(())
+    }
+}

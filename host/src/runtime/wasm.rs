@@ -1,0 +1,536 @@
+//! WebAssembly component plugins under wasmtime.
+//!
+//! A component is compiled once (and cached on disk by its sha256), checked against the `plugin`
+//! world, and pre-instantiated; each [`PluginInstance`] is then a cheap instantiation in its own
+//! [`Store`] with a memory limit, and every call runs under an epoch deadline.
+
+use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
+
+use wasched_sdk as sdk;
+
+use super::{check_len, CallError, LoadError, PluginFactory, PluginInstance};
+
+mod bindings {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "plugin",
+    });
+}
+
+use bindings::wasched::plugin::types as wit;
+use bindings::{Plugin as PluginWorld, PluginPre};
+
+/// How often the epoch advances; call deadlines are counted in these ticks.
+pub const EPOCH_TICK: Duration = Duration::from_millis(1);
+/// Default deadline of one call (per-node work is bounded by batches of at most a few thousand).
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(200);
+/// Extra time a node-mirror update gets per 1,000 nodes sent.
+pub const MIRROR_TIMEOUT_PER_1000_NODES: Duration = Duration::from_millis(20);
+/// Default linear-memory limit of one instance.
+pub const DEFAULT_MEMORY_LIMIT: usize = 256 << 20;
+/// Default limit on table elements of one instance.
+pub const DEFAULT_TABLE_ELEMENTS: usize = 100_000;
+
+/// Limits applied to every instance of a component.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub call_timeout: Duration,
+    pub memory: usize,
+    pub table_elements: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+            memory: DEFAULT_MEMORY_LIMIT,
+            table_elements: DEFAULT_TABLE_ELEMENTS,
+        }
+    }
+}
+
+/// The wasmtime engine shared by every component, with its epoch ticker.
+#[derive(Clone)]
+pub struct WasmRuntime {
+    engine: Engine,
+    linker: Arc<Linker<StoreState>>,
+    cache_dir: Option<PathBuf>,
+}
+
+impl WasmRuntime {
+    /// The process-wide runtime (one engine, one epoch ticker thread).
+    ///
+    /// # Panics
+    /// If wasmtime cannot create an engine for this machine.
+    pub fn shared() -> &'static WasmRuntime {
+        static SHARED: OnceLock<WasmRuntime> = OnceLock::new();
+        SHARED.get_or_init(|| WasmRuntime::new().expect("wasmtime engine"))
+    }
+
+    fn new() -> Result<WasmRuntime, LoadError> {
+        let mut config = Config::new();
+        config.epoch_interruption(true);
+        config.wasm_component_model(true);
+        let engine = Engine::new(&config).map_err(|e| LoadError(format!("wasmtime: {e:#}")))?;
+        let weak = engine.weak();
+        std::thread::Builder::new()
+            .name("wasched-epoch".into())
+            .spawn(move || loop {
+                std::thread::sleep(EPOCH_TICK);
+                match weak.upgrade() {
+                    Some(engine) => engine.increment_epoch(),
+                    None => break,
+                }
+            })
+            .map_err(|e| LoadError(format!("epoch thread: {e}")))?;
+        // Components get no imports at all: no filesystem, network, clock or environment.
+        let linker = Linker::new(&engine);
+        Ok(WasmRuntime {
+            engine,
+            linker: Arc::new(linker),
+            cache_dir: cache_dir(),
+        })
+    }
+
+    /// Compiles (or loads from the on-disk cache) a component and checks it is a plugin.
+    ///
+    /// # Errors
+    /// Not a component, not the `plugin` world, or it imports something the host does not give.
+    pub fn load(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        limits: Limits,
+    ) -> Result<ComponentFactory, LoadError> {
+        let sha256 = sha256_hex(bytes);
+        let component = self.compile(bytes, &sha256).map_err(|e| {
+            LoadError(format!(
+                "plugin {name}: not a valid WebAssembly component: {e:#}"
+            ))
+        })?;
+        let pre = self.linker.instantiate_pre(&component).map_err(|e| {
+            LoadError(format!(
+                "plugin {name}: its imports cannot be satisfied (plugins get no imports): {e:#}"
+            ))
+        })?;
+        let pre = PluginPre::new(pre).map_err(|e| {
+            LoadError(format!(
+                "plugin {name}: does not implement the wasched:plugin/plugin world: {e:#}"
+            ))
+        })?;
+        Ok(ComponentFactory {
+            name: name.to_string(),
+            engine: self.engine.clone(),
+            pre,
+            limits,
+            sha256,
+        })
+    }
+
+    fn compile(&self, bytes: &[u8], sha256: &str) -> wasmtime::Result<Component> {
+        let Some(dir) = &self.cache_dir else {
+            return Component::new(&self.engine, bytes);
+        };
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.engine
+            .precompile_compatibility_hash()
+            .hash(&mut hasher);
+        let path = dir.join(format!("{sha256}-{:016x}.cwasm", hasher.finish()));
+        if let Ok(compiled) = std::fs::read(&path) {
+            // SAFETY: the file was written by `precompile_component` of an engine with the same
+            // compatibility hash, under a name that includes the source's sha256.
+            if let Ok(component) = unsafe { Component::deserialize(&self.engine, &compiled) } {
+                return Ok(component);
+            }
+        }
+        let compiled = self.engine.precompile_component(bytes)?;
+        // A cache that cannot be written only costs a recompilation next time.
+        if std::fs::create_dir_all(dir).is_ok() {
+            let temporary = path.with_extension(format!("tmp{}", std::process::id()));
+            if std::fs::write(&temporary, &compiled).is_ok() {
+                let _ = std::fs::rename(&temporary, &path);
+            }
+        }
+        // SAFETY: just produced by this engine.
+        unsafe { Component::deserialize(&self.engine, &compiled) }
+    }
+}
+
+/// Where compiled components are cached: `$WASCHED_CACHE_DIR`, else the user's cache directory.
+fn cache_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("WASCHED_CACHE_DIR") {
+        return (!dir.is_empty()).then(|| PathBuf::from(dir));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("wasched").join("compiled"))
+}
+
+/// The lowercase hex sha256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A compiled, pre-instantiated plugin component.
+pub struct ComponentFactory {
+    name: String,
+    engine: Engine,
+    pre: PluginPre<StoreState>,
+    limits: Limits,
+    sha256: String,
+}
+
+impl ComponentFactory {
+    /// The sha256 of the component's bytes.
+    pub fn sha256(&self) -> &str {
+        &self.sha256
+    }
+}
+
+/// Per-instance host state: just the resource limits.
+pub struct StoreState {
+    limits: StoreLimits,
+}
+
+impl PluginFactory for ComponentFactory {
+    fn instantiate(&self, config: &str) -> Result<Box<dyn PluginInstance>, LoadError> {
+        let limits = StoreLimitsBuilder::new()
+            .memory_size(self.limits.memory)
+            .table_elements(self.limits.table_elements)
+            .instances(1)
+            .trap_on_grow_failure(true)
+            .build();
+        let mut store = Store::new(&self.engine, StoreState { limits });
+        store.limiter(|state| &mut state.limits);
+        store.epoch_deadline_trap();
+        let ticks = ticks(self.limits.call_timeout);
+        store.set_epoch_deadline(ticks);
+        let world = self
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| LoadError(format!("plugin {}: instantiation failed: {e:#}", self.name)))?;
+        store.set_epoch_deadline(ticks);
+        let descriptor = world
+            .call_init(&mut store, config)
+            .map_err(|e| LoadError(format!("plugin {}: init trapped: {e:#}", self.name)))?
+            .map_err(|e| {
+                LoadError(format!(
+                    "plugin {}: refused its configuration: {e}",
+                    self.name
+                ))
+            })?;
+        Ok(Box::new(ComponentInstance {
+            store,
+            world,
+            descriptor: descriptor.into(),
+            call_ticks: ticks,
+            scratch_nodes: Vec::new(),
+        }))
+    }
+
+    fn kind(&self) -> &'static str {
+        "wasm"
+    }
+}
+
+fn ticks(timeout: Duration) -> u64 {
+    (timeout.as_micros() / EPOCH_TICK.as_micros()).max(1) as u64
+}
+
+struct ComponentInstance {
+    store: Store<StoreState>,
+    world: PluginWorld,
+    descriptor: sdk::Descriptor,
+    call_ticks: u64,
+    scratch_nodes: Vec<(u32, wit::NodeInfo)>,
+}
+
+fn trapped(call: &'static str, error: wasmtime::Error) -> CallError {
+    let message = match error.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::Interrupt) => "deadline exceeded (the call ran too long)".to_string(),
+        Some(trap) => format!("trapped: {trap}"),
+        None => format!("failed: {error:#}"),
+    };
+    CallError::new(call, message)
+}
+
+impl ComponentInstance {
+    fn arm(&mut self, extra_nodes: usize) {
+        let extra = ticks(MIRROR_TIMEOUT_PER_1000_NODES) * extra_nodes as u64 / 1000;
+        self.store.set_epoch_deadline(self.call_ticks + extra);
+    }
+}
+
+impl PluginInstance for ComponentInstance {
+    fn descriptor(&self) -> &sdk::Descriptor {
+        &self.descriptor
+    }
+
+    fn upsert_nodes(&mut self, nodes: &[(u32, &sdk::NodeInfo)]) -> Result<(), CallError> {
+        self.arm(nodes.len());
+        self.scratch_nodes.clear();
+        self.scratch_nodes
+            .extend(nodes.iter().map(|(id, node)| (*id, node_info(node))));
+        let result = self
+            .world
+            .call_upsert_nodes(&mut self.store, &self.scratch_nodes);
+        self.scratch_nodes.clear();
+        result.map_err(|e| trapped("upsert-nodes", e))
+    }
+
+    fn remove_nodes(&mut self, ids: &[u32]) -> Result<(), CallError> {
+        self.arm(ids.len());
+        self.world
+            .call_remove_nodes(&mut self.store, ids)
+            .map_err(|e| trapped("remove-nodes", e))
+    }
+
+    fn update_usage(&mut self, usage: &[(u32, &sdk::NodeUsage)]) -> Result<(), CallError> {
+        self.arm(usage.len());
+        let converted: Vec<(u32, wit::NodeUsage)> =
+            usage.iter().map(|(id, u)| (*id, node_usage(u))).collect();
+        self.world
+            .call_update_usage(&mut self.store, &converted)
+            .map_err(|e| trapped("update-usage", e))
+    }
+
+    fn set_pod(&mut self, pod: &sdk::Pod) -> Result<sdk::PodPlan, CallError> {
+        self.arm(0);
+        let plan = self
+            .world
+            .call_set_pod(&mut self.store, &wit_pod(pod))
+            .map_err(|e| trapped("set-pod", e))?;
+        Ok(pod_plan(plan))
+    }
+
+    fn filter(&mut self, ids: &[u32], out: &mut sdk::FilterResults) -> Result<(), CallError> {
+        self.arm(0);
+        let results = self
+            .world
+            .call_filter(&mut self.store, ids)
+            .map_err(|e| trapped("filter", e))?;
+        check_len("filter", results.verdicts.len(), ids.len())?;
+        // Re-base the batch's failure table onto `out`'s, so batches can be appended.
+        let base = out.failures.len() as u32;
+        let table_len = results.failures.len() as u32;
+        for verdict in results.verdicts {
+            if verdict > table_len {
+                return Err(CallError::new(
+                    "filter",
+                    format!("verdict {verdict} points past its {table_len} failures"),
+                ));
+            }
+            out.verdicts
+                .push(if verdict == 0 { 0 } else { verdict + base });
+        }
+        out.failures
+            .extend(results.failures.into_iter().map(failure));
+        Ok(())
+    }
+
+    fn score(&mut self, ids: &[u32], out: &mut Vec<i64>) -> Result<(), CallError> {
+        self.arm(0);
+        let scores = self
+            .world
+            .call_score(&mut self.store, ids)
+            .map_err(|e| trapped("score", e))?;
+        check_len("score", scores.len(), ids.len())?;
+        out.extend(scores);
+        Ok(())
+    }
+
+    fn normalize(&mut self, scores: &mut Vec<i64>) -> Result<(), CallError> {
+        self.arm(0);
+        let normalized = self
+            .world
+            .call_normalize(&mut self.store, scores)
+            .map_err(|e| trapped("normalize", e))?;
+        check_len("normalize", normalized.len(), scores.len())?;
+        *scores = normalized;
+        Ok(())
+    }
+}
+
+fn pairs(labels: &sdk::Labels) -> Vec<(String, String)> {
+    labels.to_vec()
+}
+
+fn resources(r: &sdk::Resources) -> wit::Resources {
+    wit::Resources {
+        milli_cpu: r.milli_cpu,
+        memory: r.memory,
+        ephemeral_storage: r.ephemeral_storage,
+        pods: r.pods,
+        scalar: r.scalar.clone(),
+    }
+}
+
+fn node_usage(u: &sdk::NodeUsage) -> wit::NodeUsage {
+    wit::NodeUsage {
+        requested: resources(&u.requested),
+        non_zero_requested: resources(&u.non_zero_requested),
+        pod_count: u.pod_count,
+    }
+}
+
+fn node_info(n: &sdk::NodeInfo) -> wit::NodeInfo {
+    wit::NodeInfo {
+        name: n.name.clone(),
+        labels: pairs(&n.labels),
+        annotations: pairs(&n.annotations),
+        taints: n
+            .taints
+            .iter()
+            .map(|t| wit::Taint {
+                key: t.key.clone(),
+                value: t.value.clone(),
+                effect: t.effect.clone(),
+            })
+            .collect(),
+        unschedulable: n.unschedulable,
+        allocatable: resources(&n.allocatable),
+        usage: node_usage(&n.usage),
+    }
+}
+
+fn term(t: &sdk::NodeSelectorTerm) -> wit::NodeSelectorTerm {
+    let requirements = |list: &[sdk::NodeSelectorRequirement]| {
+        list.iter()
+            .map(|r| wit::NodeSelectorRequirement {
+                key: r.key.clone(),
+                operator: r.operator.clone(),
+                values: r.values.clone(),
+            })
+            .collect()
+    };
+    wit::NodeSelectorTerm {
+        match_expressions: requirements(&t.match_expressions),
+        match_fields: requirements(&t.match_fields),
+    }
+}
+
+fn wit_pod(p: &sdk::Pod) -> wit::Pod {
+    wit::Pod {
+        namespace: p.namespace.clone(),
+        name: p.name.clone(),
+        uid: p.uid.clone(),
+        labels: pairs(&p.labels),
+        annotations: pairs(&p.annotations),
+        scheduler_name: p.scheduler_name.clone(),
+        priority: p.priority,
+        node_name: p.node_name.clone(),
+        node_selector: pairs(&p.node_selector),
+        node_affinity: p.node_affinity.as_ref().map(|a| wit::NodeAffinity {
+            required: a
+                .required
+                .as_ref()
+                .map(|terms| terms.iter().map(term).collect()),
+            preferred: a
+                .preferred
+                .iter()
+                .map(|p| wit::PreferredSchedulingTerm {
+                    weight: p.weight,
+                    preference: term(&p.preference),
+                })
+                .collect(),
+        }),
+        tolerations: p
+            .tolerations
+            .iter()
+            .map(|t| wit::Toleration {
+                key: t.key.clone(),
+                operator: t.operator.clone(),
+                value: t.value.clone(),
+                effect: t.effect.clone(),
+                toleration_seconds: t.toleration_seconds,
+            })
+            .collect(),
+        requests: resources(&p.requests),
+        non_zero_requests: resources(&p.non_zero_requests),
+        volume_claims: p
+            .volume_claims
+            .iter()
+            .map(|v| wit::VolumeClaim {
+                volume: v.volume.clone(),
+                claim_name: v.claim_name.clone(),
+                claim: v.claim.as_ref().map(|c| wit::ClaimInfo {
+                    volume_name: c.volume_name.clone(),
+                    storage_class_name: c.storage_class_name.clone(),
+                    storage_class: c.storage_class.as_ref().map(|s| wit::StorageClassInfo {
+                        name: s.name.clone(),
+                        volume_binding_mode: s.volume_binding_mode.clone(),
+                    }),
+                    volume: c.volume.as_ref().map(|pv| wit::VolumeInfo {
+                        name: pv.name.clone(),
+                        labels: pairs(&pv.labels),
+                    }),
+                }),
+            })
+            .collect(),
+        containers: p
+            .containers
+            .iter()
+            .map(|c| wit::Container {
+                name: c.name.clone(),
+                image: c.image.clone(),
+            })
+            .collect(),
+    }
+}
+
+fn code(c: wit::Code) -> sdk::Code {
+    match c {
+        wit::Code::Success => sdk::Code::Success,
+        wit::Code::Unschedulable => sdk::Code::Unschedulable,
+        wit::Code::UnschedulableAndUnresolvable => sdk::Code::UnschedulableAndUnresolvable,
+        wit::Code::Error => sdk::Code::Error,
+    }
+}
+
+fn failure(f: wit::Failure) -> sdk::Failure {
+    sdk::Failure {
+        code: code(f.code),
+        reasons: f.reasons.into_iter().map(Into::into).collect(),
+    }
+}
+
+fn pod_plan(p: wit::PodPlan) -> sdk::PodPlan {
+    sdk::PodPlan {
+        filter: match p.filter {
+            wit::FilterPlan::Run => sdk::FilterPlan::Run,
+            wit::FilterPlan::Skip => sdk::FilterPlan::Skip,
+            wit::FilterPlan::OnlyNodes(names) => sdk::FilterPlan::OnlyNodes(names),
+            wit::FilterPlan::Reject(f) => sdk::FilterPlan::Reject(failure(f)),
+        },
+        score: p.score,
+    }
+}
+
+impl From<wit::Descriptor> for sdk::Descriptor {
+    fn from(d: wit::Descriptor) -> Self {
+        sdk::Descriptor {
+            name: d.name,
+            version: d.version,
+            filter: d.filter,
+            score: d.score,
+            normalize: match d.normalize {
+                wit::NormalizeKind::None => sdk::Normalize::None,
+                wit::NormalizeKind::Scale => sdk::Normalize::Scale,
+                wit::NormalizeKind::Reverse => sdk::Normalize::Reverse,
+                wit::NormalizeKind::Custom => sdk::Normalize::Custom,
+            },
+            reads_usage: d.reads_usage,
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! Node selector terms parsed once per pod, with Kubernetes' validation rules: a term with any
+//! invalid requirement is an error (and, for required affinity, matches nothing).
+
+use wasched_sdk::{NodeInfo, NodeSelectorRequirement, NodeSelectorTerm};
+
+use crate::NAME_FIELD;
+
+/// A parsed node selector term.
+#[derive(Debug)]
+pub struct Term {
+    expressions: Vec<Requirement>,
+    fields: Vec<FieldRequirement>,
+}
+
+#[derive(Debug)]
+struct Requirement {
+    key: String,
+    op: Operator,
+}
+
+#[derive(Debug)]
+enum Operator {
+    In(Vec<String>),
+    NotIn(Vec<String>),
+    Exists,
+    DoesNotExist,
+    Gt(i64),
+    Lt(i64),
+}
+
+#[derive(Debug)]
+struct FieldRequirement {
+    key: String,
+    value: String,
+    equal: bool,
+}
+
+impl Term {
+    /// True when every requirement holds for `node`.
+    pub fn matches(&self, node: &NodeInfo) -> bool {
+        self.expressions.iter().all(|r| r.matches(node))
+            && self.fields.iter().all(|f| {
+                // Only `metadata.name` exists as a node field; any other key reads as empty.
+                let actual = if f.key == NAME_FIELD {
+                    node.name.as_str()
+                } else {
+                    ""
+                };
+                (actual == f.value) == f.equal
+            })
+    }
+}
+
+impl Requirement {
+    fn matches(&self, node: &NodeInfo) -> bool {
+        let value = node.labels.get(&self.key);
+        match &self.op {
+            Operator::In(values) => value.is_some_and(|v| values.iter().any(|x| x == v)),
+            Operator::NotIn(values) => !value.is_some_and(|v| values.iter().any(|x| x == v)),
+            Operator::Exists => value.is_some(),
+            Operator::DoesNotExist => value.is_none(),
+            Operator::Gt(bound) => value
+                .and_then(|v| v.parse::<i64>().ok())
+                .is_some_and(|v| v > *bound),
+            Operator::Lt(bound) => value
+                .and_then(|v| v.parse::<i64>().ok())
+                .is_some_and(|v| v < *bound),
+        }
+    }
+}
+
+/// Parses a term, as Kubernetes' `newNodeSelectorTerm` does.
+///
+/// # Errors
+/// The first invalid requirement, described.
+pub fn parse_term(term: &NodeSelectorTerm) -> Result<Term, String> {
+    Ok(Term {
+        expressions: term
+            .match_expressions
+            .iter()
+            .map(parse_requirement)
+            .collect::<Result<_, _>>()?,
+        fields: term
+            .match_fields
+            .iter()
+            .map(parse_field)
+            .collect::<Result<_, _>>()?,
+    })
+}
+
+fn parse_requirement(r: &NodeSelectorRequirement) -> Result<Requirement, String> {
+    if !is_qualified_name(&r.key) {
+        return Err(format!("invalid label key {:?}", r.key));
+    }
+    let values = &r.values;
+    let op = match r.operator.as_str() {
+        "In" | "NotIn" if values.is_empty() => {
+            return Err(format!("{}: values set can't be empty", r.operator))
+        }
+        "In" => Operator::In(values.clone()),
+        "NotIn" => Operator::NotIn(values.clone()),
+        "Exists" | "DoesNotExist" if !values.is_empty() => {
+            return Err(format!("{}: values set must be empty", r.operator))
+        }
+        "Exists" => Operator::Exists,
+        "DoesNotExist" => Operator::DoesNotExist,
+        "Gt" | "Lt" => {
+            let [value] = values.as_slice() else {
+                return Err(format!("{}: exactly one value is required", r.operator));
+            };
+            let bound = value
+                .parse::<i64>()
+                .map_err(|_| format!("{}: {value:?} is not an integer", r.operator))?;
+            if r.operator == "Gt" {
+                Operator::Gt(bound)
+            } else {
+                Operator::Lt(bound)
+            }
+        }
+        other => return Err(format!("unsupported operator {other:?}")),
+    };
+    if let Some(bad) = values.iter().find(|v| !is_label_value(v)) {
+        return Err(format!("invalid label value {bad:?}"));
+    }
+    Ok(Requirement {
+        key: r.key.clone(),
+        op,
+    })
+}
+
+fn parse_field(r: &NodeSelectorRequirement) -> Result<FieldRequirement, String> {
+    let [value] = r.values.as_slice() else {
+        return Err("matchFields: values must have one element".to_string());
+    };
+    let equal = match r.operator.as_str() {
+        "In" => true,
+        "NotIn" => false,
+        other => return Err(format!("matchFields: unsupported operator {other:?}")),
+    };
+    Ok(FieldRequirement {
+        key: r.key.clone(),
+        value: value.clone(),
+        equal,
+    })
+}
+
+/// A label name or value part: alphanumeric at both ends, `-`, `_`, `.` inside.
+fn is_name_part(s: &str) -> bool {
+    let bytes = s.as_bytes();
+    match (bytes.first(), bytes.last()) {
+        (Some(first), Some(last)) => {
+            first.is_ascii_alphanumeric()
+                && last.is_ascii_alphanumeric()
+                && bytes
+                    .iter()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        }
+        _ => false,
+    }
+}
+
+/// Kubernetes' `IsValidLabelValue`: empty, or at most 63 characters of a name part.
+pub fn is_label_value(value: &str) -> bool {
+    value.is_empty() || (value.len() <= 63 && is_name_part(value))
+}
+
+/// Kubernetes' `IsQualifiedName`: an optional DNS subdomain prefix and `/`, then a name of at most
+/// 63 characters.
+pub fn is_qualified_name(key: &str) -> bool {
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    let prefix_ok = prefix.is_none_or(|p| {
+        !p.is_empty()
+            && p.len() <= 253
+            && p.split('.').all(|label| {
+                let b = label.as_bytes();
+                !b.is_empty()
+                    && b.len() <= 63
+                    && b[0].is_ascii_lowercase() | b[0].is_ascii_digit()
+                    && b[b.len() - 1].is_ascii_lowercase() | b[b.len() - 1].is_ascii_digit()
+                    && b.iter()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+            })
+    });
+    prefix_ok && name.len() <= 63 && is_name_part(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_keys_and_values_are_validated_like_kubernetes() {
+        for key in [
+            "zone",
+            "topology.kubernetes.io/zone",
+            "a_b.c-d",
+            "x/y",
+            "metadata.name",
+        ] {
+            assert!(is_qualified_name(key), "{key} should be valid");
+        }
+        for key in [
+            "",
+            "-a",
+            "a-",
+            "/a",
+            "a/",
+            "UPPER.example/x",
+            "a/b/c",
+            &"k".repeat(64),
+        ] {
+            assert!(!is_qualified_name(key), "{key} should be invalid");
+        }
+        for value in ["", "a", "A-b_c.d", &"v".repeat(63)] {
+            assert!(is_label_value(value), "{value} should be valid");
+        }
+        for value in ["-a", "a b", "a/b", &"v".repeat(64)] {
+            assert!(!is_label_value(value), "{value} should be invalid");
+        }
+    }
+}

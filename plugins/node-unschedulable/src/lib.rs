@@ -1,0 +1,50 @@
+//! NodeUnschedulable: keeps pods off cordoned nodes (`spec.unschedulable: true`) unless they tolerate
+//! the `node.kubernetes.io/unschedulable:NoSchedule` taint.
+
+use wasched_sdk::helpers::tolerated_by_any;
+use wasched_sdk::{effect, Failure, FilterPlugin, NodeInfo, Plugin, Pod, PodPlan, Taint, Verdict};
+
+/// The name used in configs and messages.
+pub const NAME: &str = "NodeUnschedulable";
+/// kube-scheduler's reason for a cordoned node.
+pub const REASON: &str = "node(s) were unschedulable";
+/// The taint a pod must tolerate to land on a cordoned node.
+pub const UNSCHEDULABLE_TAINT_KEY: &str = "node.kubernetes.io/unschedulable";
+
+/// The plugin; holds whether the current pod tolerates cordoned nodes.
+#[derive(Default)]
+pub struct NodeUnschedulable {
+    tolerates_unschedulable: bool,
+}
+
+impl Plugin for NodeUnschedulable {
+    const NAME: &'static str = NAME;
+
+    fn new(_config: &str) -> Result<Self, String> {
+        Ok(Self::default())
+    }
+
+    fn prepare(&mut self, pod: &Pod) -> PodPlan {
+        let taint = Taint {
+            key: UNSCHEDULABLE_TAINT_KEY.to_string(),
+            value: String::new(),
+            effect: effect::NO_SCHEDULE.to_string(),
+        };
+        self.tolerates_unschedulable = tolerated_by_any(&pod.tolerations, &taint);
+        PodPlan {
+            score: false,
+            ..PodPlan::default()
+        }
+    }
+}
+
+impl FilterPlugin for NodeUnschedulable {
+    fn filter(&self, _pod: &Pod, node: &NodeInfo) -> Verdict {
+        if node.unschedulable && !self.tolerates_unschedulable {
+            return Err(Failure::unresolvable(REASON));
+        }
+        Ok(())
+    }
+}
+
+wasched_sdk::export_plugin!(NodeUnschedulable: filter);

@@ -1,0 +1,144 @@
+//! VolumeZone: a pod whose bound PersistentVolumes carry zone/region labels can only run on nodes in
+//! those zones/regions.
+
+use wasched_sdk::{
+    Failure, FilterPlan, FilterPlugin, NodeInfo, Plugin, Pod, PodPlan, Verdict, VolumeInfo,
+};
+
+/// The name used in configs and messages.
+pub const NAME: &str = "VolumeZone";
+/// kube-scheduler's reason for a node outside the volumes' zones.
+pub const REASON: &str = "node(s) had no available volume zone";
+
+const BETA_ZONE: &str = "failure-domain.beta.kubernetes.io/zone";
+const BETA_REGION: &str = "failure-domain.beta.kubernetes.io/region";
+const ZONE: &str = "topology.kubernetes.io/zone";
+const REGION: &str = "topology.kubernetes.io/region";
+/// The labels checked, in kube-scheduler's order.
+const TOPOLOGY_LABELS: [&str; 4] = [BETA_ZONE, BETA_REGION, ZONE, REGION];
+
+/// A zone/region constraint from one volume: the node's `key` label must be one of `values`.
+#[derive(Debug)]
+struct Constraint {
+    key: &'static str,
+    values: Vec<String>,
+}
+
+/// The plugin; holds the current pod's volume constraints.
+#[derive(Default)]
+pub struct VolumeZone {
+    constraints: Vec<Constraint>,
+}
+
+/// Looks up every claim of the pod, as kube-scheduler's PreFilter does.
+fn constraints_of(pod: &Pod) -> Result<Vec<Constraint>, Failure> {
+    let mut constraints = Vec::new();
+    for claim_ref in &pod.volume_claims {
+        if claim_ref.claim_name.is_empty() {
+            return Err(Failure::unresolvable("PersistentVolumeClaim had no name"));
+        }
+        let Some(claim) = &claim_ref.claim else {
+            return Err(Failure::unresolvable(format!(
+                "persistentvolumeclaim \"{}\" not found",
+                claim_ref.claim_name
+            )));
+        };
+        if claim.volume_name.is_empty() {
+            if claim.storage_class_name.is_empty() {
+                return Err(Failure::unresolvable(
+                    "PersistentVolumeClaim had no pv name and storageClass name",
+                ));
+            }
+            let Some(class) = &claim.storage_class else {
+                return Err(Failure::unresolvable(format!(
+                    "storageclass.storage.k8s.io \"{}\" not found",
+                    claim.storage_class_name
+                )));
+            };
+            match class.volume_binding_mode.as_deref() {
+                None => {
+                    return Err(Failure::unresolvable(format!(
+                        "VolumeBindingMode not set for StorageClass \"{}\"",
+                        claim.storage_class_name
+                    )))
+                }
+                // The volume will be provisioned where the pod lands.
+                Some("WaitForFirstConsumer") => continue,
+                Some(_) => return Err(Failure::unresolvable("PersistentVolume had no name")),
+            }
+        }
+        let Some(volume) = &claim.volume else {
+            return Err(Failure::unresolvable(format!(
+                "persistentvolume \"{}\" not found",
+                claim.volume_name
+            )));
+        };
+        constraints.extend(volume_constraints(volume));
+    }
+    Ok(constraints)
+}
+
+fn volume_constraints(volume: &VolumeInfo) -> impl Iterator<Item = Constraint> + '_ {
+    TOPOLOGY_LABELS.into_iter().filter_map(|key| {
+        let value = volume.labels.get(key)?;
+        // A label listing several zones separates them with "__"; an unparsable one is ignored.
+        let values: Vec<String> = value.split("__").map(|z| z.trim().to_string()).collect();
+        if values.iter().any(String::is_empty) {
+            return None;
+        }
+        Some(Constraint { key, values })
+    })
+}
+
+/// The GA label a beta label falls back to on the node (the fallback is one way only).
+fn ga_label(key: &str) -> Option<&'static str> {
+    match key {
+        BETA_ZONE => Some(ZONE),
+        BETA_REGION => Some(REGION),
+        _ => None,
+    }
+}
+
+impl Plugin for VolumeZone {
+    const NAME: &'static str = NAME;
+
+    fn new(_config: &str) -> Result<Self, String> {
+        Ok(Self::default())
+    }
+
+    fn prepare(&mut self, pod: &Pod) -> PodPlan {
+        let filter = match constraints_of(pod) {
+            Err(failure) => FilterPlan::Reject(failure),
+            Ok(constraints) if constraints.is_empty() => FilterPlan::Skip,
+            Ok(constraints) => {
+                self.constraints = constraints;
+                FilterPlan::Run
+            }
+        };
+        PodPlan {
+            filter,
+            score: false,
+        }
+    }
+}
+
+impl FilterPlugin for VolumeZone {
+    fn filter(&self, _pod: &Pod, node: &NodeInfo) -> Verdict {
+        let constrained = TOPOLOGY_LABELS.iter().any(|l| node.labels.contains_key(l));
+        if !constrained {
+            return Ok(());
+        }
+        for constraint in &self.constraints {
+            let value = node
+                .labels
+                .get(constraint.key)
+                .or_else(|| ga_label(constraint.key).and_then(|ga| node.labels.get(ga)));
+            if !value.is_some_and(|v| constraint.values.iter().any(|z| z == v)) {
+                return Err(Failure::unresolvable(REASON));
+            }
+        }
+        Ok(())
+    }
+}
+
+wasched_sdk::export_plugin!(VolumeZone: filter);

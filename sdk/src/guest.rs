@@ -1,0 +1,288 @@
+//! Component glue (wasm32 only): the `plugin` world's exports, converting between the generated
+//! WIT types and the SDK's types and delegating to one [`Driver`] per component instance.
+
+use std::any::Any;
+use std::cell::UnsafeCell;
+use std::marker::PhantomData;
+
+use crate::types as sdk;
+use crate::{Driver, Exported};
+
+#[allow(missing_docs, clippy::all)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../wit",
+        world: "plugin",
+        pub_export_macro: true,
+        export_macro_name: "__export_plugin_world",
+        default_bindings_module: "wasched_sdk::guest::bindings",
+    });
+}
+
+use bindings::wasched::plugin::types as wit;
+
+/// The instance's driver. A component instance is single-threaded, so plain interior mutability is
+/// enough; the `Sync` claim below only holds because wasm32 has no threads here.
+struct Slot(UnsafeCell<Option<Box<dyn Any>>>);
+
+unsafe impl Sync for Slot {}
+
+static SLOT: Slot = Slot(UnsafeCell::new(None));
+
+fn driver<P: Exported>() -> &'static mut Driver<P> {
+    // SAFETY: single-threaded instance, and no export re-enters another while this borrow lives.
+    let slot = unsafe { &mut *SLOT.0.get() };
+    slot.as_mut()
+        .and_then(|d| d.downcast_mut::<Driver<P>>())
+        .expect("the host calls init before any other export")
+}
+
+/// The component exports for plugin type `P`.
+pub struct Component<P>(PhantomData<P>);
+
+impl<P: Exported> bindings::Guest for Component<P> {
+    fn init(config: String) -> Result<wit::Descriptor, String> {
+        let driver = Driver::<P>::new(&config)?;
+        // SAFETY: as in `driver`.
+        unsafe { *SLOT.0.get() = Some(Box::new(driver)) };
+        Ok(Driver::<P>::descriptor().into())
+    }
+
+    fn upsert_nodes(nodes: Vec<(u32, wit::NodeInfo)>) {
+        driver::<P>().upsert_nodes(nodes.into_iter().map(|(id, node)| (id, node.into())));
+    }
+
+    fn remove_nodes(ids: Vec<u32>) {
+        driver::<P>().remove_nodes(&ids);
+    }
+
+    fn update_usage(usage: Vec<(u32, wit::NodeUsage)>) {
+        driver::<P>().update_usage(usage.into_iter().map(|(id, u)| (id, u.into())));
+    }
+
+    fn set_pod(pod: wit::Pod) -> wit::PodPlan {
+        driver::<P>().set_pod(pod.into()).into()
+    }
+
+    fn filter(nodes: Vec<u32>) -> wit::FilterResults {
+        let mut results = sdk::FilterResults::default();
+        results.verdicts.reserve(nodes.len());
+        driver::<P>().filter(&nodes, &mut results);
+        wit::FilterResults {
+            verdicts: results.verdicts,
+            failures: results.failures.into_iter().map(Into::into).collect(),
+        }
+    }
+
+    fn score(nodes: Vec<u32>) -> Vec<i64> {
+        let mut scores = Vec::with_capacity(nodes.len());
+        driver::<P>().score(&nodes, &mut scores);
+        scores
+    }
+
+    fn normalize(mut scores: Vec<i64>) -> Vec<i64> {
+        driver::<P>().normalize(&mut scores);
+        scores
+    }
+}
+
+fn labels(pairs: Vec<(String, String)>) -> sdk::Labels {
+    sdk::Labels::new(pairs)
+}
+
+impl From<wit::Resources> for sdk::Resources {
+    fn from(r: wit::Resources) -> Self {
+        sdk::Resources {
+            milli_cpu: r.milli_cpu,
+            memory: r.memory,
+            ephemeral_storage: r.ephemeral_storage,
+            pods: r.pods,
+            scalar: r.scalar,
+        }
+    }
+}
+
+impl From<wit::Taint> for sdk::Taint {
+    fn from(t: wit::Taint) -> Self {
+        sdk::Taint {
+            key: t.key,
+            value: t.value,
+            effect: t.effect,
+        }
+    }
+}
+
+impl From<wit::Toleration> for sdk::Toleration {
+    fn from(t: wit::Toleration) -> Self {
+        sdk::Toleration {
+            key: t.key,
+            operator: t.operator,
+            value: t.value,
+            effect: t.effect,
+            toleration_seconds: t.toleration_seconds,
+        }
+    }
+}
+
+impl From<wit::NodeSelectorRequirement> for sdk::NodeSelectorRequirement {
+    fn from(r: wit::NodeSelectorRequirement) -> Self {
+        sdk::NodeSelectorRequirement {
+            key: r.key,
+            operator: r.operator,
+            values: r.values,
+        }
+    }
+}
+
+impl From<wit::NodeSelectorTerm> for sdk::NodeSelectorTerm {
+    fn from(t: wit::NodeSelectorTerm) -> Self {
+        sdk::NodeSelectorTerm {
+            match_expressions: t.match_expressions.into_iter().map(Into::into).collect(),
+            match_fields: t.match_fields.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
+impl From<wit::NodeAffinity> for sdk::NodeAffinity {
+    fn from(a: wit::NodeAffinity) -> Self {
+        sdk::NodeAffinity {
+            required: a
+                .required
+                .map(|terms| terms.into_iter().map(Into::into).collect()),
+            preferred: a
+                .preferred
+                .into_iter()
+                .map(|p| sdk::PreferredSchedulingTerm {
+                    weight: p.weight,
+                    preference: p.preference.into(),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl From<wit::VolumeClaim> for sdk::VolumeClaim {
+    fn from(v: wit::VolumeClaim) -> Self {
+        sdk::VolumeClaim {
+            volume: v.volume,
+            claim_name: v.claim_name,
+            claim: v.claim.map(|c| sdk::ClaimInfo {
+                volume_name: c.volume_name,
+                storage_class_name: c.storage_class_name,
+                storage_class: c.storage_class.map(|s| sdk::StorageClassInfo {
+                    name: s.name,
+                    volume_binding_mode: s.volume_binding_mode,
+                }),
+                volume: c.volume.map(|pv| sdk::VolumeInfo {
+                    name: pv.name,
+                    labels: labels(pv.labels),
+                }),
+            }),
+        }
+    }
+}
+
+impl From<wit::Pod> for sdk::Pod {
+    fn from(p: wit::Pod) -> Self {
+        sdk::Pod {
+            namespace: p.namespace,
+            name: p.name,
+            uid: p.uid,
+            labels: labels(p.labels),
+            annotations: labels(p.annotations),
+            scheduler_name: p.scheduler_name,
+            priority: p.priority,
+            node_name: p.node_name,
+            node_selector: labels(p.node_selector),
+            node_affinity: p.node_affinity.map(Into::into),
+            tolerations: p.tolerations.into_iter().map(Into::into).collect(),
+            requests: p.requests.into(),
+            non_zero_requests: p.non_zero_requests.into(),
+            volume_claims: p.volume_claims.into_iter().map(Into::into).collect(),
+            containers: p
+                .containers
+                .into_iter()
+                .map(|c| sdk::Container {
+                    name: c.name,
+                    image: c.image,
+                })
+                .collect(),
+        }
+    }
+}
+
+impl From<wit::NodeUsage> for sdk::NodeUsage {
+    fn from(u: wit::NodeUsage) -> Self {
+        sdk::NodeUsage {
+            requested: u.requested.into(),
+            non_zero_requested: u.non_zero_requested.into(),
+            pod_count: u.pod_count,
+        }
+    }
+}
+
+impl From<wit::NodeInfo> for sdk::NodeInfo {
+    fn from(n: wit::NodeInfo) -> Self {
+        sdk::NodeInfo {
+            name: n.name,
+            labels: labels(n.labels),
+            annotations: labels(n.annotations),
+            taints: n.taints.into_iter().map(Into::into).collect(),
+            unschedulable: n.unschedulable,
+            allocatable: n.allocatable.into(),
+            usage: n.usage.into(),
+        }
+    }
+}
+
+impl From<sdk::Code> for wit::Code {
+    fn from(c: sdk::Code) -> Self {
+        match c {
+            sdk::Code::Success => wit::Code::Success,
+            sdk::Code::Unschedulable => wit::Code::Unschedulable,
+            sdk::Code::UnschedulableAndUnresolvable => wit::Code::UnschedulableAndUnresolvable,
+            sdk::Code::Error => wit::Code::Error,
+        }
+    }
+}
+
+impl From<sdk::Failure> for wit::Failure {
+    fn from(f: sdk::Failure) -> Self {
+        wit::Failure {
+            code: f.code.into(),
+            reasons: f.reasons.into_iter().map(|r| r.into_owned()).collect(),
+        }
+    }
+}
+
+impl From<sdk::PodPlan> for wit::PodPlan {
+    fn from(p: sdk::PodPlan) -> Self {
+        wit::PodPlan {
+            filter: match p.filter {
+                sdk::FilterPlan::Run => wit::FilterPlan::Run,
+                sdk::FilterPlan::Skip => wit::FilterPlan::Skip,
+                sdk::FilterPlan::OnlyNodes(names) => wit::FilterPlan::OnlyNodes(names),
+                sdk::FilterPlan::Reject(f) => wit::FilterPlan::Reject(f.into()),
+            },
+            score: p.score,
+        }
+    }
+}
+
+impl From<sdk::Descriptor> for wit::Descriptor {
+    fn from(d: sdk::Descriptor) -> Self {
+        wit::Descriptor {
+            name: d.name,
+            version: d.version,
+            filter: d.filter,
+            score: d.score,
+            normalize: match d.normalize {
+                sdk::Normalize::None => wit::NormalizeKind::None,
+                sdk::Normalize::Scale => wit::NormalizeKind::Scale,
+                sdk::Normalize::Reverse => wit::NormalizeKind::Reverse,
+                sdk::Normalize::Custom => wit::NormalizeKind::Custom,
+            },
+            reads_usage: d.reads_usage,
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! Kubernetes rules that more than one plugin (or the host) needs.
+
+use crate::types::{Taint, Toleration};
+
+/// The highest node score.
+pub const MAX_NODE_SCORE: i64 = 100;
+/// The lowest node score.
+pub const MIN_NODE_SCORE: i64 = 0;
+
+/// True when `toleration` tolerates `taint` (Kubernetes' `Toleration.ToleratesTaint`).
+///
+/// An empty effect matches every effect; an empty key matches every key; `Exists` matches any value,
+/// `Equal` (or an empty operator) needs equal values, and any other operator matches nothing.
+pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
+    if !toleration.effect.is_empty() && toleration.effect != taint.effect {
+        return false;
+    }
+    if !toleration.key.is_empty() && toleration.key != taint.key {
+        return false;
+    }
+    match toleration.operator.as_str() {
+        "" | "Equal" => toleration.value == taint.value,
+        "Exists" => true,
+        _ => false,
+    }
+}
+
+/// True when any of `tolerations` tolerates `taint`.
+pub fn tolerated_by_any<'a>(
+    tolerations: impl IntoIterator<Item = &'a Toleration>,
+    taint: &Taint,
+) -> bool {
+    tolerations.into_iter().any(|t| tolerates(t, taint))
+}
+
+/// kube-scheduler's `DefaultNormalizeScore`: scales scores so the largest becomes
+/// [`MAX_NODE_SCORE`]; with `reverse`, subtracts each result from [`MAX_NODE_SCORE`]. When every
+/// score is zero they stay zero, or all become [`MAX_NODE_SCORE`] with `reverse`.
+pub fn default_normalize(scores: &mut [i64], reverse: bool) {
+    let max = scores.iter().copied().max().unwrap_or(0).max(0);
+    if max == 0 {
+        if reverse {
+            scores.fill(MAX_NODE_SCORE);
+        }
+        return;
+    }
+    for score in scores.iter_mut() {
+        let scaled = MAX_NODE_SCORE * *score / max;
+        *score = if reverse {
+            MAX_NODE_SCORE - scaled
+        } else {
+            scaled
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn taint(key: &str, value: &str, effect: &str) -> Taint {
+        Taint {
+            key: key.into(),
+            value: value.into(),
+            effect: effect.into(),
+        }
+    }
+
+    fn toleration(key: &str, operator: &str, value: &str, effect: &str) -> Toleration {
+        Toleration {
+            key: key.into(),
+            operator: operator.into(),
+            value: value.into(),
+            effect: effect.into(),
+            toleration_seconds: None,
+        }
+    }
+
+    #[test]
+    fn toleration_matching_follows_kubernetes() {
+        let gpu = taint("gpu", "true", "NoSchedule");
+        let cases = [
+            (
+                "equal key, value and effect",
+                toleration("gpu", "Equal", "true", "NoSchedule"),
+                true,
+            ),
+            (
+                "empty operator means Equal",
+                toleration("gpu", "", "true", "NoSchedule"),
+                true,
+            ),
+            (
+                "different value",
+                toleration("gpu", "Equal", "false", "NoSchedule"),
+                false,
+            ),
+            (
+                "Exists ignores the value",
+                toleration("gpu", "Exists", "", "NoSchedule"),
+                true,
+            ),
+            (
+                "empty effect matches every effect",
+                toleration("gpu", "Exists", "", ""),
+                true,
+            ),
+            (
+                "other effect",
+                toleration("gpu", "Exists", "", "NoExecute"),
+                false,
+            ),
+            (
+                "empty key with Exists matches every taint",
+                toleration("", "Exists", "", ""),
+                true,
+            ),
+            ("other key", toleration("tpu", "Exists", "", ""), false),
+            (
+                "unknown operator",
+                toleration("gpu", "Matches", "true", ""),
+                false,
+            ),
+        ];
+        for (name, tol, expected) in cases {
+            assert_eq!(tolerates(&tol, &gpu), expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn default_normalize_scales_and_reverses() {
+        let mut scores = [0, 2, 4];
+        default_normalize(&mut scores, false);
+        assert_eq!(scores, [0, 50, 100]);
+        let mut scores = [0, 2, 4];
+        default_normalize(&mut scores, true);
+        assert_eq!(scores, [100, 50, 0]);
+        let mut zeros = [0, 0];
+        default_normalize(&mut zeros, true);
+        assert_eq!(zeros, [100, 100]);
+        let mut zeros = [0, 0];
+        default_normalize(&mut zeros, false);
+        assert_eq!(zeros, [0, 0]);
+        let mut thirds = [1, 3];
+        default_normalize(&mut thirds, false);
+        assert_eq!(thirds, [33, 100], "integer division truncates like Go");
+    }
+}

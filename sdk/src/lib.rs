@@ -1,0 +1,182 @@
+//! Write wasched placement plugins in Rust.
+//!
+//! A plugin is one struct implementing [`Plugin`] plus [`FilterPlugin`] and/or [`ScorePlugin`],
+//! exported with [`export_plugin!`]. The same source builds two ways:
+//!
+//! - as a WebAssembly component (`cargo build --target wasm32-unknown-unknown`, then
+//!   `wasched plugin encode`, or the host's build for the default plugins), loaded by the scheduler at
+//!   run time;
+//! - natively, linked into the host as an ordinary Rust crate.
+//!
+//! The SDK keeps the plugin's mirror of the cluster's nodes and answers the host's batched calls
+//! (see `wit/plugin.wit`); a plugin only ever sees one pod and one node at a time.
+//!
+//! ```
+//! use wasched_sdk::{Failure, FilterPlugin, NodeInfo, Plugin, Pod, Verdict};
+//!
+//! /// Keeps pods off nodes labelled `maintenance=true`.
+//! pub struct Maintenance;
+//!
+//! impl Plugin for Maintenance {
+//!     const NAME: &'static str = "Maintenance";
+//!     fn new(_config: &str) -> Result<Self, String> {
+//!         Ok(Maintenance)
+//!     }
+//! }
+//!
+//! impl FilterPlugin for Maintenance {
+//!     fn filter(&self, _pod: &Pod, node: &NodeInfo) -> Verdict {
+//!         match node.labels.get("maintenance") {
+//!             Some("true") => Err(Failure::unresolvable("node(s) were under maintenance")),
+//!             _ => Ok(()),
+//!         }
+//!     }
+//! }
+//!
+//! wasched_sdk::export_plugin!(Maintenance: filter);
+//! ```
+//!
+//! Core types: [`Pod`], [`NodeInfo`], [`Verdict`] / [`Failure`], [`PodPlan`] / [`FilterPlan`],
+//! [`Normalize`]; the engine underneath is [`Driver`].
+
+#![deny(missing_docs)]
+
+mod driver;
+#[cfg(target_arch = "wasm32")]
+#[doc(hidden)]
+pub mod guest;
+pub mod helpers;
+#[allow(missing_docs)]
+mod types;
+
+pub use driver::Driver;
+pub use types::*;
+
+/// A plugin: its name and how it is built from its configuration.
+pub trait Plugin: Sized + 'static {
+    /// The plugin's name, used in configs, messages and metrics (kube-scheduler's names for the
+    /// default plugins, e.g. `TaintToleration`).
+    const NAME: &'static str;
+
+    /// True when the plugin reads [`NodeInfo::usage`]. When false the host does not send usage
+    /// changes after every placement, which saves a call per cycle.
+    const READS_USAGE: bool = false;
+
+    /// Builds the plugin from its configuration: the plugin's table in the scheduler's TOML, as JSON
+    /// (`{}` when there is none). Called once per plugin instance.
+    ///
+    /// # Errors
+    /// A message saying what is wrong with the configuration; the scheduler refuses to load the
+    /// plugin and prints it.
+    fn new(config: &str) -> Result<Self, String>;
+
+    /// Called once per pod before any node is filtered or scored: compute what depends only on the
+    /// pod here (kube-scheduler's PreFilter and PreScore). The default runs the filter and the score
+    /// for every pod.
+    fn prepare(&mut self, pod: &Pod) -> PodPlan {
+        let _ = pod;
+        PodPlan::default()
+    }
+}
+
+/// A plugin that rules nodes out for a pod.
+pub trait FilterPlugin: Plugin {
+    /// Whether `pod` may run on `node`. Called for nodes in an order the host chooses, possibly
+    /// not for every node (the host stops once it has found enough feasible nodes). A failure's
+    /// reasons are counted per node in the pod's "0/N nodes are available" message, so keep them
+    /// short and identical for identical causes.
+    fn filter(&self, pod: &Pod, node: &NodeInfo) -> Verdict;
+}
+
+/// A plugin that ranks the nodes that passed every filter.
+pub trait ScorePlugin: Plugin {
+    /// How the host normalizes this plugin's raw scores into 0..=100.
+    const NORMALIZE: Normalize = Normalize::None;
+
+    /// The raw score of `node` for `pod`. After normalization scores must lie in 0..=100; anything
+    /// else fails the plugin for that cycle.
+    fn score(&self, pod: &Pod, node: &NodeInfo) -> i64;
+
+    /// Normalizes the scores of all feasible nodes in place; only called when
+    /// [`ScorePlugin::NORMALIZE`] is [`Normalize::Custom`].
+    fn normalize(&self, pod: &Pod, scores: &mut [i64]) {
+        let _ = (pod, scores);
+    }
+}
+
+/// What [`export_plugin!`] implements for a plugin type: the extension points it exports.
+#[doc(hidden)]
+pub trait Exported: Plugin {
+    const FILTER: bool;
+    const SCORE: bool;
+    const NORMALIZE: Normalize;
+    const VERSION: &'static str;
+    fn filter_node(&self, pod: &Pod, node: &NodeInfo) -> Verdict;
+    fn score_node(&self, pod: &Pod, node: &NodeInfo) -> i64;
+    fn normalize_scores(&self, pod: &Pod, scores: &mut [i64]);
+}
+
+/// Exports a plugin type: `export_plugin!(MyPlugin: filter)`, `export_plugin!(MyPlugin: score)` or
+/// `export_plugin!(MyPlugin: filter, score)`.
+///
+/// On `wasm32` targets this also emits the component's exports, so the crate (with
+/// `crate-type = ["cdylib", "rlib"]`) becomes a plugin component; on other targets the host can
+/// link the type natively through [`Driver`].
+#[macro_export]
+macro_rules! export_plugin {
+    ($ty:ty : filter, score) => {
+        $crate::__export_plugin!($ty, true, true);
+    };
+    ($ty:ty : score, filter) => {
+        $crate::__export_plugin!($ty, true, true);
+    };
+    ($ty:ty : filter) => {
+        $crate::__export_plugin!($ty, true, false);
+    };
+    ($ty:ty : score) => {
+        $crate::__export_plugin!($ty, false, true);
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_plugin {
+    ($ty:ty, $filter:tt, $score:tt) => {
+        impl $crate::Exported for $ty {
+            const FILTER: bool = $filter;
+            const SCORE: bool = $score;
+            const NORMALIZE: $crate::Normalize = $crate::__if!($score, <$ty as $crate::ScorePlugin>::NORMALIZE, $crate::Normalize::None);
+            const VERSION: &'static str = env!("CARGO_PKG_VERSION");
+            #[inline]
+            fn filter_node(&self, pod: &$crate::Pod, node: &$crate::NodeInfo) -> $crate::Verdict {
+                $crate::__if!($filter, <$ty as $crate::FilterPlugin>::filter(self, pod, node), { let _ = (pod, node); Ok(()) })
+            }
+            #[inline]
+            fn score_node(&self, pod: &$crate::Pod, node: &$crate::NodeInfo) -> i64 {
+                $crate::__if!($score, <$ty as $crate::ScorePlugin>::score(self, pod, node), { let _ = (pod, node); 0 })
+            }
+            fn normalize_scores(&self, pod: &$crate::Pod, scores: &mut [i64]) {
+                $crate::__if!($score, <$ty as $crate::ScorePlugin>::normalize(self, pod, scores), { let _ = (pod, scores); })
+            }
+        }
+
+        #[cfg(target_arch = "wasm32")]
+        #[doc(hidden)]
+        mod __wasched_component {
+            use super::*;
+            type WaschedComponent = $crate::guest::Component<$ty>;
+            $crate::guest::bindings::__export_plugin_world!(WaschedComponent with_types_in $crate::guest::bindings);
+        }
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __if {
+    (true, $then:expr, $else:expr) => {
+        $then
+    };
+    (false, $then:expr, $else:expr) => {
+        $else
+    };
+}

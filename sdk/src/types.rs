@@ -1,0 +1,527 @@
+//! The data plugins see: plain Rust mirrors of the records in `wit/plugin.wit`.
+
+use std::borrow::Cow;
+
+/// A sorted set of `key=value` pairs (labels, annotations, a node selector).
+///
+/// Filters look labels up for every node of every cycle, so all keys and values live in one
+/// buffer with a compact index beside it: a lookup touches two allocations instead of chasing a
+/// pointer per string, and small sets are scanned comparing lengths before bytes.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct Labels {
+    text: String,
+    /// Per pair, sorted by key: key start, key end (= value start), value end, in `text`.
+    spans: Vec<[u32; 3]>,
+}
+
+/// Above this many pairs, lookups bisect instead of scanning.
+const LABELS_SCAN_LIMIT: usize = 12;
+
+impl Labels {
+    /// Builds a label set; later duplicates of a key replace earlier ones.
+    pub fn new(pairs: impl IntoIterator<Item = (String, String)>) -> Self {
+        let mut pairs: Vec<(String, String)> = pairs.into_iter().collect();
+        // A stable sort keeps insertion order among equal keys, so the last one wins below.
+        pairs.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut deduped: Vec<(String, String)> = Vec::with_capacity(pairs.len());
+        for pair in pairs {
+            match deduped.last_mut() {
+                Some(last) if last.0 == pair.0 => *last = pair,
+                _ => deduped.push(pair),
+            }
+        }
+        let mut labels = Labels {
+            text: String::with_capacity(deduped.iter().map(|(k, v)| k.len() + v.len()).sum()),
+            spans: Vec::with_capacity(deduped.len()),
+        };
+        for (key, value) in &deduped {
+            let start = labels.text.len() as u32;
+            labels.text.push_str(key);
+            let middle = labels.text.len() as u32;
+            labels.text.push_str(value);
+            labels.spans.push([start, middle, labels.text.len() as u32]);
+        }
+        labels
+    }
+
+    fn key_at(&self, span: &[u32; 3]) -> &str {
+        &self.text[span[0] as usize..span[1] as usize]
+    }
+
+    fn value_at(&self, span: &[u32; 3]) -> &str {
+        &self.text[span[1] as usize..span[2] as usize]
+    }
+
+    /// The value of `key`, if present.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        if self.spans.len() <= LABELS_SCAN_LIMIT {
+            return self
+                .spans
+                .iter()
+                .find(|s| (s[1] - s[0]) as usize == key.len() && self.key_at(s) == key)
+                .map(|s| self.value_at(s));
+        }
+        self.spans
+            .binary_search_by(|s| self.key_at(s).cmp(key))
+            .ok()
+            .map(|i| self.value_at(&self.spans[i]))
+    }
+
+    /// True when `key` is present (with any value).
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// The pairs, sorted by key.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, &str)> + '_ {
+        self.spans
+            .iter()
+            .map(|s| (self.key_at(s), self.value_at(s)))
+    }
+
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// The pairs as owned strings, sorted by key.
+    pub fn to_vec(&self) -> Vec<(String, String)> {
+        self.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for Labels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for Labels {
+    fn from_iter<T: IntoIterator<Item = (K, V)>>(iter: T) -> Self {
+        Labels::new(iter.into_iter().map(|(k, v)| (k.into(), v.into())))
+    }
+}
+
+/// The standard resource names, as they appear in Kubernetes objects.
+pub mod resource {
+    pub const CPU: &str = "cpu";
+    pub const MEMORY: &str = "memory";
+    pub const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
+    pub const PODS: &str = "pods";
+}
+
+/// Amounts of resources in Kubernetes' canonical units.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Resources {
+    /// CPU in millicores.
+    pub milli_cpu: i64,
+    /// Memory in bytes.
+    pub memory: i64,
+    /// Ephemeral storage in bytes.
+    pub ephemeral_storage: i64,
+    /// Pod slots (a node's allocatable `pods`).
+    pub pods: i64,
+    /// Every other resource by name, sorted by name.
+    pub scalar: Vec<(String, i64)>,
+}
+
+impl Resources {
+    /// The amount of a resource by its Kubernetes name (0 when absent).
+    pub fn get(&self, name: &str) -> i64 {
+        match name {
+            resource::CPU => self.milli_cpu,
+            resource::MEMORY => self.memory,
+            resource::EPHEMERAL_STORAGE => self.ephemeral_storage,
+            resource::PODS => self.pods,
+            _ => self.scalar(name).unwrap_or(0),
+        }
+    }
+
+    /// The amount of a scalar (extended) resource, or `None` when it is not listed.
+    pub fn scalar(&self, name: &str) -> Option<i64> {
+        self.scalar
+            .binary_search_by(|(k, _)| k.as_str().cmp(name))
+            .ok()
+            .map(|i| self.scalar[i].1)
+    }
+
+    /// Sets the amount of a resource by its Kubernetes name.
+    pub fn set(&mut self, name: &str, value: i64) {
+        match name {
+            resource::CPU => self.milli_cpu = value,
+            resource::MEMORY => self.memory = value,
+            resource::EPHEMERAL_STORAGE => self.ephemeral_storage = value,
+            resource::PODS => self.pods = value,
+            _ => match self.scalar.binary_search_by(|(k, _)| k.as_str().cmp(name)) {
+                Ok(i) => self.scalar[i].1 = value,
+                Err(i) => self.scalar.insert(i, (name.to_string(), value)),
+            },
+        }
+    }
+
+    /// Adds `other` to `self`, resource by resource.
+    pub fn add(&mut self, other: &Resources) {
+        self.combine(other, |a, b| a.saturating_add(b));
+    }
+
+    /// Subtracts `other` from `self`, resource by resource.
+    pub fn subtract(&mut self, other: &Resources) {
+        self.combine(other, |a, b| a.saturating_sub(b));
+    }
+
+    /// Sets each resource to the larger of the two.
+    pub fn max_with(&mut self, other: &Resources) {
+        self.combine(other, i64::max);
+    }
+
+    fn combine(&mut self, other: &Resources, op: impl Fn(i64, i64) -> i64) {
+        self.milli_cpu = op(self.milli_cpu, other.milli_cpu);
+        self.memory = op(self.memory, other.memory);
+        self.ephemeral_storage = op(self.ephemeral_storage, other.ephemeral_storage);
+        self.pods = op(self.pods, other.pods);
+        for (name, value) in &other.scalar {
+            let current = self.scalar(name).unwrap_or(0);
+            self.set(name, op(current, *value));
+        }
+    }
+
+    /// True when every amount is zero (scalar resources listed with 0 count as zero).
+    pub fn is_zero(&self) -> bool {
+        self.milli_cpu == 0
+            && self.memory == 0
+            && self.ephemeral_storage == 0
+            && self.pods == 0
+            && self.scalar.iter().all(|(_, v)| *v == 0)
+    }
+}
+
+/// A node taint (`spec.taints[]`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Taint {
+    pub key: String,
+    pub value: String,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    pub effect: String,
+}
+
+/// Taint effects, spelled as in Kubernetes.
+pub mod effect {
+    pub const NO_SCHEDULE: &str = "NoSchedule";
+    pub const PREFER_NO_SCHEDULE: &str = "PreferNoSchedule";
+    pub const NO_EXECUTE: &str = "NoExecute";
+}
+
+/// A pod toleration (`spec.tolerations[]`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Toleration {
+    pub key: String,
+    /// `Equal`, `Exists`, or empty (`Equal`).
+    pub operator: String,
+    pub value: String,
+    /// Empty matches every effect.
+    pub effect: String,
+    pub toleration_seconds: Option<i64>,
+}
+
+/// One `matchExpressions` / `matchFields` entry.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NodeSelectorRequirement {
+    pub key: String,
+    /// `In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt` or `Lt`.
+    pub operator: String,
+    pub values: Vec<String>,
+}
+
+/// A node selector term: all its requirements must hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NodeSelectorTerm {
+    pub match_expressions: Vec<NodeSelectorRequirement>,
+    pub match_fields: Vec<NodeSelectorRequirement>,
+}
+
+/// A preferred scheduling term and its weight.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PreferredSchedulingTerm {
+    pub weight: i32,
+    pub preference: NodeSelectorTerm,
+}
+
+/// `spec.affinity.nodeAffinity`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NodeAffinity {
+    /// `None` when the pod has no required node affinity; `Some(vec![])` matches no node.
+    pub required: Option<Vec<NodeSelectorTerm>>,
+    pub preferred: Vec<PreferredSchedulingTerm>,
+}
+
+/// A StorageClass named by a claim.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct StorageClassInfo {
+    pub name: String,
+    pub volume_binding_mode: Option<String>,
+}
+
+/// A PersistentVolume a claim is bound to.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct VolumeInfo {
+    pub name: String,
+    pub labels: Labels,
+}
+
+/// A PersistentVolumeClaim with the objects it refers to.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ClaimInfo {
+    /// Empty when unbound.
+    pub volume_name: String,
+    /// The class from the beta annotation or `spec.storageClassName`; empty when neither is set.
+    pub storage_class_name: String,
+    pub storage_class: Option<StorageClassInfo>,
+    pub volume: Option<VolumeInfo>,
+}
+
+/// A pod volume backed by a claim.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct VolumeClaim {
+    pub volume: String,
+    pub claim_name: String,
+    /// `None` when the claim does not exist in the pod's namespace.
+    pub claim: Option<ClaimInfo>,
+}
+
+/// A container of the pod.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Container {
+    pub name: String,
+    pub image: String,
+}
+
+/// The pod being scheduled.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Pod {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub labels: Labels,
+    pub annotations: Labels,
+    pub scheduler_name: String,
+    pub priority: i32,
+    /// `spec.nodeName` when set, else empty.
+    pub node_name: String,
+    pub node_selector: Labels,
+    pub node_affinity: Option<NodeAffinity>,
+    pub tolerations: Vec<Toleration>,
+    /// Effective request (containers, init containers, sidecars, overhead).
+    pub requests: Resources,
+    /// The same with missing cpu/memory container requests counted as 100m / 200Mi.
+    pub non_zero_requests: Resources,
+    pub volume_claims: Vec<VolumeClaim>,
+    pub containers: Vec<Container>,
+}
+
+/// What is in use on a node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NodeUsage {
+    pub requested: Resources,
+    pub non_zero_requested: Resources,
+    pub pod_count: u32,
+}
+
+/// A node as plugins see it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NodeInfo {
+    pub name: String,
+    pub labels: Labels,
+    pub annotations: Labels,
+    pub taints: Vec<Taint>,
+    pub unschedulable: bool,
+    pub allocatable: Resources,
+    pub usage: NodeUsage,
+}
+
+/// Kubernetes' filter status codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Code {
+    Success,
+    /// Preemption could help.
+    Unschedulable,
+    /// Nothing done to the node would help.
+    UnschedulableAndUnresolvable,
+    /// The plugin failed.
+    Error,
+}
+
+/// Why a pod cannot go to a node, or anywhere.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Failure {
+    pub code: Code,
+    /// Reasons as printed in "0/N nodes are available: ..." (aggregated by equal text).
+    pub reasons: Vec<Cow<'static, str>>,
+}
+
+impl Failure {
+    /// A failure that preemption could resolve, with one reason.
+    pub fn unschedulable(reason: impl Into<Cow<'static, str>>) -> Self {
+        Failure {
+            code: Code::Unschedulable,
+            reasons: vec![reason.into()],
+        }
+    }
+
+    /// A failure nothing can resolve, with one reason.
+    pub fn unresolvable(reason: impl Into<Cow<'static, str>>) -> Self {
+        Failure {
+            code: Code::UnschedulableAndUnresolvable,
+            reasons: vec![reason.into()],
+        }
+    }
+
+    /// The plugin itself failed.
+    pub fn error(reason: impl Into<Cow<'static, str>>) -> Self {
+        Failure {
+            code: Code::Error,
+            reasons: vec![reason.into()],
+        }
+    }
+}
+
+/// A filter verdict for one node: `Ok(())` when the node fits.
+pub type Verdict = Result<(), Failure>;
+
+/// What a plugin's filter makes of a pod before looking at nodes (kube-scheduler's PreFilter).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum FilterPlan {
+    /// Call `filter` for this pod's candidate nodes.
+    #[default]
+    Run,
+    /// Nothing to check: every node passes this plugin.
+    Skip,
+    /// Only the named nodes can pass.
+    OnlyNodes(Vec<String>),
+    /// No node can take the pod.
+    Reject(Failure),
+}
+
+/// What a plugin makes of a pod; returned by [`crate::Plugin::prepare`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodPlan {
+    pub filter: FilterPlan,
+    /// False when the plugin has no opinion on this pod: it contributes 0 to every node.
+    pub score: bool,
+}
+
+impl Default for PodPlan {
+    fn default() -> Self {
+        PodPlan {
+            filter: FilterPlan::Run,
+            score: true,
+        }
+    }
+}
+
+/// How raw scores become 0..=100 once all feasible nodes are scored.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Normalize {
+    /// Scores are already 0..=100.
+    #[default]
+    None,
+    /// `score * 100 / max` (all zeros stay zero).
+    Scale,
+    /// `100 - score * 100 / max` (all zeros become 100).
+    Reverse,
+    /// The plugin's own [`crate::ScorePlugin::normalize`].
+    Custom,
+}
+
+/// What a plugin instance does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Descriptor {
+    pub name: String,
+    pub version: String,
+    pub filter: bool,
+    pub score: bool,
+    pub normalize: Normalize,
+    pub reads_usage: bool,
+}
+
+/// Verdicts for a batch of nodes, with distinct failures stored once.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FilterResults {
+    /// Per node: 0 = passes, otherwise 1 + index into `failures`.
+    pub verdicts: Vec<u32>,
+    pub failures: Vec<Failure>,
+}
+
+impl FilterResults {
+    /// Empties the results, keeping their allocations.
+    pub fn clear(&mut self) {
+        self.verdicts.clear();
+        self.failures.clear();
+    }
+
+    /// Appends the verdict for the next node, storing its failure once.
+    pub fn push(&mut self, verdict: Verdict) {
+        match verdict {
+            Ok(()) => self.verdicts.push(0),
+            Err(failure) => {
+                let index = match self.failures.iter().position(|f| *f == failure) {
+                    Some(i) => i,
+                    None => {
+                        self.failures.push(failure);
+                        self.failures.len() - 1
+                    }
+                };
+                self.verdicts.push(index as u32 + 1);
+            }
+        }
+    }
+
+    /// The failure for the node at `position`, or `None` when it passed.
+    pub fn failure(&self, position: usize) -> Option<&Failure> {
+        match self.verdicts[position] {
+            0 => None,
+            n => self.failures.get(n as usize - 1),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_look_up_by_scan_and_by_bisection() {
+        for n in [0usize, 3, LABELS_SCAN_LIMIT, LABELS_SCAN_LIMIT + 5] {
+            let labels: Labels = (0..n)
+                .rev()
+                .map(|i| (format!("key-{i:02}"), format!("v{i}")))
+                .collect();
+            assert_eq!(labels.len(), n);
+            for i in 0..n {
+                assert_eq!(
+                    labels.get(&format!("key-{i:02}")),
+                    Some(format!("v{i}").as_str()),
+                    "{n} pairs"
+                );
+            }
+            assert_eq!(labels.get("key-99"), None);
+            assert_eq!(labels.get("key"), None);
+            let keys: Vec<&str> = labels.iter().map(|(k, _)| k).collect();
+            let mut sorted = keys.clone();
+            sorted.sort_unstable();
+            assert_eq!(keys, sorted, "iteration is sorted by key");
+        }
+    }
+
+    #[test]
+    fn a_later_duplicate_key_wins_and_empty_values_are_kept() {
+        let labels: Labels = [("a", "1"), ("b", ""), ("a", "2")].into_iter().collect();
+        assert_eq!(labels.get("a"), Some("2"));
+        assert_eq!(labels.get("b"), Some(""));
+        assert_eq!(labels.len(), 2);
+    }
+}
