@@ -179,11 +179,11 @@ mod tests {
             for op in ops {
                 match op {
                     Op::Add(id, z) => {
-                        if !model.contains_key(&id) {
+                        if let std::collections::btree_map::Entry::Vacant(entry) = model.entry(id) {
                             // Skewed zones: zone 0 gets most nodes.
                             let zone = format!("zone-{}", if z < 2 { 0 } else { z });
                             tree.add(id, &zone);
-                            model.insert(id, zone);
+                            entry.insert(zone);
                         }
                     }
                     Op::Remove(id) => {

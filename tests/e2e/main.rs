@@ -1,1 +1,7 @@
+//! End-to-end tests: the default plugins through both runtimes, the scheduling cycle, and the
+//! `wasched` binary. One test binary, so it links once.
 
+mod cycle;
+mod plugins;
+mod simulate;
+mod support;

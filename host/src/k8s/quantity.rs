@@ -107,7 +107,7 @@ impl Exact {
         }
         let mut remainder = false;
         while exp10 < 0 {
-            remainder |= value % 10 != 0;
+            remainder |= !value.is_multiple_of(10);
             value /= 10;
             exp10 += 1;
         }

@@ -1,0 +1,198 @@
+//! The scheduling cycle through the library: sampling and its rotating start, node narrowing,
+//! random tie-breaking, resources taken by each placement, and WASM/native equivalence over a
+//! whole synthetic cluster.
+
+use std::path::Path;
+
+use wasched::bench::{self, synthetic};
+use wasched::config::{Config, DefaultPluginRuntime};
+use wasched::framework::{Outcome, Scheduler};
+use wasched_sdk::{NodeAffinity, NodeSelectorTerm, Pod, Resources};
+
+use crate::support::*;
+
+fn scheduler(toml: &str, runtime: DefaultPluginRuntime, seed: u64) -> Scheduler {
+    let mut config = Config::parse("test.toml", Path::new("."), toml.to_string()).unwrap();
+    config.default_plugins = runtime;
+    Scheduler::new(&config.profiles().unwrap(), seed).unwrap()
+}
+
+fn cpu_pod(name: &str, milli_cpu: i64) -> Pod {
+    let r = Resources {
+        milli_cpu,
+        ..Resources::default()
+    };
+    Pod {
+        requests: r.clone(),
+        non_zero_requests: r,
+        ..pod(name)
+    }
+}
+
+fn examined(outcome: &Outcome) -> Vec<String> {
+    outcome.nodes.iter().map(|n| n.node.clone()).collect()
+}
+
+#[test]
+fn sampling_stops_at_the_percentage_and_the_next_cycle_starts_where_it_stopped() {
+    // Only filters, and NodeResourcesFit to score, so every node is feasible and equally good.
+    let toml = "[[profiles]]\npercentage_of_nodes_to_score = 40\nfilters = [\"NodeResourcesFit\"]\nscores = [{ plugin = \"NodeResourcesFit\" }]\n";
+    for runtime in [DefaultPluginRuntime::Wasm, DefaultPluginRuntime::Native] {
+        let mut s = scheduler(toml, runtime, 1);
+        for i in 0..300 {
+            s.cache.upsert_node(node(&format!("n{i:03}")));
+        }
+        let first = s.schedule(&cpu_pod("a", 0), true).unwrap();
+        let names = examined(&first);
+        assert_eq!(names.len(), 120, "40% of 300 nodes");
+        assert_eq!(names.first().unwrap(), "n000");
+        let second = s.schedule(&cpu_pod("b", 0), true).unwrap();
+        assert_eq!(
+            examined(&second).first().unwrap(),
+            "n120",
+            "{runtime:?}: starts after the last examined node"
+        );
+        let third = s.schedule(&cpu_pod("c", 0), true).unwrap();
+        let names = examined(&third);
+        assert_eq!(names.first().unwrap(), "n240");
+        assert_eq!(names.last().unwrap(), "n059", "wraps around");
+    }
+}
+
+#[test]
+fn without_score_plugins_the_first_feasible_node_wins() {
+    let toml = "[[profiles]]\nfilters = [\"NodeResourcesFit\"]\nscores = []\n";
+    let mut s = scheduler(toml, DefaultPluginRuntime::Wasm, 1);
+    s.cache.upsert_node(NodeInfoBuilder::cpu("small", 500));
+    s.cache.upsert_node(NodeInfoBuilder::cpu("big-1", 4000));
+    s.cache.upsert_node(NodeInfoBuilder::cpu("big-2", 4000));
+    let outcome = s.schedule(&cpu_pod("p", 1000), true).unwrap();
+    assert_eq!(outcome.node.as_deref(), Some("big-1"));
+    assert_eq!(
+        examined(&outcome),
+        vec!["small", "big-1"],
+        "stopped at the first feasible node"
+    );
+}
+
+struct NodeInfoBuilder;
+
+impl NodeInfoBuilder {
+    fn cpu(name: &str, milli_cpu: i64) -> wasched_sdk::NodeInfo {
+        let mut n = node(name);
+        n.allocatable.milli_cpu = milli_cpu;
+        n
+    }
+}
+
+#[test]
+fn each_placement_takes_its_resources_before_the_next_pod() {
+    let mut s = scheduler("", DefaultPluginRuntime::Wasm, 1);
+    s.cache.upsert_node(NodeInfoBuilder::cpu("only", 4000));
+    let first = s.schedule(&cpu_pod("a", 3000), false).unwrap();
+    assert_eq!(first.node.as_deref(), Some("only"));
+    let second = s.schedule(&cpu_pod("b", 3000), false).unwrap();
+    assert_eq!(second.node, None);
+    assert_eq!(
+        second.message.as_deref(),
+        Some("0/1 nodes are available: 1 Insufficient cpu.")
+    );
+    assert!(s.cache.remove_pod("default/a"));
+    let third = s.schedule(&cpu_pod("b", 3000), false).unwrap();
+    assert_eq!(
+        third.node.as_deref(),
+        Some("only"),
+        "freed cpu is visible to the plugins again"
+    );
+}
+
+#[test]
+fn nodes_outside_a_prefilter_result_are_counted_in_the_message() {
+    let mut s = scheduler("", DefaultPluginRuntime::Wasm, 1);
+    for name in ["a", "b", "c"] {
+        s.cache.upsert_node(NodeInfoBuilder::cpu(name, 1000));
+    }
+    let mut p = cpu_pod("p", 2000);
+    p.node_affinity = Some(NodeAffinity {
+        required: Some(vec![NodeSelectorTerm {
+            match_expressions: Vec::new(),
+            match_fields: vec![requirement("metadata.name", "In", &["b"])],
+        }]),
+        preferred: Vec::new(),
+    });
+    let outcome = s.schedule(&p, false).unwrap();
+    assert_eq!(
+        outcome.message.as_deref(),
+        Some("0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't satisfy plugin(s) [NodeAffinity].")
+    );
+}
+
+#[test]
+fn ties_are_broken_at_random_and_reproducibly() {
+    let chosen = |seed: u64| -> Vec<String> {
+        let mut s = scheduler("", DefaultPluginRuntime::Native, seed);
+        for i in 0..20 {
+            s.cache.upsert_node(node(&format!("n{i:02}")));
+        }
+        (0..5)
+            .map(|i| {
+                let outcome = s.schedule(&cpu_pod(&format!("p{i}"), 0), false).unwrap();
+                // Remove the pod again so every cycle sees twenty identical nodes.
+                s.cache.remove_pod(&format!("default/p{i}"));
+                outcome.node.unwrap()
+            })
+            .collect()
+    };
+    let a = chosen(1);
+    assert_eq!(a, chosen(1), "same seed, same choices");
+    let distinct: std::collections::BTreeSet<&String> = a.iter().collect();
+    assert!(
+        distinct.len() > 1,
+        "ties do not always go to the same node: {a:?}"
+    );
+    assert_ne!(a, chosen(2), "another seed, other choices");
+}
+
+#[test]
+fn wasm_and_native_place_a_synthetic_cluster_identically() {
+    let args = bench::Args {
+        nodes: 400,
+        pods: 600,
+        seed: 7,
+        json: false,
+    };
+    let cluster = synthetic(&args);
+    let place = |runtime| -> Vec<(Option<String>, Option<String>)> {
+        let mut s = scheduler("", runtime, 3);
+        for class in &cluster.classes {
+            s.cache.upsert_class(class.clone());
+        }
+        for v in &cluster.volumes {
+            s.cache.upsert_volume(v.clone());
+        }
+        for c in &cluster.claims {
+            s.cache.upsert_claim(c.clone());
+        }
+        for n in &cluster.nodes {
+            s.cache.upsert_node(n.clone());
+        }
+        cluster
+            .pods
+            .iter()
+            .map(|p| {
+                let o = s.schedule(p, false).unwrap();
+                (o.node, o.message)
+            })
+            .collect()
+    };
+    let wasm = place(DefaultPluginRuntime::Wasm);
+    let native = place(DefaultPluginRuntime::Native);
+    assert_eq!(wasm.len(), 600);
+    for (i, (w, n)) in wasm.iter().zip(&native).enumerate() {
+        assert_eq!(w, n, "pod {i}");
+    }
+    assert!(
+        wasm.iter().filter(|(node, _)| node.is_some()).count() > 500,
+        "most pods fit"
+    );
+}

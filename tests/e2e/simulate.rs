@@ -1,0 +1,194 @@
+//! `wasched simulate` end to end: the real binary on YAML/JSON fixtures.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn wasched(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_wasched"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("wasched runs")
+}
+
+fn stdout(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "wasched failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+fn temp_file(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("wasched-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+const DEMO: &str = "examples/clusters/demo.yaml";
+
+/// kube-scheduler's answers for the demo cluster: priority first, then input order; each placement
+/// counts before the next pod.
+const DEMO_DECISIONS: &[&str] = &[
+    r#"{"pod":"kube-system/critical","node":"node-c1"}"#,
+    r#"{"pod":"shop/api","node":"node-a1"}"#,
+    r#"{"pod":"ml/trainer","node":"node-a2"}"#,
+    r#"{"pod":"shop/db","node":"node-b1"}"#,
+    r#"{"pod":"jobs/huge","node":null,"message":"0/5 nodes are available: 1 node(s) had untolerated taint {dedicated: gpu}, 1 node(s) were unschedulable, 3 Insufficient cpu."}"#,
+    r#"{"pod":"shop/lost","node":null,"message":"0/5 nodes are available: persistentvolumeclaim \"missing\" not found."}"#,
+    r#"{"pod":"jobs/zone-c-only","node":null,"message":"0/5 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {dedicated: gpu}, 1 node(s) were unschedulable, 2 node(s) didn't match Pod's node affinity/selector."}"#,
+    r#"{"pod":"shop/cache","node":"node-b1"}"#,
+];
+
+#[test]
+fn demo_cluster_is_placed_and_explained_as_kube_scheduler_would() {
+    for runtime in ["wasm", "native"] {
+        let output = wasched(&["simulate", "--runtime", runtime, DEMO]);
+        let lines: Vec<String> = stdout(&output).lines().map(String::from).collect();
+        assert_eq!(lines, DEMO_DECISIONS, "runtime {runtime}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("skipped 1 Service"),
+            "one warning for the skipped kind: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn explain_shows_normalized_scores_and_their_weighted_total() {
+    let output = stdout(&wasched(&["simulate", "--explain", DEMO]));
+    let first: serde_json::Value = serde_json::from_str(output.lines().next().unwrap()).unwrap();
+    assert_eq!(first["pod"], "kube-system/critical");
+    let nodes = first["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 5, "five nodes examined");
+    let weights = [
+        ("TaintToleration", 3),
+        ("NodeAffinity", 2),
+        ("NodeResourcesFit", 1),
+        ("NodeResourcesBalancedAllocation", 1),
+    ];
+    let mut best = ("", -1);
+    for node in nodes {
+        let name = node["node"].as_str().unwrap();
+        if !node["feasible"].as_bool().unwrap() {
+            assert!(
+                !node["reasons"].as_array().unwrap().is_empty(),
+                "{name} has reasons"
+            );
+            continue;
+        }
+        let scores = &node["scores"];
+        let total: i64 = weights
+            .iter()
+            .map(|(plugin, weight)| scores[plugin].as_i64().unwrap() * weight)
+            .sum();
+        assert_eq!(node["total"].as_i64().unwrap(), total, "{name}");
+        if total > best.1 {
+            best = (name, total);
+        }
+    }
+    assert_eq!(best.0, "node-c1", "the highest total wins");
+    let c1 = nodes.iter().find(|n| n["node"] == "node-c1").unwrap();
+    assert_eq!(c1["scores"]["NodeAffinity"], 100, "the preferred zone");
+    assert_eq!(
+        c1["scores"]["NodeResourcesFit"], 81,
+        "(75 + 87) / 2 on an empty 2-cpu/4Gi node"
+    );
+}
+
+#[test]
+fn a_config_changes_the_scoring_strategy() {
+    let output = stdout(&wasched(&[
+        "simulate",
+        "--config",
+        "examples/configs/bin-packing.toml",
+        DEMO,
+    ]));
+    let last = output.lines().last().unwrap();
+    assert_eq!(
+        last, r#"{"pod":"shop/cache","node":"node-a1"}"#,
+        "MostAllocated packs the small pod onto the fuller node"
+    );
+}
+
+#[test]
+fn table_output_is_for_people() {
+    let output = stdout(&wasched(&["simulate", "--output", "table", DEMO]));
+    let mut lines = output.lines();
+    assert!(lines.next().unwrap().starts_with("POD"), "{output}");
+    assert!(
+        output.contains("jobs/huge             <none>   0/5 nodes are available"),
+        "{output}"
+    );
+}
+
+#[test]
+fn json_input_and_pods_for_other_schedulers() {
+    let cluster = temp_file(
+        "other.json",
+        r#"{"kind":"List","apiVersion":"v1","items":[
+            {"kind":"Node","apiVersion":"v1","metadata":{"name":"n1"},"status":{"allocatable":{"cpu":"1","memory":"1Gi","pods":"10"}}},
+            {"kind":"Pod","apiVersion":"v1","metadata":{"name":"mine","namespace":"a"},"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"600m"}}}]}},
+            {"kind":"Pod","apiVersion":"v1","metadata":{"name":"second","namespace":"a"},"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"600m"}}}]}},
+            {"kind":"Pod","apiVersion":"v1","metadata":{"name":"theirs","namespace":"a"},"spec":{"schedulerName":"gpu-scheduler","containers":[{"name":"c"}]}}
+        ]}"#,
+    );
+    let output = stdout(&wasched(&["simulate", cluster.to_str().unwrap()]));
+    let lines: Vec<&str> = output.lines().collect();
+    assert_eq!(lines[0], r#"{"pod":"a/mine","node":"n1"}"#);
+    assert_eq!(
+        lines[1],
+        r#"{"pod":"a/second","node":null,"message":"0/1 nodes are available: 1 Insufficient cpu."}"#,
+        "the first placement takes its cpu"
+    );
+    assert!(
+        lines[2].contains(r#"no profile for schedulerName \"gpu-scheduler\""#),
+        "{}",
+        lines[2]
+    );
+}
+
+#[test]
+fn unreadable_input_fails_before_anything_is_scheduled() {
+    let good = temp_file("good.yaml", "kind: Node\nmetadata: {name: n1}\n");
+    let bad = temp_file(
+        "bad.yaml",
+        "kind: Pod\nmetadata: {name: ok}\nspec: {containers: []}\n---\nkind: Pod\nmetadata: {name: broken}\nspec:\n  containers:\n  - name: c\n    resources: {requests: {memory: 3 apples}}\n",
+    );
+    let output = wasched(&["simulate", good.to_str().unwrap(), bad.to_str().unwrap()]);
+    assert!(!output.status.success());
+    assert!(output.stdout.is_empty(), "nothing was scheduled");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for fragment in [
+        "bad.yaml: document 2 (Pod broken)",
+        "spec.containers[0].resources.requests.memory",
+        "\"3 apples\"",
+    ] {
+        assert!(stderr.contains(fragment), "{stderr:?} lacks {fragment:?}");
+    }
+}
+
+#[test]
+fn a_config_mistake_names_file_and_line() {
+    let config = temp_file(
+        "broken.toml",
+        "[[profiles]]\nscheduler_name = \"default-scheduler\"\nfilters = [\"NodeName\", \"GpuTopology\"]\n",
+    );
+    let output = wasched(&["simulate", "--config", config.to_str().unwrap(), DEMO]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("broken.toml:3: unknown plugin \"GpuTopology\""),
+        "{stderr}"
+    );
+}
