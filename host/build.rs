@@ -80,6 +80,20 @@ fn build_plugins(root: &Path, target_dir: &Path) {
     ] {
         command.env_remove(var);
     }
+    // Fallback written by scripts/setup when rustup cannot fetch the wasm target: Debian's
+    // rustc-web builds the guests' std from source.
+    let fallback = root.join("target").join("guest-rustc");
+    println!("cargo:rerun-if-changed={}", fallback.display());
+    if let Ok(rustc) = std::fs::read_to_string(&fallback) {
+        let rustc = rustc.trim();
+        if !rustc.is_empty() {
+            command
+                .env("RUSTC", rustc)
+                .env("RUSTC_BOOTSTRAP", "1")
+                .env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER", "wasm-ld-19")
+                .arg("-Zbuild-std=std,panic_abort");
+        }
+    }
     // Guests ship without debug info; the component only needs its code and type section.
     command
         .env("CARGO_PROFILE_RELEASE_DEBUG", "false")

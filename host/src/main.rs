@@ -42,6 +42,22 @@ enum Command {
     /// Schedule a synthetic cluster with the default plugins as WebAssembly and natively, and
     /// print throughput, latency and memory.
     Bench(bench::Args),
+    /// Work with plugin components.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+}
+
+#[derive(Subcommand)]
+enum PluginCommand {
+    /// Turn a core WebAssembly module built with the SDK (`cargo build --target
+    /// wasm32-unknown-unknown`) into a plugin component, and check this host accepts it.
+    Encode {
+        /// The module, e.g. target/wasm32-unknown-unknown/release/my_plugin.wasm.
+        module: PathBuf,
+        /// Where to write the component.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -96,5 +112,31 @@ fn run(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Bench(args) => bench::run(&args),
+        Command::Plugin(PluginCommand::Encode { module, output }) => {
+            let bytes = std::fs::read(&module)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", module.display()))?;
+            let component = wit_component::ComponentEncoder::default()
+                .module(&bytes)
+                .and_then(|encoder| encoder.validate(true).encode())
+                .map_err(|e| anyhow::anyhow!("{}: cannot make a component: {e:#}", module.display()))?;
+            let name = module
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            wasched::runtime::wasm::WasmRuntime::shared().load(
+                &name,
+                &component,
+                wasched::runtime::wasm::Limits::default(),
+            )?;
+            std::fs::write(&output, &component)
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", output.display()))?;
+            println!(
+                "{}: {} bytes, sha256 {}",
+                output.display(),
+                component.len(),
+                wasched::runtime::wasm::sha256_hex(&component)
+            );
+            Ok(())
+        }
     }
 }

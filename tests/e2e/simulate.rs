@@ -192,3 +192,42 @@ fn a_config_mistake_names_file_and_line() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_plugin_component_from_a_file_is_loaded_and_its_pin_checked() {
+    let component = wasched::runtime::defaults::find("NodeName").unwrap().component;
+    let path = temp_file("node-name.wasm", "");
+    std::fs::write(&path, component).unwrap();
+    let sha = wasched::runtime::wasm::sha256_hex(component);
+    let cluster = temp_file(
+        "pinned.yaml",
+        "kind: Node\nmetadata: {name: a}\nstatus: {allocatable: {cpu: '1', pods: '5'}}\n---\nkind: Node\nmetadata: {name: b}\nstatus: {allocatable: {cpu: '1', pods: '5'}}\n---\nkind: Pod\nmetadata: {name: p}\nspec: {nodeName: '', containers: [{name: c}]}\n---\nkind: Pod\nmetadata: {name: q, namespace: default}\nspec:\n  affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchFields: [{key: metadata.name, operator: In, values: [b]}]}]}}}\n  containers: [{name: c}]\n",
+    );
+    let config = |pin: &str| {
+        temp_file(
+            "pinned.toml",
+            &format!(
+                "[plugins.Pinned]\ncomponent = {path:?}\nsha256 = \"{pin}\"\n\n[[profiles]]\nfilters = [\"Pinned\", \"NodeAffinity\"]\nscores = [{{ plugin = \"NodeAffinity\" }}]\n",
+                path = path.to_str().unwrap()
+            ),
+        )
+    };
+    let good = config(&sha);
+    let output = stdout(&wasched(&["simulate", "--config", good.to_str().unwrap(), cluster.to_str().unwrap()]));
+    assert!(output.contains(r#"{"pod":"default/q","node":"b"}"#), "{output}");
+
+    let wrong = config(&"0".repeat(64));
+    let output = wasched(&["simulate", "--config", wrong.to_str().unwrap(), cluster.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("pinned.toml:3: plugin Pinned:") && stderr.contains(&format!("has sha256 {sha}")), "{stderr}");
+
+    std::fs::write(&path, b"not wasm at all").unwrap();
+    let no_pin = temp_file(
+        "unpinned.toml",
+        &format!("[plugins.Pinned]\ncomponent = {:?}\n[[profiles]]\nfilters = [\"Pinned\"]\nscores = []\n", path.to_str().unwrap()),
+    );
+    let output = wasched(&["simulate", "--config", no_pin.to_str().unwrap(), cluster.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("unpinned.toml:2: plugin Pinned: not a valid WebAssembly component"), "{stderr}");
+}

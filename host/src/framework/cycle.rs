@@ -388,11 +388,21 @@ impl Profile {
                 }
             }
             position = end;
-            chunk_len = chunk_len.saturating_mul(2);
+            chunk_len = next_chunk_len(to_find - search.feasible.len(), search.feasible.len(), position);
         }
         search.processed = position;
         Ok(())
     }
+}
+
+/// How many nodes the next chunk should hold to find `missing` more feasible nodes, judging by
+/// the share that passed so far, with a margin so one more chunk usually suffices. Every node
+/// filtered past the last needed one is wasted work, so this aims close rather than doubling.
+fn next_chunk_len(missing: usize, found: usize, examined: usize) -> usize {
+    const MARGIN: f64 = 1.2;
+    const MIN_CHUNK: usize = 32;
+    let pass_rate = (found.max(1) as f64 / examined.max(1) as f64).min(1.0);
+    ((missing as f64 / pass_rate * MARGIN) as usize).max(MIN_CHUNK)
 }
 
 /// What the filter phase found.
