@@ -259,6 +259,25 @@ impl Cache {
             .insert(class.metadata.name.clone().unwrap_or_default(), class);
     }
 
+    pub fn remove_claim(&mut self, namespace: &str, name: &str) -> bool {
+        self.claims
+            .remove(&(namespace.to_string(), name.to_string()))
+            .is_some()
+    }
+
+    pub fn remove_volume(&mut self, name: &str) -> bool {
+        self.volumes.remove(name).is_some()
+    }
+
+    pub fn remove_class(&mut self, name: &str) -> bool {
+        self.classes.remove(name).is_some()
+    }
+
+    /// Keys of every placed pod with its node.
+    pub fn placed_pods(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.pods.iter().map(|(k, p)| (k.as_str(), p.node.as_str()))
+    }
+
     /// Fills in each of the pod's volume claims from the claims, volumes and classes known now.
     pub fn resolve_claims(&self, pod: &mut sdk::Pod) {
         for volume_claim in &mut pod.volume_claims {

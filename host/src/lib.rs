@@ -5,9 +5,13 @@
 //! back into the cache. [`simulate`] drives it over a cluster dump.
 
 pub mod cache;
+pub mod clock;
+pub mod events;
 pub mod k8s;
 pub mod nodetree;
+pub mod queue;
 pub mod runtime;
+pub mod service;
 
 /// The scheduler name of pods that do not set `spec.schedulerName`.
 pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";

@@ -118,7 +118,9 @@ fn run(command: Command) -> anyhow::Result<()> {
             let component = wit_component::ComponentEncoder::default()
                 .module(&bytes)
                 .and_then(|encoder| encoder.validate(true).encode())
-                .map_err(|e| anyhow::anyhow!("{}: cannot make a component: {e:#}", module.display()))?;
+                .map_err(|e| {
+                    anyhow::anyhow!("{}: cannot make a component: {e:#}", module.display())
+                })?;
             let name = module
                 .file_stem()
                 .map(|s| s.to_string_lossy().into_owned())

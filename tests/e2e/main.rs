@@ -3,5 +3,6 @@
 
 mod cycle;
 mod plugins;
+mod service;
 mod simulate;
 mod support;

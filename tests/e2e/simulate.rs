@@ -195,7 +195,9 @@ fn a_config_mistake_names_file_and_line() {
 
 #[test]
 fn a_plugin_component_from_a_file_is_loaded_and_its_pin_checked() {
-    let component = wasched::runtime::defaults::find("NodeName").unwrap().component;
+    let component = wasched::runtime::defaults::find("NodeName")
+        .unwrap()
+        .component;
     let path = temp_file("node-name.wasm", "");
     std::fs::write(&path, component).unwrap();
     let sha = wasched::runtime::wasm::sha256_hex(component);
@@ -213,21 +215,46 @@ fn a_plugin_component_from_a_file_is_loaded_and_its_pin_checked() {
         )
     };
     let good = config(&sha);
-    let output = stdout(&wasched(&["simulate", "--config", good.to_str().unwrap(), cluster.to_str().unwrap()]));
-    assert!(output.contains(r#"{"pod":"default/q","node":"b"}"#), "{output}");
+    let output = stdout(&wasched(&[
+        "simulate",
+        "--config",
+        good.to_str().unwrap(),
+        cluster.to_str().unwrap(),
+    ]));
+    assert!(
+        output.contains(r#"{"pod":"default/q","node":"b"}"#),
+        "{output}"
+    );
 
     let wrong = config(&"0".repeat(64));
-    let output = wasched(&["simulate", "--config", wrong.to_str().unwrap(), cluster.to_str().unwrap()]);
+    let output = wasched(&[
+        "simulate",
+        "--config",
+        wrong.to_str().unwrap(),
+        cluster.to_str().unwrap(),
+    ]);
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("pinned.toml:3: plugin Pinned:") && stderr.contains(&format!("has sha256 {sha}")), "{stderr}");
+    assert!(
+        stderr.contains("pinned.toml:3: plugin Pinned:")
+            && stderr.contains(&format!("has sha256 {sha}")),
+        "{stderr}"
+    );
 
     std::fs::write(&path, b"not wasm at all").unwrap();
     let no_pin = temp_file(
         "unpinned.toml",
         &format!("[plugins.Pinned]\ncomponent = {:?}\n[[profiles]]\nfilters = [\"Pinned\"]\nscores = []\n", path.to_str().unwrap()),
     );
-    let output = wasched(&["simulate", "--config", no_pin.to_str().unwrap(), cluster.to_str().unwrap()]);
+    let output = wasched(&[
+        "simulate",
+        "--config",
+        no_pin.to_str().unwrap(),
+        cluster.to_str().unwrap(),
+    ]);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("unpinned.toml:2: plugin Pinned: not a valid WebAssembly component"), "{stderr}");
+    assert!(
+        stderr.contains("unpinned.toml:2: plugin Pinned: not a valid WebAssembly component"),
+        "{stderr}"
+    );
 }

@@ -388,7 +388,11 @@ impl Profile {
                 }
             }
             position = end;
-            chunk_len = next_chunk_len(to_find - search.feasible.len(), search.feasible.len(), position);
+            chunk_len = next_chunk_len(
+                to_find - search.feasible.len(),
+                search.feasible.len(),
+                position,
+            );
         }
         search.processed = position;
         Ok(())

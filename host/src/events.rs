@@ -1,0 +1,281 @@
+//! The ordered event pipeline between the sources of cluster changes (watches, the API, replays)
+//! and the scheduler.
+//!
+//! Producers on any thread [`EventPipeline::submit`]; the scheduler thread
+//! [`EventPipeline::drain`]s between cycles and applies what it gets. Per object, at most one event
+//! waits at a time: a newer one replaces it (a burst collapses to its last event), an older one
+//! than what is waiting or was applied is dropped. Since one thread applies everything it drains,
+//! events for one object are applied in version order and never concurrently, while different
+//! objects never wait on each other.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::storage::v1::StorageClass;
+
+/// The kinds of object the scheduler follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Node,
+    Pod,
+    PersistentVolume,
+    PersistentVolumeClaim,
+    StorageClass,
+}
+
+/// A Kubernetes object the scheduler follows.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Object {
+    Node(Box<core::Node>),
+    Pod(Box<core::Pod>),
+    Volume(Box<core::PersistentVolume>),
+    Claim(Box<core::PersistentVolumeClaim>),
+    Class(Box<StorageClass>),
+}
+
+/// Identifies an object: kind, namespace (empty for cluster-scoped kinds) and name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    pub kind: Kind,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Object {
+    fn metadata(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        match self {
+            Object::Node(o) => &o.metadata,
+            Object::Pod(o) => &o.metadata,
+            Object::Volume(o) => &o.metadata,
+            Object::Claim(o) => &o.metadata,
+            Object::Class(o) => &o.metadata,
+        }
+    }
+
+    pub fn kind(&self) -> Kind {
+        match self {
+            Object::Node(_) => Kind::Node,
+            Object::Pod(_) => Kind::Pod,
+            Object::Volume(_) => Kind::PersistentVolume,
+            Object::Claim(_) => Kind::PersistentVolumeClaim,
+            Object::Class(_) => Kind::StorageClass,
+        }
+    }
+
+    pub fn key(&self) -> ObjectKey {
+        let meta = self.metadata();
+        let namespaced = matches!(self.kind(), Kind::Pod | Kind::PersistentVolumeClaim);
+        ObjectKey {
+            kind: self.kind(),
+            namespace: if namespaced {
+                meta.namespace.clone().unwrap_or_else(|| "default".into())
+            } else {
+                String::new()
+            },
+            name: meta.name.clone().unwrap_or_default(),
+        }
+    }
+
+    /// `metadata.resourceVersion` as a number, when it is one (as etcd's are).
+    pub fn resource_version(&self) -> Option<u64> {
+        self.metadata().resource_version.as_deref()?.parse().ok()
+    }
+}
+
+/// What happened to an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Created or updated.
+    Upsert,
+    Delete,
+}
+
+/// One change, tagged with the object's version: a higher version is newer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    pub action: Action,
+    pub object: Object,
+    pub version: u64,
+}
+
+impl Event {
+    /// An event versioned by the object's `resourceVersion`.
+    ///
+    /// # Errors
+    /// The object has no numeric `resourceVersion`; use [`Event::with_version`] with a sequence
+    /// number instead.
+    pub fn new(action: Action, object: Object) -> Result<Event, String> {
+        let version = object.resource_version().ok_or_else(|| {
+            let key = object.key();
+            format!(
+                "{:?} {}: metadata.resourceVersion is missing or not a number",
+                key.kind, key.name
+            )
+        })?;
+        Ok(Event {
+            action,
+            object,
+            version,
+        })
+    }
+
+    /// An event versioned by the caller's sequence number.
+    pub fn with_version(action: Action, object: Object, version: u64) -> Event {
+        Event {
+            action,
+            object,
+            version,
+        }
+    }
+}
+
+/// What became of a submitted event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Submitted {
+    /// Waiting to be applied.
+    Queued,
+    /// Replaced an older waiting event of the same object.
+    Collapsed,
+    /// Older than (or as old as) what is waiting or applied: dropped.
+    Stale,
+}
+
+/// Counters of the pipeline, for metrics.
+#[derive(Debug, Default)]
+pub struct PipelineStats {
+    pub submitted: AtomicU64,
+    pub drained: AtomicU64,
+    pub collapsed: AtomicU64,
+    pub stale: AtomicU64,
+}
+
+#[derive(Default)]
+struct Inner {
+    waiting: HashMap<ObjectKey, Event>,
+    /// Keys with a waiting event, in the order their first waiting event arrived.
+    order: VecDeque<ObjectKey>,
+    /// The newest version drained per object (deleted objects included, so a late update of a
+    /// deleted object is recognised as stale).
+    drained: HashMap<ObjectKey, u64>,
+}
+
+/// The pipeline; share it with `Arc` between producers and the scheduler.
+#[derive(Default)]
+pub struct EventPipeline {
+    inner: Mutex<Inner>,
+    pub stats: PipelineStats,
+}
+
+impl EventPipeline {
+    /// Offers an event. Never blocks for long: it only takes a short lock.
+    pub fn submit(&self, event: Event) -> Submitted {
+        self.stats.submitted.fetch_add(1, Ordering::Relaxed);
+        let key = event.object.key();
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if inner.drained.get(&key).is_some_and(|&v| v >= event.version) {
+            self.stats.stale.fetch_add(1, Ordering::Relaxed);
+            return Submitted::Stale;
+        }
+        match inner.waiting.get_mut(&key) {
+            Some(waiting) if waiting.version >= event.version => {
+                self.stats.stale.fetch_add(1, Ordering::Relaxed);
+                Submitted::Stale
+            }
+            Some(waiting) => {
+                *waiting = event;
+                self.stats.collapsed.fetch_add(1, Ordering::Relaxed);
+                Submitted::Collapsed
+            }
+            None => {
+                inner.waiting.insert(key.clone(), event);
+                inner.order.push_back(key);
+                Submitted::Queued
+            }
+        }
+    }
+
+    /// Takes every waiting event, oldest arrival first, one per object.
+    pub fn drain(&self) -> Vec<Event> {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut events = Vec::with_capacity(inner.order.len());
+        while let Some(key) = inner.order.pop_front() {
+            if let Some(event) = inner.waiting.remove(&key) {
+                inner.drained.insert(key, event.version);
+                events.push(event);
+            }
+        }
+        self.stats
+            .drained
+            .fetch_add(events.len() as u64, Ordering::Relaxed);
+        events
+    }
+
+    /// The newest version drained for an object.
+    pub fn drained_version(&self, key: &ObjectKey) -> Option<u64> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.drained.get(key).copied()
+    }
+
+    /// Number of events waiting.
+    pub fn waiting(&self) -> usize {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.waiting.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node_event(name: &str, version: u64) -> Event {
+        let node: core::Node =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+        Event::with_version(Action::Upsert, Object::Node(Box::new(node)), version)
+    }
+
+    #[test]
+    fn a_burst_collapses_and_older_events_are_dropped() {
+        let pipeline = EventPipeline::default();
+        assert_eq!(pipeline.submit(node_event("a", 1)), Submitted::Queued);
+        assert_eq!(pipeline.submit(node_event("b", 1)), Submitted::Queued);
+        assert_eq!(pipeline.submit(node_event("a", 3)), Submitted::Collapsed);
+        assert_eq!(
+            pipeline.submit(node_event("a", 2)),
+            Submitted::Stale,
+            "older than the waiting one"
+        );
+        let drained = pipeline.drain();
+        let got: Vec<(String, u64)> = drained
+            .iter()
+            .map(|e| (e.object.key().name, e.version))
+            .collect();
+        assert_eq!(
+            got,
+            vec![("a".into(), 3), ("b".into(), 1)],
+            "first-arrival order, newest version"
+        );
+        assert_eq!(
+            pipeline.submit(node_event("a", 3)),
+            Submitted::Stale,
+            "already applied"
+        );
+        assert_eq!(pipeline.submit(node_event("a", 4)), Submitted::Queued);
+        assert_eq!(pipeline.stats.stale.load(Ordering::Relaxed), 2);
+        assert_eq!(pipeline.stats.collapsed.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn resource_versions_come_from_metadata() {
+        let node: core::Node = serde_json::from_value(
+            serde_json::json!({"metadata": {"name": "n", "resourceVersion": "42"}}),
+        )
+        .unwrap();
+        let event = Event::new(Action::Upsert, Object::Node(Box::new(node))).unwrap();
+        assert_eq!(event.version, 42);
+        let unversioned: core::Node =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "n"}})).unwrap();
+        assert!(Event::new(Action::Upsert, Object::Node(Box::new(unversioned))).is_err());
+    }
+}

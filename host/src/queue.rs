@@ -1,0 +1,503 @@
+//! The scheduling queue, as kube-scheduler keeps it: activeQ (higher priority first, then
+//! arrival), backoffQ (1s * 2^(attempts-1), capped at 10s) and the unschedulable pods, which wait
+//! for a cluster event that could make them fit, or 5 minutes at most.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasched_sdk as sdk;
+
+use crate::clock::Clock;
+
+/// Backoff after the first failed attempt.
+pub const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
+/// Backoff never grows past this.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// An unschedulable pod is retried after this long even without a relevant event.
+pub const UNSCHEDULABLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// The backoff after `attempts` failed attempts: 1s, 2s, 4s, 8s, then 10s.
+pub fn backoff(attempts: u32) -> Duration {
+    if attempts == 0 {
+        return Duration::ZERO;
+    }
+    let exponent = (attempts - 1).min(16);
+    (INITIAL_BACKOFF * (1u32 << exponent)).min(MAX_BACKOFF)
+}
+
+/// Where a pending pod is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueName {
+    Active,
+    Backoff,
+    Unschedulable,
+    /// Popped and being scheduled.
+    InFlight,
+}
+
+/// What the scheduler knows about a pending pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingStatus {
+    pub queue: QueueName,
+    /// Scheduling attempts so far.
+    pub attempts: u32,
+    /// Why the last attempt failed (the FitError message, or the error).
+    pub message: Option<String>,
+}
+
+/// A cluster change, as far as the queue cares: could it make an unschedulable pod fit?
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClusterEvent {
+    NodeAdded,
+    /// A node's labels, taints, allocatable or cordon changed.
+    NodeChanged,
+    /// A node changed in a way no filter reads (annotations, status conditions).
+    NodeChangedIrrelevant,
+    NodeDeleted,
+    /// A pod left a node, freeing its resources.
+    AssignedPodDeleted,
+    /// A pod was placed on a node: it only takes resources away.
+    AssignedPodAdded,
+    StorageChanged,
+}
+
+impl ClusterEvent {
+    /// True when the event can turn an unschedulable pod into a schedulable one.
+    pub fn may_help(self) -> bool {
+        matches!(
+            self,
+            ClusterEvent::NodeAdded
+                | ClusterEvent::NodeChanged
+                | ClusterEvent::AssignedPodDeleted
+                | ClusterEvent::StorageChanged
+        )
+    }
+}
+
+struct Entry {
+    pod: sdk::Pod,
+    queue: QueueName,
+    attempts: u32,
+    /// When the last attempt ended.
+    last_attempt: Option<Duration>,
+    /// When it became unschedulable.
+    unschedulable_since: Duration,
+    message: Option<String>,
+    /// Identifies the entry's current place in a heap (older heap items are stale).
+    ticket: u64,
+    /// The move-request counter when the pod was popped.
+    popped_at_move: u64,
+}
+
+/// The pending pods.
+pub struct SchedulingQueue {
+    clock: Arc<dyn Clock>,
+    entries: HashMap<String, Entry>,
+    /// (priority, earlier ticket first, key)
+    active: BinaryHeap<(i32, Reverse<u64>, String)>,
+    /// (ready time, ticket, key), earliest first.
+    backoff: BinaryHeap<Reverse<(Duration, u64, String)>>,
+    unschedulable: HashSet<String>,
+    next_ticket: u64,
+    /// Counts relevant cluster events, so a pod that failed while one arrived is not parked.
+    move_requests: u64,
+}
+
+/// The `namespace/name` key of a pod.
+pub fn key_of(pod: &sdk::Pod) -> String {
+    format!("{}/{}", pod.namespace, pod.name)
+}
+
+impl SchedulingQueue {
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        SchedulingQueue {
+            clock,
+            entries: HashMap::new(),
+            active: BinaryHeap::new(),
+            backoff: BinaryHeap::new(),
+            unschedulable: HashSet::new(),
+            next_ticket: 0,
+            move_requests: 0,
+        }
+    }
+
+    fn ticket(&mut self) -> u64 {
+        self.next_ticket += 1;
+        self.next_ticket
+    }
+
+    fn to_active(&mut self, key: &str) {
+        let ticket = self.ticket();
+        let Some(entry) = self.entries.get_mut(key) else {
+            return;
+        };
+        entry.queue = QueueName::Active;
+        entry.ticket = ticket;
+        self.unschedulable.remove(key);
+        self.active
+            .push((entry.pod.priority, Reverse(ticket), key.to_string()));
+    }
+
+    fn to_backoff_or_active(&mut self, key: &str) {
+        let now = self.clock.now();
+        let ticket = self.ticket();
+        let Some(entry) = self.entries.get_mut(key) else {
+            return;
+        };
+        let ready = entry.last_attempt.unwrap_or_default() + backoff(entry.attempts);
+        if ready <= now {
+            self.to_active(key);
+            return;
+        }
+        entry.queue = QueueName::Backoff;
+        entry.ticket = ticket;
+        self.unschedulable.remove(key);
+        self.backoff.push(Reverse((ready, ticket, key.to_string())));
+    }
+
+    /// Adds a new pending pod to activeQ; a pod already queued is updated instead.
+    pub fn add(&mut self, pod: sdk::Pod) {
+        let key = key_of(&pod);
+        if self.entries.contains_key(&key) {
+            self.update(pod);
+            return;
+        }
+        self.entries.insert(
+            key.clone(),
+            Entry {
+                pod,
+                queue: QueueName::Active,
+                attempts: 0,
+                last_attempt: None,
+                unschedulable_since: Duration::ZERO,
+                message: None,
+                ticket: 0,
+                popped_at_move: 0,
+            },
+        );
+        self.to_active(&key);
+    }
+
+    /// Replaces a queued pod's spec. An unschedulable pod is retried, since the change may help.
+    pub fn update(&mut self, pod: sdk::Pod) {
+        let key = key_of(&pod);
+        let Some(entry) = self.entries.get_mut(&key) else {
+            self.add(pod);
+            return;
+        };
+        let priority_changed = entry.pod.priority != pod.priority;
+        entry.pod = pod;
+        match entry.queue {
+            QueueName::Unschedulable => self.to_backoff_or_active(&key),
+            QueueName::Active if priority_changed => self.to_active(&key),
+            _ => {}
+        }
+    }
+
+    /// Forgets a pod (deleted, or bound elsewhere): it leaves every queue.
+    pub fn delete(&mut self, key: &str) -> bool {
+        self.unschedulable.remove(key);
+        self.entries.remove(key).is_some()
+    }
+
+    /// Moves pods whose backoff ended, and unschedulable pods parked too long, to activeQ.
+    pub fn flush(&mut self) {
+        let now = self.clock.now();
+        while let Some(Reverse((ready, ticket, key))) = self.backoff.peek().cloned() {
+            if ready > now {
+                break;
+            }
+            self.backoff.pop();
+            let current = self
+                .entries
+                .get(&key)
+                .is_some_and(|e| e.queue == QueueName::Backoff && e.ticket == ticket);
+            if current {
+                self.to_active(&key);
+            }
+        }
+        let stale: Vec<String> = self
+            .unschedulable
+            .iter()
+            .filter(|k| {
+                self.entries
+                    .get(*k)
+                    .is_some_and(|e| e.unschedulable_since + UNSCHEDULABLE_TIMEOUT <= now)
+            })
+            .cloned()
+            .collect();
+        for key in stale {
+            self.to_backoff_or_active(&key);
+        }
+    }
+
+    /// The next pod to schedule (highest priority, then earliest arrival), marked in flight, with
+    /// its attempt counted. `None` when activeQ is empty after flushing.
+    pub fn pop(&mut self) -> Option<sdk::Pod> {
+        self.flush();
+        while let Some((_, Reverse(ticket), key)) = self.active.pop() {
+            let Some(entry) = self.entries.get_mut(&key) else {
+                continue;
+            };
+            if entry.queue != QueueName::Active || entry.ticket != ticket {
+                continue;
+            }
+            entry.queue = QueueName::InFlight;
+            entry.attempts += 1;
+            entry.popped_at_move = self.move_requests;
+            return Some(entry.pod.clone());
+        }
+        None
+    }
+
+    /// The pod was placed: it leaves the queue.
+    pub fn done(&mut self, key: &str) {
+        self.delete(key);
+    }
+
+    /// No node fitted the pod: it waits for a relevant event (or goes straight to backoff if one
+    /// arrived while it was being scheduled).
+    pub fn unschedulable(&mut self, key: &str, message: String) {
+        let now = self.clock.now();
+        let moves = self.move_requests;
+        let Some(entry) = self.entries.get_mut(key) else {
+            return;
+        };
+        entry.message = Some(message);
+        entry.last_attempt = Some(now);
+        if entry.popped_at_move != moves {
+            self.to_backoff_or_active(key);
+            return;
+        }
+        entry.queue = QueueName::Unschedulable;
+        entry.unschedulable_since = now;
+        self.unschedulable.insert(key.to_string());
+    }
+
+    /// The attempt failed for another reason (a plugin error, a failed bind): retry after backoff.
+    pub fn failed(&mut self, key: &str, message: String) {
+        let now = self.clock.now();
+        let Some(entry) = self.entries.get_mut(key) else {
+            return;
+        };
+        entry.message = Some(message);
+        entry.last_attempt = Some(now);
+        self.to_backoff_or_active(key);
+    }
+
+    /// Puts back a pod that was placed but whose placement was undone (bind failed, assumption
+    /// expired), keeping its attempt count, to retry after backoff.
+    pub fn requeue(&mut self, pod: sdk::Pod, attempts: u32, message: String) {
+        let key = key_of(&pod);
+        self.add(pod);
+        if let Some(entry) = self.entries.get_mut(&key) {
+            entry.attempts = attempts.max(entry.attempts);
+        }
+        self.failed(&key, message);
+    }
+
+    /// A cluster change: if it may help, every unschedulable pod is retried (after its backoff).
+    pub fn on_event(&mut self, event: ClusterEvent) {
+        if !event.may_help() {
+            return;
+        }
+        self.move_requests += 1;
+        let parked: Vec<String> = self.unschedulable.iter().cloned().collect();
+        for key in parked {
+            self.to_backoff_or_active(&key);
+        }
+    }
+
+    /// Where a pending pod is, how often it was tried and why it failed last.
+    pub fn status(&self, key: &str) -> Option<PendingStatus> {
+        self.entries.get(key).map(|e| PendingStatus {
+            queue: e.queue,
+            attempts: e.attempts,
+            message: e.message.clone(),
+        })
+    }
+
+    /// Number of pods in each queue: (active, backoff, unschedulable).
+    pub fn lengths(&self) -> (usize, usize, usize) {
+        let mut counts = (0, 0, 0);
+        for e in self.entries.values() {
+            match e.queue {
+                QueueName::Active => counts.0 += 1,
+                QueueName::Backoff => counts.1 += 1,
+                QueueName::Unschedulable => counts.2 += 1,
+                QueueName::InFlight => {}
+            }
+        }
+        counts
+    }
+
+    /// Number of pending pods, in flight included.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::FakeClock;
+
+    fn pod(name: &str, priority: i32) -> sdk::Pod {
+        sdk::Pod {
+            namespace: "ns".into(),
+            name: name.into(),
+            priority,
+            ..Default::default()
+        }
+    }
+
+    fn queue() -> (SchedulingQueue, FakeClock) {
+        let clock = FakeClock::default();
+        (SchedulingQueue::new(Arc::new(clock.clone())), clock)
+    }
+
+    fn popped(q: &mut SchedulingQueue) -> Option<String> {
+        q.pop().map(|p| p.name)
+    }
+
+    #[test]
+    fn backoff_doubles_from_one_second_and_caps_at_ten() {
+        let seconds: Vec<u64> = (1..=6).map(|a| backoff(a).as_secs()).collect();
+        assert_eq!(seconds, vec![1, 2, 4, 8, 10, 10]);
+        assert_eq!(backoff(100), MAX_BACKOFF);
+    }
+
+    #[test]
+    fn active_queue_orders_by_priority_then_arrival() {
+        let (mut q, _) = queue();
+        q.add(pod("low-1", 0));
+        q.add(pod("high", 100));
+        q.add(pod("low-2", 0));
+        q.add(pod("mid", 50));
+        let order: Vec<String> = std::iter::from_fn(|| popped(&mut q)).collect();
+        assert_eq!(order, vec!["high", "mid", "low-1", "low-2"]);
+    }
+
+    #[test]
+    fn a_failed_pod_waits_out_its_backoff() {
+        let (mut q, clock) = queue();
+        q.add(pod("p", 0));
+        for (attempt, wait) in [(1u64, 1u64), (2, 2), (3, 4), (4, 8), (5, 10), (6, 10)] {
+            assert_eq!(popped(&mut q).as_deref(), Some("p"), "attempt {attempt}");
+            q.failed("ns/p", "boom".into());
+            assert_eq!(q.status("ns/p").unwrap().queue, QueueName::Backoff);
+            clock.advance(Duration::from_millis(wait * 1000 - 1));
+            assert_eq!(popped(&mut q), None, "attempt {attempt}: still backing off");
+            clock.advance(Duration::from_millis(1));
+            assert_eq!(q.status("ns/p").unwrap().queue, QueueName::Backoff);
+            q.flush();
+            assert_eq!(
+                q.status("ns/p").unwrap().queue,
+                QueueName::Active,
+                "attempt {attempt}: after {wait}s"
+            );
+        }
+        assert_eq!(q.status("ns/p").unwrap().attempts, 6);
+        assert_eq!(q.status("ns/p").unwrap().message.as_deref(), Some("boom"));
+    }
+
+    #[test]
+    fn unschedulable_pods_move_on_relevant_events_only() {
+        let (mut q, clock) = queue();
+        q.add(pod("p", 0));
+        popped(&mut q);
+        q.unschedulable(
+            "ns/p",
+            "0/1 nodes are available: 1 Insufficient cpu.".into(),
+        );
+        clock.advance(Duration::from_secs(30));
+        for irrelevant in [
+            ClusterEvent::AssignedPodAdded,
+            ClusterEvent::NodeChangedIrrelevant,
+        ] {
+            q.on_event(irrelevant);
+            assert_eq!(
+                q.status("ns/p").unwrap().queue,
+                QueueName::Unschedulable,
+                "{irrelevant:?}"
+            );
+        }
+        q.on_event(ClusterEvent::AssignedPodDeleted);
+        assert_eq!(
+            popped(&mut q).as_deref(),
+            Some("p"),
+            "past its 1s backoff: straight to activeQ"
+        );
+        assert_eq!(q.status("ns/p").unwrap().attempts, 2);
+    }
+
+    #[test]
+    fn an_event_during_backoff_sends_the_pod_to_backoff_first() {
+        let (mut q, clock) = queue();
+        q.add(pod("p", 0));
+        popped(&mut q);
+        q.unschedulable("ns/p", "no".into());
+        q.on_event(ClusterEvent::NodeAdded);
+        assert_eq!(q.status("ns/p").unwrap().queue, QueueName::Backoff);
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(popped(&mut q).as_deref(), Some("p"));
+    }
+
+    #[test]
+    fn an_event_while_in_flight_is_not_lost() {
+        let (mut q, clock) = queue();
+        q.add(pod("p", 0));
+        popped(&mut q);
+        q.on_event(ClusterEvent::NodeAdded);
+        q.unschedulable("ns/p", "no".into());
+        assert_eq!(
+            q.status("ns/p").unwrap().queue,
+            QueueName::Backoff,
+            "not parked"
+        );
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(popped(&mut q).as_deref(), Some("p"));
+    }
+
+    #[test]
+    fn unschedulable_pods_are_retried_after_five_minutes() {
+        let (mut q, clock) = queue();
+        q.add(pod("p", 0));
+        popped(&mut q);
+        q.unschedulable("ns/p", "no".into());
+        clock.advance(UNSCHEDULABLE_TIMEOUT - Duration::from_secs(1));
+        assert_eq!(popped(&mut q), None);
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(popped(&mut q).as_deref(), Some("p"));
+    }
+
+    #[test]
+    fn deleting_a_pending_pod_removes_it_from_every_queue() {
+        let (mut q, clock) = queue();
+        for name in ["active", "backoff", "parked"] {
+            q.add(pod(name, 0));
+        }
+        // Pop in arrival order, then park two of them.
+        assert_eq!(popped(&mut q).as_deref(), Some("active"));
+        assert_eq!(popped(&mut q).as_deref(), Some("backoff"));
+        assert_eq!(popped(&mut q).as_deref(), Some("parked"));
+        q.add(pod("active", 0));
+        q.failed("ns/backoff", "x".into());
+        q.unschedulable("ns/parked", "y".into());
+        q.add(pod("fresh", 0));
+        for key in ["ns/active", "ns/backoff", "ns/parked"] {
+            assert!(q.delete(key), "{key}");
+            assert_eq!(q.status(key), None);
+        }
+        clock.advance(UNSCHEDULABLE_TIMEOUT);
+        q.on_event(ClusterEvent::NodeAdded);
+        let rest: Vec<String> = std::iter::from_fn(|| popped(&mut q)).collect();
+        assert_eq!(rest, vec!["fresh"], "deleted pods never come back");
+    }
+}

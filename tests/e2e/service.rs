@@ -1,0 +1,493 @@
+//! The long-running core: events in any order and from many threads, the queue's reactions,
+//! assume/bind/confirm/expire, resync, and pending-pod status.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1 as core;
+use proptest::prelude::*;
+use wasched::clock::FakeClock;
+use wasched::config::{Config, DefaultPluginRuntime};
+use wasched::events::{Action, Event, Object, Submitted};
+use wasched::framework::Scheduler;
+use wasched::queue::QueueName;
+use wasched::service::{bound_pod, Binder, PodState, Sequencer, Service};
+
+fn node_obj(name: &str, cpu: &str, labels: &[(&str, &str)]) -> Object {
+    let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
+    Object::Node(Box::new(
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": labels},
+            "status": {"allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"}}
+        }))
+        .unwrap(),
+    ))
+}
+
+fn pod_k8s(name: &str, cpu: &str, node: Option<&str>) -> core::Pod {
+    let mut spec =
+        serde_json::json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]});
+    if let Some(node) = node {
+        spec["nodeName"] = node.into();
+    }
+    serde_json::from_value(
+        serde_json::json!({"metadata": {"name": name, "namespace": "default"}, "spec": spec}),
+    )
+    .unwrap()
+}
+
+fn pod_obj(name: &str, cpu: &str, node: Option<&str>) -> Object {
+    Object::Pod(Box::new(pod_k8s(name, cpu, node)))
+}
+
+/// Accepts every binding (or refuses all) and records them; confirmations are up to the test.
+#[derive(Clone, Default)]
+struct RecordingBinder {
+    binds: Arc<Mutex<Vec<(String, String)>>>,
+    refuse: bool,
+}
+
+impl Binder for RecordingBinder {
+    fn bind(&mut self, pod: &wasched_sdk::Pod, node: &str) -> Result<(), String> {
+        if self.refuse {
+            return Err("the API server said no".into());
+        }
+        self.binds
+            .lock()
+            .unwrap()
+            .push((format!("{}/{}", pod.namespace, pod.name), node.to_string()));
+        Ok(())
+    }
+}
+
+fn service(binder: RecordingBinder) -> (Service<RecordingBinder>, FakeClock) {
+    let mut config = Config::parse("t.toml", Path::new("."), String::new()).unwrap();
+    config.default_plugins = DefaultPluginRuntime::Native;
+    let scheduler = Scheduler::new(&config.profiles().unwrap(), 1).unwrap();
+    let clock = FakeClock::default();
+    (
+        Service::new(scheduler, binder, Arc::new(clock.clone())),
+        clock,
+    )
+}
+
+#[test]
+fn an_unconfirmed_binding_expires_frees_the_node_and_the_pod_is_scheduled_again() {
+    let binder = RecordingBinder::default();
+    let (mut s, clock) = service(binder.clone());
+    let seq = Sequencer::default();
+    let pipeline = s.pipeline();
+    pipeline.submit(seq.upsert(node_obj("n1", "1", &[])));
+    pipeline.submit(seq.upsert(pod_obj("first", "800m", None)));
+    pipeline.submit(seq.upsert(pod_obj("second", "800m", None)));
+    let results = s.run_until_idle();
+    assert_eq!(results[0].node.as_deref(), Some("n1"));
+    assert_eq!(
+        results[1].message.as_deref(),
+        Some("0/1 nodes are available: 1 Insufficient cpu."),
+        "the assumed pod holds its cpu"
+    );
+    assert_eq!(
+        s.pod_state("default/first"),
+        Some(PodState::Assumed { node: "n1".into() })
+    );
+
+    clock.advance(Duration::from_secs(29));
+    assert!(
+        s.run_until_idle().is_empty(),
+        "nothing changes before the TTL"
+    );
+    clock.advance(Duration::from_secs(1));
+    let results = s.run_until_idle();
+    assert_eq!(
+        s.stats
+            .assumed_expired
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    // The expiry freed n1, which also woke the unschedulable pod; one of the two gets it.
+    let placed: Vec<&str> = results
+        .iter()
+        .filter(|r| r.node.is_some())
+        .map(|r| r.pod.as_str())
+        .collect();
+    assert_eq!(placed.len(), 1, "{results:?}");
+    assert_eq!(binder.binds.lock().unwrap().len(), 2);
+}
+
+#[test]
+fn a_confirmed_binding_is_counted_once() {
+    let binder = RecordingBinder::default();
+    let (mut s, clock) = service(binder.clone());
+    let seq = Sequencer::default();
+    let pipeline = s.pipeline();
+    pipeline.submit(seq.upsert(node_obj("n1", "1", &[])));
+    pipeline.submit(seq.upsert(pod_obj("p", "600m", None)));
+    assert_eq!(s.run_until_idle()[0].node.as_deref(), Some("n1"));
+    // The API server reports the binding.
+    pipeline.submit(seq.upsert(Object::Pod(Box::new(bound_pod(
+        &pod_k8s("p", "600m", None),
+        "n1",
+    )))));
+    s.apply_events();
+    assert_eq!(
+        s.pod_state("default/p"),
+        Some(PodState::Bound { node: "n1".into() })
+    );
+    clock.advance(Duration::from_secs(60));
+    s.run_until_idle();
+    assert_eq!(
+        s.stats
+            .assumed_expired
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "confirmed: never expires"
+    );
+    let id = s.scheduler.cache.node_id("n1").unwrap();
+    let usage = &s.scheduler.cache.node(id).unwrap().info.usage;
+    assert_eq!(
+        (usage.requested.milli_cpu, usage.pod_count),
+        (600, 1),
+        "counted once"
+    );
+}
+
+#[test]
+fn a_failed_binding_frees_the_node_and_retries_after_backoff() {
+    let binder = RecordingBinder {
+        refuse: true,
+        ..RecordingBinder::default()
+    };
+    let (mut s, clock) = service(binder);
+    let seq = Sequencer::default();
+    s.pipeline().submit(seq.upsert(node_obj("n1", "1", &[])));
+    s.pipeline().submit(seq.upsert(pod_obj("p", "600m", None)));
+    let first = s.run_until_idle();
+    assert_eq!(
+        first.len(),
+        1,
+        "backing off after the failed bind: {first:?}"
+    );
+    let Some(PodState::Pending(status)) = s.pod_state("default/p") else {
+        panic!("pending")
+    };
+    assert_eq!(status.queue, QueueName::Backoff);
+    assert_eq!(
+        status.message.as_deref(),
+        Some("binding to n1 failed: the API server said no")
+    );
+    let id = s.scheduler.cache.node_id("n1").unwrap();
+    assert_eq!(
+        s.scheduler.cache.node(id).unwrap().info.usage.pod_count,
+        0,
+        "un-assumed"
+    );
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(
+        s.run_until_idle().len(),
+        1,
+        "retried once the 1s backoff passed"
+    );
+}
+
+#[test]
+fn a_pending_pod_shows_its_fit_error_and_attempts_and_a_new_node_wakes_it() {
+    let (mut s, _clock) = service(RecordingBinder::default());
+    let seq = Sequencer::default();
+    let pipeline = s.pipeline();
+    pipeline.submit(seq.upsert(node_obj("small", "1", &[])));
+    pipeline.submit(seq.upsert(pod_obj("big", "4", None)));
+    s.run_until_idle();
+    let Some(PodState::Pending(status)) = s.pod_state("default/big") else {
+        panic!("pending")
+    };
+    assert_eq!(status.attempts, 1);
+    assert_eq!(status.queue, QueueName::Unschedulable);
+    assert_eq!(
+        status.message.as_deref(),
+        Some("0/1 nodes are available: 1 Insufficient cpu.")
+    );
+
+    // An irrelevant change (annotations only) does not wake it; a new big node does.
+    let mut annotated = node_obj("small", "1", &[]);
+    if let Object::Node(n) = &mut annotated {
+        n.metadata.annotations = Some([("note".to_string(), "x".to_string())].into());
+    }
+    pipeline.submit(seq.upsert(annotated));
+    assert!(s.run_until_idle().is_empty());
+    pipeline.submit(seq.upsert(node_obj("big-node", "8", &[])));
+    let results = s.run_until_idle();
+    assert!(results.is_empty(), "still inside its 1s backoff");
+    _clock.advance(Duration::from_secs(1));
+    let results = s.run_until_idle();
+    assert_eq!(results[0].node.as_deref(), Some("big-node"));
+}
+
+#[test]
+fn deleting_a_pending_pod_removes_it_and_deleting_a_placed_pod_frees_its_node() {
+    let (mut s, _clock) = service(RecordingBinder::default());
+    let seq = Sequencer::default();
+    let pipeline = s.pipeline();
+    pipeline.submit(seq.upsert(node_obj("n1", "1", &[])));
+    pipeline.submit(seq.upsert(pod_obj("running", "1", Some("n1"))));
+    pipeline.submit(seq.upsert(pod_obj("waiting", "1", None)));
+    s.run_until_idle();
+    assert!(matches!(
+        s.pod_state("default/waiting"),
+        Some(PodState::Pending(_))
+    ));
+    pipeline.submit(seq.delete(pod_obj("running", "1", Some("n1"))));
+    let results = s.run_until_idle();
+    assert!(results.is_empty(), "woken, but inside its backoff");
+    pipeline.submit(seq.delete(pod_obj("waiting", "1", None)));
+    s.apply_events();
+    assert_eq!(
+        s.pod_state("default/waiting"),
+        None,
+        "gone from every queue"
+    );
+    assert_eq!(s.queue_lengths(), (0, 0, 0));
+}
+
+#[test]
+fn stale_and_late_events_are_dropped() {
+    let (mut s, _clock) = service(RecordingBinder::default());
+    let pipeline = s.pipeline();
+    let v = |object, version| Event::with_version(Action::Upsert, object, version);
+    assert_eq!(
+        pipeline.submit(v(node_obj("n", "1", &[("gen", "2")]), 2)),
+        Submitted::Queued
+    );
+    assert_eq!(
+        pipeline.submit(v(node_obj("n", "1", &[("gen", "1")]), 1)),
+        Submitted::Stale
+    );
+    s.apply_events();
+    assert_eq!(
+        pipeline.submit(Event::with_version(
+            Action::Delete,
+            node_obj("n", "1", &[]),
+            3
+        )),
+        Submitted::Queued
+    );
+    s.apply_events();
+    assert_eq!(
+        pipeline.submit(v(node_obj("n", "1", &[("gen", "late")]), 2)),
+        Submitted::Stale,
+        "an update older than the delete does not resurrect the node"
+    );
+    s.apply_events();
+    assert_eq!(s.scheduler.cache.node_count(), 0);
+}
+
+#[test]
+fn resync_repairs_drift_and_counts_it() {
+    let (mut s, _clock) = service(RecordingBinder::default());
+    let seq = Sequencer::default();
+    let pipeline = s.pipeline();
+    pipeline.submit(seq.upsert(node_obj("kept", "1", &[])));
+    pipeline.submit(seq.upsert(node_obj("ghost", "1", &[])));
+    pipeline.submit(seq.upsert(node_obj("changed", "1", &[("disk", "hdd")])));
+    s.apply_events();
+    // The truth: ghost is gone (its delete was lost), changed has new labels, missed was never seen.
+    let truth = vec![
+        node_obj("kept", "1", &[]),
+        node_obj("changed", "1", &[("disk", "ssd")]),
+        node_obj("missed", "2", &[]),
+    ];
+    assert_eq!(s.resync(truth.clone()), 3);
+    let names: Vec<String> = s
+        .scheduler
+        .cache
+        .nodes()
+        .map(|(_, n)| n.info.name.clone())
+        .collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(sorted, vec!["changed", "kept", "missed"]);
+    let id = s.scheduler.cache.node_id("changed").unwrap();
+    assert_eq!(
+        s.scheduler.cache.node(id).unwrap().info.labels.get("disk"),
+        Some("ssd")
+    );
+    assert_eq!(s.resync(truth), 0, "nothing left to repair");
+}
+
+/// One object's event stream: versions 1..=n, the last one deciding its final state.
+#[derive(Debug, Clone)]
+struct Stream {
+    object: usize,
+    events: Vec<(u64, bool, u8)>, // (version, delete, label value)
+}
+
+fn streams() -> impl Strategy<Value = Vec<Stream>> {
+    prop::collection::vec(prop::collection::vec((any::<bool>(), 0u8..4), 1..6), 1..8).prop_map(
+        |objects| {
+            objects
+                .into_iter()
+                .enumerate()
+                .map(|(object, events)| Stream {
+                    object,
+                    events: events
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, (delete, label))| (i as u64 + 1, delete, label))
+                        .collect(),
+                })
+                .collect()
+        },
+    )
+}
+
+fn event_for(object: usize, (version, delete, label): (u64, bool, u8)) -> Event {
+    let node = node_obj(&format!("n{object}"), "1", &[("v", &label.to_string())]);
+    Event::with_version(
+        if delete {
+            Action::Delete
+        } else {
+            Action::Upsert
+        },
+        node,
+        version,
+    )
+}
+
+fn final_nodes(s: &Service<RecordingBinder>) -> BTreeMap<String, String> {
+    s.scheduler
+        .cache
+        .nodes()
+        .map(|(_, n)| {
+            (
+                n.info.name.clone(),
+                n.info.labels.get("v").unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn any_interleaving_ends_where_in_order_application_ends(
+        streams in streams(),
+        order_seed in any::<u64>(),
+        duplicate_every in 2usize..5,
+        drain_every in 1usize..7,
+    ) {
+        // Expected: each object's events applied in order.
+        let (mut expected, _) = service(RecordingBinder::default());
+        for stream in &streams {
+            for &e in &stream.events {
+                expected.pipeline().submit(event_for(stream.object, e));
+                expected.apply_events();
+            }
+        }
+        // Actual: all events shuffled, some duplicated, drained at random points.
+        let mut all: Vec<Event> = streams
+            .iter()
+            .flat_map(|s| s.events.iter().map(move |&e| event_for(s.object, e)))
+            .collect();
+        let duplicates: Vec<Event> = all.iter().step_by(duplicate_every).cloned().collect();
+        all.extend(duplicates);
+        let mut rng = wasched::util::Rng::new(order_seed);
+        for i in (1..all.len()).rev() {
+            let j = rng.below(i as u64 + 1) as usize;
+            all.swap(i, j);
+        }
+        let (mut actual, _) = service(RecordingBinder::default());
+        for (i, event) in all.into_iter().enumerate() {
+            actual.pipeline().submit(event);
+            if i % drain_every == 0 {
+                actual.apply_events();
+            }
+        }
+        actual.apply_events();
+        prop_assert_eq!(final_nodes(&actual), final_nodes(&expected));
+        actual.scheduler.cache.refresh_listing();
+        prop_assert_eq!(actual.scheduler.cache.listing().len(), actual.scheduler.cache.node_count());
+    }
+}
+
+#[test]
+fn many_threads_feed_events_while_cycles_run() {
+    let (mut s, clock) = service(RecordingBinder::default());
+    let pipeline = s.pipeline();
+    const THREADS: usize = 4;
+    const NODES_PER_THREAD: usize = 50;
+    let producers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let pipeline = pipeline.clone();
+            std::thread::spawn(move || {
+                for round in 0..5u64 {
+                    for i in 0..NODES_PER_THREAD {
+                        let name = format!("t{t}-n{i}");
+                        let version = round * 2 + 1;
+                        pipeline.submit(Event::with_version(
+                            Action::Upsert,
+                            node_obj(&name, "4", &[("v", &round.to_string())]),
+                            version,
+                        ));
+                        // Every thread also relabels a node shared by all threads.
+                        pipeline.submit(Event::with_version(
+                            Action::Upsert,
+                            node_obj("shared", "4", &[("v", &round.to_string())]),
+                            round * 100 + t as u64,
+                        ));
+                        pipeline.submit(Event::with_version(
+                            Action::Upsert,
+                            pod_obj(&format!("t{t}-p{round}-{i}"), "10m", None),
+                            1,
+                        ));
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut placed = 0;
+    // Pods that arrive before any node wait out a backoff: let time pass between rounds.
+    while producers.iter().any(|p| !p.is_finished()) {
+        placed += s
+            .run_until_idle()
+            .iter()
+            .filter(|r| r.node.is_some())
+            .count();
+        clock.advance(Duration::from_secs(2));
+    }
+    for p in producers {
+        p.join().expect("producer panicked");
+    }
+    for _ in 0..3 {
+        placed += s
+            .run_until_idle()
+            .iter()
+            .filter(|r| r.node.is_some())
+            .count();
+        clock.advance(Duration::from_secs(11));
+    }
+    let nodes = final_nodes(&s);
+    assert_eq!(
+        nodes.len(),
+        THREADS * NODES_PER_THREAD + 1,
+        "no node lost or duplicated"
+    );
+    assert!(
+        nodes
+            .iter()
+            .filter(|(n, _)| *n != "shared")
+            .all(|(_, round)| round == "4"),
+        "last round wins"
+    );
+    s.scheduler.cache.refresh_listing();
+    let mut listing = s.scheduler.cache.listing().to_vec();
+    listing.sort_unstable();
+    listing.dedup();
+    assert_eq!(listing.len(), nodes.len(), "every node listed exactly once");
+    assert_eq!(
+        placed,
+        THREADS * NODES_PER_THREAD * 5,
+        "every pod placed once"
+    );
+}
