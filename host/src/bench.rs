@@ -33,6 +33,9 @@ pub struct Args {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Node-update events pushed through the event pipeline for its throughput figure (0 skips it).
+    #[arg(long, default_value_t = 200_000)]
+    pub events: usize,
 }
 
 const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
@@ -234,6 +237,8 @@ pub struct Report {
     pub native: RunReport,
     /// WASM throughput over native throughput.
     pub wasm_native_ratio: f64,
+    /// Events the pipeline took in, collapsed and applied to the cache per second.
+    pub events_per_second: f64,
 }
 
 /// Schedules the synthetic cluster with one runtime.
@@ -306,6 +311,65 @@ pub fn run_once(
     })
 }
 
+/// Pushes `count` node-update events (labels changing, so each is relevant to the queue) through
+/// the pipeline from a producer thread while the scheduler thread drains and applies them; returns
+/// events per second.
+///
+/// # Errors
+/// The default plugins failed to load.
+pub fn event_throughput(cluster: &Synthetic, count: usize) -> anyhow::Result<f64> {
+    use crate::events::{Action, Event, Object};
+    use crate::service::{Binder, Service};
+
+    struct NoBinder;
+    impl Binder for NoBinder {
+        fn bind(&mut self, _: &sdk::Pod, _: &str) -> Result<(), String> {
+            Ok(())
+        }
+    }
+    if count == 0 || cluster.nodes.is_empty() {
+        return Ok(0.0);
+    }
+    let mut config = Config::default();
+    config.default_plugins = DefaultPluginRuntime::Native;
+    let scheduler = Scheduler::new(&config.profiles()?, 1)?;
+    let mut service = Service::new(
+        scheduler,
+        NoBinder,
+        std::sync::Arc::new(crate::clock::SystemClock::default()),
+    );
+    let pipeline = service.pipeline();
+    // Objects are built before the clock starts: four label revisions per node, cycled.
+    const REVISIONS: usize = 4;
+    let objects: Vec<Object> = (0..REVISIONS)
+        .flat_map(|rev| {
+            cluster.nodes.iter().map(move |n| {
+                let node: core::Node = serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": n.name, "labels": {"rev": rev.to_string()}},
+                    "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"}}
+                }))
+                .expect("valid Node");
+                Object::Node(Box::new(node))
+            })
+        })
+        .collect();
+    let start = Instant::now();
+    let producer = std::thread::spawn(move || {
+        for i in 0..count {
+            let object = objects[i % objects.len()].clone();
+            pipeline.submit(Event::with_version(Action::Upsert, object, i as u64 + 1));
+        }
+    });
+    while !producer.is_finished() {
+        service.apply_events();
+    }
+    producer
+        .join()
+        .map_err(|_| anyhow::anyhow!("event producer panicked"))?;
+    service.apply_events();
+    Ok(count as f64 / start.elapsed().as_secs_f64())
+}
+
 /// The process's peak resident set size in MB (Linux `VmHWM`), or 0 where unavailable.
 pub fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
@@ -332,7 +396,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     // WASM first, so its peak memory is not inflated by the native run.
     let wasm = run_once(&cluster, DefaultPluginRuntime::Wasm, args.seed)?;
     let native = run_once(&cluster, DefaultPluginRuntime::Native, args.seed)?;
+    let events_per_second = event_throughput(&cluster, args.events)?;
     let report = Report {
+        events_per_second,
         nodes: args.nodes,
         pods: args.pods,
         seed: args.seed,
@@ -381,4 +447,10 @@ fn print_table(r: &Report) {
         );
     }
     println!("wasm/native throughput ratio: {:.2}", r.wasm_native_ratio);
+    if r.events_per_second > 0.0 {
+        println!(
+            "event pipeline: {:.0} node-update events/s submitted by one thread and applied by the scheduler thread",
+            r.events_per_second
+        );
+    }
 }

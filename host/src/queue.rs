@@ -128,7 +128,7 @@ impl SchedulingQueue {
         self.next_ticket
     }
 
-    fn to_active(&mut self, key: &str) {
+    fn move_to_active(&mut self, key: &str) {
         let ticket = self.ticket();
         let Some(entry) = self.entries.get_mut(key) else {
             return;
@@ -140,7 +140,7 @@ impl SchedulingQueue {
             .push((entry.pod.priority, Reverse(ticket), key.to_string()));
     }
 
-    fn to_backoff_or_active(&mut self, key: &str) {
+    fn move_after_backoff(&mut self, key: &str) {
         let now = self.clock.now();
         let ticket = self.ticket();
         let Some(entry) = self.entries.get_mut(key) else {
@@ -148,7 +148,7 @@ impl SchedulingQueue {
         };
         let ready = entry.last_attempt.unwrap_or_default() + backoff(entry.attempts);
         if ready <= now {
-            self.to_active(key);
+            self.move_to_active(key);
             return;
         }
         entry.queue = QueueName::Backoff;
@@ -177,7 +177,7 @@ impl SchedulingQueue {
                 popped_at_move: 0,
             },
         );
-        self.to_active(&key);
+        self.move_to_active(&key);
     }
 
     /// Replaces a queued pod's spec. An unschedulable pod is retried, since the change may help.
@@ -190,8 +190,8 @@ impl SchedulingQueue {
         let priority_changed = entry.pod.priority != pod.priority;
         entry.pod = pod;
         match entry.queue {
-            QueueName::Unschedulable => self.to_backoff_or_active(&key),
-            QueueName::Active if priority_changed => self.to_active(&key),
+            QueueName::Unschedulable => self.move_after_backoff(&key),
+            QueueName::Active if priority_changed => self.move_to_active(&key),
             _ => {}
         }
     }
@@ -215,7 +215,7 @@ impl SchedulingQueue {
                 .get(&key)
                 .is_some_and(|e| e.queue == QueueName::Backoff && e.ticket == ticket);
             if current {
-                self.to_active(&key);
+                self.move_to_active(&key);
             }
         }
         let stale: Vec<String> = self
@@ -229,7 +229,7 @@ impl SchedulingQueue {
             .cloned()
             .collect();
         for key in stale {
-            self.to_backoff_or_active(&key);
+            self.move_after_backoff(&key);
         }
     }
 
@@ -268,7 +268,7 @@ impl SchedulingQueue {
         entry.message = Some(message);
         entry.last_attempt = Some(now);
         if entry.popped_at_move != moves {
-            self.to_backoff_or_active(key);
+            self.move_after_backoff(key);
             return;
         }
         entry.queue = QueueName::Unschedulable;
@@ -284,7 +284,7 @@ impl SchedulingQueue {
         };
         entry.message = Some(message);
         entry.last_attempt = Some(now);
-        self.to_backoff_or_active(key);
+        self.move_after_backoff(key);
     }
 
     /// Puts back a pod that was placed but whose placement was undone (bind failed, assumption
@@ -306,7 +306,7 @@ impl SchedulingQueue {
         self.move_requests += 1;
         let parked: Vec<String> = self.unschedulable.iter().cloned().collect();
         for key in parked {
-            self.to_backoff_or_active(&key);
+            self.move_after_backoff(&key);
         }
     }
 

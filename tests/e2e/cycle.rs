@@ -160,6 +160,7 @@ fn wasm_and_native_place_a_synthetic_cluster_identically() {
         pods: 600,
         seed: 7,
         json: false,
+        events: 0,
     };
     let cluster = synthetic(&args);
     let place = |runtime| -> Vec<(Option<String>, Option<String>)> {
