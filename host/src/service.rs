@@ -20,7 +20,7 @@ use wasched_sdk as sdk;
 
 use crate::clock::Clock;
 use crate::events::{Action, Event, EventPipeline, Kind, Object, ObjectKey};
-use crate::framework::Scheduler;
+use crate::framework::{NodeReport, Scheduler};
 use crate::k8s;
 use crate::queue::{key_of, ClusterEvent, PendingStatus, SchedulingQueue};
 
@@ -58,6 +58,8 @@ pub struct CycleResult {
     pub node: Option<String>,
     /// Why not.
     pub message: Option<String>,
+    /// Every examined node, when the service explains its cycles.
+    pub nodes: Vec<NodeReport>,
 }
 
 struct Assumed {
@@ -92,20 +94,32 @@ pub struct Service<B: Binder> {
     assumed: HashMap<String, Assumed>,
     /// The last applied version of every object, for resync.
     objects: HashMap<ObjectKey, (u64, Object)>,
+    explain: bool,
     pub stats: Arc<ServiceStats>,
 }
 
 impl<B: Binder> Service<B> {
     pub fn new(scheduler: Scheduler, binder: B, clock: Arc<dyn Clock>) -> Self {
+        Self::with_pipeline(scheduler, binder, clock, Arc::new(EventPipeline::default()))
+    }
+
+    /// A service draining an existing pipeline (one its binder may also feed).
+    pub fn with_pipeline(
+        scheduler: Scheduler,
+        binder: B,
+        clock: Arc<dyn Clock>,
+        pipeline: Arc<EventPipeline>,
+    ) -> Self {
         Service {
             scheduler,
             queue: SchedulingQueue::new(clock.clone()),
-            pipeline: Arc::new(EventPipeline::default()),
+            pipeline,
             binder,
             clock,
             assume_ttl: DEFAULT_ASSUME_TTL,
             assumed: HashMap::new(),
             objects: HashMap::new(),
+            explain: false,
             stats: Arc::new(ServiceStats::default()),
         }
     }
@@ -113,6 +127,12 @@ impl<B: Binder> Service<B> {
     /// Sets how long a placement may wait for confirmation.
     pub fn with_assume_ttl(mut self, ttl: Duration) -> Self {
         self.assume_ttl = ttl;
+        self
+    }
+
+    /// Makes every cycle report each examined node (for `simulate --explain`).
+    pub fn with_explain(mut self, explain: bool) -> Self {
+        self.explain = explain;
         self
     }
 
@@ -324,16 +344,17 @@ impl<B: Binder> Service<B> {
         let pod = self.queue.pop()?;
         let key = key_of(&pod);
         let attempts = self.queue.status(&key).map_or(1, |s| s.attempts);
-        let Some(outcome) = self.scheduler.schedule(&pod, false) else {
+        let Some(outcome) = self.scheduler.schedule(&pod, self.explain) else {
             // No profile for its scheduler name: another scheduler's pod.
             self.queue.delete(&key);
             return Some(CycleResult {
                 pod: key,
                 node: None,
                 message: Some(format!(
-                    "no profile for schedulerName {:?}",
+                    "no profile for schedulerName {:?}; kube-scheduler would leave this pod to that scheduler",
                     pod.scheduler_name
                 )),
+                nodes: Vec::new(),
             });
         };
         let Some(node) = outcome.node else {
@@ -348,6 +369,7 @@ impl<B: Binder> Service<B> {
                 pod: key,
                 node: None,
                 message: Some(message),
+                nodes: outcome.nodes,
             });
         };
         // The scheduler placed the pod in the cache: it is assumed from here on.
@@ -371,6 +393,7 @@ impl<B: Binder> Service<B> {
                     pod: key,
                     node: Some(node),
                     message: None,
+                    nodes: outcome.nodes,
                 })
             }
             Err(e) => {
@@ -383,6 +406,7 @@ impl<B: Binder> Service<B> {
                     pod: key,
                     node: None,
                     message: Some(message),
+                    nodes: outcome.nodes,
                 })
             }
         }

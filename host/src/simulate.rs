@@ -6,10 +6,19 @@ use std::io::Write;
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1 as core;
+use wasched_sdk as sdk;
+
+use crate::clock::SystemClock;
 use crate::config::Config;
-use crate::framework::{NodeReport, Outcome, Scheduler};
+use crate::events::{EventPipeline, Object};
+use crate::framework::{NodeReport, Scheduler};
 use crate::input::Cluster;
 use crate::k8s;
+use crate::service::{bound_pod, Binder, Sequencer, Service};
 
 /// How results are printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -72,8 +81,29 @@ impl Serialize for Scores<'_> {
     }
 }
 
+/// Confirms every binding at once by feeding the bound pod back as an update, as the API server
+/// would.
+struct ConfirmingBinder {
+    pipeline: Arc<EventPipeline>,
+    sequence: Arc<Sequencer>,
+    pods: Arc<HashMap<String, core::Pod>>,
+}
+
+impl Binder for ConfirmingBinder {
+    fn bind(&mut self, pod: &sdk::Pod, node: &str) -> Result<(), String> {
+        let key = format!("{}/{}", pod.namespace, pod.name);
+        let original = self.pods.get(&key).ok_or("unknown pod")?;
+        let bound = bound_pod(original, node);
+        self.pipeline
+            .submit(self.sequence.upsert(Object::Pod(Box::new(bound))));
+        Ok(())
+    }
+}
+
 /// Schedules every pending pod of `cluster` in queue order (higher `spec.priority` first, then
-/// input order), placing each before the next is considered.
+/// input order), placing each before the next is considered. The cluster goes through the same
+/// event pipeline, queue and assume/bind path as the long-running scheduler, with a binder that
+/// confirms every binding.
 ///
 /// Pods with `spec.nodeName` (and not finished) are running on that node; finished pods
 /// (`Succeeded`/`Failed`) hold nothing.
@@ -86,55 +116,77 @@ pub fn simulate(
     options: Options,
 ) -> anyhow::Result<Vec<Decision>> {
     let profiles = config.profiles()?;
-    let mut scheduler = Scheduler::new(&profiles, options.seed)?;
-    for class in &cluster.classes {
-        scheduler.cache.upsert_class(class.clone());
+    let scheduler = Scheduler::new(&profiles, options.seed)?;
+    let sequence = Arc::new(Sequencer::default());
+    let pods: HashMap<String, core::Pod> = cluster
+        .pods
+        .iter()
+        .map(|p| (k8s::pod_key(p), p.clone()))
+        .collect();
+    let pipeline = Arc::new(EventPipeline::default());
+    let binder = ConfirmingBinder {
+        pipeline: pipeline.clone(),
+        sequence: sequence.clone(),
+        pods: Arc::new(pods),
+    };
+    let clock = Arc::new(SystemClock::default());
+    let mut service = Service::with_pipeline(scheduler, binder, clock, pipeline.clone())
+        .with_explain(options.explain);
+    // Storage and nodes first, then running pods, then pending pods in priority order, so that
+    // the queue's arrival order is the input order.
+    let mut objects: Vec<Object> = Vec::new();
+    objects.extend(
+        cluster
+            .classes
+            .iter()
+            .map(|c| Object::Class(Box::new(c.clone()))),
+    );
+    objects.extend(
+        cluster
+            .volumes
+            .iter()
+            .map(|v| Object::Volume(Box::new(v.clone()))),
+    );
+    objects.extend(
+        cluster
+            .claims
+            .iter()
+            .map(|c| Object::Claim(Box::new(c.clone()))),
+    );
+    objects.extend(
+        cluster
+            .nodes
+            .iter()
+            .map(|n| Object::Node(Box::new(n.clone()))),
+    );
+    let live = cluster.pods.iter().filter(|p| !k8s::is_terminated(p));
+    let (running, mut pending): (Vec<&core::Pod>, Vec<&core::Pod>) = live.partition(|p| {
+        p.spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| !n.is_empty())
+    });
+    pending
+        .sort_by_key(|p| std::cmp::Reverse(p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)));
+    objects.extend(
+        running
+            .into_iter()
+            .chain(pending)
+            .map(|p| Object::Pod(Box::new(p.clone()))),
+    );
+    for object in objects {
+        pipeline.submit(sequence.upsert(object));
     }
-    for volume in &cluster.volumes {
-        scheduler.cache.upsert_volume(volume.clone());
-    }
-    for claim in &cluster.claims {
-        scheduler.cache.upsert_claim(claim.clone());
-    }
-    for node in &cluster.nodes {
-        scheduler.cache.upsert_node(k8s::node_info(node)?);
-    }
-    let mut pending = Vec::new();
-    for pod in cluster.pods.iter().filter(|p| !k8s::is_terminated(p)) {
-        let model = k8s::pod(pod)?;
-        if model.node_name.is_empty() {
-            pending.push(model);
-        } else {
-            let node = model.node_name.clone();
-            scheduler.cache.place_pod(&model, &node);
-        }
-    }
-    // A stable sort keeps input order among equal priorities.
-    pending.sort_by_key(|p| std::cmp::Reverse(p.priority));
-
-    let mut decisions = Vec::with_capacity(pending.len());
-    for pod in &pending {
-        let key = format!("{}/{}", pod.namespace, pod.name);
-        let decision = match scheduler.schedule(pod, options.explain) {
-            Some(Outcome { node, message, nodes, .. }) => Decision {
-                pod: key,
-                node,
-                message,
-                nodes,
-            },
-            None => Decision {
-                pod: key,
-                node: None,
-                message: Some(format!(
-                    "no profile for schedulerName {:?}; kube-scheduler would leave this pod to that scheduler",
-                    pod.scheduler_name
-                )),
-                nodes: Vec::new(),
-            },
-        };
-        decisions.push(decision);
-    }
-    Ok(decisions)
+    let results = service.run_until_idle();
+    Ok(results
+        .into_iter()
+        .map(|r| Decision {
+            pod: r.pod,
+            node: r.node,
+            message: r.message,
+            nodes: r.nodes,
+        })
+        .collect())
 }
 
 /// Prints decisions in the chosen format.

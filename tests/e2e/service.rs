@@ -342,17 +342,45 @@ fn streams() -> impl Strategy<Value = Vec<Stream>> {
     )
 }
 
+/// Even objects are nodes (labelled by the event); odd ones are pods, bound to node `n{2*label}`
+/// or pending when the label is 3.
 fn event_for(object: usize, (version, delete, label): (u64, bool, u8)) -> Event {
-    let node = node_obj(&format!("n{object}"), "1", &[("v", &label.to_string())]);
-    Event::with_version(
-        if delete {
-            Action::Delete
-        } else {
-            Action::Upsert
-        },
-        node,
-        version,
-    )
+    let action = if delete {
+        Action::Delete
+    } else {
+        Action::Upsert
+    };
+    let target = if object % 2 == 0 {
+        node_obj(&format!("n{object}"), "1", &[("v", &label.to_string())])
+    } else {
+        let node = (label < 3).then(|| format!("n{}", label * 2));
+        pod_obj(&format!("p{object}"), "100m", node.as_deref())
+    };
+    Event::with_version(action, target, version)
+}
+
+type NodeState = BTreeMap<String, (String, u32, i64)>;
+
+/// Nodes with their label and usage, and every pod's state.
+fn final_state(s: &Service<RecordingBinder>, objects: usize) -> (NodeState, Vec<Option<PodState>>) {
+    let nodes = s
+        .scheduler
+        .cache
+        .nodes()
+        .map(|(_, n)| {
+            let usage = &n.info.usage;
+            let label = n.info.labels.get("v").unwrap_or("").to_string();
+            (
+                n.info.name.clone(),
+                (label, usage.pod_count, usage.requested.milli_cpu),
+            )
+        })
+        .collect();
+    let pods = (0..objects)
+        .filter(|i| i % 2 == 1)
+        .map(|i| s.pod_state(&format!("default/p{i}")))
+        .collect();
+    (nodes, pods)
 }
 
 fn final_nodes(s: &Service<RecordingBinder>) -> BTreeMap<String, String> {
@@ -405,7 +433,7 @@ proptest! {
             }
         }
         actual.apply_events();
-        prop_assert_eq!(final_nodes(&actual), final_nodes(&expected));
+        prop_assert_eq!(final_state(&actual, streams.len()), final_state(&expected, streams.len()));
         actual.scheduler.cache.refresh_listing();
         prop_assert_eq!(actual.scheduler.cache.listing().len(), actual.scheduler.cache.node_count());
     }
