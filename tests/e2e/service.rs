@@ -350,7 +350,7 @@ fn event_for(object: usize, (version, delete, label): (u64, bool, u8)) -> Event 
     } else {
         Action::Upsert
     };
-    let target = if object % 2 == 0 {
+    let target = if object.is_multiple_of(2) {
         node_obj(&format!("n{object}"), "1", &[("v", &label.to_string())])
     } else {
         let node = (label < 3).then(|| format!("n{}", label * 2));
