@@ -19,12 +19,21 @@ const PLUGINS: &[(&str, &str)] = &[
     ("wasched-volume-zone", "wasched_volume_zone"),
 ];
 
+/// Deliberately misbehaving plugins for the sandbox tests: built beside the default plugins but
+/// not embedded; tests find them through `WASCHED_HOSTILE_COMPONENTS`.
+const HOSTILE: &[(&str, &str)] = &[
+    ("wasched-hostile-spin", "wasched_hostile_spin"),
+    ("wasched-hostile-hog", "wasched_hostile_hog"),
+    ("wasched-hostile-trap-some", "wasched_hostile_trap_some"),
+    ("wasched-hostile-bad-score", "wasched_hostile_bad_score"),
+];
+
 const WASM_TARGET: &str = "wasm32-unknown-unknown";
 
 fn main() {
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
     let root = manifest_dir.parent().unwrap().to_path_buf();
-    for watched in ["sdk", "plugins", "wit", "Cargo.lock"] {
+    for watched in ["sdk", "plugins", "examples/hostile", "wit", "Cargo.lock"] {
         println!("cargo:rerun-if-changed={}", root.join(watched).display());
     }
     println!("cargo:rerun-if-env-changed=WASCHED_WASM_TARGET_DIR");
@@ -35,19 +44,39 @@ fn main() {
     build_plugins(&root, &target_dir);
 
     let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
+    let hostile_dir = out_dir.join("hostile");
+    std::fs::create_dir_all(&hostile_dir).unwrap();
     for (package, file) in PLUGINS {
-        let module_path = target_dir
-            .join(WASM_TARGET)
-            .join("release")
-            .join(format!("{file}.wasm"));
-        let module = std::fs::read(&module_path)
-            .unwrap_or_else(|e| panic!("{package}: cannot read {}: {e}", module_path.display()));
-        let component = wit_component::ComponentEncoder::default()
-            .module(&module)
-            .and_then(|encoder| encoder.validate(true).encode())
-            .unwrap_or_else(|e| panic!("{package}: cannot encode a component: {e:#}"));
-        std::fs::write(out_dir.join(format!("{file}.component.wasm")), component).unwrap();
+        let output = out_dir.join(format!("{file}.component.wasm"));
+        encode(&target_dir, package, file, &output);
     }
+    for (package, file) in HOSTILE {
+        encode(
+            &target_dir,
+            package,
+            file,
+            &hostile_dir.join(format!("{file}.wasm")),
+        );
+    }
+    println!(
+        "cargo:rustc-env=WASCHED_HOSTILE_COMPONENTS={}",
+        hostile_dir.display()
+    );
+}
+
+/// Wraps a built core module into a component at `output`.
+fn encode(target_dir: &Path, package: &str, file: &str, output: &Path) {
+    let module_path = target_dir
+        .join(WASM_TARGET)
+        .join("release")
+        .join(format!("{file}.wasm"));
+    let module = std::fs::read(&module_path)
+        .unwrap_or_else(|e| panic!("{package}: cannot read {}: {e}", module_path.display()));
+    let component = wit_component::ComponentEncoder::default()
+        .module(&module)
+        .and_then(|encoder| encoder.validate(true).encode())
+        .unwrap_or_else(|e| panic!("{package}: cannot encode a component: {e:#}"));
+    std::fs::write(output, component).unwrap();
 }
 
 fn build_plugins(root: &Path, target_dir: &Path) {
@@ -63,7 +92,7 @@ fn build_plugins(root: &Path, target_dir: &Path) {
             "--target-dir",
         ])
         .arg(target_dir);
-    for (package, _) in PLUGINS {
+    for (package, _) in PLUGINS.iter().chain(HOSTILE) {
         command.args(["-p", package]);
     }
     // The outer build's settings (clippy's wrapper, coverage or sanitizer flags, its target)

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::framework::{PluginSpec, ProfileSpec};
+use crate::framework::{FailurePolicy, OnFailure, PluginSpec, ProfileSpec};
 use crate::runtime::defaults::{self, DEFAULT_FILTERS, DEFAULT_SCORES};
 use crate::runtime::wasm::{sha256_hex, Limits, WasmRuntime};
 use crate::runtime::PluginFactory;
@@ -95,6 +95,11 @@ struct RawPlugin {
     config: Option<toml::Table>,
     call_timeout_ms: Option<Spanned<u64>>,
     memory_limit_mib: Option<Spanned<u64>>,
+    /// `fail` (default) or `ignore`.
+    failure_policy: Option<OnFailure>,
+    /// Consecutive failures before a quarantine (0: never).
+    quarantine_after: Option<u32>,
+    quarantine_seconds: Option<Spanned<u64>>,
 }
 
 #[derive(Deserialize)]
@@ -131,6 +136,9 @@ pub struct Config {
     raw: RawConfig,
     /// How the default plugins run (may be overridden from the command line).
     pub default_plugins: DefaultPluginRuntime,
+    /// Whether calls into components run under deadlines (only `bench` turns them off, to
+    /// measure what they cost).
+    pub deadlines: bool,
 }
 
 impl Default for Config {
@@ -141,6 +149,7 @@ impl Default for Config {
             text: String::new(),
             raw: RawConfig::default(),
             default_plugins: DefaultPluginRuntime::Wasm,
+            deadlines: true,
         }
     }
 }
@@ -175,6 +184,7 @@ impl Config {
             file: file.to_string(),
             dir: dir.to_path_buf(),
             default_plugins: raw.runtime.default_plugins,
+            deadlines: true,
             text,
             raw,
         };
@@ -248,6 +258,14 @@ impl Config {
                     return Err(self.error(
                         timeout.span(),
                         format!("plugin {name}: call_timeout_ms must be in 1..=60000"),
+                    ));
+                }
+            }
+            if let Some(seconds) = &p.quarantine_seconds {
+                if !(1..=86_400).contains(seconds.get_ref()) {
+                    return Err(self.error(
+                        seconds.span(),
+                        format!("plugin {name}: quarantine_seconds must be in 1..=86400"),
                     ));
                 }
             }
@@ -425,6 +443,14 @@ impl Config {
             .and_then(|r| r.config.as_ref())
             .map(|table| serde_json::to_string(table).expect("TOML values are JSON-representable"))
             .unwrap_or_else(|| "{}".to_string());
+        let mut policy = FailurePolicy::default();
+        if let Some(r) = &raw {
+            policy.on_failure = r.failure_policy.unwrap_or_default();
+            policy.quarantine_after = r.quarantine_after.unwrap_or(policy.quarantine_after);
+            if let Some(seconds) = &r.quarantine_seconds {
+                policy.quarantine_for = std::time::Duration::from_secs(*seconds.get_ref());
+            }
+        }
         let mut limits = Limits::default();
         if let Some(r) = &raw {
             if let Some(t) = &r.call_timeout_ms {
@@ -457,7 +483,7 @@ impl Config {
                         ));
                     }
                 }
-                let factory = WasmRuntime::shared()
+                let factory = WasmRuntime::shared_with(self.deadlines)
                     .load(name, &bytes, limits)
                     .map_err(|e| self.error(component.span(), e.0))?;
                 Arc::new(factory)
@@ -468,7 +494,7 @@ impl Config {
                     .and_then(|r| r.default.as_ref().map(|d| d.get_ref().clone()))
                     .unwrap_or_else(|| name.to_string());
                 let plugin = defaults::find(&default_name).expect("checked when parsing");
-                default_factory(plugin, self.default_plugins, limits)
+                default_factory_with(plugin, self.default_plugins, limits, self.deadlines)
                     .map_err(|e| self.error(definition.map(Spanned::span).unwrap_or(0..0), e))?
             }
         };
@@ -476,6 +502,7 @@ impl Config {
             name: name.to_string(),
             factory,
             config: config_json,
+            policy,
         })
     }
 }
@@ -489,10 +516,19 @@ pub fn default_factory(
     runtime: DefaultPluginRuntime,
     limits: Limits,
 ) -> Result<Arc<dyn PluginFactory>, String> {
+    default_factory_with(plugin, runtime, limits, true)
+}
+
+fn default_factory_with(
+    plugin: &defaults::DefaultPlugin,
+    runtime: DefaultPluginRuntime,
+    limits: Limits,
+    deadlines: bool,
+) -> Result<Arc<dyn PluginFactory>, String> {
     Ok(match runtime {
         DefaultPluginRuntime::Native => Arc::from((plugin.native)()),
         DefaultPluginRuntime::Wasm => Arc::new(
-            WasmRuntime::shared()
+            WasmRuntime::shared_with(deadlines)
                 .load(plugin.name, plugin.component, limits)
                 .map_err(|e| e.0)?,
         ),

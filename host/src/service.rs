@@ -217,6 +217,10 @@ impl<B: Binder> Service<B> {
                         self.queue.on_event(ClusterEvent::AssignedPodAdded);
                     }
                 } else if !self.assumed.contains_key(&key) {
+                    // Not bound (any more): whatever it held is released before it queues.
+                    if cache.remove_pod(&key) {
+                        self.queue.on_event(ClusterEvent::AssignedPodDeleted);
+                    }
                     self.queue.add(model);
                 }
             }

@@ -3,6 +3,7 @@
 
 mod cycle;
 mod plugins;
+mod sandbox;
 mod service;
 mod simulate;
 mod support;

@@ -397,7 +397,7 @@ fn final_nodes(s: &Service<RecordingBinder>) -> BTreeMap<String, String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(ProptestConfig::with_cases(256))]
     #[test]
     fn any_interleaving_ends_where_in_order_application_ends(
         streams in streams(),

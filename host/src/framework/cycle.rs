@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use wasched_sdk::{self as sdk, Code, FilterPlan, FilterResults, Normalize};
 
 use super::fit_error::{nodes_unavailable, rejected_before_filtering, NO_NODES_AVAILABLE};
-use super::Profile;
+use super::{OnFailure, Profile, Slot};
 use crate::cache::Cache;
 use crate::runtime::CallError;
 
@@ -66,6 +66,21 @@ impl Outcome {
         }
     }
 
+    fn quarantined(slot: &Slot, now: std::time::Duration) -> Outcome {
+        let remaining = slot.quarantined_until.unwrap_or(now).saturating_sub(now);
+        Outcome {
+            message: Some(format!(
+                "plugin {} is quarantined for {}s more after {} consecutive failures (last: {})",
+                slot.spec.name,
+                remaining.as_secs(),
+                slot.consecutive_failures,
+                slot.last_error.as_deref().unwrap_or("unknown")
+            )),
+            error: true,
+            ..Outcome::default()
+        }
+    }
+
     fn plugin_error(plugin: &str, error: &CallError) -> Outcome {
         Outcome {
             message: Some(format!("plugin {plugin} failed in {error}")),
@@ -85,10 +100,22 @@ struct Rejection {
 impl Profile {
     /// Runs one cycle for `pod` against the cache. Does not place the pod.
     pub(super) fn schedule(&mut self, cache: &mut Cache, pod: &sdk::Pod, explain: bool) -> Outcome {
-        for slot in &mut self.slots {
+        let now = self.clock.now();
+        // Plugins left out of this cycle: quarantined or failed with the `ignore` policy.
+        let mut left_out = vec![false; self.slots.len()];
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            if slot.quarantined(now) {
+                match slot.spec.policy.on_failure {
+                    OnFailure::Ignore => left_out[i] = true,
+                    OnFailure::Fail => return Outcome::quarantined(slot, now),
+                }
+                continue;
+            }
             if let Err(e) = slot.sync(cache) {
-                slot.discard();
-                return Outcome::plugin_error(&slot.spec.name, &e);
+                if let Some(outcome) = fail(slot, &e, now) {
+                    return outcome;
+                }
+                left_out[i] = true;
             }
         }
         cache.refresh_listing();
@@ -99,14 +126,25 @@ impl Profile {
         }
 
         // PreFilter / PreScore: every plugin sees the pod once.
+        let left_out_plan = sdk::PodPlan {
+            filter: FilterPlan::Skip,
+            score: false,
+        };
         let mut plans = Vec::with_capacity(self.slots.len());
-        for slot in &mut self.slots {
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            if left_out[i] {
+                plans.push(left_out_plan.clone());
+                continue;
+            }
             let instance = slot.instance.as_mut().expect("synced above");
             match instance.set_pod(pod) {
                 Ok(plan) => plans.push(plan),
                 Err(e) => {
-                    slot.discard();
-                    return Outcome::plugin_error(&slot.spec.name, &e);
+                    if let Some(outcome) = fail(slot, &e, now) {
+                        return outcome;
+                    }
+                    left_out[i] = true;
+                    plans.push(left_out_plan.clone());
                 }
             }
         }
@@ -204,11 +242,14 @@ impl Profile {
         };
         let mut search = Search::default();
         if !candidates.is_empty() {
-            if let Err((slot, e)) =
-                self.find_feasible(candidates, to_find, &active_filters, &mut search)
-            {
-                self.slots[slot].discard();
-                return Outcome::plugin_error(&self.slots[slot].spec.name, &e);
+            if let Err(outcome) = self.find_feasible(
+                candidates,
+                to_find,
+                &active_filters,
+                &mut left_out,
+                &mut search,
+            ) {
+                return *outcome;
             }
             if let Some((slot, message)) = search.error.take() {
                 return Outcome {
@@ -230,6 +271,7 @@ impl Profile {
             }
         }
         if search.feasible.is_empty() {
+            self.record_successes(&left_out);
             let absent_reasons = std::iter::repeat_n(absent_reason.as_str(), absent);
             let reasons = search
                 .rejected
@@ -250,15 +292,18 @@ impl Profile {
         let mut per_plugin: Vec<(String, Vec<i64>)> = Vec::new();
         if feasible.len() > 1 {
             for &(i, weight) in &self.scores {
-                if !plans[i].score {
+                if !plans[i].score || left_out[i] {
                     continue;
                 }
                 let slot = &mut self.slots[i];
                 let mut scores = Vec::with_capacity(feasible.len());
                 let result = score_one(slot, feasible, &mut scores);
                 if let Err(e) = result {
-                    slot.discard();
-                    return Outcome::plugin_error(&slot.spec.name, &e);
+                    if let Some(outcome) = fail(slot, &e, now) {
+                        return outcome;
+                    }
+                    left_out[i] = true;
+                    continue;
                 }
                 for (total, score) in totals.iter_mut().zip(&scores) {
                     *total += score * weight;
@@ -268,6 +313,8 @@ impl Profile {
                 }
             }
         }
+
+        self.record_successes(&left_out);
 
         // Select: the highest total; ties broken uniformly at random (reservoir sampling).
         let mut best = 0;
@@ -313,8 +360,10 @@ impl Profile {
         candidates: &[u32],
         to_find: usize,
         active_filters: &[usize],
+        left_out: &mut [bool],
         search: &mut Search,
-    ) -> Result<(), (usize, CallError)> {
+    ) -> Result<(), Box<Outcome>> {
+        let now = self.clock.now();
         let n = candidates.len();
         let start = self.next_start % n;
         let mut chunk_len = to_find.max(1);
@@ -337,13 +386,22 @@ impl Profile {
                 if alive.is_empty() {
                     break;
                 }
+                if left_out[slot_index] {
+                    continue;
+                }
                 batch.clear();
                 batch.extend(alive.iter().map(|&k| chunk[k]));
                 results.clear();
-                let instance = self.slots[slot_index].instance.as_mut().expect("synced");
-                instance
-                    .filter(&batch, &mut results)
-                    .map_err(|e| (slot_index, e))?;
+                let slot = &mut self.slots[slot_index];
+                let instance = slot.instance.as_mut().expect("synced");
+                if let Err(e) = instance.filter(&batch, &mut results) {
+                    if let Some(outcome) = fail(slot, &e, now) {
+                        return Err(Box::new(outcome));
+                    }
+                    // Ignored: this plugin passes every node for the rest of the cycle.
+                    left_out[slot_index] = true;
+                    continue;
+                }
                 interned.clear();
                 interned.resize(results.failures.len(), None);
                 let mut kept = 0;
@@ -407,6 +465,26 @@ fn next_chunk_len(missing: usize, found: usize, examined: usize) -> usize {
     const MIN_CHUNK: usize = 32;
     let pass_rate = (found.max(1) as f64 / examined.max(1) as f64).min(1.0);
     ((missing as f64 / pass_rate * MARGIN) as usize).max(MIN_CHUNK)
+}
+
+/// Records a plugin failure and applies its policy: `Some(outcome)` ends the cycle (`fail`),
+/// `None` leaves the plugin out of the rest of the cycle (`ignore`).
+fn fail(slot: &mut Slot, error: &CallError, now: std::time::Duration) -> Option<Outcome> {
+    slot.record_failure(error, now);
+    match slot.spec.policy.on_failure {
+        OnFailure::Fail => Some(Outcome::plugin_error(&slot.spec.name, error)),
+        OnFailure::Ignore => None,
+    }
+}
+
+impl Profile {
+    fn record_successes(&mut self, left_out: &[bool]) {
+        for (slot, &out) in self.slots.iter_mut().zip(left_out) {
+            if !out {
+                slot.record_success();
+            }
+        }
+    }
 }
 
 /// What the filter phase found.

@@ -12,11 +12,51 @@ use std::sync::Arc;
 
 use wasched_sdk as sdk;
 
+use std::time::Duration;
+
 use crate::cache::Cache;
+use crate::clock::{Clock, SystemClock};
 use crate::runtime::{CallError, LoadError, PluginFactory, PluginInstance};
 use crate::util::Rng;
 
 pub use cycle::{NodeReport, Outcome};
+
+/// What a cycle does when a plugin fails (traps, times out, runs out of memory, returns nonsense).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnFailure {
+    /// The pod's cycle fails with a status naming the plugin and the failure; the pod backs off.
+    #[default]
+    Fail,
+    /// The plugin is left out of that cycle: its filter passes every node, its score gives 0.
+    Ignore,
+}
+
+/// How a plugin's failures are handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailurePolicy {
+    pub on_failure: OnFailure,
+    /// Consecutive failures that quarantine the plugin (0: never).
+    pub quarantine_after: u32,
+    /// How long a quarantine lasts; the plugin is then tried again, and quarantined again at its
+    /// next failure.
+    pub quarantine_for: Duration,
+}
+
+/// Consecutive failures before a quarantine, by default.
+pub const DEFAULT_QUARANTINE_AFTER: u32 = 5;
+/// Length of a quarantine, by default.
+pub const DEFAULT_QUARANTINE_FOR: Duration = Duration::from_secs(60);
+
+impl Default for FailurePolicy {
+    fn default() -> Self {
+        FailurePolicy {
+            on_failure: OnFailure::Fail,
+            quarantine_after: DEFAULT_QUARANTINE_AFTER,
+            quarantine_for: DEFAULT_QUARANTINE_FOR,
+        }
+    }
+}
 
 /// A plugin as a profile uses it: where instances come from and their configuration.
 #[derive(Clone)]
@@ -26,6 +66,19 @@ pub struct PluginSpec {
     pub factory: Arc<dyn PluginFactory>,
     /// The plugin's configuration as JSON.
     pub config: String,
+    pub policy: FailurePolicy,
+}
+
+/// A plugin's health, for operators.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginHealth {
+    pub profile: String,
+    pub plugin: String,
+    pub failures: u64,
+    pub consecutive_failures: u32,
+    /// Until when (on the scheduler's clock) the plugin is quarantined.
+    pub quarantined_until: Option<Duration>,
+    pub last_error: Option<String>,
 }
 
 /// One profile: which plugins filter and score pods of one scheduler name.
@@ -47,6 +100,10 @@ struct Slot {
     descriptor: sdk::Descriptor,
     /// The cache generation the instance's mirror reflects; `None` while its mirror is empty.
     synced: Option<u64>,
+    failures: u64,
+    consecutive_failures: u32,
+    quarantined_until: Option<Duration>,
+    last_error: Option<String>,
 }
 
 impl Slot {
@@ -58,7 +115,35 @@ impl Slot {
             instance: Some(instance),
             descriptor,
             synced: None,
+            failures: 0,
+            consecutive_failures: 0,
+            quarantined_until: None,
+            last_error: None,
         })
+    }
+
+    /// Records a failure: the instance is dropped (a fresh one replaces it at the next sync) and
+    /// the plugin quarantined once it failed too often in a row.
+    fn record_failure(&mut self, error: &CallError, now: Duration) {
+        self.discard();
+        self.failures += 1;
+        self.consecutive_failures += 1;
+        self.last_error = Some(error.to_string());
+        let policy = self.spec.policy;
+        tracing::warn!(plugin = %self.spec.name, call = error.call, consecutive = self.consecutive_failures, "plugin failed: {}", error.message);
+        if policy.quarantine_after > 0 && self.consecutive_failures >= policy.quarantine_after {
+            self.quarantined_until = Some(now + policy.quarantine_for);
+            tracing::warn!(plugin = %self.spec.name, seconds = policy.quarantine_for.as_secs(), "plugin quarantined");
+        }
+    }
+
+    fn record_success(&mut self) {
+        self.consecutive_failures = 0;
+    }
+
+    /// True while quarantined at `now`.
+    fn quarantined(&self, now: Duration) -> bool {
+        self.quarantined_until.is_some_and(|until| now < until)
     }
 
     /// Drops a misbehaving instance; the next sync makes a fresh one.
@@ -129,6 +214,7 @@ pub struct Profile {
     /// Where the next cycle's node search starts (kube-scheduler's `nextStartNodeIndex`).
     next_start: usize,
     rng: Rng,
+    clock: Arc<dyn Clock>,
 }
 
 impl Profile {
@@ -136,7 +222,7 @@ impl Profile {
     ///
     /// # Errors
     /// A plugin that cannot be instantiated, or is used as a filter (score) without one.
-    pub fn new(spec: &ProfileSpec, seed: u64) -> Result<Profile, LoadError> {
+    pub fn new(spec: &ProfileSpec, seed: u64, clock: Arc<dyn Clock>) -> Result<Profile, LoadError> {
         let mut slots: Vec<Slot> = Vec::new();
         let mut slot_of = |plugin: &PluginSpec| -> Result<usize, LoadError> {
             if let Some(i) = slots.iter().position(|s| s.spec.name == plugin.name) {
@@ -179,6 +265,7 @@ impl Profile {
             percentage_of_nodes_to_score: spec.percentage_of_nodes_to_score,
             next_start: 0,
             rng: Rng::new(seed),
+            clock,
         })
     }
 
@@ -210,15 +297,44 @@ impl Scheduler {
     /// # Errors
     /// As [`Profile::new`].
     pub fn new(profiles: &[ProfileSpec], seed: u64) -> Result<Scheduler, LoadError> {
+        Self::with_clock(profiles, seed, Arc::new(SystemClock::default()))
+    }
+
+    /// As [`Scheduler::new`], with the clock that times quarantines.
+    ///
+    /// # Errors
+    /// As [`Profile::new`].
+    pub fn with_clock(
+        profiles: &[ProfileSpec],
+        seed: u64,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Scheduler, LoadError> {
         let profiles = profiles
             .iter()
             .enumerate()
-            .map(|(i, spec)| Profile::new(spec, seed.wrapping_add(i as u64)))
+            .map(|(i, spec)| Profile::new(spec, seed.wrapping_add(i as u64), clock.clone()))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Scheduler {
             cache: Cache::default(),
             profiles,
         })
+    }
+
+    /// Every plugin instance's health.
+    pub fn plugin_health(&self) -> Vec<PluginHealth> {
+        self.profiles
+            .iter()
+            .flat_map(|p| {
+                p.slots.iter().map(|slot| PluginHealth {
+                    profile: p.scheduler_name.clone(),
+                    plugin: slot.spec.name.clone(),
+                    failures: slot.failures,
+                    consecutive_failures: slot.consecutive_failures,
+                    quarantined_until: slot.quarantined_until,
+                    last_error: slot.last_error.clone(),
+                })
+            })
+            .collect()
     }
 
     /// The profiles' scheduler names.
@@ -234,7 +350,7 @@ impl Scheduler {
         for profile in &mut self.profiles {
             for slot in &mut profile.slots {
                 if let Err(e) = slot.sync(&self.cache) {
-                    slot.discard();
+                    slot.record_failure(&e, profile.clock.now());
                     return Err(LoadError(format!(
                         "plugin {} failed in {e}",
                         slot.spec.name

@@ -29,14 +29,24 @@ use bindings::{Plugin as PluginWorld, PluginPre};
 
 /// How often the epoch advances; call deadlines are counted in these ticks.
 pub const EPOCH_TICK: Duration = Duration::from_millis(1);
-/// Default deadline of one call (per-node work is bounded by batches of at most a few thousand).
-pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(200);
-/// Extra time a node-mirror update gets per 1,000 nodes sent.
-pub const MIRROR_TIMEOUT_PER_1000_NODES: Duration = Duration::from_millis(20);
-/// Default linear-memory limit of one instance.
-pub const DEFAULT_MEMORY_LIMIT: usize = 256 << 20;
+/// Default deadline of one call, before the per-node allowance: enough for `set-pod` or a small
+/// batch in the slowest guest languages measured (Python ~3 µs per node), far below what would
+/// stall the scheduler.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(20);
+/// Extra time a call gets per node in its batch (filter, score, mirror updates): a batch of
+/// 5,000 nodes may take 20 ms + 50 ms.
+pub const PER_NODE_ALLOWANCE: Duration = Duration::from_micros(10);
+/// Default linear-memory limit of one instance: room for a 50,000-node mirror, or an
+/// interpreter-based guest's runtime plus a 5,000-node mirror.
+pub const DEFAULT_MEMORY_LIMIT: usize = 128 << 20;
 /// Default limit on table elements of one instance.
 pub const DEFAULT_TABLE_ELEMENTS: usize = 100_000;
+/// Longest reason string a plugin may return.
+pub const MAX_REASON_BYTES: usize = 1024;
+/// Most reasons one failure may carry.
+pub const MAX_REASONS_PER_FAILURE: usize = 32;
+/// Most node names an `only-nodes` plan may list.
+pub const MAX_ONLY_NODES: usize = 100_000;
 
 /// Limits applied to every instance of a component.
 #[derive(Debug, Clone, Copy)]
@@ -62,6 +72,7 @@ pub struct WasmRuntime {
     engine: Engine,
     linker: Arc<Linker<StoreState>>,
     cache_dir: Option<PathBuf>,
+    deadlines: bool,
 }
 
 impl WasmRuntime {
@@ -70,32 +81,46 @@ impl WasmRuntime {
     /// # Panics
     /// If wasmtime cannot create an engine for this machine.
     pub fn shared() -> &'static WasmRuntime {
-        static SHARED: OnceLock<WasmRuntime> = OnceLock::new();
-        SHARED.get_or_init(|| WasmRuntime::new().expect("wasmtime engine"))
+        Self::shared_with(true)
     }
 
-    fn new() -> Result<WasmRuntime, LoadError> {
+    /// The process-wide runtime with call deadlines, or the one without (which only `bench` uses,
+    /// to measure what deadlines cost).
+    ///
+    /// # Panics
+    /// If wasmtime cannot create an engine for this machine.
+    pub fn shared_with(deadlines: bool) -> &'static WasmRuntime {
+        static WITH: OnceLock<WasmRuntime> = OnceLock::new();
+        static WITHOUT: OnceLock<WasmRuntime> = OnceLock::new();
+        let cell = if deadlines { &WITH } else { &WITHOUT };
+        cell.get_or_init(|| WasmRuntime::new(deadlines).expect("wasmtime engine"))
+    }
+
+    fn new(deadlines: bool) -> Result<WasmRuntime, LoadError> {
         let mut config = Config::new();
-        config.epoch_interruption(true);
+        config.epoch_interruption(deadlines);
         config.wasm_component_model(true);
         let engine = Engine::new(&config).map_err(|e| LoadError(format!("wasmtime: {e:#}")))?;
-        let weak = engine.weak();
-        std::thread::Builder::new()
-            .name("wasched-epoch".into())
-            .spawn(move || loop {
-                std::thread::sleep(EPOCH_TICK);
-                match weak.upgrade() {
-                    Some(engine) => engine.increment_epoch(),
-                    None => break,
-                }
-            })
-            .map_err(|e| LoadError(format!("epoch thread: {e}")))?;
+        if deadlines {
+            let weak = engine.weak();
+            std::thread::Builder::new()
+                .name("wasched-epoch".into())
+                .spawn(move || loop {
+                    std::thread::sleep(EPOCH_TICK);
+                    match weak.upgrade() {
+                        Some(engine) => engine.increment_epoch(),
+                        None => break,
+                    }
+                })
+                .map_err(|e| LoadError(format!("epoch thread: {e}")))?;
+        }
         // Components get no imports at all: no filesystem, network, clock or environment.
         let linker = Linker::new(&engine);
         Ok(WasmRuntime {
             engine,
             linker: Arc::new(linker),
             cache_dir: cache_dir(),
+            deadlines,
         })
     }
 
@@ -131,6 +156,7 @@ impl WasmRuntime {
             pre,
             limits,
             sha256,
+            deadlines: self.deadlines,
         })
     }
 
@@ -189,6 +215,7 @@ pub struct ComponentFactory {
     pre: PluginPre<StoreState>,
     limits: Limits,
     sha256: String,
+    deadlines: bool,
 }
 
 impl ComponentFactory {
@@ -213,14 +240,18 @@ impl PluginFactory for ComponentFactory {
             .build();
         let mut store = Store::new(&self.engine, StoreState { limits });
         store.limiter(|state| &mut state.limits);
-        store.epoch_deadline_trap();
         let ticks = ticks(self.limits.call_timeout);
-        store.set_epoch_deadline(ticks);
+        if self.deadlines {
+            store.epoch_deadline_trap();
+            store.set_epoch_deadline(ticks);
+        }
         let world = self
             .pre
             .instantiate(&mut store)
             .map_err(|e| LoadError(format!("plugin {}: instantiation failed: {e:#}", self.name)))?;
-        store.set_epoch_deadline(ticks);
+        if self.deadlines {
+            store.set_epoch_deadline(ticks);
+        }
         let descriptor = world
             .call_init(&mut store, config)
             .map_err(|e| LoadError(format!("plugin {}: init trapped: {e:#}", self.name)))?
@@ -235,6 +266,7 @@ impl PluginFactory for ComponentFactory {
             world,
             descriptor: descriptor.into(),
             call_ticks: ticks,
+            deadlines: self.deadlines,
             scratch_nodes: Vec::new(),
         }))
     }
@@ -253,22 +285,31 @@ struct ComponentInstance {
     world: PluginWorld,
     descriptor: sdk::Descriptor,
     call_ticks: u64,
+    deadlines: bool,
     scratch_nodes: Vec<(u32, wit::NodeInfo)>,
 }
 
 fn trapped(call: &'static str, error: wasmtime::Error) -> CallError {
+    let root = error.root_cause().to_string();
     let message = match error.downcast_ref::<wasmtime::Trap>() {
         Some(wasmtime::Trap::Interrupt) => "deadline exceeded (the call ran too long)".to_string(),
-        Some(trap) => format!("trapped: {trap}"),
-        None => format!("failed: {error:#}"),
+        Some(trap) => trap.to_string(),
+        // StoreLimits refuses the growth and, with `trap_on_grow_failure`, fails the call.
+        None if root.contains("growing memory") => format!("memory limit exceeded ({root})"),
+        None if root.contains("growing table") => format!("table limit exceeded ({root})"),
+        None => format!("failed: {root}"),
     };
     CallError::new(call, message)
 }
 
 impl ComponentInstance {
-    fn arm(&mut self, extra_nodes: usize) {
-        let extra = ticks(MIRROR_TIMEOUT_PER_1000_NODES) * extra_nodes as u64 / 1000;
-        self.store.set_epoch_deadline(self.call_ticks + extra);
+    /// Sets the deadline of the next call, allowing for the nodes it handles.
+    fn arm(&mut self, nodes: usize) {
+        if self.deadlines {
+            let extra = (PER_NODE_ALLOWANCE * nodes as u32).as_micros() / EPOCH_TICK.as_micros();
+            self.store
+                .set_epoch_deadline(self.call_ticks + extra as u64);
+        }
     }
 }
 
@@ -311,16 +352,39 @@ impl PluginInstance for ComponentInstance {
             .world
             .call_set_pod(&mut self.store, &wit_pod(pod))
             .map_err(|e| trapped("set-pod", e))?;
+        match &plan.filter {
+            wit::FilterPlan::Reject(f) => check_failure("set-pod", f)?,
+            wit::FilterPlan::OnlyNodes(names) if names.len() > MAX_ONLY_NODES => {
+                return Err(CallError::new(
+                    "set-pod",
+                    format!("listed {} nodes, more than {MAX_ONLY_NODES}", names.len()),
+                ))
+            }
+            _ => {}
+        }
         Ok(pod_plan(plan))
     }
 
     fn filter(&mut self, ids: &[u32], out: &mut sdk::FilterResults) -> Result<(), CallError> {
-        self.arm(0);
+        self.arm(ids.len());
         let results = self
             .world
             .call_filter(&mut self.store, ids)
             .map_err(|e| trapped("filter", e))?;
         check_len("filter", results.verdicts.len(), ids.len())?;
+        if results.failures.len() > ids.len() {
+            return Err(CallError::new(
+                "filter",
+                format!(
+                    "returned {} failures for {} nodes",
+                    results.failures.len(),
+                    ids.len()
+                ),
+            ));
+        }
+        for f in &results.failures {
+            check_failure("filter", f)?;
+        }
         // Re-base the batch's failure table onto `out`'s, so batches can be appended.
         let base = out.failures.len() as u32;
         let table_len = results.failures.len() as u32;
@@ -340,7 +404,7 @@ impl PluginInstance for ComponentInstance {
     }
 
     fn score(&mut self, ids: &[u32], out: &mut Vec<i64>) -> Result<(), CallError> {
-        self.arm(0);
+        self.arm(ids.len());
         let scores = self
             .world
             .call_score(&mut self.store, ids)
@@ -351,7 +415,7 @@ impl PluginInstance for ComponentInstance {
     }
 
     fn normalize(&mut self, scores: &mut Vec<i64>) -> Result<(), CallError> {
-        self.arm(0);
+        self.arm(scores.len());
         let normalized = self
             .world
             .call_normalize(&mut self.store, scores)
@@ -360,6 +424,29 @@ impl PluginInstance for ComponentInstance {
         *scores = normalized;
         Ok(())
     }
+}
+
+/// Refuses failures with absurdly many or long reasons (they end up in pod statuses and logs).
+fn check_failure(call: &'static str, f: &wit::Failure) -> Result<(), CallError> {
+    if f.reasons.len() > MAX_REASONS_PER_FAILURE {
+        return Err(CallError::new(
+            call,
+            format!(
+                "returned a failure with {} reasons, more than {MAX_REASONS_PER_FAILURE}",
+                f.reasons.len()
+            ),
+        ));
+    }
+    if let Some(long) = f.reasons.iter().find(|r| r.len() > MAX_REASON_BYTES) {
+        return Err(CallError::new(
+            call,
+            format!(
+                "returned a {}-byte reason, longer than {MAX_REASON_BYTES}",
+                long.len()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn pairs(labels: &sdk::Labels) -> Vec<(String, String)> {

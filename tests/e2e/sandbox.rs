@@ -1,0 +1,351 @@
+//! Misbehaving plugins (built from `examples/hostile/`) never take the scheduler down: each call
+//! is bounded, the failure names the plugin and what it did, other plugins decide as before,
+//! repeated failures quarantine the plugin until it is tried again, and memory stays bounded.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wasched::clock::FakeClock;
+use wasched::config::{Config, DefaultPluginRuntime};
+use wasched::framework::{Outcome, Scheduler};
+use wasched_sdk::{NodeInfo, Pod, Resources};
+
+use crate::support::*;
+
+fn hostile(name: &str) -> PathBuf {
+    Path::new(env!("WASCHED_HOSTILE_COMPONENTS")).join(format!("wasched_hostile_{name}.wasm"))
+}
+
+/// A profile with one hostile plugin (as a filter or a score) beside NodeResourcesFit.
+fn config(plugin: &str, file: &str, as_filter: bool, extra: &str) -> Config {
+    let (filters, scores) = if as_filter {
+        (
+            format!("[\"{plugin}\", \"NodeResourcesFit\"]"),
+            "[{ plugin = \"NodeResourcesFit\" }]".to_string(),
+        )
+    } else {
+        (
+            "[\"NodeResourcesFit\"]".to_string(),
+            format!("[{{ plugin = \"{plugin}\" }}, {{ plugin = \"NodeResourcesFit\" }}]"),
+        )
+    };
+    let text = format!(
+        "[plugins.{plugin}]\ncomponent = {path:?}\n{extra}\n\n[[profiles]]\nfilters = {filters}\nscores = {scores}\n",
+        path = hostile(file).to_str().unwrap()
+    );
+    let mut config = Config::parse("sandbox.toml", Path::new("."), text).unwrap();
+    config.default_plugins = DefaultPluginRuntime::Native;
+    config
+}
+
+fn cluster(scheduler: &mut Scheduler) {
+    for (name, cpu) in [("small", 1000), ("big", 8000)] {
+        let mut n = node(name);
+        n.allocatable.milli_cpu = cpu;
+        scheduler.cache.upsert_node(n);
+    }
+}
+
+fn needs_cpu(name: &str, milli_cpu: i64) -> Pod {
+    let r = Resources {
+        milli_cpu,
+        ..Resources::default()
+    };
+    Pod {
+        requests: r.clone(),
+        non_zero_requests: r,
+        ..pod(name)
+    }
+}
+
+fn timed(scheduler: &mut Scheduler, pod: &Pod) -> Outcome {
+    let start = Instant::now();
+    let outcome = scheduler.schedule(pod, false).unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "a cycle took {:?}",
+        start.elapsed()
+    );
+    outcome
+}
+
+#[test]
+fn each_hostile_plugin_fails_its_cycle_with_its_name_and_failure() {
+    let cases = [
+        (
+            "Spin",
+            "spin",
+            true,
+            "",
+            "plugin Spin failed in filter: deadline exceeded",
+        ),
+        (
+            "Hog",
+            "hog",
+            true,
+            "memory_limit_mib = 16",
+            "plugin Hog failed in filter: memory limit exceeded (forcing trap when growing memory",
+        ),
+        (
+            "TrapSome",
+            "trap_some",
+            true,
+            "",
+            "plugin TrapSome failed in filter: wasm trap: wasm `unreachable`",
+        ),
+        (
+            "BadScore",
+            "bad_score",
+            false,
+            "",
+            "plugin BadScore failed in score: returned 1000",
+        ),
+    ];
+    for (plugin, file, as_filter, extra, expected) in cases {
+        let profiles = config(plugin, file, as_filter, extra).profiles().unwrap();
+        let mut scheduler = Scheduler::new(&profiles, 1).unwrap();
+        cluster(&mut scheduler);
+        let mut boom = node("boom");
+        boom.labels = labels(&[("explode", "true")]);
+        scheduler.cache.upsert_node(boom);
+        let outcome = timed(&mut scheduler, &needs_cpu("p", 500));
+        assert!(outcome.error, "{plugin}: {outcome:?}");
+        let message = outcome.message.unwrap_or_default();
+        assert!(message.contains(expected), "{plugin}: {message}");
+        let health = scheduler.plugin_health();
+        let h = health.iter().find(|h| h.plugin == plugin).unwrap();
+        assert_eq!((h.failures, h.consecutive_failures), (1, 1), "{plugin}");
+    }
+}
+
+#[test]
+fn a_fresh_instance_takes_over_once_the_cause_is_gone() {
+    let profiles = config("TrapSome", "trap_some", true, "")
+        .profiles()
+        .unwrap();
+    let mut scheduler = Scheduler::new(&profiles, 1).unwrap();
+    cluster(&mut scheduler);
+    let mut boom = node("boom");
+    boom.labels = labels(&[("explode", "true")]);
+    scheduler.cache.upsert_node(boom);
+    assert!(timed(&mut scheduler, &needs_cpu("p", 500)).error);
+    scheduler.cache.remove_node("boom");
+    let outcome = timed(&mut scheduler, &needs_cpu("p", 500));
+    assert_eq!(outcome.node.as_deref(), Some("big"), "{outcome:?}");
+    let health = scheduler.plugin_health();
+    assert_eq!(
+        health
+            .iter()
+            .find(|h| h.plugin == "TrapSome")
+            .unwrap()
+            .consecutive_failures,
+        0
+    );
+}
+
+#[test]
+fn with_the_ignore_policy_the_other_plugins_decide_as_if_it_were_absent() {
+    let reference = {
+        let mut c = Config::parse("ref.toml", Path::new("."), "[[profiles]]\nfilters = [\"NodeResourcesFit\"]\nscores = [{ plugin = \"NodeResourcesFit\" }]\n".into()).unwrap();
+        c.default_plugins = DefaultPluginRuntime::Native;
+        let mut s = Scheduler::new(&c.profiles().unwrap(), 1).unwrap();
+        cluster(&mut s);
+        (0..4)
+            .map(|i| {
+                s.schedule(&needs_cpu(&format!("p{i}"), 900), false)
+                    .unwrap()
+                    .node
+            })
+            .collect::<Vec<_>>()
+    };
+    for (plugin, file, as_filter) in [("Spin", "spin", true), ("BadScore", "bad_score", false)] {
+        let c = config(
+            plugin,
+            file,
+            as_filter,
+            "failure_policy = \"ignore\"\nquarantine_after = 0",
+        );
+        let mut s = Scheduler::new(&c.profiles().unwrap(), 1).unwrap();
+        cluster(&mut s);
+        let placed: Vec<Option<String>> = (0..4)
+            .map(|i| {
+                let o = timed(&mut s, &needs_cpu(&format!("p{i}"), 900));
+                assert!(!o.error, "{plugin}: {o:?}");
+                o.node
+            })
+            .collect();
+        assert_eq!(placed, reference, "{plugin}");
+        let health = s.plugin_health();
+        assert_eq!(
+            health.iter().find(|h| h.plugin == plugin).unwrap().failures,
+            4,
+            "{plugin} failed every cycle"
+        );
+    }
+}
+
+#[test]
+fn repeated_failures_quarantine_the_plugin_until_it_is_tried_again() {
+    let c = config(
+        "TrapSome",
+        "trap_some",
+        true,
+        "quarantine_after = 2\nquarantine_seconds = 30",
+    );
+    let clock = FakeClock::default();
+    let mut s = Scheduler::with_clock(&c.profiles().unwrap(), 1, Arc::new(clock.clone())).unwrap();
+    cluster(&mut s);
+    let mut boom = node("boom");
+    boom.labels = labels(&[("explode", "true")]);
+    s.cache.upsert_node(boom);
+    for _ in 0..2 {
+        assert!(timed(&mut s, &needs_cpu("p", 500))
+            .message
+            .unwrap()
+            .contains("failed in filter"));
+    }
+    s.cache.remove_node("boom");
+    let quarantined = timed(&mut s, &needs_cpu("p", 500));
+    let message = quarantined.message.unwrap();
+    assert!(
+        message
+            .contains("plugin TrapSome is quarantined for 30s more after 2 consecutive failures"),
+        "{message}"
+    );
+    let h = s
+        .plugin_health()
+        .into_iter()
+        .find(|h| h.plugin == "TrapSome")
+        .unwrap();
+    assert_eq!(h.quarantined_until, Some(Duration::from_secs(30)));
+    assert_eq!(h.failures, 2, "a quarantined plugin is not called");
+    clock.advance(Duration::from_secs(30));
+    let recovered = timed(&mut s, &needs_cpu("p", 500));
+    assert_eq!(recovered.node.as_deref(), Some("big"), "{recovered:?}");
+}
+
+fn rss_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap();
+    kb / 1024.0
+}
+
+#[test]
+fn a_thousand_cycles_with_the_leaking_plugin_keep_memory_bounded() {
+    let c = config(
+        "Hog",
+        "hog",
+        true,
+        "memory_limit_mib = 8\nfailure_policy = \"ignore\"\nquarantine_after = 0",
+    );
+    let mut s = Scheduler::new(&c.profiles().unwrap(), 1).unwrap();
+    for i in 0..50 {
+        let mut n: NodeInfo = node(&format!("n{i}"));
+        n.allocatable.pods = 10_000;
+        s.cache.upsert_node(n);
+    }
+    let mut cycle = |i: usize| {
+        let outcome = s.schedule(&needs_cpu(&format!("p{i}"), 1), false).unwrap();
+        assert!(
+            outcome.node.is_some(),
+            "placed despite the hog: {outcome:?}"
+        );
+        s.cache.remove_pod(&format!("default/p{i}"));
+    };
+    for i in 0..50 {
+        cycle(i);
+    }
+    let before = rss_mb();
+    let start = Instant::now();
+    for i in 50..1050 {
+        cycle(i);
+    }
+    let grown = rss_mb() - before;
+    assert!(grown < 64.0, "RSS grew by {grown:.1} MB over 1,000 cycles");
+    assert!(
+        start.elapsed() < Duration::from_secs(60),
+        "took {:?}",
+        start.elapsed()
+    );
+    let h = s
+        .plugin_health()
+        .into_iter()
+        .find(|h| h.plugin == "Hog")
+        .unwrap();
+    assert_eq!(
+        h.failures, 1050,
+        "the hog failed every cycle and was replaced every time"
+    );
+}
+
+#[test]
+fn simulate_survives_every_hostile_plugin_and_names_it() {
+    let dir = std::env::temp_dir().join(format!("wasched-sandbox-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/clusters/demo.yaml");
+    for (plugin, file, as_filter, extra) in [
+        ("Spin", "spin", true, ""),
+        ("Hog", "hog", true, "memory_limit_mib = 16"),
+        ("BadScore", "bad_score", false, ""),
+    ] {
+        let (filters, scores) = if as_filter {
+            (
+                format!("[\"{plugin}\", \"NodeResourcesFit\"]"),
+                "[{ plugin = \"NodeResourcesFit\" }]".to_string(),
+            )
+        } else {
+            (
+                "[\"NodeResourcesFit\"]".to_string(),
+                format!("[{{ plugin = \"{plugin}\" }}]"),
+            )
+        };
+        let config = dir.join(format!("{file}.toml"));
+        std::fs::write(
+            &config,
+            format!(
+                "[plugins.{plugin}]\ncomponent = {:?}\n{extra}\n[[profiles]]\nfilters = {filters}\nscores = {scores}\n",
+                hostile(file).to_str().unwrap()
+            ),
+        )
+        .unwrap();
+        let start = Instant::now();
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_wasched"))
+            .args([
+                "simulate",
+                "--config",
+                config.to_str().unwrap(),
+                demo.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{plugin}: {:?}",
+            start.elapsed()
+        );
+        assert!(
+            output.status.success(),
+            "{plugin}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let stdout = String::from_utf8(output.stdout).unwrap();
+        let failed: Vec<&str> = stdout
+            .lines()
+            .filter(|l| l.contains(&format!("plugin {plugin} ")))
+            .collect();
+        assert!(!failed.is_empty(), "{plugin}: {stdout}");
+        // Pods that no node fits for their own reasons are still explained by the healthy plugins,
+        // or by the misbehaving plugin when it ran first; none is lost.
+        assert_eq!(
+            stdout.lines().count(),
+            8,
+            "{plugin}: every pending pod has a line: {stdout}"
+        );
+    }
+}
