@@ -234,24 +234,30 @@ pub struct Report {
     pub seed: u64,
     pub threads: usize,
     pub wasm: RunReport,
+    /// The same WASM run with call deadlines (epoch interruption) off.
+    pub wasm_without_deadlines: RunReport,
     pub native: RunReport,
     /// WASM throughput over native throughput.
     pub wasm_native_ratio: f64,
+    /// How much slower WASM runs with deadlines than without, in percent of throughput.
+    pub deadline_overhead_percent: f64,
     /// Events the pipeline took in, collapsed and applied to the cache per second.
     pub events_per_second: f64,
 }
 
-/// Schedules the synthetic cluster with one runtime.
+/// Schedules the synthetic cluster with one runtime, with or without call deadlines.
 ///
 /// # Errors
 /// The default plugins failed to load.
 pub fn run_once(
     cluster: &Synthetic,
     runtime: DefaultPluginRuntime,
+    deadlines: bool,
     seed: u64,
 ) -> anyhow::Result<RunReport> {
     let mut config = Config::default();
     config.default_plugins = runtime;
+    config.deadlines = deadlines;
     let profiles = config.profiles()?;
     let mut scheduler = Scheduler::new(&profiles, seed)?;
     for class in &cluster.classes {
@@ -295,9 +301,10 @@ pub fn run_once(
         latencies[index].as_secs_f64() * 1e6
     };
     Ok(RunReport {
-        runtime: match runtime {
-            DefaultPluginRuntime::Wasm => "wasm",
-            DefaultPluginRuntime::Native => "native",
+        runtime: match (runtime, deadlines) {
+            (DefaultPluginRuntime::Wasm, true) => "wasm",
+            (DefaultPluginRuntime::Wasm, false) => "wasm-nodl",
+            (DefaultPluginRuntime::Native, _) => "native",
         },
         pods: cluster.pods.len(),
         scheduled,
@@ -394,8 +401,9 @@ pub fn peak_rss_mb() -> f64 {
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let cluster = synthetic(args);
     // WASM first, so its peak memory is not inflated by the native run.
-    let wasm = run_once(&cluster, DefaultPluginRuntime::Wasm, args.seed)?;
-    let native = run_once(&cluster, DefaultPluginRuntime::Native, args.seed)?;
+    let wasm = run_once(&cluster, DefaultPluginRuntime::Wasm, true, args.seed)?;
+    let wasm_without_deadlines = run_once(&cluster, DefaultPluginRuntime::Wasm, false, args.seed)?;
+    let native = run_once(&cluster, DefaultPluginRuntime::Native, true, args.seed)?;
     let events_per_second = event_throughput(&cluster, args.events)?;
     let report = Report {
         events_per_second,
@@ -404,7 +412,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         seed: args.seed,
         threads: 1,
         wasm_native_ratio: wasm.pods_per_second / native.pods_per_second,
+        deadline_overhead_percent: 100.0
+            * (1.0 - wasm.pods_per_second / wasm_without_deadlines.pods_per_second),
         wasm,
+        wasm_without_deadlines,
         native,
     };
     if args.json {
@@ -432,7 +443,7 @@ fn print_table(r: &Report) {
         "errors",
         "peak MB"
     );
-    for run in [&r.wasm, &r.native] {
+    for run in [&r.wasm, &r.wasm_without_deadlines, &r.native] {
         println!(
             "{:<8} {:>10.0} {:>10.1} {:>10.1} {:>10.1} {:>9} {:>7} {:>7} {:>9.1}",
             run.runtime,
@@ -447,6 +458,10 @@ fn print_table(r: &Report) {
         );
     }
     println!("wasm/native throughput ratio: {:.2}", r.wasm_native_ratio);
+    println!(
+        "call deadlines cost {:.1}% of WASM throughput (wasm vs wasm-nodl: deadlines off)",
+        r.deadline_overhead_percent
+    );
     if r.events_per_second > 0.0 {
         println!(
             "event pipeline: {:.0} node-update events/s submitted by one thread and applied by the scheduler thread",
