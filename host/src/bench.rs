@@ -50,6 +50,24 @@ pub struct Synthetic {
     pub classes: Vec<StorageClass>,
 }
 
+impl Synthetic {
+    /// Puts the storage objects and the nodes (not the pods) into a cache.
+    pub fn load_into(&self, cache: &mut crate::cache::Cache) {
+        for class in &self.classes {
+            cache.upsert_class(class.clone());
+        }
+        for volume in &self.volumes {
+            cache.upsert_volume(volume.clone());
+        }
+        for claim in &self.claims {
+            cache.upsert_claim(claim.clone());
+        }
+        for node in &self.nodes {
+            cache.upsert_node(node.clone());
+        }
+    }
+}
+
 fn resources(milli_cpu: i64, memory_gib: i64, pods: i64) -> Resources {
     Resources {
         milli_cpu,
@@ -260,18 +278,7 @@ pub fn run_once(
     config.deadlines = deadlines;
     let profiles = config.profiles()?;
     let mut scheduler = Scheduler::new(&profiles, seed)?;
-    for class in &cluster.classes {
-        scheduler.cache.upsert_class(class.clone());
-    }
-    for volume in &cluster.volumes {
-        scheduler.cache.upsert_volume(volume.clone());
-    }
-    for claim in &cluster.claims {
-        scheduler.cache.upsert_claim(claim.clone());
-    }
-    for node in &cluster.nodes {
-        scheduler.cache.upsert_node(node.clone());
-    }
+    cluster.load_into(&mut scheduler.cache);
     let setup = Instant::now();
     scheduler.warm_up()?;
     let setup = setup.elapsed();

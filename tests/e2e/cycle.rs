@@ -7,7 +7,7 @@ use std::path::Path;
 use wasched::bench::{self, synthetic};
 use wasched::config::{Config, DefaultPluginRuntime};
 use wasched::framework::{Outcome, Scheduler};
-use wasched_sdk::{NodeAffinity, NodeSelectorTerm, Pod, Resources};
+use wasched_sdk::{NodeAffinity, NodeSelectorTerm};
 
 use crate::support::*;
 
@@ -15,18 +15,6 @@ fn scheduler(toml: &str, runtime: DefaultPluginRuntime, seed: u64) -> Scheduler 
     let mut config = Config::parse("test.toml", Path::new("."), toml.to_string()).unwrap();
     config.default_plugins = runtime;
     Scheduler::new(&config.profiles().unwrap(), seed).unwrap()
-}
-
-fn cpu_pod(name: &str, milli_cpu: i64) -> Pod {
-    let r = Resources {
-        milli_cpu,
-        ..Resources::default()
-    };
-    Pod {
-        requests: r.clone(),
-        non_zero_requests: r,
-        ..pod(name)
-    }
 }
 
 fn examined(outcome: &Outcome) -> Vec<String> {
@@ -165,18 +153,7 @@ fn wasm_and_native_place_a_synthetic_cluster_identically() {
     let cluster = synthetic(&args);
     let place = |runtime| -> Vec<(Option<String>, Option<String>)> {
         let mut s = scheduler("", runtime, 3);
-        for class in &cluster.classes {
-            s.cache.upsert_class(class.clone());
-        }
-        for v in &cluster.volumes {
-            s.cache.upsert_volume(v.clone());
-        }
-        for c in &cluster.claims {
-            s.cache.upsert_claim(c.clone());
-        }
-        for n in &cluster.nodes {
-            s.cache.upsert_node(n.clone());
-        }
+        cluster.load_into(&mut s.cache);
         cluster
             .pods
             .iter()

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use wasched::clock::FakeClock;
 use wasched::config::{Config, DefaultPluginRuntime};
 use wasched::framework::{Outcome, Scheduler};
-use wasched_sdk::{NodeInfo, Pod, Resources};
+use wasched_sdk::{NodeInfo, Pod};
 
 use crate::support::*;
 
@@ -44,18 +44,6 @@ fn cluster(scheduler: &mut Scheduler) {
         let mut n = node(name);
         n.allocatable.milli_cpu = cpu;
         scheduler.cache.upsert_node(n);
-    }
-}
-
-fn needs_cpu(name: &str, milli_cpu: i64) -> Pod {
-    let r = Resources {
-        milli_cpu,
-        ..Resources::default()
-    };
-    Pod {
-        requests: r.clone(),
-        non_zero_requests: r,
-        ..pod(name)
     }
 }
 
@@ -109,7 +97,7 @@ fn each_hostile_plugin_fails_its_cycle_with_its_name_and_failure() {
         let mut boom = node("boom");
         boom.labels = labels(&[("explode", "true")]);
         scheduler.cache.upsert_node(boom);
-        let outcome = timed(&mut scheduler, &needs_cpu("p", 500));
+        let outcome = timed(&mut scheduler, &cpu_pod("p", 500));
         assert!(outcome.error, "{plugin}: {outcome:?}");
         let message = outcome.message.unwrap_or_default();
         assert!(message.contains(expected), "{plugin}: {message}");
@@ -129,9 +117,9 @@ fn a_fresh_instance_takes_over_once_the_cause_is_gone() {
     let mut boom = node("boom");
     boom.labels = labels(&[("explode", "true")]);
     scheduler.cache.upsert_node(boom);
-    assert!(timed(&mut scheduler, &needs_cpu("p", 500)).error);
+    assert!(timed(&mut scheduler, &cpu_pod("p", 500)).error);
     scheduler.cache.remove_node("boom");
-    let outcome = timed(&mut scheduler, &needs_cpu("p", 500));
+    let outcome = timed(&mut scheduler, &cpu_pod("p", 500));
     assert_eq!(outcome.node.as_deref(), Some("big"), "{outcome:?}");
     let health = scheduler.plugin_health();
     assert_eq!(
@@ -153,7 +141,7 @@ fn with_the_ignore_policy_the_other_plugins_decide_as_if_it_were_absent() {
         cluster(&mut s);
         (0..4)
             .map(|i| {
-                s.schedule(&needs_cpu(&format!("p{i}"), 900), false)
+                s.schedule(&cpu_pod(&format!("p{i}"), 900), false)
                     .unwrap()
                     .node
             })
@@ -170,7 +158,7 @@ fn with_the_ignore_policy_the_other_plugins_decide_as_if_it_were_absent() {
         cluster(&mut s);
         let placed: Vec<Option<String>> = (0..4)
             .map(|i| {
-                let o = timed(&mut s, &needs_cpu(&format!("p{i}"), 900));
+                let o = timed(&mut s, &cpu_pod(&format!("p{i}"), 900));
                 assert!(!o.error, "{plugin}: {o:?}");
                 o.node
             })
@@ -200,13 +188,13 @@ fn repeated_failures_quarantine_the_plugin_until_it_is_tried_again() {
     boom.labels = labels(&[("explode", "true")]);
     s.cache.upsert_node(boom);
     for _ in 0..2 {
-        assert!(timed(&mut s, &needs_cpu("p", 500))
+        assert!(timed(&mut s, &cpu_pod("p", 500))
             .message
             .unwrap()
             .contains("failed in filter"));
     }
     s.cache.remove_node("boom");
-    let quarantined = timed(&mut s, &needs_cpu("p", 500));
+    let quarantined = timed(&mut s, &cpu_pod("p", 500));
     let message = quarantined.message.unwrap();
     assert!(
         message
@@ -221,7 +209,7 @@ fn repeated_failures_quarantine_the_plugin_until_it_is_tried_again() {
     assert_eq!(h.quarantined_until, Some(Duration::from_secs(30)));
     assert_eq!(h.failures, 2, "a quarantined plugin is not called");
     clock.advance(Duration::from_secs(30));
-    let recovered = timed(&mut s, &needs_cpu("p", 500));
+    let recovered = timed(&mut s, &cpu_pod("p", 500));
     assert_eq!(recovered.node.as_deref(), Some("big"), "{recovered:?}");
 }
 
@@ -251,7 +239,7 @@ fn a_thousand_cycles_with_the_leaking_plugin_keep_memory_bounded() {
         s.cache.upsert_node(n);
     }
     let mut cycle = |i: usize| {
-        let outcome = s.schedule(&needs_cpu(&format!("p{i}"), 1), false).unwrap();
+        let outcome = s.schedule(&cpu_pod(&format!("p{i}"), 1), false).unwrap();
         assert!(
             outcome.node.is_some(),
             "placed despite the hog: {outcome:?}"

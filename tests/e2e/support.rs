@@ -54,6 +54,19 @@ pub fn pod(name: &str) -> Pod {
     }
 }
 
+/// A pod requesting only cpu (scoring sees the same request).
+pub fn cpu_pod(name: &str, milli_cpu: i64) -> Pod {
+    let r = Resources {
+        milli_cpu,
+        ..Resources::default()
+    };
+    Pod {
+        requests: r.clone(),
+        non_zero_requests: r,
+        ..pod(name)
+    }
+}
+
 pub fn toleration(key: &str, operator: &str, value: &str, effect: &str) -> Toleration {
     Toleration {
         key: key.into(),
