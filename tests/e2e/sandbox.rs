@@ -337,3 +337,35 @@ fn simulate_survives_every_hostile_plugin_and_names_it() {
         );
     }
 }
+
+#[test]
+fn a_component_importing_anything_is_refused_at_load_with_the_import_named() {
+    // Plugins get no imports at all: a filesystem (or stdout, clock, socket...) import is refused
+    // before the component can run, naming what it asked for.
+    for interface in [
+        "wasi:filesystem/types@0.2.0",
+        "wasi:cli/stdout@0.2.0",
+        "wasi:sockets/tcp@0.2.0",
+    ] {
+        let text = format!("(component (import \"{interface}\" (instance)))");
+        let component = wat::parse_str(&text).unwrap();
+        let error = wasched::runtime::wasm::WasmRuntime::shared()
+            .load(
+                "Greedy",
+                &component,
+                wasched::runtime::wasm::Limits::default(),
+            )
+            .err()
+            .expect("refused");
+        assert!(
+            error.0.starts_with("plugin Greedy: imports "),
+            "{}",
+            error.0
+        );
+        assert!(
+            error.0.contains(interface),
+            "{interface} is named: {}",
+            error.0
+        );
+    }
+}

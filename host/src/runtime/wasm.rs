@@ -140,6 +140,19 @@ impl WasmRuntime {
                 "plugin {name}: not a valid WebAssembly component: {e:#}"
             ))
         })?;
+        // Checked by name rather than left to the linker, which accepts an import of an empty
+        // instance: a plugin may import nothing at all.
+        let component_type = component.component_type();
+        let imports: Vec<&str> = component_type
+            .imports(&self.engine)
+            .map(|(import, _)| import)
+            .collect();
+        if !imports.is_empty() {
+            return Err(LoadError(format!(
+                "plugin {name}: imports {}; plugins get no imports (no filesystem, network, clock, random or environment)",
+                imports.join(", ")
+            )));
+        }
         let pre = self.linker.instantiate_pre(&component).map_err(|e| {
             LoadError(format!(
                 "plugin {name}: its imports cannot be satisfied (plugins get no imports): {e:#}"
