@@ -141,11 +141,14 @@ impl WasmRuntime {
             ))
         })?;
         // Checked by name rather than left to the linker, which accepts an import of an empty
-        // instance: a plugin may import nothing at all.
+        // instance: a plugin may import nothing but the contract's types.
         let component_type = component.component_type();
         let imports: Vec<&str> = component_type
             .imports(&self.engine)
             .map(|(import, _)| import)
+            // The contract's own type definitions are imported by every plugin; they carry no
+            // functions.
+            .filter(|import| !import.starts_with("wasched:plugin/types@"))
             .collect();
         if !imports.is_empty() {
             return Err(LoadError(format!(
