@@ -62,6 +62,69 @@ fn main() {
         "cargo:rustc-env=WASCHED_HOSTILE_COMPONENTS={}",
         hostile_dir.display()
     );
+
+    // The noisy plugin needs WASI to print: it is built for wasm32-wasip2, which links a
+    // component directly. Without that target its test is compiled out.
+    println!("cargo:rustc-check-cfg=cfg(wasched_flood_plugin)");
+    if build_wasip2_plugin(&root, &target_dir, "wasched-hostile-flood") {
+        let built = target_dir
+            .join("wasm32-wasip2")
+            .join("release")
+            .join("wasched_hostile_flood.wasm");
+        std::fs::copy(&built, hostile_dir.join("wasched_hostile_flood.wasm")).unwrap();
+        println!("cargo:rustc-cfg=wasched_flood_plugin");
+    } else {
+        println!("cargo:warning=wasm32-wasip2 is not installed: the output-flood sandbox test is skipped");
+    }
+}
+
+/// Builds one plugin crate for wasm32-wasip2; false when that target is unavailable.
+fn build_wasip2_plugin(root: &Path, target_dir: &Path, package: &str) -> bool {
+    let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let sysroot = Command::new(env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+    let installed = sysroot.is_some_and(|s| s.join("lib/rustlib/wasm32-wasip2").exists());
+    if !installed {
+        return false;
+    }
+    let mut command = Command::new(cargo);
+    command
+        .current_dir(root)
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "-p",
+            package,
+            "--target-dir",
+        ])
+        .arg(target_dir);
+    clean_env(&mut command);
+    command.status().is_ok_and(|s| s.success())
+}
+
+/// The outer build's settings (clippy's wrapper, coverage or sanitizer flags, its target) are for
+/// the host, not for the guests.
+fn clean_env(command: &mut Command) {
+    for var in [
+        "RUSTC_WORKSPACE_WRAPPER",
+        "RUSTC_WRAPPER",
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_BUILD_RUSTFLAGS",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "CARGO_PRIMARY_PACKAGE",
+    ] {
+        command.env_remove(var);
+    }
+    command
+        .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
+        .env("CARGO_PROFILE_RELEASE_STRIP", "debuginfo");
 }
 
 /// Wraps a built core module into a component at `output`.
@@ -95,20 +158,8 @@ fn build_plugins(root: &Path, target_dir: &Path) {
     for (package, _) in PLUGINS.iter().chain(HOSTILE) {
         command.args(["-p", package]);
     }
-    // The outer build's settings (clippy's wrapper, coverage or sanitizer flags, its target)
-    // are for the host, not for the guests.
-    for var in [
-        "RUSTC_WORKSPACE_WRAPPER",
-        "RUSTC_WRAPPER",
-        "RUSTFLAGS",
-        "CARGO_ENCODED_RUSTFLAGS",
-        "CARGO_BUILD_RUSTFLAGS",
-        "CARGO_TARGET_DIR",
-        "CARGO_BUILD_TARGET",
-        "CARGO_PRIMARY_PACKAGE",
-    ] {
-        command.env_remove(var);
-    }
+    clean_env(&mut command);
+    command.env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "3");
     // Fallback written by scripts/setup when rustup cannot fetch the wasm target: Debian's
     // rustc-web builds the guests' std from source.
     let fallback = root.join("target").join("guest-rustc");
@@ -123,11 +174,7 @@ fn build_plugins(root: &Path, target_dir: &Path) {
                 .arg("-Zbuild-std=std,panic_abort");
         }
     }
-    // Guests ship without debug info; the component only needs its code and type section.
-    command
-        .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
-        .env("CARGO_PROFILE_RELEASE_STRIP", "debuginfo")
-        .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "3");
+
     let status = command
         .status()
         .unwrap_or_else(|e| panic!("cannot run cargo to build the default plugins: {e}"));

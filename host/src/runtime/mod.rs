@@ -7,6 +7,7 @@
 
 pub mod defaults;
 pub mod native;
+pub mod wasi;
 pub mod wasm;
 
 use wasched_sdk::{Descriptor, FilterResults, NodeInfo, NodeUsage, Pod, PodPlan};

@@ -41,6 +41,8 @@ pub const PER_NODE_ALLOWANCE: Duration = Duration::from_micros(10);
 pub const DEFAULT_MEMORY_LIMIT: usize = 128 << 20;
 /// Default limit on table elements of one instance.
 pub const DEFAULT_TABLE_ELEMENTS: usize = 100_000;
+/// Core instances one component may create (Rust and C components hold a few; interpreters more).
+pub const MAX_CORE_INSTANCES: usize = 64;
 /// Longest reason string a plugin may return.
 pub const MAX_REASON_BYTES: usize = 1024;
 /// Most reasons one failure may carry.
@@ -114,8 +116,11 @@ impl WasmRuntime {
                 })
                 .map_err(|e| LoadError(format!("epoch thread: {e}")))?;
         }
-        // Components get no imports at all: no filesystem, network, clock or environment.
-        let linker = Linker::new(&engine);
+        // WASI is linked whole, but `load` refuses any import outside `wasi::ALLOWED_IMPORTS`, and
+        // the context grants no preopened directory, network, environment or real wall clock.
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .map_err(|e| LoadError(format!("linking WASI: {e:#}")))?;
         Ok(WasmRuntime {
             engine,
             linker: Arc::new(linker),
@@ -140,20 +145,19 @@ impl WasmRuntime {
                 "plugin {name}: not a valid WebAssembly component: {e:#}"
             ))
         })?;
-        // Checked by name rather than left to the linker, which accepts an import of an empty
-        // instance: a plugin may import nothing but the contract's types.
+        // Checked by name rather than left to the linker (which has all of WASI, and accepts an
+        // import of an empty instance).
         let component_type = component.component_type();
-        let imports: Vec<&str> = component_type
+        let refused: Vec<&str> = component_type
             .imports(&self.engine)
             .map(|(import, _)| import)
-            // The contract's own type definitions are imported by every plugin; they carry no
-            // functions.
-            .filter(|import| !import.starts_with("wasched:plugin/types@"))
+            .filter(|import| !super::wasi::import_allowed(import))
             .collect();
-        if !imports.is_empty() {
+        if !refused.is_empty() {
             return Err(LoadError(format!(
-                "plugin {name}: imports {}; plugins get no imports (no filesystem, network, clock, random or environment)",
-                imports.join(", ")
+                "plugin {name}: imports {}, which plugins may not use (no filesystem, network or HTTP; \
+                 only stdout/stderr, an empty environment, clocks and seeded randomness)",
+                refused.join(", ")
             )));
         }
         let pre = self.linker.instantiate_pre(&component).map_err(|e| {
@@ -241,9 +245,20 @@ impl ComponentFactory {
     }
 }
 
-/// Per-instance host state: just the resource limits.
+/// Per-instance host state: the resource limits and the (minimal) WASI context.
 pub struct StoreState {
     limits: StoreLimits,
+    wasi: wasmtime_wasi::WasiCtx,
+    table: wasmtime::component::ResourceTable,
+}
+
+impl wasmtime_wasi::WasiView for StoreState {
+    fn ctx(&mut self) -> wasmtime_wasi::WasiCtxView<'_> {
+        wasmtime_wasi::WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
 }
 
 impl PluginFactory for ComponentFactory {
@@ -251,10 +266,18 @@ impl PluginFactory for ComponentFactory {
         let limits = StoreLimitsBuilder::new()
             .memory_size(self.limits.memory)
             .table_elements(self.limits.table_elements)
-            .instances(1)
+            // A component holds several core instances (its module, adapter shims).
+            .instances(MAX_CORE_INSTANCES)
             .trap_on_grow_failure(true)
             .build();
-        let mut store = Store::new(&self.engine, StoreState { limits });
+        // Seeded by the component, so a plugin's "randomness" repeats from run to run.
+        let seed = u64::from_str_radix(&self.sha256[..16], 16).unwrap_or(0);
+        let state = StoreState {
+            limits,
+            wasi: super::wasi::context(&self.name, seed),
+            table: wasmtime::component::ResourceTable::new(),
+        };
+        let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limits);
         let ticks = ticks(self.limits.call_timeout);
         if self.deadlines {
