@@ -80,7 +80,6 @@ fn main() {
 
 /// Builds one plugin crate for wasm32-wasip2; false when that target is unavailable.
 fn build_wasip2_plugin(root: &Path, target_dir: &Path, package: &str) -> bool {
-    let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let sysroot = Command::new(env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
         .args(["--print", "sysroot"])
         .output()
@@ -90,20 +89,8 @@ fn build_wasip2_plugin(root: &Path, target_dir: &Path, package: &str) -> bool {
     if !installed {
         return false;
     }
-    let mut command = Command::new(cargo);
-    command
-        .current_dir(root)
-        .args([
-            "build",
-            "--release",
-            "--target",
-            "wasm32-wasip2",
-            "-p",
-            package,
-            "--target-dir",
-        ])
-        .arg(target_dir);
-    clean_env(&mut command);
+    let mut command = guest_cargo(root, target_dir, "wasm32-wasip2");
+    command.args(["-p", package]);
     command.status().is_ok_and(|s| s.success())
 }
 
@@ -142,23 +129,24 @@ fn encode(target_dir: &Path, package: &str, file: &str, output: &Path) {
     std::fs::write(output, component).unwrap();
 }
 
-fn build_plugins(root: &Path, target_dir: &Path) {
+/// A `cargo build --release --target <target>` of guest crates into `target_dir`, with the outer
+/// build's settings removed.
+fn guest_cargo(root: &Path, target_dir: &Path, target: &str) -> Command {
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let mut command = Command::new(cargo);
     command
         .current_dir(root)
-        .args([
-            "build",
-            "--release",
-            "--target",
-            WASM_TARGET,
-            "--target-dir",
-        ])
+        .args(["build", "--release", "--target", target, "--target-dir"])
         .arg(target_dir);
+    clean_env(&mut command);
+    command
+}
+
+fn build_plugins(root: &Path, target_dir: &Path) {
+    let mut command = guest_cargo(root, target_dir, WASM_TARGET);
     for (package, _) in PLUGINS.iter().chain(HOSTILE) {
         command.args(["-p", package]);
     }
-    clean_env(&mut command);
     command.env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "3");
     // Fallback written by scripts/setup when rustup cannot fetch the wasm target: Debian's
     // rustc-web builds the guests' std from source.
