@@ -49,6 +49,12 @@ enum Command {
 
 #[derive(Subcommand)]
 enum PluginCommand {
+    /// Show a component's size, sha256, imports and exports, and whether this host accepts it as a
+    /// plugin (and what it does).
+    Inspect {
+        /// The component file.
+        component: PathBuf,
+    },
     /// Turn a core WebAssembly module built with the SDK (`cargo build --target
     /// wasm32-unknown-unknown`) into a plugin component, and check this host accepts it.
     Encode {
@@ -75,6 +81,14 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+fn list_or_none(items: &[String]) -> String {
+    if items.is_empty() {
+        "(none)".to_string()
+    } else {
+        items.join(", ")
     }
 }
 
@@ -112,6 +126,35 @@ fn run(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Bench(args) => bench::run(&args),
+        Command::Plugin(PluginCommand::Inspect { component }) => {
+            let bytes = std::fs::read(&component)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", component.display()))?;
+            let report = wasched::runtime::wasm::WasmRuntime::shared().inspect(&bytes);
+            println!("file:     {}", component.display());
+            println!("size:     {} bytes", report.size);
+            println!("sha256:   {}", report.sha256);
+            println!("imports:  {}", list_or_none(&report.imports));
+            println!("exports:  {}", list_or_none(&report.exports));
+            match &report.verdict {
+                Ok(d) => {
+                    let mut does = Vec::new();
+                    if d.filter {
+                        does.push("filter");
+                    }
+                    if d.score {
+                        does.push("score");
+                    }
+                    println!("world:    wasched:plugin/plugin@0.1.0");
+                    println!("plugin:   {} {} ({})", d.name, d.version, does.join(", "));
+                    println!("accepted: yes");
+                    Ok(())
+                }
+                Err(why) => {
+                    println!("accepted: no: {why}");
+                    anyhow::bail!("{} is not a plugin this host accepts", component.display())
+                }
+            }
+        }
         Command::Plugin(PluginCommand::Encode { module, output }) => {
             let bytes = std::fs::read(&module)
                 .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", module.display()))?;

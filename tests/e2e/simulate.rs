@@ -258,3 +258,43 @@ fn a_plugin_component_from_a_file_is_loaded_and_its_pin_checked() {
         "{stderr}"
     );
 }
+
+#[test]
+fn plugin_inspect_tells_what_a_component_is_and_whether_it_is_accepted() {
+    let component = wasched::runtime::defaults::find("TaintToleration")
+        .unwrap()
+        .component;
+    let path = temp_file("taint.wasm", "");
+    std::fs::write(&path, component).unwrap();
+    let output = stdout(&wasched(&["plugin", "inspect", path.to_str().unwrap()]));
+    for line in [
+        format!(
+            "sha256:   {}",
+            wasched::runtime::wasm::sha256_hex(component)
+        ),
+        "imports:  wasched:plugin/types@0.1.0".to_string(),
+        "plugin:   TaintToleration 0.1.0 (filter, score)".to_string(),
+        "accepted: yes".to_string(),
+    ] {
+        assert!(
+            output.lines().any(|l| l == line),
+            "{line:?} missing from:\n{output}"
+        );
+    }
+
+    let greedy =
+        wat::parse_str("(component (import \"wasi:filesystem/preopens@0.2.0\" (instance)))")
+            .unwrap();
+    let path = temp_file("greedy.wasm", "");
+    std::fs::write(&path, greedy).unwrap();
+    let output = wasched(&["plugin", "inspect", path.to_str().unwrap()]);
+    assert!(
+        !output.status.success(),
+        "a refused component fails the command"
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("accepted: no: imports wasi:filesystem/preopens@0.2.0"),
+        "{text}"
+    );
+}

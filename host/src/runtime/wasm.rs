@@ -180,6 +180,41 @@ impl WasmRuntime {
         })
     }
 
+    /// What a component file is: its imports and exports, and whether this host accepts it as a
+    /// plugin (and what it then says it does).
+    pub fn inspect(&self, bytes: &[u8]) -> Inspection {
+        let sha256 = sha256_hex(bytes);
+        let mut inspection = Inspection {
+            size: bytes.len(),
+            sha256: sha256.clone(),
+            imports: Vec::new(),
+            exports: Vec::new(),
+            verdict: Err(String::new()),
+        };
+        let component = match self.compile(bytes, &sha256) {
+            Ok(component) => component,
+            Err(e) => {
+                inspection.verdict = Err(format!("not a valid WebAssembly component: {e:#}"));
+                return inspection;
+            }
+        };
+        let ty = component.component_type();
+        inspection.imports = ty
+            .imports(&self.engine)
+            .map(|(n, _)| n.to_string())
+            .collect();
+        inspection.exports = ty
+            .exports(&self.engine)
+            .map(|(n, _)| n.to_string())
+            .collect();
+        inspection.verdict = self
+            .load("inspected", bytes, Limits::default())
+            .and_then(|factory| factory.instantiate("{}"))
+            .map(|instance| instance.descriptor().clone())
+            .map_err(|e| e.0.replacen("plugin inspected: ", "", 1));
+        inspection
+    }
+
     fn compile(&self, bytes: &[u8], sha256: &str) -> wasmtime::Result<Component> {
         let Some(dir) = &self.cache_dir else {
             return Component::new(&self.engine, bytes);
@@ -226,6 +261,17 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+/// What `wasched plugin inspect` reports.
+#[derive(Debug, Clone)]
+pub struct Inspection {
+    pub size: usize,
+    pub sha256: String,
+    pub imports: Vec<String>,
+    pub exports: Vec<String>,
+    /// The plugin's descriptor (from `init` with an empty configuration), or why it is refused.
+    pub verdict: Result<sdk::Descriptor, String>,
 }
 
 /// A compiled, pre-instantiated plugin component.
