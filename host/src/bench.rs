@@ -386,16 +386,22 @@ pub fn event_throughput(cluster: &Synthetic, count: usize) -> anyhow::Result<f64
 
 /// The process's peak resident set size in MB (Linux `VmHWM`), or 0 where unavailable.
 pub fn peak_rss_mb() -> f64 {
+    proc_status_mb("VmHWM")
+}
+
+/// A memory figure of this process from `/proc/self/status` (`VmRSS`, `VmHWM`, ...) in MB, or 0
+/// where unavailable.
+pub fn proc_status_mb(field: &str) -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|status| {
             status.lines().find_map(|line| {
                 let kb = line
-                    .strip_prefix("VmHWM:")?
+                    .strip_prefix(field)?
+                    .strip_prefix(':')?
                     .trim()
-                    .strip_suffix("kB")?
-                    .trim();
-                kb.parse::<f64>().ok()
+                    .strip_suffix("kB")?;
+                kb.trim().parse::<f64>().ok()
             })
         })
         .map_or(0.0, |kb| kb / 1024.0)

@@ -15,10 +15,10 @@ use wasched_sdk as sdk;
 use crate::clock::SystemClock;
 use crate::config::Config;
 use crate::events::{EventPipeline, Object};
-use crate::framework::{NodeReport, Scheduler};
+use crate::framework::Scheduler;
 use crate::input::Cluster;
 use crate::k8s;
-use crate::service::{bound_pod, Binder, Sequencer, Service};
+use crate::service::{bound_pod, Binder, CycleResult, Sequencer, Service};
 
 /// How results are printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -39,15 +39,8 @@ pub struct Options {
     pub seed: u64,
 }
 
-/// The decision for one pending pod.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decision {
-    /// `namespace/name`.
-    pub pod: String,
-    pub node: Option<String>,
-    pub message: Option<String>,
-    pub nodes: Vec<NodeReport>,
-}
+/// The decision for one pending pod: the core's cycle result.
+pub type Decision = CycleResult;
 
 #[derive(Serialize)]
 struct JsonDecision<'a> {
@@ -177,16 +170,7 @@ pub fn simulate(
     for object in objects {
         pipeline.submit(sequence.upsert(object));
     }
-    let results = service.run_until_idle();
-    Ok(results
-        .into_iter()
-        .map(|r| Decision {
-            pod: r.pod,
-            node: r.node,
-            message: r.message,
-            nodes: r.nodes,
-        })
-        .collect())
+    Ok(service.run_until_idle())
 }
 
 /// Prints decisions in the chosen format.

@@ -17,8 +17,8 @@ fn hostile(name: &str) -> PathBuf {
     Path::new(env!("WASCHED_HOSTILE_COMPONENTS")).join(format!("wasched_hostile_{name}.wasm"))
 }
 
-/// A profile with one hostile plugin (as a filter or a score) beside NodeResourcesFit.
-fn config(plugin: &str, file: &str, as_filter: bool, extra: &str) -> Config {
+/// TOML for a profile with one hostile plugin (as a filter or a score) beside NodeResourcesFit.
+fn profile_toml(plugin: &str, file: &str, as_filter: bool, extra: &str) -> String {
     let (filters, scores) = if as_filter {
         (
             format!("[\"{plugin}\", \"NodeResourcesFit\"]"),
@@ -30,10 +30,14 @@ fn config(plugin: &str, file: &str, as_filter: bool, extra: &str) -> Config {
             format!("[{{ plugin = \"{plugin}\" }}, {{ plugin = \"NodeResourcesFit\" }}]"),
         )
     };
-    let text = format!(
+    format!(
         "[plugins.{plugin}]\ncomponent = {path:?}\n{extra}\n\n[[profiles]]\nfilters = {filters}\nscores = {scores}\n",
         path = hostile(file).to_str().unwrap()
-    );
+    )
+}
+
+fn config(plugin: &str, file: &str, as_filter: bool, extra: &str) -> Config {
+    let text = profile_toml(plugin, file, as_filter, extra);
     let mut config = Config::parse("sandbox.toml", Path::new("."), text).unwrap();
     config.default_plugins = DefaultPluginRuntime::Native;
     config
@@ -214,14 +218,9 @@ fn repeated_failures_quarantine_the_plugin_until_it_is_tried_again() {
 }
 
 fn rss_mb() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kb: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().strip_suffix("kB"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap();
-    kb / 1024.0
+    let mb = wasched::bench::proc_status_mb("VmRSS");
+    assert!(mb > 0.0, "VmRSS is readable");
+    mb
 }
 
 #[test]
@@ -282,26 +281,8 @@ fn simulate_survives_every_hostile_plugin_and_names_it() {
         ("Hog", "hog", true, "memory_limit_mib = 16"),
         ("BadScore", "bad_score", false, ""),
     ] {
-        let (filters, scores) = if as_filter {
-            (
-                format!("[\"{plugin}\", \"NodeResourcesFit\"]"),
-                "[{ plugin = \"NodeResourcesFit\" }]".to_string(),
-            )
-        } else {
-            (
-                "[\"NodeResourcesFit\"]".to_string(),
-                format!("[{{ plugin = \"{plugin}\" }}]"),
-            )
-        };
         let config = dir.join(format!("{file}.toml"));
-        std::fs::write(
-            &config,
-            format!(
-                "[plugins.{plugin}]\ncomponent = {:?}\n{extra}\n[[profiles]]\nfilters = {filters}\nscores = {scores}\n",
-                hostile(file).to_str().unwrap()
-            ),
-        )
-        .unwrap();
+        std::fs::write(&config, profile_toml(plugin, file, as_filter, extra)).unwrap();
         let start = Instant::now();
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_wasched"))
             .args([
