@@ -30,6 +30,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::framework::{FailurePolicy, OnFailure, PluginSpec, ProfileSpec};
+use crate::metrics::PluginStatsRegistry;
 use crate::runtime::defaults::{self, DEFAULT_FILTERS, DEFAULT_SCORES};
 use crate::runtime::wasm::{sha256_hex, Limits, WasmRuntime};
 use crate::runtime::PluginFactory;
@@ -139,6 +140,11 @@ pub struct Config {
     /// Whether calls into components run under deadlines (only `bench` turns them off, to
     /// measure what they cost).
     pub deadlines: bool,
+    /// Components uploaded to a server's plugin store, by name: a profile may use them without a
+    /// `[plugins.NAME]` table, or configure them in one without `component`.
+    uploaded: BTreeMap<String, Arc<Vec<u8>>>,
+    /// Where plugin call times go.
+    stats: Arc<PluginStatsRegistry>,
 }
 
 impl Default for Config {
@@ -150,6 +156,8 @@ impl Default for Config {
             raw: RawConfig::default(),
             default_plugins: DefaultPluginRuntime::Wasm,
             deadlines: true,
+            uploaded: BTreeMap::new(),
+            stats: Arc::default(),
         }
     }
 }
@@ -175,6 +183,21 @@ impl Config {
     /// # Errors
     /// As [`Config::load`].
     pub fn parse(file: &str, dir: &Path, text: String) -> Result<Config, ConfigError> {
+        Self::parse_with(file, dir, text, BTreeMap::new(), Arc::default())
+    }
+
+    /// As [`Config::parse`], for a server: plugins may also come from its plugin store
+    /// (`uploaded`), and call times are recorded in the server's `stats`.
+    ///
+    /// # Errors
+    /// As [`Config::load`].
+    pub fn parse_with(
+        file: &str,
+        dir: &Path,
+        text: String,
+        uploaded: BTreeMap<String, Arc<Vec<u8>>>,
+        stats: Arc<PluginStatsRegistry>,
+    ) -> Result<Config, ConfigError> {
         let raw: RawConfig = toml::from_str(&text).map_err(|e| ConfigError {
             file: file.to_string(),
             line: e.span().map(|s| line_of(&text, s.start)),
@@ -187,6 +210,8 @@ impl Config {
             deadlines: true,
             text,
             raw,
+            uploaded,
+            stats,
         };
         config.check()?;
         Ok(config)
@@ -222,18 +247,21 @@ impl Config {
                         ),
                     ))
                 }
-                (None, None) if defaults::find(name).is_none() => {
+                (None, None)
+                    if defaults::find(name).is_none() && !self.uploaded.contains_key(name) =>
+                {
                     return Err(self.error(
                         span,
                         format!(
-                            "plugin {name}: not a default plugin, so it needs `component = \"file.wasm\"` \
-                             (or `default = \"<default plugin>\"`)"
+                            "plugin {name}: not a default plugin{}, so it needs `component = \"file.wasm\"` \
+                             (or `default = \"<default plugin>\"`)",
+                            self.uploaded_hint()
                         ),
                     ))
                 }
                 _ => {}
             }
-            if p.component.is_none() {
+            if p.component.is_none() && !self.uploaded.contains_key(name) {
                 for (key, value) in [("sha256", p.sha256.as_ref().map(Spanned::span))] {
                     if let Some(span) = value {
                         return Err(self.error(
@@ -320,18 +348,72 @@ impl Config {
 
     fn check_known(&self, name: &Spanned<String>) -> Result<(), ConfigError> {
         let n = name.get_ref();
-        if self.raw.plugins.contains_key(n) || defaults::find(n).is_some() {
+        if self.raw.plugins.contains_key(n)
+            || defaults::find(n).is_some()
+            || self.uploaded.contains_key(n)
+        {
             return Ok(());
         }
         let defined: Vec<&str> = self.raw.plugins.keys().map(String::as_str).collect();
         Err(self.error(
             name.span(),
             format!(
-                "unknown plugin {n:?} (defined here: [{}]; default plugins: {})",
+                "unknown plugin {n:?} (defined here: [{}]; default plugins: {}{})",
                 defined.join(", "),
-                default_names()
+                default_names(),
+                self.uploaded_hint()
             ),
         ))
+    }
+
+    /// `; uploaded: a, b` when plugins come from a plugin store, for error messages.
+    fn uploaded_hint(&self) -> String {
+        if self.uploaded.is_empty() {
+            return String::new();
+        }
+        let names: Vec<&str> = self.uploaded.keys().map(String::as_str).collect();
+        format!("; uploaded: {}", names.join(", "))
+    }
+
+    /// The configuration text.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Which profiles (by scheduler name) use each plugin, default plugins included.
+    pub fn usage(&self) -> BTreeMap<String, Vec<String>> {
+        let mut usage: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut add = |plugin: &str, profile: &str| {
+            let profiles = usage.entry(plugin.to_string()).or_default();
+            if !profiles.iter().any(|p| p == profile) {
+                profiles.push(profile.to_string());
+            }
+        };
+        if self.raw.profiles.is_empty() {
+            for name in DEFAULT_FILTERS
+                .iter()
+                .chain(DEFAULT_SCORES.iter().map(|(n, _)| n))
+            {
+                add(name, crate::DEFAULT_SCHEDULER_NAME);
+            }
+        }
+        for profile in &self.raw.profiles {
+            let p = profile.get_ref();
+            let scheduler_name = p.scheduler_name.get_ref();
+            match &p.filters {
+                Some(list) => list.iter().for_each(|f| add(f.get_ref(), scheduler_name)),
+                None => DEFAULT_FILTERS.iter().for_each(|f| add(f, scheduler_name)),
+            }
+            match &p.scores {
+                Some(list) => list
+                    .iter()
+                    .for_each(|s| add(s.get_ref().plugin.get_ref(), scheduler_name)),
+                None => DEFAULT_SCORES
+                    .iter()
+                    .for_each(|(s, _)| add(s, scheduler_name)),
+            }
+        }
+        usage
     }
 
     /// Loads every plugin the profiles use and builds the profiles. Without profiles in the file,
@@ -460,7 +542,31 @@ impl Config {
                 limits.memory = (*m.get_ref() as usize) << 20;
             }
         }
+        let uploaded = self.uploaded.get(name).filter(|_| {
+            raw.as_ref()
+                .is_none_or(|r| r.component.is_none() && r.default.is_none())
+        });
         let factory: Arc<dyn PluginFactory> = match raw.as_ref().and_then(|r| r.component.clone()) {
+            None if uploaded.is_some() => {
+                let bytes = uploaded.expect("checked by the guard");
+                if let Some(pin) = raw.as_ref().and_then(|r| r.sha256.clone()) {
+                    let actual = sha256_hex(bytes);
+                    if !actual.eq_ignore_ascii_case(pin.get_ref()) {
+                        return Err(self.error(
+                            pin.span(),
+                            format!(
+                                "plugin {name}: the uploaded component has sha256 {actual}, but the config pins {}",
+                                pin.get_ref()
+                            ),
+                        ));
+                    }
+                }
+                let span = definition.map(Spanned::span).unwrap_or(0..0);
+                let factory = WasmRuntime::shared_with(self.deadlines)
+                    .load(name, bytes, limits)
+                    .map_err(|e| self.error(span, e.0))?;
+                Arc::new(factory)
+            }
             Some(component) => {
                 let path = self.dir.join(component.get_ref());
                 let bytes = std::fs::read(&path).map_err(|e| {
@@ -503,6 +609,7 @@ impl Config {
             factory,
             config: config_json,
             policy,
+            stats: self.stats.get(name),
         })
     }
 }

@@ -10,7 +10,8 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -165,6 +166,8 @@ struct Inner {
 #[derive(Default)]
 pub struct EventPipeline {
     inner: Mutex<Inner>,
+    /// Signalled on every submission, for a scheduler thread waiting for work.
+    arrived: Condvar,
     pub stats: PipelineStats,
 }
 
@@ -191,9 +194,25 @@ impl EventPipeline {
             None => {
                 inner.waiting.insert(key.clone(), event);
                 inner.order.push_back(key);
+                drop(inner);
+                self.arrived.notify_all();
                 Submitted::Queued
             }
         }
+    }
+
+    /// Blocks until an event is waiting, [`EventPipeline::wake`] is called, or `timeout` passes.
+    pub fn wait(&self, timeout: Duration) {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if inner.order.is_empty() {
+            let _ = self.arrived.wait_timeout(inner, timeout);
+        }
+    }
+
+    /// Wakes a thread blocked in [`EventPipeline::wait`] (for work that is not an event).
+    pub fn wake(&self) {
+        let _guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        self.arrived.notify_all();
     }
 
     /// Takes every waiting event, oldest arrival first, one per object.

@@ -85,21 +85,44 @@ pub fn load_files(paths: &[PathBuf]) -> Result<Cluster, InputError> {
 }
 
 fn load_file(path: &Path, cluster: &mut Cluster) -> Result<(), InputError> {
+    let text = std::fs::read_to_string(path).map_err(|e| InputError {
+        location: path.display().to_string(),
+        message: format!("cannot read: {e}"),
+    })?;
+    let is_json = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    parse_into(&text, is_json, path, cluster)
+}
+
+/// Reads objects from text (JSON, or YAML with any number of documents); `source` names the text
+/// in errors.
+///
+/// # Errors
+/// As [`load_files`].
+pub fn parse_text(text: &str, is_json: bool, source: &Path) -> Result<Cluster, InputError> {
+    let mut cluster = Cluster::default();
+    parse_into(text, is_json, source, &mut cluster)?;
+    Ok(cluster)
+}
+
+fn parse_into(
+    text: &str,
+    is_json: bool,
+    path: &Path,
+    cluster: &mut Cluster,
+) -> Result<(), InputError> {
     let at_file = |message: String| InputError {
         location: path.display().to_string(),
         message,
     };
-    let text = std::fs::read_to_string(path).map_err(|e| at_file(format!("cannot read: {e}")))?;
-    let is_json = path
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
     let documents: Vec<Value> = if is_json {
         let value: Value =
-            serde_json::from_str(&text).map_err(|e| at_file(format!("invalid JSON: {e}")))?;
+            serde_json::from_str(text).map_err(|e| at_file(format!("invalid JSON: {e}")))?;
         vec![value]
     } else {
         let mut documents = Vec::new();
-        for (index, document) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+        for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
             let yaml: serde_yaml::Value = serde::Deserialize::deserialize(document)
                 .map_err(|e| at_file(format!("document {}: invalid YAML: {e}", index + 1)))?;
             let json = serde_json::to_value(&yaml)

@@ -60,6 +60,16 @@ pub struct CycleResult {
     pub message: Option<String>,
     /// Every examined node, when the service explains its cycles.
     pub nodes: Vec<NodeReport>,
+    /// The pod's scheduler name (its profile).
+    pub scheduler_name: String,
+    /// Scheduling attempts of the pod so far, this one included.
+    pub attempts: u32,
+    /// The cycle failed with an error (a plugin failed, a binding failed) rather than finding no
+    /// node: kube-scheduler's `error` result.
+    pub error: bool,
+    /// No profile serves the pod's scheduler name: the pod is another scheduler's and was left
+    /// alone.
+    pub no_profile: bool,
 }
 
 struct Assumed {
@@ -359,6 +369,10 @@ impl<B: Binder> Service<B> {
                     pod.scheduler_name
                 )),
                 nodes: Vec::new(),
+                scheduler_name: pod.scheduler_name.clone(),
+                attempts,
+                error: false,
+                no_profile: true,
             });
         };
         let Some(node) = outcome.node else {
@@ -374,6 +388,10 @@ impl<B: Binder> Service<B> {
                 node: None,
                 message: Some(message),
                 nodes: outcome.nodes,
+                scheduler_name: pod.scheduler_name.clone(),
+                attempts,
+                error: outcome.error,
+                no_profile: false,
             });
         };
         // The scheduler placed the pod in the cache: it is assumed from here on.
@@ -398,6 +416,10 @@ impl<B: Binder> Service<B> {
                     node: Some(node),
                     message: None,
                     nodes: outcome.nodes,
+                    scheduler_name: pod.scheduler_name.clone(),
+                    attempts,
+                    error: false,
+                    no_profile: false,
                 })
             }
             Err(e) => {
@@ -405,12 +427,17 @@ impl<B: Binder> Service<B> {
                 self.scheduler.cache.remove_pod(&key);
                 self.stats.binds_failed.fetch_add(1, Ordering::Relaxed);
                 let message = format!("binding to {node} failed: {e}");
+                let scheduler_name = pod.scheduler_name.clone();
                 self.queue.requeue(pod, attempts, message.clone());
                 Some(CycleResult {
                     pod: key,
                     node: None,
                     message: Some(message),
                     nodes: outcome.nodes,
+                    scheduler_name,
+                    attempts,
+                    error: true,
+                    no_profile: false,
                 })
             }
         }

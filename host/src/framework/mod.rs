@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use crate::cache::Cache;
 use crate::clock::{Clock, SystemClock};
+use crate::metrics::{ExtensionPoint, PluginCallStats};
 use crate::runtime::{CallError, LoadError, PluginFactory, PluginInstance};
 use crate::util::Rng;
 
@@ -67,6 +68,65 @@ pub struct PluginSpec {
     /// The plugin's configuration as JSON.
     pub config: String,
     pub policy: FailurePolicy,
+    /// Where the instances' call times are recorded.
+    pub stats: Arc<PluginCallStats>,
+}
+
+impl PluginSpec {
+    /// A fresh instance whose calls are timed into [`PluginSpec::stats`].
+    fn instantiate(&self) -> Result<Box<dyn PluginInstance>, LoadError> {
+        let inner = self.factory.instantiate(&self.config)?;
+        Ok(Box::new(TimedInstance {
+            inner,
+            stats: self.stats.clone(),
+        }))
+    }
+}
+
+/// Times every call of an instance (one clock read per batch, not per node).
+struct TimedInstance {
+    inner: Box<dyn PluginInstance>,
+    stats: Arc<PluginCallStats>,
+}
+
+impl TimedInstance {
+    fn timed<T>(
+        &mut self,
+        point: ExtensionPoint,
+        call: impl FnOnce(&mut dyn PluginInstance) -> Result<T, CallError>,
+    ) -> Result<T, CallError> {
+        let started = std::time::Instant::now();
+        let result = call(self.inner.as_mut());
+        self.stats.observe(point, started.elapsed(), result.is_ok());
+        result
+    }
+}
+
+impl PluginInstance for TimedInstance {
+    fn descriptor(&self) -> &sdk::Descriptor {
+        self.inner.descriptor()
+    }
+    fn upsert_nodes(&mut self, nodes: &[(u32, &sdk::NodeInfo)]) -> Result<(), CallError> {
+        self.timed(ExtensionPoint::Sync, |i| i.upsert_nodes(nodes))
+    }
+    fn remove_nodes(&mut self, ids: &[u32]) -> Result<(), CallError> {
+        self.timed(ExtensionPoint::Sync, |i| i.remove_nodes(ids))
+    }
+    fn update_usage(&mut self, usage: &[(u32, &sdk::NodeUsage)]) -> Result<(), CallError> {
+        self.timed(ExtensionPoint::Sync, |i| i.update_usage(usage))
+    }
+    fn set_pod(&mut self, pod: &sdk::Pod) -> Result<sdk::PodPlan, CallError> {
+        self.timed(ExtensionPoint::PreFilter, |i| i.set_pod(pod))
+    }
+    fn filter(&mut self, ids: &[u32], out: &mut sdk::FilterResults) -> Result<(), CallError> {
+        self.timed(ExtensionPoint::Filter, |i| i.filter(ids, out))
+    }
+    fn score(&mut self, ids: &[u32], out: &mut Vec<i64>) -> Result<(), CallError> {
+        self.timed(ExtensionPoint::Score, |i| i.score(ids, out))
+    }
+    fn normalize(&mut self, scores: &mut Vec<i64>) -> Result<(), CallError> {
+        self.timed(ExtensionPoint::Score, |i| i.normalize(scores))
+    }
 }
 
 /// A plugin's health, for operators.
@@ -108,7 +168,7 @@ struct Slot {
 
 impl Slot {
     fn new(spec: PluginSpec) -> Result<Slot, LoadError> {
-        let instance = spec.factory.instantiate(&spec.config)?;
+        let instance = spec.instantiate()?;
         let descriptor = instance.descriptor().clone();
         Ok(Slot {
             spec,
@@ -161,8 +221,7 @@ impl Slot {
             self.synced = None;
             let fresh = self
                 .spec
-                .factory
-                .instantiate(&self.spec.config)
+                .instantiate()
                 .map_err(|e| CallError::new("init", e.0))?;
             self.instance = Some(fresh);
         }
@@ -309,15 +368,37 @@ impl Scheduler {
         seed: u64,
         clock: Arc<dyn Clock>,
     ) -> Result<Scheduler, LoadError> {
-        let profiles = profiles
-            .iter()
-            .enumerate()
-            .map(|(i, spec)| Profile::new(spec, seed.wrapping_add(i as u64), clock.clone()))
-            .collect::<Result<Vec<_>, _>>()?;
+        let profiles = Self::build_profiles(profiles, seed, clock)?;
         Ok(Scheduler {
             cache: Cache::default(),
             profiles,
         })
+    }
+
+    /// Builds the profiles of `specs` without touching the running ones (so it can run off the
+    /// scheduling thread); [`Scheduler::swap_profiles`] then puts them in place.
+    ///
+    /// # Errors
+    /// As [`Profile::new`].
+    pub fn build_profiles(
+        specs: &[ProfileSpec],
+        seed: u64,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Vec<Profile>, LoadError> {
+        specs
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| Profile::new(spec, seed.wrapping_add(i as u64), clock.clone()))
+            .collect()
+    }
+
+    /// Replaces every profile at once (between cycles, since it takes `&mut self`) and returns the
+    /// old ones, for the caller to drop off the scheduling thread. The new instances get every node
+    /// at their first sync.
+    pub fn swap_profiles(&mut self, profiles: Vec<Profile>) -> Vec<Profile> {
+        let old = std::mem::replace(&mut self.profiles, profiles);
+        self.trim_log();
+        old
     }
 
     /// Every plugin instance's health.

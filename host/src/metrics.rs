@@ -1,0 +1,288 @@
+//! Counters and histograms in the Prometheus text format, without a metrics crate: the few kinds
+//! the scheduler needs, lock-free on the scheduling path.
+//!
+//! Plugin call times are kept per plugin *name* in a [`PluginStatsRegistry`], so they survive a hot
+//! swap of the plugin's component (a Prometheus counter must not go backwards when a new version
+//! is loaded).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A histogram with fixed upper bounds (seconds), counts kept per bucket.
+#[derive(Debug)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    /// One count per bound, plus the `+Inf` bucket.
+    counts: Vec<AtomicU64>,
+    sum_nanos: AtomicU64,
+}
+
+/// kube-scheduler's `plugin_execution_duration_seconds` buckets: 10 µs * 1.5^i, 20 buckets.
+pub const PLUGIN_BUCKETS: &[f64] = &[
+    0.00001,
+    0.000015,
+    0.0000225,
+    0.00003375,
+    0.000050625,
+    0.0000759375,
+    0.00011390625,
+    0.000170859375,
+    0.0002562890625,
+    0.00038443359375,
+    0.000576650390625,
+    0.0008649755859375,
+    0.00129746337890625,
+    0.001946195068359375,
+    0.0029192926025390625,
+    0.004378938903808594,
+    0.006568408355712891,
+    0.009852612533569336,
+    0.014778918800354004,
+    0.022168378200531006,
+];
+
+/// kube-scheduler's `scheduling_attempt_duration_seconds` buckets: 1 ms * 2^i, 15 buckets.
+pub const ATTEMPT_BUCKETS: &[f64] = &[
+    0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048, 4.096,
+    8.192, 16.384,
+];
+
+impl Histogram {
+    pub fn new(bounds: &'static [f64]) -> Self {
+        Histogram {
+            bounds,
+            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            sum_nanos: AtomicU64::new(0),
+        }
+    }
+
+    pub fn observe(&self, elapsed: Duration) {
+        let seconds = elapsed.as_secs_f64();
+        let bucket = self.bounds.partition_point(|&b| b < seconds);
+        self.counts[bucket].fetch_add(1, Ordering::Relaxed);
+        self.sum_nanos
+            .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+
+    /// The upper bound of the bucket holding quantile `q` (an over-estimate, as Prometheus'
+    /// `histogram_quantile` would interpolate within it); `None` without observations.
+    pub fn quantile_upper_bound(&self, q: f64) -> Option<f64> {
+        let total = self.count();
+        if total == 0 {
+            return None;
+        }
+        let rank = (q * total as f64).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (i, c) in self.counts.iter().enumerate() {
+            seen += c.load(Ordering::Relaxed);
+            if seen >= rank {
+                return Some(self.bounds.get(i).copied().unwrap_or(f64::INFINITY));
+            }
+        }
+        Some(f64::INFINITY)
+    }
+
+    /// Appends the `_bucket`, `_sum` and `_count` series; `labels` is `key="value",...` or empty.
+    pub fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let sep = if labels.is_empty() { "" } else { "," };
+        let mut cumulative = 0;
+        for (i, bound) in self.bounds.iter().enumerate() {
+            cumulative += self.counts[i].load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {cumulative}"
+            );
+        }
+        cumulative += self.counts[self.bounds.len()].load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {cumulative}"
+        );
+        let sum = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        let braces = if labels.is_empty() {
+            String::new()
+        } else {
+            format!("{{{labels}}}")
+        };
+        let _ = writeln!(out, "{name}_sum{braces} {sum}");
+        let _ = writeln!(out, "{name}_count{braces} {cumulative}");
+    }
+}
+
+/// Extension points a plugin call belongs to, named as kube-scheduler names them (plus `Sync`,
+/// our node-mirror updates).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExtensionPoint {
+    PreFilter,
+    Filter,
+    Score,
+    Sync,
+}
+
+impl ExtensionPoint {
+    pub const ALL: [ExtensionPoint; 4] = [
+        ExtensionPoint::PreFilter,
+        ExtensionPoint::Filter,
+        ExtensionPoint::Score,
+        ExtensionPoint::Sync,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ExtensionPoint::PreFilter => "PreFilter",
+            ExtensionPoint::Filter => "Filter",
+            ExtensionPoint::Score => "Score",
+            ExtensionPoint::Sync => "Sync",
+        }
+    }
+}
+
+/// Call times of one plugin, per extension point and outcome (`Success`, `Error`).
+#[derive(Debug)]
+pub struct PluginCallStats {
+    /// `[point][0]` successes, `[point][1]` errors.
+    calls: Vec<[Histogram; 2]>,
+}
+
+impl Default for PluginCallStats {
+    fn default() -> Self {
+        PluginCallStats {
+            calls: ExtensionPoint::ALL
+                .iter()
+                .map(|_| {
+                    [
+                        Histogram::new(PLUGIN_BUCKETS),
+                        Histogram::new(PLUGIN_BUCKETS),
+                    ]
+                })
+                .collect(),
+        }
+    }
+}
+
+impl PluginCallStats {
+    pub fn observe(&self, point: ExtensionPoint, elapsed: Duration, ok: bool) {
+        self.calls[point as usize][usize::from(!ok)].observe(elapsed);
+    }
+
+    /// Calls made (every extension point).
+    pub fn calls(&self) -> u64 {
+        self.calls.iter().flatten().map(Histogram::count).sum()
+    }
+
+    /// Calls that failed.
+    pub fn errors(&self) -> u64 {
+        self.calls.iter().map(|pair| pair[1].count()).sum()
+    }
+
+    /// The p99 of one extension point's successful calls, as a bucket upper bound.
+    pub fn p99(&self, point: ExtensionPoint) -> Option<f64> {
+        self.calls[point as usize][0].quantile_upper_bound(0.99)
+    }
+
+    fn render(&self, out: &mut String, plugin: &str) {
+        for point in ExtensionPoint::ALL {
+            for (status, histogram) in ["Success", "Error"].iter().zip(&self.calls[point as usize])
+            {
+                if histogram.count() == 0 {
+                    continue;
+                }
+                histogram.render(
+                    out,
+                    "scheduler_plugin_execution_duration_seconds",
+                    &format!(
+                        "plugin=\"{}\",extension_point=\"{}\",status=\"{status}\"",
+                        escape(plugin),
+                        point.name()
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// Call statistics by plugin name, shared by every configuration the process loads.
+#[derive(Debug, Default)]
+pub struct PluginStatsRegistry {
+    plugins: Mutex<BTreeMap<String, Arc<PluginCallStats>>>,
+}
+
+impl PluginStatsRegistry {
+    /// The statistics of `plugin`, created on first use.
+    pub fn get(&self, plugin: &str) -> Arc<PluginCallStats> {
+        let mut plugins = self.plugins.lock().unwrap_or_else(|e| e.into_inner());
+        plugins.entry(plugin.to_string()).or_default().clone()
+    }
+
+    /// Appends every plugin's execution-time histograms.
+    pub fn render(&self, out: &mut String) {
+        let plugins = self.plugins.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = writeln!(
+            out,
+            "# HELP scheduler_plugin_execution_duration_seconds Duration for running a plugin at a specific extension point (one call covers a batch of nodes)."
+        );
+        let _ = writeln!(
+            out,
+            "# TYPE scheduler_plugin_execution_duration_seconds histogram"
+        );
+        for (name, stats) in plugins.iter() {
+            stats.render(out, name);
+        }
+    }
+}
+
+/// Escapes a label value.
+pub fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative_and_quantiles_pick_the_bucket() {
+        let h = Histogram::new(ATTEMPT_BUCKETS);
+        for ms in [0.5, 0.5, 3.0, 100.0] {
+            h.observe(Duration::from_secs_f64(ms / 1000.0));
+        }
+        h.observe(Duration::from_secs(60));
+        let mut out = String::new();
+        h.render(&mut out, "x", "a=\"b\"");
+        assert!(out.contains("x_bucket{a=\"b\",le=\"0.001\"} 2\n"), "{out}");
+        assert!(out.contains("x_bucket{a=\"b\",le=\"0.004\"} 3\n"), "{out}");
+        assert!(out.contains("x_bucket{a=\"b\",le=\"16.384\"} 4\n"), "{out}");
+        assert!(out.contains("x_bucket{a=\"b\",le=\"+Inf\"} 5\n"), "{out}");
+        assert!(out.contains("x_count{a=\"b\"} 5\n"), "{out}");
+        assert_eq!(h.quantile_upper_bound(0.4), Some(0.001));
+        assert_eq!(h.quantile_upper_bound(0.6), Some(0.004));
+        assert_eq!(h.quantile_upper_bound(1.0), Some(f64::INFINITY));
+    }
+
+    #[test]
+    fn plugin_stats_separate_points_and_errors() {
+        let registry = PluginStatsRegistry::default();
+        let stats = registry.get("P\"x");
+        stats.observe(ExtensionPoint::Filter, Duration::from_micros(20), true);
+        stats.observe(ExtensionPoint::Filter, Duration::from_micros(20), false);
+        stats.observe(ExtensionPoint::Score, Duration::from_micros(5), true);
+        assert_eq!(registry.get("P\"x").calls(), 3, "same name, same stats");
+        assert_eq!(stats.errors(), 1);
+        let mut out = String::new();
+        registry.render(&mut out);
+        assert!(out.contains(
+            "scheduler_plugin_execution_duration_seconds_count{plugin=\"P\\\"x\",extension_point=\"Filter\",status=\"Error\"} 1"
+        ), "{out}");
+        assert!(!out.contains("extension_point=\"PreFilter\""));
+    }
+}
