@@ -19,21 +19,33 @@ const PLUGINS: &[(&str, &str)] = &[
     ("wasched-volume-zone", "wasched_volume_zone"),
 ];
 
-/// Deliberately misbehaving plugins for the sandbox tests: built beside the default plugins but
-/// not embedded; tests find them through `WASCHED_HOSTILE_COMPONENTS`.
+/// Test-only components (deliberately misbehaving plugins for the sandbox tests, the hot-swap
+/// fixture): built beside the default plugins but not embedded; tests find them through
+/// `WASCHED_HOSTILE_COMPONENTS`.
 const HOSTILE: &[(&str, &str)] = &[
     ("wasched-hostile-spin", "wasched_hostile_spin"),
     ("wasched-hostile-hog", "wasched_hostile_hog"),
     ("wasched-hostile-trap-some", "wasched_hostile_trap_some"),
     ("wasched-hostile-bad-score", "wasched_hostile_bad_score"),
+    (POOL_PREFERENCE, "wasched_fixture_pool_preference"),
 ];
+
+/// Built twice (version one, then with the `green` feature) for the hot-swap test.
+const POOL_PREFERENCE: &str = "wasched-fixture-pool-preference";
 
 const WASM_TARGET: &str = "wasm32-unknown-unknown";
 
 fn main() {
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
     let root = manifest_dir.parent().unwrap().to_path_buf();
-    for watched in ["sdk", "plugins", "examples/hostile", "wit", "Cargo.lock"] {
+    for watched in [
+        "sdk",
+        "plugins",
+        "examples/hostile",
+        "examples/fixtures",
+        "wit",
+        "Cargo.lock",
+    ] {
         println!("cargo:rerun-if-changed={}", root.join(watched).display());
     }
     println!("cargo:rerun-if-env-changed=WASCHED_WASM_TARGET_DIR");
@@ -58,6 +70,20 @@ fn main() {
             &hostile_dir.join(format!("{file}.wasm")),
         );
     }
+    // Version two overwrites version one's module, so it is built after the loop above encoded it.
+    let mut green = guest_cargo(&root, &target_dir, WASM_TARGET);
+    green.args(["-p", POOL_PREFERENCE, "--features", "green"]);
+    guest_fallback(&root, &mut green);
+    assert!(
+        green.status().is_ok_and(|s| s.success()),
+        "building {POOL_PREFERENCE} --features green failed (see above)"
+    );
+    encode(
+        &target_dir,
+        POOL_PREFERENCE,
+        "wasched_fixture_pool_preference",
+        &hostile_dir.join("wasched_fixture_pool_preference_green.wasm"),
+    );
     println!(
         "cargo:rustc-env=WASCHED_HOSTILE_COMPONENTS={}",
         hostile_dir.display()
@@ -142,14 +168,10 @@ fn guest_cargo(root: &Path, target_dir: &Path, target: &str) -> Command {
     command
 }
 
-fn build_plugins(root: &Path, target_dir: &Path) {
-    let mut command = guest_cargo(root, target_dir, WASM_TARGET);
-    for (package, _) in PLUGINS.iter().chain(HOSTILE) {
-        command.args(["-p", package]);
-    }
+/// Fallback written by scripts/setup when rustup cannot fetch the wasm target: Debian's rustc-web
+/// builds the guests' std from source.
+fn guest_fallback(root: &Path, command: &mut Command) {
     command.env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "3");
-    // Fallback written by scripts/setup when rustup cannot fetch the wasm target: Debian's
-    // rustc-web builds the guests' std from source.
     let fallback = root.join("target").join("guest-rustc");
     println!("cargo:rerun-if-changed={}", fallback.display());
     if let Ok(rustc) = std::fs::read_to_string(&fallback) {
@@ -162,7 +184,14 @@ fn build_plugins(root: &Path, target_dir: &Path) {
                 .arg("-Zbuild-std=std,panic_abort");
         }
     }
+}
 
+fn build_plugins(root: &Path, target_dir: &Path) {
+    let mut command = guest_cargo(root, target_dir, WASM_TARGET);
+    for (package, _) in PLUGINS.iter().chain(HOSTILE) {
+        command.args(["-p", package]);
+    }
+    guest_fallback(root, &mut command);
     let status = command
         .status()
         .unwrap_or_else(|e| panic!("cannot run cargo to build the default plugins: {e}"));

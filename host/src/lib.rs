@@ -8,9 +8,11 @@ pub mod cache;
 pub mod clock;
 pub mod events;
 pub mod k8s;
+pub mod metrics;
 pub mod nodetree;
 pub mod queue;
 pub mod runtime;
+pub mod server;
 pub mod service;
 
 /// The scheduler name of pods that do not set `spec.schedulerName`.

@@ -6,6 +6,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use wasched::config::{Config, DefaultPluginRuntime};
+use wasched::server::client::{self, Client, Connection};
+use wasched::server::{LogFormat, ServeArgs};
 use wasched::{bench, input, simulate};
 
 /// A Kubernetes-compatible scheduler whose placement policy runs as WebAssembly components.
@@ -42,9 +44,54 @@ enum Command {
     /// Schedule a synthetic cluster with the default plugins as WebAssembly and natively, and
     /// print throughput, latency and memory.
     Bench(bench::Args),
-    /// Work with plugin components.
+    /// Work with plugin components, locally or on a running server.
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// Run the scheduler as a service: cluster API, admin API with hot plugin loads, watch and
+    /// metrics, state kept in an embedded store.
+    Serve(Box<ServeArgs>),
+    /// Read or replace a running server's configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Create or replace Nodes, Pods, PersistentVolumes, PersistentVolumeClaims and StorageClasses
+    /// on a running server, from YAML or JSON files.
+    Apply {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        #[command(flatten)]
+        connection: Connection,
+    },
+    /// List a running server's pods (with their node, or why they are pending) or nodes.
+    Get {
+        #[arg(value_enum)]
+        resource: Resource,
+        /// Only this namespace (pods).
+        #[arg(short, long)]
+        namespace: Option<String>,
+        #[command(flatten)]
+        connection: Connection,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Resource {
+    Pods,
+    Nodes,
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Validate a TOML configuration on the server and switch to it at the next cycle boundary.
+    Apply {
+        file: PathBuf,
+        #[command(flatten)]
+        connection: Connection,
+    },
+    /// Print the server's active configuration.
+    Show {
+        #[command(flatten)]
+        connection: Connection,
+    },
 }
 
 #[derive(Subcommand)]
@@ -54,6 +101,30 @@ enum PluginCommand {
     Inspect {
         /// The component file.
         component: PathBuf,
+    },
+    /// Upload a component to a running server (or replace the plugin of that name); profiles that
+    /// use the name switch to it at the next cycle boundary.
+    Load {
+        /// The name profiles refer to it by.
+        name: String,
+        /// The component file.
+        component: PathBuf,
+        /// Refuse the upload unless the file has this sha256.
+        #[arg(long)]
+        sha256: Option<String>,
+        #[command(flatten)]
+        connection: Connection,
+    },
+    /// List a running server's plugins with their use, calls, errors and p99 time.
+    List {
+        #[command(flatten)]
+        connection: Connection,
+    },
+    /// Remove an uploaded plugin from a running server (refused while a profile uses it).
+    Remove {
+        name: String,
+        #[command(flatten)]
+        connection: Connection,
     },
     /// Turn a core WebAssembly module built with the SDK (`cargo build --target
     /// wasm32-unknown-unknown`) into a plugin component, and check this host accepts it.
@@ -67,14 +138,22 @@ enum PluginCommand {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("WASCHED_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    // A server logs what it does; one-shot commands only warn.
+    let (default_level, json) = match &cli.command {
+        Command::Serve(args) => ("info", args.log_format == LogFormat::Json),
+        _ => ("warn", false),
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WASCHED_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        logs.json().init();
+    } else {
+        logs.init();
+    }
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -126,6 +205,66 @@ fn run(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Bench(args) => bench::run(&args),
+        Command::Serve(args) => wasched::server::serve(*args),
+        Command::Apply { files, connection } => {
+            print!("{}", client::apply(&Client::new(&connection)?, &files)?);
+            Ok(())
+        }
+        Command::Get {
+            resource,
+            namespace,
+            connection,
+        } => {
+            let client = Client::new(&connection)?;
+            let table = match resource {
+                Resource::Pods => client::get_pods(&client, namespace.as_deref())?,
+                Resource::Nodes => client::get_nodes(&client)?,
+            };
+            print!("{table}");
+            Ok(())
+        }
+        Command::Config(ConfigCommand::Apply { file, connection }) => {
+            let text = std::fs::read(&file)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
+            Client::new(&connection)?
+                .request("PUT", "/admin/config", Some(("application/toml", text)))?
+                .ok_json()?;
+            println!("configuration {} applied", file.display());
+            Ok(())
+        }
+        Command::Config(ConfigCommand::Show { connection }) => {
+            let reply = Client::new(&connection)?.request("GET", "/admin/config", None)?;
+            if !(200..300).contains(&reply.status) {
+                reply.ok_json()?;
+            } else {
+                print!("{}", reply.body);
+            }
+            Ok(())
+        }
+        Command::Plugin(PluginCommand::Load {
+            name,
+            component,
+            sha256,
+            connection,
+        }) => {
+            let client = Client::new(&connection)?;
+            println!(
+                "{}",
+                client::plugin_load(&client, &name, &component, sha256.as_deref())?
+            );
+            Ok(())
+        }
+        Command::Plugin(PluginCommand::List { connection }) => {
+            print!("{}", client::plugin_list(&Client::new(&connection)?)?);
+            Ok(())
+        }
+        Command::Plugin(PluginCommand::Remove { name, connection }) => {
+            Client::new(&connection)?
+                .request("DELETE", &format!("/admin/plugins/{name}"), None)?
+                .ok_json()?;
+            println!("plugin {name} removed");
+            Ok(())
+        }
         Command::Plugin(PluginCommand::Inspect { component }) => {
             let bytes = std::fs::read(&component)
                 .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", component.display()))?;

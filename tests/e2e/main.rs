@@ -4,6 +4,7 @@
 mod cycle;
 mod plugins;
 mod sandbox;
+mod server;
 mod service;
 mod simulate;
 mod support;

@@ -1,0 +1,336 @@
+//! The command-line client of a running `wasched serve`: `wasched plugin load|list|remove`,
+//! `wasched config apply|show`, `wasched apply`, `wasched get pods|nodes`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use serde_json::Value;
+
+use super::TOKEN_ENV;
+
+/// Where the server is and how to authenticate.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Connection {
+    /// The server's URL.
+    #[arg(
+        long,
+        env = "WASCHED_SERVER",
+        default_value = "http://127.0.0.1:7878",
+        global = true
+    )]
+    pub server: String,
+    /// A file holding the admin bearer token (else $WASCHED_ADMIN_TOKEN).
+    #[arg(long, global = true)]
+    pub token_file: Option<std::path::PathBuf>,
+}
+
+/// Bodies larger than this ask the server first (`Expect: 100-continue`).
+const LARGE_BODY: usize = 1 << 20;
+
+/// A blocking HTTP client of the server's API.
+pub struct Client {
+    agent: ureq::Agent,
+    base: String,
+    token: Option<String>,
+}
+
+/// A response: status and body.
+pub struct Reply {
+    pub status: u16,
+    pub body: String,
+}
+
+impl Reply {
+    /// The body as JSON.
+    ///
+    /// # Errors
+    /// The body is not JSON.
+    pub fn json(&self) -> anyhow::Result<Value> {
+        serde_json::from_str(&self.body)
+            .with_context(|| format!("the server answered {}: {}", self.status, self.body))
+    }
+
+    /// The body as JSON when the status is 2xx; otherwise the server's message as the error.
+    ///
+    /// # Errors
+    /// A non-2xx status.
+    pub fn ok_json(self) -> anyhow::Result<Value> {
+        if (200..300).contains(&self.status) {
+            return self.json();
+        }
+        let message = serde_json::from_str::<Value>(&self.body)
+            .ok()
+            .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_string))
+            .unwrap_or_else(|| self.body.clone());
+        bail!("{} (HTTP {})", message, self.status)
+    }
+}
+
+impl Client {
+    /// A client of `connection`.
+    ///
+    /// # Errors
+    /// The token file cannot be read.
+    pub fn new(connection: &Connection) -> anyhow::Result<Client> {
+        let token = match &connection.token_file {
+            Some(path) => Some(
+                std::fs::read_to_string(path)
+                    .with_context(|| format!("reading {}", path.display()))?
+                    .trim()
+                    .to_string(),
+            ),
+            None => std::env::var(TOKEN_ENV).ok(),
+        };
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(300)))
+            .build();
+        Ok(Client {
+            agent: config.into(),
+            base: connection.server.trim_end_matches('/').to_string(),
+            token,
+        })
+    }
+
+    /// Sends a request; `body` with its content type.
+    ///
+    /// # Errors
+    /// The server cannot be reached.
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<(&str, Vec<u8>)>,
+    ) -> anyhow::Result<Reply> {
+        let url = format!("{}{path}", self.base);
+        let auth = self.token.as_ref().map(|t| format!("Bearer {t}"));
+        let result = match (method, body) {
+            ("GET", _) => {
+                let mut r = self.agent.get(&url);
+                if let Some(a) = &auth {
+                    r = r.header("Authorization", a);
+                }
+                r.call()
+            }
+            ("DELETE", _) => {
+                let mut r = self.agent.delete(&url);
+                if let Some(a) = &auth {
+                    r = r.header("Authorization", a);
+                }
+                r.call()
+            }
+            (method, body) => {
+                let mut r = if method == "PUT" {
+                    self.agent.put(&url)
+                } else {
+                    self.agent.post(&url)
+                };
+                if let Some(a) = &auth {
+                    r = r.header("Authorization", a);
+                }
+                let (content_type, bytes) = body.unwrap_or(("application/json", Vec::new()));
+                if bytes.len() > LARGE_BODY {
+                    // As curl does: a server that refuses the size answers before the upload.
+                    r = r.header("Expect", "100-continue");
+                }
+                r.header("Content-Type", content_type).send(bytes)
+            }
+        };
+        let mut response =
+            result.with_context(|| format!("cannot reach the wasched server at {}", self.base))?;
+        let status = response.status().as_u16();
+        let body = response
+            .body_mut()
+            .with_config()
+            .limit(1 << 30)
+            .read_to_string()
+            .context("reading the response")?;
+        Ok(Reply { status, body })
+    }
+}
+
+/// `wasched plugin load NAME FILE`.
+///
+/// # Errors
+/// The file cannot be read or the server refused it.
+pub fn plugin_load(
+    client: &Client,
+    name: &str,
+    file: &Path,
+    sha256: Option<&str>,
+) -> anyhow::Result<String> {
+    let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let mut path = format!("/admin/plugins/{name}");
+    if let Some(sha) = sha256 {
+        path.push_str(&format!("?sha256={sha}"));
+    }
+    let reply = client
+        .request("PUT", &path, Some(("application/wasm", bytes)))?
+        .ok_json()?;
+    let verb = if reply["replaced"].as_bool() == Some(true) {
+        "replaced"
+    } else {
+        "loaded"
+    };
+    let active = if reply["active"].as_bool() == Some(true) {
+        "in use by the active profiles from the next cycle"
+    } else {
+        "not used by any profile yet: name it in the configuration"
+    };
+    Ok(format!(
+        "plugin {name} {verb} (sha256 {}, {} bytes): {active}",
+        reply["sha256"].as_str().unwrap_or("?"),
+        reply["size"]
+    ))
+}
+
+/// `wasched plugin list`: a table.
+///
+/// # Errors
+/// The server refused or cannot be reached.
+pub fn plugin_list(client: &Client) -> anyhow::Result<String> {
+    let reply = client.request("GET", "/admin/plugins", None)?.ok_json()?;
+    let mut out = format!(
+        "{:<32} {:<9} {:<8} {:<14} {:>10} {:>7} {:>12}  {}\n",
+        "NAME", "SOURCE", "VERSION", "SHA256", "CALLS", "ERRORS", "P99-FILTER", "USED-BY"
+    );
+    for p in reply["plugins"].as_array().into_iter().flatten() {
+        let p99 = p["p99Seconds"]["Filter"]
+            .as_f64()
+            .or_else(|| p["p99Seconds"]["Score"].as_f64())
+            .map_or("-".to_string(), |s| format!("{:.0}µs", s * 1e6));
+        let used: Vec<&str> = p["usedBy"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        out.push_str(&format!(
+            "{:<32} {:<9} {:<8} {:<14} {:>10} {:>7} {:>12}  {}\n",
+            p["name"].as_str().unwrap_or(""),
+            p["source"].as_str().unwrap_or(""),
+            p["version"].as_str().unwrap_or("-"),
+            p["sha256"].as_str().map_or("-", |s| &s[..s.len().min(12)]),
+            p["calls"].to_string(),
+            p["errors"].to_string(),
+            p99,
+            if used.is_empty() {
+                "-".to_string()
+            } else {
+                used.join(",")
+            }
+        ));
+    }
+    Ok(out)
+}
+
+/// `wasched get pods`: one line per pod with its node or why it is pending.
+///
+/// # Errors
+/// The server refused or cannot be reached.
+pub fn get_pods(client: &Client, namespace: Option<&str>) -> anyhow::Result<String> {
+    let path = match namespace {
+        Some(ns) => format!("/v1/namespaces/{ns}/pods"),
+        None => "/v1/pods".to_string(),
+    };
+    let reply = client.request("GET", &path, None)?.ok_json()?;
+    let mut out = format!(
+        "{:<16} {:<32} {:<24} {:>8}  {}\n",
+        "NAMESPACE", "NAME", "NODE", "ATTEMPTS", "STATUS"
+    );
+    for pod in reply["items"].as_array().into_iter().flatten() {
+        let node = pod["spec"]["nodeName"].as_str().unwrap_or("<pending>");
+        let condition = pod["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "PodScheduled");
+        let status = match condition {
+            Some(c) if c["status"] == "True" => "Scheduled".to_string(),
+            Some(c) => format!(
+                "{}: {}",
+                c["reason"].as_str().unwrap_or("Pending"),
+                c["message"].as_str().unwrap_or("")
+            ),
+            None => pod["status"]["phase"]
+                .as_str()
+                .unwrap_or(if node == "<pending>" {
+                    "Pending"
+                } else {
+                    "Bound"
+                })
+                .to_string(),
+        };
+        let attempts = pod["metadata"]["annotations"][super::engine::ATTEMPTS_ANNOTATION]
+            .as_str()
+            .unwrap_or("0");
+        out.push_str(&format!(
+            "{:<16} {:<32} {:<24} {:>8}  {}\n",
+            pod["metadata"]["namespace"].as_str().unwrap_or(""),
+            pod["metadata"]["name"].as_str().unwrap_or(""),
+            node,
+            attempts,
+            status
+        ));
+    }
+    Ok(out)
+}
+
+/// `wasched get nodes`.
+///
+/// # Errors
+/// The server refused or cannot be reached.
+pub fn get_nodes(client: &Client) -> anyhow::Result<String> {
+    let reply = client.request("GET", "/v1/nodes", None)?.ok_json()?;
+    let mut out = format!("{:<32} {:>8} {:>12}\n", "NAME", "CPU", "MEMORY");
+    for node in reply["items"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "{:<32} {:>8} {:>12}\n",
+            node["metadata"]["name"].as_str().unwrap_or(""),
+            node["status"]["allocatable"]["cpu"].as_str().unwrap_or("-"),
+            node["status"]["allocatable"]["memory"]
+                .as_str()
+                .unwrap_or("-"),
+        ));
+    }
+    Ok(out)
+}
+
+/// `wasched apply FILE...`: creates or replaces the objects of YAML/JSON files.
+///
+/// # Errors
+/// A file cannot be read or the server refused it (nothing of that file is written).
+pub fn apply(client: &Client, files: &[std::path::PathBuf]) -> anyhow::Result<String> {
+    let mut out = String::new();
+    for file in files {
+        let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+        let json = file
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+        let content_type = if json {
+            "application/json"
+        } else {
+            "application/yaml"
+        };
+        let reply = client
+            .request("POST", "/v1/objects", Some((content_type, bytes)))?
+            .ok_json()
+            .with_context(|| format!("applying {}", file.display()))?;
+        for item in reply["items"].as_array().into_iter().flatten() {
+            let namespace = item["namespace"].as_str().unwrap_or("");
+            let name = item["name"].as_str().unwrap_or("");
+            let name = if namespace.is_empty() {
+                name.to_string()
+            } else {
+                format!("{namespace}/{name}")
+            };
+            out.push_str(&format!(
+                "{} {name} {}\n",
+                item["kind"].as_str().unwrap_or("").to_lowercase(),
+                item["result"].as_str().unwrap_or("")
+            ));
+        }
+    }
+    Ok(out)
+}

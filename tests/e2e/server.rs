@@ -1,0 +1,587 @@
+//! `wasched serve` as users run it: the real binary on a free loopback port, driven over HTTP.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use wasched::server::client::{Client, Connection, Reply};
+
+const TOKEN: &str = "test-token-5f1c";
+
+fn fixture(file: &str) -> PathBuf {
+    Path::new(env!("WASCHED_HOSTILE_COMPONENTS")).join(file)
+}
+
+fn pool_v1() -> PathBuf {
+    fixture("wasched_fixture_pool_preference.wasm")
+}
+
+fn pool_v2() -> PathBuf {
+    fixture("wasched_fixture_pool_preference_green.wasm")
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("wasched-serve-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A running `wasched serve`, killed when dropped.
+struct Server {
+    child: Child,
+    url: String,
+    dir: PathBuf,
+}
+
+impl Server {
+    fn start(dir: &Path, extra: &[&str]) -> Server {
+        let token_file = dir.join("token");
+        std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_wasched"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.join("data"))
+            .arg("--token-file")
+            .arg(&token_file)
+            .args(extra)
+            .env("WASCHED_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start wasched serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("wasched listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_string();
+        let server = Server {
+            child,
+            url,
+            dir: dir.to_path_buf(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while server
+            .anonymous()
+            .request("GET", "/readyz", None)
+            .unwrap()
+            .status
+            != 200
+        {
+            assert!(Instant::now() < deadline, "server not ready in 60s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+
+    fn client_with(&self, token_file: Option<PathBuf>) -> Client {
+        Client::new(&Connection {
+            server: self.url.clone(),
+            token_file,
+        })
+        .unwrap()
+    }
+
+    fn admin(&self) -> Client {
+        self.client_with(Some(self.dir.join("token")))
+    }
+
+    fn anonymous(&self) -> Client {
+        self.client_with(None)
+    }
+
+    fn kill9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn send(client: &Client, method: &str, path: &str, body: Value) -> Reply {
+    client
+        .request(
+            method,
+            path,
+            Some(("application/json", body.to_string().into_bytes())),
+        )
+        .unwrap()
+}
+
+fn ok(reply: Reply) -> Value {
+    let status = reply.status;
+    let body = reply.body.clone();
+    reply
+        .ok_json()
+        .unwrap_or_else(|e| panic!("HTTP {status}: {e}: {body}"))
+}
+
+fn pool_node(name: &str, pool: &str) -> Value {
+    json!({
+        "kind": "Node",
+        "metadata": { "name": name, "labels": { "pool": pool, "kubernetes.io/hostname": name } },
+        "status": { "allocatable": { "cpu": "64", "memory": "256Gi", "pods": "1000" } }
+    })
+}
+
+fn small_pod(name: &str) -> Value {
+    json!({
+        "kind": "Pod",
+        "metadata": { "name": name },
+        "spec": { "containers": [{ "name": "c", "resources": { "requests": { "cpu": "10m", "memory": "16Mi" } } }] }
+    })
+}
+
+const POOL_CONFIG: &str = r#"
+[[profiles]]
+scheduler_name = "default-scheduler"
+scores = [{ plugin = "PoolPreference", weight = 100 }, { plugin = "NodeResourcesFit", weight = 1 }]
+"#;
+
+fn upload(client: &Client, name: &str, file: &Path) -> Reply {
+    client
+        .request(
+            "PUT",
+            &format!("/admin/plugins/{name}"),
+            Some(("application/wasm", std::fs::read(file).unwrap())),
+        )
+        .unwrap()
+}
+
+fn pods(client: &Client, namespace: &str) -> Vec<Value> {
+    let list = ok(client
+        .request("GET", &format!("/v1/namespaces/{namespace}/pods"), None)
+        .unwrap());
+    list["items"].as_array().unwrap().clone()
+}
+
+fn node_of(pod: &Value) -> Option<String> {
+    pod["spec"]["nodeName"].as_str().map(str::to_string)
+}
+
+fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn metric(client: &Client, series: &str) -> f64 {
+    let text = client.request("GET", "/metrics", None).unwrap().body;
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or(0.0)
+}
+
+/// Reads the watch stream in the background, collecting events.
+fn watch(url: &str, from: &str) -> (Arc<Mutex<Vec<Value>>>, Arc<AtomicBool>) {
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (e, s) = (events.clone(), stop.clone());
+    let url = format!("{url}/v1/watch?resourceVersion={from}");
+    std::thread::spawn(move || {
+        let response = ureq::get(&url).call().expect("watch");
+        assert_eq!(response.status().as_u16(), 200);
+        let reader = BufReader::new(response.into_body().into_reader());
+        for line in reader.lines() {
+            let Ok(line) = line else { break };
+            if let Some(data) = line.strip_prefix("data: ") {
+                e.lock().unwrap().push(serde_json::from_str(data).unwrap());
+            }
+            if s.load(Ordering::Relaxed) {
+                break;
+            }
+        }
+    });
+    (events, stop)
+}
+
+#[test]
+fn hot_swap_under_load_loses_no_pod_and_switches_placements_at_one_cycle_boundary() {
+    let dir = temp_dir("swap");
+    let server = Server::start(&dir, &[]);
+    let admin = server.admin();
+    assert_eq!(upload(&admin, "PoolPreference", &pool_v1()).status, 201);
+    ok(admin
+        .request(
+            "PUT",
+            "/admin/config",
+            Some(("application/toml", POOL_CONFIG.into())),
+        )
+        .unwrap());
+    let mut pool_of = HashMap::new();
+    for i in 0..10 {
+        let (name, pool) = (
+            format!("node-{i}"),
+            if i % 2 == 0 { "blue" } else { "green" },
+        );
+        ok(send(&admin, "POST", "/v1/nodes", pool_node(&name, pool)));
+        pool_of.insert(name, pool);
+    }
+    let list = ok(admin.request("GET", "/v1/pods", None).unwrap());
+    let (events, stop_watch) = watch(
+        &server.url,
+        list["metadata"]["resourceVersion"].as_str().unwrap(),
+    );
+
+    // One client creates pods without pause; the swap happens while it runs.
+    const PODS: usize = 1200;
+    let url = server.url.clone();
+    let swapped_at = Arc::new(Mutex::new(None::<usize>));
+    let created = Arc::new(Mutex::new(Vec::new()));
+    let (swapped, made) = (swapped_at.clone(), created.clone());
+    let creator = std::thread::spawn(move || {
+        let client = Client::new(&Connection {
+            server: url,
+            token_file: None,
+        })
+        .unwrap();
+        for i in 0..PODS {
+            let reply = send(
+                &client,
+                "POST",
+                "/v1/namespaces/load/pods",
+                small_pod(&format!("p{i:04}")),
+            );
+            assert_eq!(reply.status, 201, "create p{i}: {}", reply.body);
+            made.lock()
+                .unwrap()
+                .push((format!("load/p{i:04}"), swapped.lock().unwrap().is_some()));
+        }
+    });
+    wait_until("a third of the pods exist", Duration::from_secs(60), || {
+        created.lock().unwrap().len() >= PODS / 3
+    });
+    let started = Instant::now();
+    let reply = upload(&admin, "PoolPreference", &pool_v2());
+    let swap_seconds = started.elapsed().as_secs_f64();
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    *swapped_at.lock().unwrap() = Some(created.lock().unwrap().len());
+    creator.join().unwrap();
+
+    wait_until("every pod is bound", Duration::from_secs(60), || {
+        pods(&admin, "load").iter().all(|p| node_of(p).is_some())
+    });
+    wait_until(
+        "the watch saw every binding",
+        Duration::from_secs(10),
+        || events.lock().unwrap().len() >= PODS,
+    );
+    stop_watch.store(true, Ordering::Relaxed);
+
+    let stored = pods(&admin, "load");
+    assert_eq!(stored.len(), PODS, "no pod lost");
+    let events = events.lock().unwrap().clone();
+    let mut bindings: HashMap<String, usize> = HashMap::new();
+    for e in &events {
+        assert_eq!(e["type"], "Scheduled", "no failed cycle: {e}");
+        *bindings
+            .entry(e["pod"].as_str().unwrap().to_string())
+            .or_default() += 1;
+    }
+    assert_eq!(bindings.len(), PODS, "every pod bound");
+    assert!(bindings.values().all(|&n| n == 1), "no pod bound twice");
+    // In cycle order (the order of the binding writes), pools go blue... then green..., once.
+    let pools: Vec<&str> = events
+        .iter()
+        .map(|e| pool_of[e["node"].as_str().unwrap()])
+        .collect();
+    let switch = pools
+        .iter()
+        .position(|&p| p == "green")
+        .expect("v2 placed pods");
+    assert!(switch > 0, "v1 placed pods before the swap");
+    assert!(
+        pools[switch..].iter().all(|&p| p == "green"),
+        "after the first v2 placement, every placement is v2's"
+    );
+    // Pods created after the upload was answered are all placed by v2.
+    let stored_node: HashMap<String, String> = stored
+        .iter()
+        .map(|p| {
+            (
+                format!("load/{}", p["metadata"]["name"].as_str().unwrap()),
+                node_of(p).unwrap(),
+            )
+        })
+        .collect();
+    let made = created.lock().unwrap().clone();
+    let after: Vec<&(String, bool)> = made.iter().filter(|(_, after)| *after).collect();
+    assert!(!after.is_empty());
+    for (pod, _) in after {
+        assert_eq!(
+            pool_of[stored_node[pod].as_str()],
+            "green",
+            "{pod} was created after the swap"
+        );
+    }
+    assert_eq!(
+        metric(
+            &admin,
+            "scheduler_schedule_attempts_total{result=\"error\",profile=\"default-scheduler\"}"
+        ),
+        0.0
+    );
+    assert_eq!(
+        metric(&admin, "wasched_hot_swaps_total"),
+        2.0,
+        "config apply + v2"
+    );
+    let pause = metric(&admin, "wasched_hot_swap_pause_seconds_sum");
+    eprintln!(
+        "hot swap under load: {PODS} pods, {} placed by v1 before the swap; upload-to-swap {swap_seconds:.3}s; scheduling paused {:.1}µs in total for 2 swaps; 0 failed cycles",
+        switch,
+        pause * 1e6
+    );
+}
+
+#[test]
+fn acknowledged_objects_plugins_and_config_survive_kill_9() {
+    let dir = temp_dir("durable");
+    let server = Server::start(&dir, &[]);
+    let admin = server.admin();
+    assert_eq!(upload(&admin, "PoolPreference", &pool_v1()).status, 201);
+    ok(admin
+        .request(
+            "PUT",
+            "/admin/config",
+            Some(("application/toml", POOL_CONFIG.into())),
+        )
+        .unwrap());
+    for i in 0..4 {
+        ok(send(
+            &admin,
+            "POST",
+            "/v1/nodes",
+            pool_node(&format!("node-{i}"), if i < 2 { "blue" } else { "green" }),
+        ));
+    }
+    for i in 0..50 {
+        ok(send(
+            &admin,
+            "POST",
+            "/v1/namespaces/d/pods",
+            small_pod(&format!("early-{i}")),
+        ));
+    }
+    wait_until("the early pods are bound", Duration::from_secs(30), || {
+        pods(&admin, "d").iter().all(|p| node_of(p).is_some())
+    });
+    let bound_before: HashMap<String, String> = pods(&admin, "d")
+        .iter()
+        .map(|p| {
+            (
+                p["metadata"]["name"].as_str().unwrap().to_string(),
+                node_of(p).unwrap(),
+            )
+        })
+        .collect();
+    // Acknowledged just before the kill: they may not have been scheduled yet.
+    for i in 0..50 {
+        ok(send(
+            &admin,
+            "POST",
+            "/v1/namespaces/d/pods",
+            small_pod(&format!("late-{i}")),
+        ));
+    }
+    let plugins_before = ok(admin.request("GET", "/admin/plugins", None).unwrap());
+    server.kill9();
+
+    let server = Server::start(&dir, &[]);
+    let admin = server.admin();
+    let config = admin.request("GET", "/admin/config", None).unwrap();
+    assert_eq!(config.body, POOL_CONFIG, "the configuration came back");
+    let plugins = ok(admin.request("GET", "/admin/plugins", None).unwrap());
+    let uploaded = |list: &Value| {
+        list["plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "PoolPreference")
+            .map(|p| (p["sha256"].clone(), p["usedBy"].clone()))
+    };
+    assert_eq!(uploaded(&plugins), uploaded(&plugins_before));
+    assert!(uploaded(&plugins).is_some());
+    let nodes = ok(admin.request("GET", "/v1/nodes", None).unwrap());
+    assert_eq!(nodes["items"].as_array().unwrap().len(), 4);
+    wait_until(
+        "the late pods are bound after the restart",
+        Duration::from_secs(30),
+        || {
+            let all = pods(&admin, "d");
+            all.len() == 100 && all.iter().all(|p| node_of(p).is_some())
+        },
+    );
+    for pod in pods(&admin, "d") {
+        let name = pod["metadata"]["name"].as_str().unwrap();
+        let node = node_of(&pod).unwrap();
+        if let Some(before) = bound_before.get(name) {
+            assert_eq!(&node, before, "{name} stayed where it was bound");
+        }
+        // The uploaded v1 (blue) plugin and its configuration were restored.
+        assert!(
+            node == "node-0" || node == "node-1",
+            "{name} on {node}: placed by the restored plugin"
+        );
+    }
+}
+
+#[test]
+fn bad_requests_get_a_clear_4xx_and_change_nothing() {
+    let dir = temp_dir("bad");
+    let config_file = dir.join("wasched.toml");
+    std::fs::write(&config_file, "[runtime]\ndefault_plugins = \"wasm\"\n").unwrap();
+    let config_arg = config_file.to_str().unwrap().to_string();
+    let server = Server::start(
+        &dir,
+        &[
+            "--config",
+            &config_arg,
+            "--max-request-bytes",
+            "65536",
+            "--max-component-bytes",
+            "1048576",
+        ],
+    );
+    let admin = server.admin();
+    let anonymous = server.anonymous();
+    ok(send(&admin, "POST", "/v1/nodes", pool_node("n1", "blue")));
+    let state = |c: &Client| {
+        (
+            c.request("GET", "/v1/nodes", None).unwrap().body,
+            c.request("GET", "/v1/pods", None).unwrap().body,
+            admin
+                .request("GET", "/admin/plugins", None)
+                .unwrap()
+                .json()
+                .unwrap()["plugins"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| (p["name"].clone(), p["sha256"].clone()))
+                .collect::<Vec<_>>(),
+            admin.request("GET", "/admin/config", None).unwrap().body,
+        )
+    };
+    let before = state(&admin);
+
+    let wrong_token_file = dir.join("wrong");
+    std::fs::write(&wrong_token_file, "nope").unwrap();
+    let wrong = server.client_with(Some(wrong_token_file));
+    let component = std::fs::read(pool_v1()).unwrap();
+    let cases: Vec<(&str, Reply, u16, &str)> = vec![
+        ("malformed JSON", anonymous.request("POST", "/v1/nodes", Some(("application/json", b"{\"kind\": ".to_vec()))).unwrap(), 400, "invalid JSON"),
+        ("malformed YAML", anonymous.request("POST", "/v1/objects", Some(("application/yaml", b"kind: [\n".to_vec()))).unwrap(), 400, "invalid YAML"),
+        ("unknown kind", anonymous.request("POST", "/v1/objects", Some(("application/yaml", b"kind: Deployment\nmetadata: {name: d}\n".to_vec()))).unwrap(), 400, "unsupported kind(s) Deployment"),
+        ("kind for another endpoint", send(&anonymous, "POST", "/v1/nodes", small_pod("p")), 400, "a Pod was sent to the Node endpoint"),
+        ("invalid field", send(&anonymous, "POST", "/v1/namespaces/x/pods", json!({"kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "lots"}}}]}})), 400, "spec.containers[0].resources.requests.cpu"),
+        ("one bad object of many", anonymous.request("POST", "/v1/objects", Some(("application/yaml", b"kind: Node\nmetadata: {name: fresh}\n---\nkind: Pod\nmetadata: {}\n".to_vec()))).unwrap(), 400, "no `metadata.name`"),
+        ("duplicate create", send(&anonymous, "POST", "/v1/nodes", pool_node("n1", "green")), 409, "Node n1 already exists"),
+        ("oversized body", anonymous.request("POST", "/v1/objects", Some(("application/yaml", vec![b'#'; 70_000]))).unwrap(), 413, "too large"),
+        ("missing token", anonymous.request("PUT", "/admin/plugins/P", Some(("application/wasm", component.clone()))).unwrap(), 401, "bearer token"),
+        ("wrong token", wrong.request("PUT", "/admin/config", Some(("application/toml", b"".to_vec()))).unwrap(), 403, "wrong bearer token"),
+        ("not a component", admin.request("PUT", "/admin/plugins/P", Some(("application/wasm", b"\0asm garbage".to_vec()))).unwrap(), 400, "not a valid WebAssembly component"),
+        ("sha256 mismatch", admin.request("PUT", &format!("/admin/plugins/P?sha256={}", "0".repeat(64)), Some(("application/wasm", component.clone()))).unwrap(), 400, "sha256 mismatch"),
+        ("oversized component", admin.request("PUT", "/admin/plugins/P", Some(("application/wasm", vec![0; 2 << 20]))).unwrap(), 413, "too large"),
+        ("bad plugin name", admin.request("PUT", "/admin/plugins/9lives", Some(("application/wasm", component.clone()))).unwrap(), 400, "invalid plugin name"),
+        ("invalid TOML", admin.request("PUT", "/admin/config", Some(("application/toml", b"[runtime]\ndefault_plugins = \"wasm\"\n[[profiles]]\nfilters = [\"Nope\"]\n".to_vec()))).unwrap(), 400, ":4: unknown plugin \"Nope\""),
+        ("TOML syntax", admin.request("PUT", "/admin/config", Some(("application/toml", b"x = [\n".to_vec()))).unwrap(), 400, ":1: "),
+        ("remove unknown plugin", admin.request("DELETE", "/admin/plugins/Nope", None).unwrap(), 404, "no uploaded plugin"),
+        ("unknown endpoint", anonymous.request("GET", "/v2/things", None).unwrap(), 404, "no such endpoint"),
+    ];
+    for (case, reply, status, fragment) in cases {
+        assert_eq!(reply.status, status, "{case}: {}", reply.body);
+        let body: Value = serde_json::from_str(&reply.body)
+            .unwrap_or_else(|_| panic!("{case}: not a Status: {}", reply.body));
+        assert_eq!(body["kind"], "Status", "{case}");
+        let message = body["message"].as_str().unwrap();
+        assert!(
+            message.contains(fragment),
+            "{case}: {message:?} lacks {fragment:?}"
+        );
+    }
+    assert_eq!(state(&admin), before, "nothing changed");
+    assert_eq!(
+        std::fs::read_to_string(&config_file).unwrap(),
+        "[runtime]\ndefault_plugins = \"wasm\"\n",
+        "the config file is untouched"
+    );
+
+    // A plugin in use cannot be removed; the refusal names the profile.
+    assert_eq!(upload(&admin, "PoolPreference", &pool_v1()).status, 201);
+    ok(admin
+        .request(
+            "PUT",
+            "/admin/config",
+            Some(("application/toml", POOL_CONFIG.into())),
+        )
+        .unwrap());
+    assert_eq!(
+        std::fs::read_to_string(&config_file).unwrap(),
+        POOL_CONFIG,
+        "PUT wrote the --config file"
+    );
+    let refused = admin
+        .request("DELETE", "/admin/plugins/PoolPreference", None)
+        .unwrap();
+    assert_eq!(refused.status, 409);
+    assert!(
+        refused
+            .body
+            .contains("used by profile(s) default-scheduler"),
+        "{}",
+        refused.body
+    );
+
+    // SIGHUP reloads the file.
+    std::fs::write(&config_file, "[runtime]\ndefault_plugins = \"native\"\n").unwrap();
+    let status = Command::new("kill")
+        .args(["-HUP", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    wait_until("SIGHUP reloaded the file", Duration::from_secs(20), || {
+        admin
+            .request("GET", "/admin/config", None)
+            .unwrap()
+            .body
+            .contains("native")
+    });
+    assert_eq!(
+        admin
+            .request("DELETE", "/admin/plugins/PoolPreference", None)
+            .unwrap()
+            .status,
+        200,
+        "no longer used"
+    );
+}
+
+#[test]
+fn refuses_a_non_loopback_admin_api_without_a_token() {
+    let dir = temp_dir("exposed");
+    let output = Command::new(env!("CARGO_BIN_EXE_wasched"))
+        .args(["serve", "--listen", "0.0.0.0:0", "--data-dir"])
+        .arg(dir.join("data"))
+        .env_remove(wasched::server::TOKEN_ENV)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("without a token"), "{stderr}");
+}
