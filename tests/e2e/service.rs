@@ -441,7 +441,10 @@ proptest! {
 
 #[test]
 fn many_threads_feed_events_while_cycles_run() {
-    let (mut s, clock) = service(RecordingBinder::default());
+    let (s, clock) = service(RecordingBinder::default());
+    // Bindings are never confirmed here and the loop below advances the clock for as long as the
+    // producers run: expiry (tested above) must not requeue placed pods.
+    let mut s = s.with_assume_ttl(Duration::from_secs(86_400));
     let pipeline = s.pipeline();
     const THREADS: usize = 4;
     const NODES_PER_THREAD: usize = 50;
