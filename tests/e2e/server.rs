@@ -585,3 +585,129 @@ fn refuses_a_non_loopback_admin_api_without_a_token() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("without a token"), "{stderr}");
 }
+
+fn wasched(args: &[&str], server: Option<&Server>) -> String {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_wasched"));
+    command.args(args).env_remove(wasched::server::TOKEN_ENV);
+    if let Some(server) = server {
+        command
+            .env("WASCHED_SERVER", &server.url)
+            .arg("--token-file")
+            .arg(server.dir.join("token"));
+    }
+    let output = command.output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "wasched {args:?} failed: {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+/// The README's path: build the example plugin from source, load it into a running server, switch
+/// the configuration to it, add a cluster, and read where the pods went.
+#[test]
+fn readme_flow_builds_loads_and_schedules_with_the_example_plugin() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let dir = temp_dir("readme");
+    let component = dir.join("team_affinity.wasm");
+    // Its own target directory: the one of this `cargo test` is locked while tests run.
+    let build = Command::new(env!("CARGO_BIN_EXE_wasched"))
+        .args(["plugin", "build"])
+        .arg(root.join("examples/plugins/rust/team-affinity"))
+        .arg("-o")
+        .arg(&component)
+        .env("CARGO_TARGET_DIR", root.join("target/plugin-build-test"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&build.stderr);
+    assert!(build.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("running: cargo build --release --target wasm32-unknown-unknown"),
+        "{stderr}"
+    );
+
+    let server = Server::start(&dir, &[]);
+    let loaded = wasched(
+        &[
+            "plugin",
+            "load",
+            "TeamAffinity",
+            component.to_str().unwrap(),
+        ],
+        Some(&server),
+    );
+    assert!(loaded.contains("plugin TeamAffinity loaded"), "{loaded}");
+    let config = root.join("examples/configs/team-affinity.toml");
+    wasched(
+        &["config", "apply", config.to_str().unwrap()],
+        Some(&server),
+    );
+    let cluster = root.join("examples/clusters/teams.yaml");
+    let applied = wasched(&["apply", cluster.to_str().unwrap()], Some(&server));
+    assert!(applied.contains("pod default/whale created"), "{applied}");
+
+    let admin = server.admin();
+    let node = |ns: &str, name: &str| {
+        let pod = ok(admin
+            .request("GET", &format!("/v1/namespaces/{ns}/pods/{name}"), None)
+            .unwrap());
+        (node_of(&pod), pod)
+    };
+    wait_until("five pods are placed", Duration::from_secs(30), || {
+        [
+            "payments/ledger",
+            "payments/checkout",
+            "search/indexer",
+            "search/too-big-for-search",
+            "default/cron",
+        ]
+        .iter()
+        .all(|p| {
+            node(p.split('/').next().unwrap(), p.split('/').nth(1).unwrap())
+                .0
+                .is_some()
+        })
+    });
+    for name in ["ledger", "checkout"] {
+        let placed = node("payments", name).0.unwrap();
+        assert!(
+            placed.starts_with("payments-"),
+            "{name} on {placed}: its team's node"
+        );
+    }
+    assert_eq!(
+        node("search", "indexer").0.as_deref(),
+        Some("search-1"),
+        "team from the annotation"
+    );
+    assert_ne!(
+        node("search", "too-big-for-search").0.as_deref(),
+        Some("search-1"),
+        "a preference, not a filter: no room on the team's node, so elsewhere"
+    );
+    wait_until("the whale failed once", Duration::from_secs(10), || {
+        node("default", "whale").1["status"]["conditions"][0]["message"].is_string()
+    });
+    let (whale_node, whale) = node("default", "whale");
+    assert_eq!(whale_node, None);
+    assert_eq!(
+        whale["status"]["conditions"][0]["message"],
+        "0/4 nodes are available: 4 Insufficient cpu."
+    );
+    let table = wasched(&["get", "pods", "-n", "default"], Some(&server));
+    assert!(
+        table.contains("Unschedulable: 0/4 nodes are available: 4 Insufficient cpu."),
+        "{table}"
+    );
+    let plugins = wasched(&["plugin", "list"], Some(&server));
+    let line = plugins
+        .lines()
+        .find(|l| l.starts_with("TeamAffinity"))
+        .unwrap();
+    assert!(
+        line.contains("uploaded") && line.contains("default-scheduler"),
+        "{line}"
+    );
+}
