@@ -10,6 +10,7 @@ pub mod events;
 pub mod k8s;
 pub mod metrics;
 pub mod nodetree;
+pub mod plugin_build;
 pub mod queue;
 pub mod runtime;
 pub mod server;

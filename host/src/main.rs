@@ -102,6 +102,16 @@ enum PluginCommand {
         /// The component file.
         component: PathBuf,
     },
+    /// Build a plugin folder (a Rust crate using the SDK) into a component and check this host
+    /// accepts it.
+    Build {
+        /// The plugin's folder.
+        #[arg(default_value = ".")]
+        path: PathBuf,
+        /// Where to write the component (default: <cargo target dir>/plugins/<crate>.wasm).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
     /// Upload a component to a running server (or replace the plugin of that name); profiles that
     /// use the name switch to it at the next cycle boundary.
     Load {
@@ -251,6 +261,16 @@ fn run(command: Command) -> anyhow::Result<()> {
             println!(
                 "{}",
                 client::plugin_load(&client, &name, &component, sha256.as_deref())?
+            );
+            Ok(())
+        }
+        Command::Plugin(PluginCommand::Build { path, output }) => {
+            let built = wasched::plugin_build::build(&path, output.as_deref())?;
+            println!(
+                "{}: {} bytes, sha256 {}",
+                built.component.display(),
+                built.size,
+                built.sha256
             );
             Ok(())
         }

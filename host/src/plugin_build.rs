@@ -1,0 +1,169 @@
+//! `wasched plugin build [PATH]`: builds a plugin folder into a component this host accepts.
+//!
+//! Rust crates (a `Cargo.toml` with a `cdylib` using the SDK) are built for
+//! `wasm32-unknown-unknown` and encoded into a component with `wit-component`, then checked the
+//! way the server checks an upload. Other languages are recognised and refused with what this
+//! version cannot do yet, rather than guessed at.
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context as _};
+
+use crate::runtime::wasm::{sha256_hex, Limits, WasmRuntime};
+
+const RUST_TARGET: &str = "wasm32-unknown-unknown";
+
+/// What a build produced.
+pub struct Built {
+    pub component: PathBuf,
+    pub size: usize,
+    pub sha256: String,
+}
+
+/// The language of a plugin folder, from the files in it.
+pub fn detect(dir: &Path) -> anyhow::Result<&'static str> {
+    if dir.join("Cargo.toml").is_file() {
+        return Ok("rust");
+    }
+    let entries = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
+    let mut found = None;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        let language = match Path::new(&name).extension().and_then(|e| e.to_str()) {
+            Some("c") => "c",
+            Some("py") => "python",
+            Some("js" | "ts" | "mjs") => "javascript",
+            _ => continue,
+        };
+        found.get_or_insert(language);
+    }
+    found.with_context(|| {
+        format!(
+            "{}: no Cargo.toml, .c, .py or .js/.ts file: not a plugin folder",
+            dir.display()
+        )
+    })
+}
+
+/// Builds the plugin in `dir`; `output` defaults to `<cargo target dir>/plugins/<lib>.wasm`.
+///
+/// # Errors
+/// A missing toolchain (named, with how to install it), a failed build, or a component this host
+/// would refuse.
+pub fn build(dir: &Path, output: Option<&Path>) -> anyhow::Result<Built> {
+    match detect(dir)? {
+        "rust" => build_rust(dir, output),
+        other => bail!(
+            "{}: {other} plugins are not built by this version of wasched yet; build a component \
+             with your language's toolchain and check it with `wasched plugin inspect FILE.wasm`",
+            dir.display()
+        ),
+    }
+}
+
+fn build_rust(dir: &Path, output: Option<&Path>) -> anyhow::Result<Built> {
+    let installed = Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
+        .is_some_and(|sysroot| sysroot.join("lib/rustlib").join(RUST_TARGET).exists());
+    if !installed {
+        bail!(
+            "the Rust target {RUST_TARGET} is not installed: run `rustup target add {RUST_TARGET}`"
+        );
+    }
+    let manifest = dir.join("Cargo.toml");
+    let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    command
+        .args([
+            "build",
+            "--release",
+            "--target",
+            RUST_TARGET,
+            "--message-format=json-render-diagnostics",
+            "--manifest-path",
+        ])
+        .arg(&manifest)
+        // Debug info would make the component several times larger and is never used by the host.
+        .env("CARGO_PROFILE_RELEASE_STRIP", "debuginfo")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    eprintln!(
+        "running: cargo build --release --target {RUST_TARGET} --manifest-path {}",
+        manifest.display()
+    );
+    let mut child = command
+        .spawn()
+        .context("cannot run cargo: is Rust installed (https://rustup.rs)?")?;
+    let mut module = None;
+    for line in std::io::BufReader::new(child.stdout.take().expect("piped")).lines() {
+        let line = line?;
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        if message["reason"] != "compiler-artifact" {
+            continue;
+        }
+        let is_cdylib = message["target"]["kind"]
+            .as_array()
+            .is_some_and(|kinds| kinds.iter().any(|k| k == "cdylib"));
+        let manifest_matches = message["manifest_path"]
+            .as_str()
+            .is_some_and(|m| Path::new(m).parent() == std::fs::canonicalize(dir).ok().as_deref());
+        if !(is_cdylib && manifest_matches) {
+            continue;
+        }
+        let wasm = message["filenames"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|f| f.as_str())
+            .find(|f| f.ends_with(".wasm"));
+        if let Some(wasm) = wasm {
+            module = Some(PathBuf::from(wasm));
+        }
+    }
+    if !child.wait()?.success() {
+        bail!("cargo build failed (see above)");
+    }
+    let module = module.with_context(|| {
+        format!(
+            "{}: the build produced no .wasm: the crate needs `[lib] crate-type = [\"cdylib\"]`",
+            manifest.display()
+        )
+    })?;
+    let bytes = std::fs::read(&module).with_context(|| format!("reading {}", module.display()))?;
+    let component = wit_component::ComponentEncoder::default()
+        .module(&bytes)
+        .and_then(|encoder| encoder.validate(true).encode())
+        .map_err(|e| anyhow::anyhow!("{}: cannot make a component: {e:#}", module.display()))?;
+    let stem = module
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "plugin".into());
+    WasmRuntime::shared()
+        .load(&stem, &component, Limits::default())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let output = match output {
+        Some(path) => path.to_path_buf(),
+        // <target>/wasm32-unknown-unknown/release/x.wasm -> <target>/plugins/x.wasm
+        None => module
+            .ancestors()
+            .nth(3)
+            .unwrap_or(Path::new("."))
+            .join("plugins")
+            .join(format!("{stem}.wasm")),
+    };
+    if let Some(parent) = output.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(&output, &component).with_context(|| format!("writing {}", output.display()))?;
+    Ok(Built {
+        component: output,
+        size: component.len(),
+        sha256: sha256_hex(&component),
+    })
+}
