@@ -161,6 +161,30 @@ fn upload(client: &Client, name: &str, file: &Path) -> Reply {
         .unwrap()
 }
 
+/// A `multipart/form-data` upload, as `curl -F name=... -F component=@file.wasm` sends it.
+fn upload_form(client: &Client, fields: &[(&str, &[u8])]) -> Reply {
+    let boundary = "wasched-test-boundary-7d2a";
+    let mut body = Vec::new();
+    for (name, value) in fields {
+        body.extend_from_slice(format!("--{boundary}\r\n").as_bytes());
+        let filename = if *name == "component" {
+            "; filename=\"plugin.wasm\""
+        } else {
+            ""
+        };
+        body.extend_from_slice(
+            format!("Content-Disposition: form-data; name=\"{name}\"{filename}\r\n\r\n").as_bytes(),
+        );
+        body.extend_from_slice(value);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    let content_type = format!("multipart/form-data; boundary={boundary}");
+    client
+        .request("POST", "/admin/plugins", Some((&content_type, body)))
+        .unwrap()
+}
+
 fn pods(client: &Client, namespace: &str) -> Vec<Value> {
     let list = ok(client
         .request("GET", &format!("/v1/namespaces/{namespace}/pods"), None)
@@ -354,7 +378,17 @@ fn acknowledged_objects_plugins_and_config_survive_kill_9() {
     let dir = temp_dir("durable");
     let server = Server::start(&dir, &[]);
     let admin = server.admin();
-    assert_eq!(upload(&admin, "PoolPreference", &pool_v1()).status, 201);
+    let component = std::fs::read(pool_v1()).unwrap();
+    let sha256 = wasched::runtime::wasm::sha256_hex(&component);
+    let form = upload_form(
+        &admin,
+        &[
+            ("name", b"PoolPreference"),
+            ("sha256", sha256.as_bytes()),
+            ("component", &component),
+        ],
+    );
+    assert_eq!(form.status, 201, "{}", form.body);
     ok(admin
         .request(
             "PUT",
@@ -400,12 +434,30 @@ fn acknowledged_objects_plugins_and_config_survive_kill_9() {
         ));
     }
     let plugins_before = ok(admin.request("GET", "/admin/plugins", None).unwrap());
+    let last_version = ok(admin.request("GET", "/v1/pods", None).unwrap())["metadata"]
+        ["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse::<u64>()
+        .unwrap();
     server.kill9();
 
     let server = Server::start(&dir, &[]);
     let admin = server.admin();
     let config = admin.request("GET", "/admin/config", None).unwrap();
     assert_eq!(config.body, POOL_CONFIG, "the configuration came back");
+    let gone = admin
+        .request(
+            "GET",
+            &format!("/v1/watch?resourceVersion={}", last_version - 1),
+            None,
+        )
+        .unwrap();
+    assert_eq!(
+        gone.status, 410,
+        "history before the restart is gone: {}",
+        gone.body
+    );
     let plugins = ok(admin.request("GET", "/admin/plugins", None).unwrap());
     let uploaded = |list: &Value| {
         list["plugins"]
@@ -498,6 +550,7 @@ fn bad_requests_get_a_clear_4xx_and_change_nothing() {
         ("not a component", admin.request("PUT", "/admin/plugins/P", Some(("application/wasm", b"\0asm garbage".to_vec()))).unwrap(), 400, "not a valid WebAssembly component"),
         ("sha256 mismatch", admin.request("PUT", &format!("/admin/plugins/P?sha256={}", "0".repeat(64)), Some(("application/wasm", component.clone()))).unwrap(), 400, "sha256 mismatch"),
         ("oversized component", admin.request("PUT", "/admin/plugins/P", Some(("application/wasm", vec![0; 2 << 20]))).unwrap(), 413, "too large"),
+        ("form without a component", upload_form(&admin, &[("name", b"P")]), 400, "missing form field `component`"),
         ("bad plugin name", admin.request("PUT", "/admin/plugins/9lives", Some(("application/wasm", component.clone()))).unwrap(), 400, "invalid plugin name"),
         ("invalid TOML", admin.request("PUT", "/admin/config", Some(("application/toml", b"[runtime]\ndefault_plugins = \"wasm\"\n[[profiles]]\nfilters = [\"Nope\"]\n".to_vec()))).unwrap(), 400, ":4: unknown plugin \"Nope\""),
         ("TOML syntax", admin.request("PUT", "/admin/config", Some(("application/toml", b"x = [\n".to_vec()))).unwrap(), 400, ":1: "),
