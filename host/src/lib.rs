@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod nodetree;
 pub mod plugin_build;
 pub mod queue;
+pub mod replay;
 pub mod runtime;
 pub mod server;
 pub mod service;

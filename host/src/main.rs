@@ -47,6 +47,9 @@ enum Command {
     /// Work with plugin components, locally or on a running server.
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// Replay a cluster trace (Alibaba GPU v2023 CSVs) in logical time and report placements,
+    /// pending pods and why, latency, allocation and GPU fragmentation over time.
+    Replay(wasched::replay::Args),
     /// Run the scheduler as a service: cluster API, admin API with hot plugin loads, watch and
     /// metrics, state kept in an embedded store.
     Serve(Box<ServeArgs>),
@@ -216,6 +219,15 @@ fn run(command: Command) -> anyhow::Result<()> {
         }
         Command::Bench(args) => bench::run(&args),
         Command::Serve(args) => wasched::server::serve(*args),
+        Command::Replay(args) => {
+            let mut summary = wasched::replay::run(&args)?;
+            // The series goes to --out; the terminal gets its last point.
+            let series = std::mem::take(&mut summary.series);
+            let mut json = serde_json::to_value(&summary)?;
+            json["series"] = serde_json::json!(series.last());
+            println!("{}", serde_json::to_string_pretty(&json)?);
+            Ok(())
+        }
         Command::Apply { files, connection } => {
             print!("{}", client::apply(&Client::new(&connection)?, &files)?);
             Ok(())

@@ -76,10 +76,25 @@ impl Serialize for Scores<'_> {
 
 /// Confirms every binding at once by feeding the bound pod back as an update, as the API server
 /// would.
-struct ConfirmingBinder {
+pub(crate) struct ConfirmingBinder {
     pipeline: Arc<EventPipeline>,
     sequence: Arc<Sequencer>,
     pods: Arc<HashMap<String, core::Pod>>,
+}
+
+impl ConfirmingBinder {
+    /// A binder confirming bindings of `pods` (by `namespace/name`) through `pipeline`.
+    pub(crate) fn new(
+        pipeline: Arc<EventPipeline>,
+        sequence: Arc<Sequencer>,
+        pods: Arc<HashMap<String, core::Pod>>,
+    ) -> Self {
+        ConfirmingBinder {
+            pipeline,
+            sequence,
+            pods,
+        }
+    }
 }
 
 impl Binder for ConfirmingBinder {

@@ -3,6 +3,7 @@
 
 mod cycle;
 mod plugins;
+mod replay;
 mod sandbox;
 mod server;
 mod service;

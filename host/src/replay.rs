@@ -1,0 +1,945 @@
+//! `wasched replay`: a recorded cluster trace (the Alibaba GPU cluster trace v2023, "OpenB")
+//! through the same event pipeline, queue and assume/bind path as the service, in logical time.
+//!
+//! Conversion (stated because results depend on it):
+//! - a node row becomes a Node with allocatable `cpu` = `cpu_milli`m, `memory` = `memory_mib`Mi,
+//!   `pods` = 1000 (the trace has no pod limit), `nvidia.com/gpu` = `gpu` and
+//!   [`GPU_MILLI`] = `gpu` * 1000, labelled [`GPU_MODEL_LABEL`] = `model` when it has GPUs;
+//! - a pod row becomes a Pod requesting `cpu_milli`m and `memory_mib`Mi; a whole-GPU pod
+//!   (`gpu_milli` = 1000) also requests `num_gpu` `nvidia.com/gpu` and `num_gpu` * 1000 of
+//!   [`GPU_MILLI`]; a GPU-sharing pod (`num_gpu` = 1, `gpu_milli` < 1000) requests only `gpu_milli`
+//!   of [`GPU_MILLI`]. So whole-GPU pods never get a GPU that shares are using, and shares fit while
+//!   the node's total GPU capacity allows: per-GPU placement of shares is not modelled (two 600m
+//!   shares may land on a node with one whole GPU free plus 200m of another);
+//! - `gpu_spec` (models separated by `|`) becomes required node affinity `In` on the model label.
+//!
+//! Pods are created at `creation_time` and deleted at `deletion_time`; the clock jumps from one
+//! event time to the next, and every pod waiting in the queue is retried as it would be in the
+//! service (on events that may help it, after its backoff, or after 5 minutes).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use serde::Serialize;
+
+use crate::clock::FakeClock;
+use crate::config::Config;
+use crate::events::{EventPipeline, Object};
+use crate::framework::Scheduler;
+use crate::service::{Sequencer, Service};
+use crate::simulate::ConfirmingBinder;
+
+/// The label carrying a node's GPU model.
+pub const GPU_MODEL_LABEL: &str = "gpu.model";
+/// The extended resource counting GPU capacity in thousandths of a GPU.
+pub const GPU_MILLI: &str = "alibaba.com/gpu-milli";
+/// Whole GPUs.
+pub const GPU: &str = "nvidia.com/gpu";
+
+/// `wasched replay` options.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// The node list (`sn,cpu_milli,memory_mib,gpu,model`).
+    #[arg(long)]
+    pub nodes: PathBuf,
+    /// The pod list (`name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,...,creation_time,deletion_time,...`).
+    #[arg(long)]
+    pub pods: PathBuf,
+    /// Scheduler configuration (TOML); without it, the default profile.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Run the default plugins as WebAssembly components or natively (overrides the config).
+    #[arg(long, value_enum)]
+    pub runtime: Option<crate::config::DefaultPluginRuntime>,
+    /// Seed for breaking ties between equally good nodes.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Replay only the first N pods (by creation time).
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// How many points in logical time the allocation, pending and fragmentation series have.
+    #[arg(long, default_value_t = 200)]
+    pub samples: usize,
+    /// Keep every pod once placed, as the FGD paper's simulator does with this trace: the cluster
+    /// fills up in creation order and shows how GPUs fragment as it does.
+    #[arg(long)]
+    pub ignore_deletions: bool,
+    /// Also write the summary to DIR/summary.json.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// A node row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceNode {
+    pub name: String,
+    pub cpu_milli: i64,
+    pub memory_mib: i64,
+    pub gpu: i64,
+    pub model: Option<String>,
+}
+
+/// A pod row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TracePod {
+    pub name: String,
+    pub cpu_milli: i64,
+    pub memory_mib: i64,
+    pub num_gpu: i64,
+    pub gpu_milli: i64,
+    pub gpu_spec: Vec<String>,
+    pub creation: u64,
+    pub deletion: u64,
+    /// 1-based line in the file.
+    pub line: usize,
+}
+
+impl TracePod {
+    /// GPU demand in thousandths of a GPU.
+    pub fn gpu_demand_milli(&self) -> i64 {
+        if self.gpu_milli >= 1000 {
+            self.num_gpu * 1000
+        } else {
+            self.gpu_milli * self.num_gpu.min(1)
+        }
+    }
+
+    fn whole_gpus(&self) -> i64 {
+        if self.gpu_milli >= 1000 {
+            self.num_gpu
+        } else {
+            0
+        }
+    }
+}
+
+/// A row that could not be converted.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct SkippedRow {
+    pub file: String,
+    pub line: usize,
+    pub reason: String,
+}
+
+/// Reads a CSV with a header into rows of named fields; `convert` turns each row into a value or
+/// says why not.
+fn read_csv<T>(
+    path: &Path,
+    required: &[&str],
+    mut convert: impl FnMut(&HashMap<&str, &str>, usize) -> Result<T, String>,
+) -> anyhow::Result<(Vec<T>, Vec<SkippedRow>)> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .with_context(|| format!("{}: empty file", path.display()))?
+        .split(',')
+        .map(str::trim)
+        .collect();
+    for column in required {
+        if !header.contains(column) {
+            anyhow::bail!(
+                "{}:1: no `{column}` column (the header has: {})",
+                path.display(),
+                header.join(", ")
+            );
+        }
+    }
+    let (mut rows, mut skipped) = (Vec::new(), Vec::new());
+    for (index, line) in lines.enumerate() {
+        let number = index + 2;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+        let result = if fields.len() != header.len() {
+            Err(format!(
+                "{} fields, the header has {}",
+                fields.len(),
+                header.len()
+            ))
+        } else {
+            let row: HashMap<&str, &str> = header.iter().copied().zip(fields).collect();
+            convert(&row, number)
+        };
+        match result {
+            Ok(value) => rows.push(value),
+            Err(reason) => skipped.push(SkippedRow {
+                file: path.display().to_string(),
+                line: number,
+                reason,
+            }),
+        }
+    }
+    Ok((rows, skipped))
+}
+
+fn number(row: &HashMap<&str, &str>, column: &str) -> Result<i64, String> {
+    let text = row.get(column).copied().unwrap_or("");
+    let value: i64 = text
+        .parse()
+        .map_err(|_| format!("{column} {text:?} is not a whole number"))?;
+    if value < 0 {
+        return Err(format!("{column} is negative ({value})"));
+    }
+    Ok(value)
+}
+
+/// Reads the node list.
+///
+/// # Errors
+/// The file cannot be read or lacks a column.
+pub fn read_nodes(path: &Path) -> anyhow::Result<(Vec<TraceNode>, Vec<SkippedRow>)> {
+    read_csv(
+        path,
+        &["sn", "cpu_milli", "memory_mib", "gpu", "model"],
+        |row, _| {
+            let name = row["sn"].to_string();
+            if name.is_empty() {
+                return Err("empty node name".into());
+            }
+            let gpu = number(row, "gpu")?;
+            let model = Some(row["model"].to_string()).filter(|m| !m.is_empty());
+            if gpu > 0 && model.is_none() {
+                return Err(format!("{gpu} GPUs without a model"));
+            }
+            Ok(TraceNode {
+                name,
+                cpu_milli: number(row, "cpu_milli")?,
+                memory_mib: number(row, "memory_mib")?,
+                gpu,
+                model,
+            })
+        },
+    )
+}
+
+/// Reads the pod list, in creation order.
+///
+/// # Errors
+/// The file cannot be read or lacks a column.
+pub fn read_pods(path: &Path) -> anyhow::Result<(Vec<TracePod>, Vec<SkippedRow>)> {
+    let columns = [
+        "name",
+        "cpu_milli",
+        "memory_mib",
+        "num_gpu",
+        "gpu_milli",
+        "gpu_spec",
+        "creation_time",
+        "deletion_time",
+    ];
+    let (mut pods, skipped) = read_csv(path, &columns, |row, line| {
+        let name = row["name"].to_string();
+        if name.is_empty() {
+            return Err("empty pod name".into());
+        }
+        let num_gpu = number(row, "num_gpu")?;
+        let gpu_milli = number(row, "gpu_milli")?;
+        if gpu_milli > 1000 {
+            return Err(format!("gpu_milli {gpu_milli} is more than one GPU"));
+        }
+        if num_gpu > 1 && gpu_milli != 1000 {
+            return Err(format!(
+                "{num_gpu} GPUs with a share of {gpu_milli}: shares are for one GPU"
+            ));
+        }
+        if num_gpu > 0 && gpu_milli == 0 {
+            return Err(format!("{num_gpu} GPUs with gpu_milli 0"));
+        }
+        let creation = number(row, "creation_time")? as u64;
+        let deletion = number(row, "deletion_time")? as u64;
+        if deletion < creation {
+            return Err(format!(
+                "deleted at {deletion}, before its creation at {creation}"
+            ));
+        }
+        Ok(TracePod {
+            name,
+            cpu_milli: number(row, "cpu_milli")?,
+            memory_mib: number(row, "memory_mib")?,
+            num_gpu,
+            gpu_milli: if num_gpu == 0 { 0 } else { gpu_milli },
+            gpu_spec: row["gpu_spec"]
+                .split('|')
+                .filter(|m| !m.is_empty())
+                .map(str::to_string)
+                .collect(),
+            creation,
+            deletion,
+            line,
+        })
+    })?;
+    pods.sort_by_key(|p| (p.creation, p.line));
+    Ok((pods, skipped))
+}
+
+fn quantities(pairs: &[(&str, String)]) -> BTreeMap<String, Quantity> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), Quantity(v.clone())))
+        .collect()
+}
+
+/// The Node a row becomes.
+pub fn node_object(node: &TraceNode) -> core::Node {
+    let mut labels = BTreeMap::from([("kubernetes.io/hostname".to_string(), node.name.clone())]);
+    if let Some(model) = &node.model {
+        labels.insert(GPU_MODEL_LABEL.into(), model.clone());
+    }
+    let mut allocatable = vec![
+        ("cpu", format!("{}m", node.cpu_milli)),
+        ("memory", format!("{}Mi", node.memory_mib)),
+        ("pods", "1000".to_string()),
+    ];
+    if node.gpu > 0 {
+        allocatable.push((GPU, node.gpu.to_string()));
+        allocatable.push((GPU_MILLI, (node.gpu * 1000).to_string()));
+    }
+    core::Node {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(node.name.clone()),
+            labels: Some(labels),
+            ..Default::default()
+        },
+        status: Some(core::NodeStatus {
+            allocatable: Some(quantities(&allocatable)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The Pod a row becomes (namespace `trace`).
+pub fn pod_object(pod: &TracePod) -> core::Pod {
+    let mut requests = vec![
+        ("cpu", format!("{}m", pod.cpu_milli)),
+        ("memory", format!("{}Mi", pod.memory_mib)),
+    ];
+    let mut limits = Vec::new();
+    if pod.whole_gpus() > 0 {
+        requests.push((GPU, pod.whole_gpus().to_string()));
+        limits.push((GPU, pod.whole_gpus().to_string()));
+    }
+    if pod.gpu_demand_milli() > 0 {
+        requests.push((GPU_MILLI, pod.gpu_demand_milli().to_string()));
+        limits.push((GPU_MILLI, pod.gpu_demand_milli().to_string()));
+    }
+    let affinity = (!pod.gpu_spec.is_empty()).then(|| core::Affinity {
+        node_affinity: Some(core::NodeAffinity {
+            required_during_scheduling_ignored_during_execution: Some(core::NodeSelector {
+                node_selector_terms: vec![core::NodeSelectorTerm {
+                    match_expressions: Some(vec![core::NodeSelectorRequirement {
+                        key: GPU_MODEL_LABEL.into(),
+                        operator: "In".into(),
+                        values: Some(pod.gpu_spec.clone()),
+                    }]),
+                    ..Default::default()
+                }],
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    core::Pod {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(pod.name.clone()),
+            namespace: Some("trace".into()),
+            ..Default::default()
+        },
+        spec: Some(core::PodSpec {
+            containers: vec![core::Container {
+                name: "main".into(),
+                resources: Some(core::ResourceRequirements {
+                    requests: Some(quantities(&requests)),
+                    limits: (!limits.is_empty()).then(|| quantities(&limits)),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            affinity,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// One point of the series over logical time.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Sample {
+    /// Seconds from the trace's start.
+    pub time: u64,
+    /// Requested / allocatable, cluster-wide.
+    pub cpu: f64,
+    pub memory: f64,
+    pub gpu: f64,
+    /// Pods created and not placed yet.
+    pub pending: usize,
+    pub running: usize,
+    /// Pods created so far, and deleted so far (`pending + running + deleted = created`).
+    pub created: usize,
+    pub deleted: usize,
+    /// Expected GPUs that the trace's GPU workload cannot use (the FGD paper's fragmentation).
+    pub gpu_fragmentation: f64,
+    /// Free GPUs on nodes where the typical GPU request does not fit.
+    pub gpu_free_unusable_by_typical: f64,
+    pub gpu_free: f64,
+}
+
+/// Latency in microseconds.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Latency {
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+/// What a replay found.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Summary {
+    pub nodes: usize,
+    pub gpus: i64,
+    pub pods: usize,
+    pub skipped_rows: Vec<SkippedRow>,
+    /// Pods placed at some point.
+    pub placed: usize,
+    /// Pods deleted (at their deletion time) without ever being placed.
+    pub never_placed: usize,
+    /// For pods never placed: how many had each reason in their last FitError message.
+    pub never_placed_reasons: BTreeMap<String, usize>,
+    pub cycles: u64,
+    pub unschedulable_attempts: u64,
+    pub latency_us: Latency,
+    pub decisions_per_second: f64,
+    pub wall_seconds: f64,
+    /// The typical GPU request (`num_gpu` x `gpu_milli`), the one used for the simple
+    /// fragmentation figure.
+    pub typical_gpu_request: String,
+    pub series: Vec<Sample>,
+    /// The largest share of any node's capacity ever requested (must stay <= 1).
+    pub max_node_commitment: f64,
+    /// Pods whose node in the scheduler's cache differs from the replay's own record, summed over
+    /// the samples (must be 0).
+    pub bookkeeping_mismatches: usize,
+    /// sha256 over every placement in order: equal for equal inputs and seeds.
+    pub placements_sha256: String,
+}
+
+/// A class of GPU request with its share of the GPU workload.
+struct GpuClass {
+    whole: i64,
+    milli: i64,
+    cpu_milli: i64,
+    memory_mib: i64,
+    weight: f64,
+}
+
+fn gpu_classes(pods: &[TracePod]) -> Vec<GpuClass> {
+    let mut groups: BTreeMap<(i64, i64), (i64, i64, usize)> = BTreeMap::new();
+    for pod in pods.iter().filter(|p| p.num_gpu > 0) {
+        let entry = groups
+            .entry((pod.whole_gpus(), pod.gpu_demand_milli()))
+            .or_default();
+        entry.0 += pod.cpu_milli;
+        entry.1 += pod.memory_mib;
+        entry.2 += 1;
+    }
+    let total: usize = groups.values().map(|g| g.2).sum();
+    groups
+        .into_iter()
+        .map(|((whole, milli), (cpu, memory, count))| GpuClass {
+            whole,
+            milli,
+            cpu_milli: cpu / count as i64,
+            memory_mib: memory / count as i64,
+            weight: count as f64 / total as f64,
+        })
+        .collect()
+}
+
+/// What is in use on one node, by the replay's own bookkeeping.
+#[derive(Default, Clone)]
+struct Usage {
+    cpu_milli: i64,
+    memory_mib: i64,
+    gpu_milli: i64,
+    whole_gpus: i64,
+}
+
+/// The GPUs of `node` that a task of `class` cannot use, with shares assumed packed onto as few
+/// GPUs as possible (the node-level model above): all free GPU capacity when the task does not
+/// fit, else the free part of a partly used GPU that the task cannot take.
+fn fragment(node: &TraceNode, used: &Usage, class: &GpuClass) -> f64 {
+    let free_milli = node.gpu * 1000 - used.gpu_milli;
+    if free_milli <= 0 {
+        return 0.0;
+    }
+    let free_whole = (node.gpu - used.whole_gpus).min(free_milli / 1000);
+    let partial = free_milli - free_whole * 1000;
+    let fits_host = node.cpu_milli - used.cpu_milli >= class.cpu_milli
+        && node.memory_mib - used.memory_mib >= class.memory_mib;
+    let fits_gpu = if class.whole > 0 {
+        free_whole >= class.whole
+    } else {
+        free_milli >= class.milli
+    };
+    if !(fits_host && fits_gpu) {
+        return free_milli as f64 / 1000.0;
+    }
+    if class.whole > 0 || partial < class.milli {
+        partial as f64 / 1000.0
+    } else {
+        0.0
+    }
+}
+
+const CREATE: u8 = 1;
+
+/// Replays the trace with the configuration's profiles.
+///
+/// # Errors
+/// The configuration or a plugin cannot be loaded.
+pub fn replay(
+    config: &Config,
+    nodes: &[TraceNode],
+    pods: &[TracePod],
+    skipped_rows: Vec<SkippedRow>,
+    seed: u64,
+    samples: usize,
+    ignore_deletions: bool,
+) -> anyhow::Result<Summary> {
+    let clock = FakeClock::default();
+    let scheduler = Scheduler::with_clock(&config.profiles()?, seed, Arc::new(clock.clone()))?;
+    let objects: HashMap<String, core::Pod> = pods
+        .iter()
+        .map(|p| (format!("trace/{}", p.name), pod_object(p)))
+        .collect();
+    let pipeline = Arc::new(EventPipeline::default());
+    let sequence = Arc::new(Sequencer::default());
+    let binder = ConfirmingBinder::new(pipeline.clone(), sequence.clone(), Arc::new(objects));
+    let mut service =
+        Service::with_pipeline(scheduler, binder, Arc::new(clock.clone()), pipeline.clone());
+    for node in nodes {
+        pipeline.submit(sequence.upsert(Object::Node(Box::new(node_object(node)))));
+    }
+
+    // Events: (time, order, row). At one time, deletions free resources before creations ask for
+    // them, except the deletion of a pod created at that same time, which follows its creation.
+    let mut events: Vec<(u64, u8, usize)> = Vec::with_capacity(pods.len() * 2);
+    for (i, pod) in pods.iter().enumerate() {
+        events.push((pod.creation, CREATE, i));
+        if !ignore_deletions {
+            let order = if pod.deletion == pod.creation { 2 } else { 0 };
+            events.push((pod.deletion, order, i));
+        }
+    }
+    events.sort_unstable();
+    let start = events.first().map_or(0, |e| e.0);
+    let end = events.last().map_or(0, |e| e.0);
+    let samples = samples.max(1) as u64;
+    // Sample k (0..samples) is taken at start + k * (end - start) / samples, then one at the end.
+    let sample_time = |k: u64| start + (end - start) * k / samples;
+    let mut taken = 0u64;
+
+    let node_index: HashMap<&str, usize> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.as_str(), i))
+        .collect();
+    let pod_index: HashMap<String, usize> = pods
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (format!("trace/{}", p.name), i))
+        .collect();
+    let classes = gpu_classes(pods);
+    let typical = classes
+        .iter()
+        .max_by(|a, b| a.weight.total_cmp(&b.weight))
+        .map(|c| GpuClass { ..*c });
+    let capacity = nodes.iter().fold((0i64, 0i64, 0i64), |acc, n| {
+        (
+            acc.0 + n.cpu_milli,
+            acc.1 + n.memory_mib,
+            acc.2 + n.gpu * 1000,
+        )
+    });
+
+    let mut usage = vec![Usage::default(); nodes.len()];
+    let mut placed_on: Vec<Option<usize>> = vec![None; pods.len()];
+    let mut ever_placed = vec![false; pods.len()];
+    let mut created = vec![false; pods.len()];
+    let mut last_message: Vec<Option<String>> = vec![None; pods.len()];
+    let mut latencies: Vec<u64> = Vec::new();
+    let mut unschedulable = 0u64;
+    let mut max_commitment = 0.0f64;
+    let mut placements = sha2::Sha256::default();
+    let mut series = Vec::new();
+    let started = Instant::now();
+    let mut now = 0u64;
+
+    let mut created_total = 0usize;
+    let mut deleted_total = 0usize;
+    let mut mismatches = 0usize;
+    let sample = |time: u64,
+                  usage: &[Usage],
+                  created: &[bool],
+                  placed_on: &[Option<usize>],
+                  totals: (usize, usize)| {
+        let (mut cpu, mut memory, mut gpu) = (0i64, 0i64, 0i64);
+        let (mut frag, mut unusable, mut free) = (0.0, 0.0, 0.0);
+        for (node, used) in nodes.iter().zip(usage) {
+            cpu += used.cpu_milli;
+            memory += used.memory_mib;
+            gpu += used.gpu_milli;
+            free += (node.gpu * 1000 - used.gpu_milli) as f64 / 1000.0;
+            frag += classes
+                .iter()
+                .map(|c| c.weight * fragment(node, used, c))
+                .sum::<f64>();
+            if let Some(t) = &typical {
+                let free_here = (node.gpu * 1000 - used.gpu_milli) as f64 / 1000.0;
+                if free_here > 0.0 && fragment(node, used, t) == free_here {
+                    unusable += free_here;
+                }
+            }
+        }
+        let ratio = |used: i64, total: i64| {
+            if total == 0 {
+                0.0
+            } else {
+                used as f64 / total as f64
+            }
+        };
+        let running = placed_on.iter().filter(|p| p.is_some()).count();
+        let pending = created
+            .iter()
+            .zip(placed_on)
+            .filter(|(c, p)| **c && p.is_none())
+            .count();
+        Sample {
+            time,
+            cpu: ratio(cpu, capacity.0),
+            memory: ratio(memory, capacity.1),
+            gpu: ratio(gpu, capacity.2),
+            pending,
+            running,
+            created: totals.0,
+            deleted: totals.1,
+            gpu_fragmentation: frag,
+            gpu_free_unusable_by_typical: unusable,
+            gpu_free: free,
+        }
+    };
+
+    let mut e = 0;
+    while e < events.len() {
+        let time = events[e].0;
+        if taken < samples && sample_time(taken) <= time {
+            mismatches += cache_mismatches(&service.scheduler.cache, pods, nodes, &placed_on);
+        }
+        while taken < samples && sample_time(taken) <= time {
+            let totals = (created_total, deleted_total);
+            series.push(sample(sample_time(taken), &usage, &created, &placed_on, totals));
+            taken += 1;
+        }
+        clock.advance(Duration::from_secs(time - now));
+        now = time;
+        while e < events.len() && events[e].0 == time {
+            let (_, order, i) = events[e];
+            let object = Object::Pod(Box::new(pod_object(&pods[i])));
+            if order == CREATE {
+                created[i] = true;
+                created_total += 1;
+                pipeline.submit(sequence.upsert(object));
+            } else {
+                created[i] = false;
+                deleted_total += 1;
+                if let Some(n) = placed_on[i].take() {
+                    let pod = &pods[i];
+                    let used = &mut usage[n];
+                    used.cpu_milli -= pod.cpu_milli;
+                    used.memory_mib -= pod.memory_mib;
+                    used.gpu_milli -= pod.gpu_demand_milli();
+                    used.whole_gpus -= pod.whole_gpus();
+                }
+                pipeline.submit(sequence.delete(object));
+            }
+            e += 1;
+        }
+        loop {
+            let cycle = Instant::now();
+            let Some(result) = service.schedule_one() else {
+                break;
+            };
+            latencies.push(cycle.elapsed().as_nanos() as u64);
+            let Some(&i) = pod_index.get(&result.pod) else {
+                continue;
+            };
+            match &result.node {
+                Some(node) => {
+                    let n = node_index[node.as_str()];
+                    placed_on[i] = Some(n);
+                    ever_placed[i] = true;
+                    let pod = &pods[i];
+                    let used = &mut usage[n];
+                    used.cpu_milli += pod.cpu_milli;
+                    used.memory_mib += pod.memory_mib;
+                    used.gpu_milli += pod.gpu_demand_milli();
+                    used.whole_gpus += pod.whole_gpus();
+                    let node = &nodes[n];
+                    let mut commitment = ratio_of(used.cpu_milli, node.cpu_milli)
+                        .max(ratio_of(used.memory_mib, node.memory_mib));
+                    if node.gpu > 0 {
+                        commitment = commitment
+                            .max(ratio_of(used.gpu_milli, node.gpu * 1000))
+                            .max(ratio_of(used.whole_gpus, node.gpu));
+                    }
+                    max_commitment = max_commitment.max(commitment);
+                    sha2::Digest::update(
+                        &mut placements,
+                        format!("{} {}\n", result.pod, node.name),
+                    );
+                }
+                None => {
+                    unschedulable += 1;
+                    last_message[i] = result.message.clone();
+                }
+            }
+        }
+    }
+    mismatches += cache_mismatches(&service.scheduler.cache, pods, nodes, &placed_on);
+    series.push(sample(
+        end,
+        &usage,
+        &created,
+        &placed_on,
+        (created_total, deleted_total),
+    ));
+    let wall = started.elapsed().as_secs_f64();
+
+    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    let mut never_placed = 0;
+    for (i, placed) in ever_placed.iter().enumerate() {
+        if *placed {
+            continue;
+        }
+        never_placed += 1;
+        for reason in fit_error_reasons(last_message[i].as_deref().unwrap_or("never attempted")) {
+            *reasons.entry(reason).or_default() += 1;
+        }
+    }
+    latencies.sort_unstable();
+    let at = |q: f64| {
+        latencies
+            .get(((latencies.len() as f64 - 1.0) * q).round() as usize)
+            .map_or(0.0, |&ns| ns as f64 / 1000.0)
+    };
+    let digest = sha2::Digest::finalize(placements);
+    let mut hex = String::new();
+    for byte in digest {
+        let _ = write!(hex, "{byte:02x}");
+    }
+    Ok(Summary {
+        nodes: nodes.len(),
+        gpus: nodes.iter().map(|n| n.gpu).sum(),
+        pods: pods.len(),
+        skipped_rows,
+        placed: ever_placed.iter().filter(|p| **p).count(),
+        never_placed,
+        never_placed_reasons: reasons,
+        cycles: latencies.len() as u64,
+        unschedulable_attempts: unschedulable,
+        latency_us: Latency {
+            p50: at(0.5),
+            p99: at(0.99),
+            max: at(1.0),
+        },
+        decisions_per_second: latencies.len() as f64 / wall,
+        wall_seconds: wall,
+        typical_gpu_request: typical
+            .map(|t| {
+                if t.whole > 0 {
+                    format!("{} GPU", t.whole)
+                } else {
+                    format!("{}m GPU", t.milli)
+                }
+            })
+            .unwrap_or_else(|| "none".into()),
+        series,
+        max_node_commitment: max_commitment,
+        bookkeeping_mismatches: mismatches,
+        placements_sha256: hex,
+    })
+}
+
+/// Pods on a different node (or none) in the scheduler's cache than in the replay's record.
+fn cache_mismatches(
+    cache: &crate::cache::Cache,
+    pods: &[TracePod],
+    nodes: &[TraceNode],
+    placed_on: &[Option<usize>],
+) -> usize {
+    let in_cache = cache.placed_pods().count();
+    let running = placed_on.iter().filter(|p| p.is_some()).count();
+    let differing = pods
+        .iter()
+        .zip(placed_on)
+        .filter(|(pod, placed)| {
+            let cached = cache.pod_node(&format!("trace/{}", pod.name));
+            cached != placed.map(|n| nodes[n].name.as_str())
+        })
+        .count();
+    differing + in_cache.abs_diff(running)
+}
+
+fn ratio_of(used: i64, total: i64) -> f64 {
+    if total == 0 {
+        if used > 0 {
+            f64::INFINITY
+        } else {
+            0.0
+        }
+    } else {
+        used as f64 / total as f64
+    }
+}
+
+/// The reasons of a FitError message, without their node counts: `0/5 nodes are available: 3
+/// Insufficient cpu, 2 node(s) didn't match ...` -> `Insufficient cpu`, `node(s) didn't match ...`.
+pub fn fit_error_reasons(message: &str) -> Vec<String> {
+    let Some((_, reasons)) = message.split_once(": ") else {
+        return vec![message.trim_end_matches('.').to_string()];
+    };
+    reasons
+        .trim_end_matches('.')
+        .split(", ")
+        .map(|part| {
+            let part = part.trim();
+            match part.split_once(' ') {
+                Some((count, rest)) if count.parse::<usize>().is_ok() => rest.to_string(),
+                _ => part.to_string(),
+            }
+        })
+        .collect()
+}
+
+/// `wasched replay`.
+///
+/// # Errors
+/// Unreadable files or configuration.
+pub fn run(args: &Args) -> anyhow::Result<Summary> {
+    let mut config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    if let Some(runtime) = args.runtime {
+        config.default_plugins = runtime;
+    }
+    let (nodes, mut skipped) = read_nodes(&args.nodes)?;
+    let (mut pods, skipped_pods) = read_pods(&args.pods)?;
+    skipped.extend(skipped_pods);
+    for row in &skipped {
+        eprintln!("skipped {}:{}: {}", row.file, row.line, row.reason);
+    }
+    if let Some(limit) = args.limit {
+        pods.truncate(limit);
+    }
+    let summary = replay(
+        &config,
+        &nodes,
+        &pods,
+        skipped,
+        args.seed,
+        args.samples,
+        args.ignore_deletions,
+    )?;
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let path = dir.join("summary.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&summary)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fit_error_reasons_drop_counts() {
+        assert_eq!(
+            fit_error_reasons("0/5 nodes are available: 3 Insufficient cpu, 2 node(s) didn't match Pod's node affinity/selector."),
+            vec!["Insufficient cpu", "node(s) didn't match Pod's node affinity/selector"]
+        );
+        assert_eq!(
+            fit_error_reasons("never attempted"),
+            vec!["never attempted"]
+        );
+    }
+
+    #[test]
+    fn fragmentation_counts_free_gpus_a_task_cannot_use() {
+        let node = TraceNode {
+            name: "n".into(),
+            cpu_milli: 8000,
+            memory_mib: 8192,
+            gpu: 2,
+            model: Some("T4".into()),
+        };
+        let whole = GpuClass {
+            whole: 1,
+            milli: 1000,
+            cpu_milli: 1000,
+            memory_mib: 1024,
+            weight: 1.0,
+        };
+        let share = GpuClass {
+            whole: 0,
+            milli: 500,
+            cpu_milli: 1000,
+            memory_mib: 1024,
+            weight: 1.0,
+        };
+        let mut used = Usage::default();
+        assert_eq!(fragment(&node, &used, &whole), 0.0, "an empty node fits");
+        used.gpu_milli = 700; // a 700m share
+        assert_eq!(
+            fragment(&node, &used, &whole),
+            0.3,
+            "the rest of the shared GPU"
+        );
+        assert_eq!(
+            fragment(&node, &used, &share),
+            0.0,
+            "a 500m share fits beside it... on the free GPU"
+        );
+        used.gpu_milli = 1700; // plus one whole GPU
+        used.whole_gpus = 1;
+        assert_eq!(
+            fragment(&node, &used, &whole),
+            0.3,
+            "no whole GPU left: 0.3 is unusable"
+        );
+        assert_eq!(
+            fragment(&node, &used, &share),
+            0.3,
+            "500m does not fit in 300m"
+        );
+        used.gpu_milli = 700;
+        used.whole_gpus = 0;
+        used.cpu_milli = 7500;
+        assert_eq!(
+            fragment(&node, &used, &whole),
+            1.3,
+            "no CPU left: every free GPU is stranded"
+        );
+    }
+}

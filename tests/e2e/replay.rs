@@ -1,0 +1,208 @@
+//! `wasched replay` on an excerpt of the Alibaba GPU trace (tests/fixtures/alibaba-excerpt).
+
+use std::path::{Path, PathBuf};
+
+use wasched::config::{Config, DefaultPluginRuntime};
+use wasched::k8s;
+use wasched::replay::{self, Summary, GPU, GPU_MILLI, GPU_MODEL_LABEL};
+
+fn fixture(file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/alibaba-excerpt")
+        .join(file)
+}
+
+fn run(ignore_deletions: bool, seed: u64) -> Summary {
+    let (nodes, skipped) = replay::read_nodes(&fixture("nodes.csv")).unwrap();
+    let (pods, skipped_pods) = replay::read_pods(&fixture("pods.csv")).unwrap();
+    assert!(skipped.is_empty() && skipped_pods.is_empty());
+    let mut config = Config::default();
+    config.default_plugins = DefaultPluginRuntime::Native;
+    replay::replay(
+        &config,
+        &nodes,
+        &pods,
+        Vec::new(),
+        seed,
+        50,
+        ignore_deletions,
+    )
+    .unwrap()
+}
+
+fn check_conservation(summary: &Summary) {
+    assert_eq!(
+        summary.bookkeeping_mismatches, 0,
+        "the cache agrees with the replay's record"
+    );
+    assert!(
+        summary.max_node_commitment <= 1.0,
+        "a node was over-committed: {}",
+        summary.max_node_commitment
+    );
+    assert_eq!(summary.placed + summary.never_placed, summary.pods);
+    for s in &summary.series {
+        assert_eq!(
+            s.pending + s.running + s.deleted,
+            s.created,
+            "every pod is placed, pending or deleted at t={}",
+            s.time
+        );
+        assert!(s.cpu <= 1.0 && s.memory <= 1.0 && s.gpu <= 1.0);
+    }
+}
+
+#[test]
+fn replaying_the_excerpt_conserves_pods_and_never_over_commits() {
+    let summary = run(false, 1);
+    check_conservation(&summary);
+    assert_eq!(summary.nodes, 41);
+    assert_eq!(summary.pods, 300);
+    let last = summary.series.last().unwrap();
+    assert_eq!(
+        (last.created, last.deleted),
+        (300, 300),
+        "every pod was created and deleted"
+    );
+    assert!(
+        summary.series.iter().any(|s| s.running > 10),
+        "pods overlap in time"
+    );
+}
+
+#[test]
+fn filling_the_cluster_leaves_pods_pending_with_kube_scheduler_reasons() {
+    let summary = run(true, 1);
+    check_conservation(&summary);
+    assert!(
+        summary.never_placed > 0,
+        "41 nodes cannot hold all 300 pods"
+    );
+    assert!(summary.unschedulable_attempts >= summary.never_placed as u64);
+    assert!(
+        summary
+            .never_placed_reasons
+            .keys()
+            .any(|r| r.starts_with("Insufficient ")),
+        "{:?}",
+        summary.never_placed_reasons
+    );
+    let last = summary.series.last().unwrap();
+    assert!(last.gpu > 0.5, "the GPUs fill up: {}", last.gpu);
+    assert!(last.gpu_fragmentation > 0.0 && last.gpu_fragmentation <= last.gpu_free + 1e-9);
+}
+
+#[test]
+fn the_same_seed_gives_the_same_placements() {
+    let a = run(true, 7);
+    let b = run(true, 7);
+    assert_eq!(a.placements_sha256, b.placements_sha256);
+    assert_eq!(a.series, b.series);
+}
+
+#[test]
+fn rows_of_every_shape_convert_and_bad_rows_are_reported_by_line() {
+    let dir = std::env::temp_dir().join(format!("wasched-replay-rows-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let nodes = dir.join("nodes.csv");
+    std::fs::write(
+        &nodes,
+        "sn,cpu_milli,memory_mib,gpu,model\ncpu-0,32000,262144,0,\ngpu-0,96000,786432,8,V100M32\nbad-0,lots,1,0,\nbad-1,1000,1024,2,\n",
+    )
+    .unwrap();
+    let pods = dir.join("pods.csv");
+    std::fs::write(
+        &pods,
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n\
+         cpu,4000,8192,0,0,,BE,Succeeded,10,20,10\n\
+         whole,8000,16384,2,1000,,LS,Running,5,30,5\n\
+         share,2000,4096,1,350,V100M32|A10,Burstable,Running,7,9,7\n\
+         pending,1000,1024,1,1000,,Guaranteed,Pending,8,12,\n\
+         short,1000\n\
+         backwards,1000,1024,0,0,,BE,Failed,50,40,50\n\
+         split-share,1000,1024,2,500,,LS,Running,1,2,1\n",
+    )
+    .unwrap();
+    let (nodes, skipped_nodes) = replay::read_nodes(&nodes).unwrap();
+    assert_eq!(nodes.len(), 2);
+    let lines: Vec<(usize, &str)> = skipped_nodes
+        .iter()
+        .map(|s| (s.line, s.reason.as_str()))
+        .collect();
+    assert_eq!(
+        lines,
+        vec![
+            (4, "cpu_milli \"lots\" is not a whole number"),
+            (5, "2 GPUs without a model")
+        ]
+    );
+    let (pods, skipped_pods) = replay::read_pods(&pods).unwrap();
+    let names: Vec<&str> = pods.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(
+        names,
+        vec!["whole", "share", "pending", "cpu"],
+        "sorted by creation time"
+    );
+    let lines: Vec<usize> = skipped_pods.iter().map(|s| s.line).collect();
+    assert_eq!(lines, vec![6, 7, 8]);
+    assert!(skipped_pods[1].reason.contains("before its creation"));
+    assert!(skipped_pods[2].reason.contains("shares are for one GPU"));
+
+    let gpu_node = k8s::node_info(&replay::node_object(&nodes[1])).unwrap();
+    assert_eq!(gpu_node.labels.get(GPU_MODEL_LABEL), Some("V100M32"));
+    assert_eq!(gpu_node.allocatable.get(GPU), 8);
+    assert_eq!(gpu_node.allocatable.get(GPU_MILLI), 8000);
+    let cpu_node = k8s::node_info(&replay::node_object(&nodes[0])).unwrap();
+    assert_eq!(cpu_node.labels.get(GPU_MODEL_LABEL), None);
+    assert_eq!(cpu_node.allocatable.milli_cpu, 32000);
+
+    let whole = k8s::pod(&replay::pod_object(&pods[0])).unwrap();
+    assert_eq!(
+        (whole.requests.get(GPU), whole.requests.get(GPU_MILLI)),
+        (2, 2000)
+    );
+    let share = k8s::pod(&replay::pod_object(&pods[1])).unwrap();
+    assert_eq!(
+        (share.requests.get(GPU), share.requests.get(GPU_MILLI)),
+        (0, 350)
+    );
+    let required = share
+        .node_affinity
+        .as_ref()
+        .and_then(|a| a.required.as_ref())
+        .unwrap();
+    assert_eq!(
+        format!("{required:?}").matches("A10").count(),
+        1,
+        "gpu_spec becomes required affinity"
+    );
+    let cpu = k8s::pod(&replay::pod_object(&pods[3])).unwrap();
+    assert_eq!(
+        (cpu.requests.milli_cpu, cpu.requests.get(GPU_MILLI)),
+        (4000, 0)
+    );
+}
+
+#[test]
+fn the_command_writes_its_summary() {
+    let out = std::env::temp_dir().join(format!("wasched-replay-out-{}", std::process::id()));
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_wasched"))
+        .args(["replay", "--runtime", "native", "--nodes"])
+        .arg(fixture("nodes.csv"))
+        .arg("--pods")
+        .arg(fixture("pods.csv"))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let printed: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(printed["placements_sha256"], written["placements_sha256"]);
+    assert_eq!(written["series"].as_array().unwrap().len(), 201);
+}
