@@ -646,7 +646,13 @@ pub fn replay(
         }
         while taken < samples && sample_time(taken) <= time {
             let totals = (created_total, deleted_total);
-            series.push(sample(sample_time(taken), &usage, &created, &placed_on, totals));
+            series.push(sample(
+                sample_time(taken),
+                &usage,
+                &created,
+                &placed_on,
+                totals,
+            ));
             taken += 1;
         }
         clock.advance(Duration::from_secs(time - now));
@@ -918,8 +924,8 @@ mod tests {
         );
         assert_eq!(
             fragment(&node, &used, &share),
-            0.0,
-            "a 500m share fits beside it... on the free GPU"
+            0.3,
+            "a 500m share fits on the free GPU, but not in the 300m left beside the 700m share"
         );
         used.gpu_milli = 1700; // plus one whole GPU
         used.whole_gpus = 1;
