@@ -378,3 +378,65 @@ fn a_plugin_flooding_its_output_is_rate_limited_and_keeps_working() {
         .unwrap();
     assert_eq!(h.failures, 0, "printing is not a failure");
 }
+
+#[test]
+fn a_hot_swap_keeps_the_instance_and_health_of_an_unchanged_plugin_only() {
+    let c = config(
+        "TrapSome",
+        "trap_some",
+        true,
+        "quarantine_after = 1\nquarantine_seconds = 30",
+    );
+    let clock = FakeClock::default();
+    let clock_arc: Arc<FakeClock> = Arc::new(clock.clone());
+    let mut s = Scheduler::with_clock(&c.profiles().unwrap(), 1, clock_arc.clone()).unwrap();
+    cluster(&mut s);
+    let mut boom = node("boom");
+    boom.labels = labels(&[("explode", "true")]);
+    s.cache.upsert_node(boom);
+    timed(&mut s, &cpu_pod("p", 500));
+    let health = |s: &Scheduler| {
+        s.plugin_health()
+            .into_iter()
+            .find(|h| h.plugin == "TrapSome")
+            .unwrap()
+    };
+    assert_eq!(health(&s).quarantined_until, Some(Duration::from_secs(30)));
+
+    // The same plugin under a profile whose other parts changed: its instance carries on.
+    let reweighted = profile_toml(
+        "TrapSome",
+        "trap_some",
+        true,
+        "quarantine_after = 1\nquarantine_seconds = 30",
+    )
+    .replace(
+        "scores = [{ plugin = \"NodeResourcesFit\" }]",
+        "scores = [{ plugin = \"NodeResourcesFit\", weight = 3 }]",
+    );
+    let mut same = Config::parse("sandbox.toml", Path::new("."), reweighted).unwrap();
+    same.default_plugins = DefaultPluginRuntime::Native;
+    let profiles =
+        Scheduler::build_profiles(&same.profiles().unwrap(), 1, clock_arc.clone()).unwrap();
+    drop(s.swap_profiles(profiles));
+    assert_eq!(
+        health(&s).quarantined_until,
+        Some(Duration::from_secs(30)),
+        "an unchanged plugin keeps its instance and health across a swap"
+    );
+
+    // A changed failure policy is a new plugin: a fresh instance with clean health.
+    let changed = config(
+        "TrapSome",
+        "trap_some",
+        true,
+        "quarantine_after = 1\nquarantine_seconds = 60",
+    );
+    let profiles = Scheduler::build_profiles(&changed.profiles().unwrap(), 1, clock_arc).unwrap();
+    drop(s.swap_profiles(profiles));
+    let fresh = health(&s);
+    assert_eq!((fresh.failures, fresh.quarantined_until), (0, None));
+    s.cache.remove_node("boom");
+    let placed = timed(&mut s, &cpu_pod("q", 500));
+    assert_eq!(placed.node.as_deref(), Some("big"), "{placed:?}");
+}

@@ -182,6 +182,16 @@ impl Slot {
         })
     }
 
+    /// Equal for two slots whose instances are interchangeable.
+    fn reuse_key(&self) -> (String, String, String, String) {
+        (
+            self.spec.name.clone(),
+            self.spec.factory.identity(),
+            self.spec.config.clone(),
+            format!("{:?}", self.spec.policy),
+        )
+    }
+
     /// Records a failure: the instance is dropped (a fresh one replaces it at the next sync) and
     /// the plugin quarantined once it failed too often in a row.
     fn record_failure(&mut self, error: &CallError, now: Duration) {
@@ -393,10 +403,29 @@ impl Scheduler {
     }
 
     /// Replaces every profile at once (between cycles, since it takes `&mut self`) and returns the
-    /// old ones, for the caller to drop off the scheduling thread. The new instances get every node
-    /// at their first sync.
-    pub fn swap_profiles(&mut self, profiles: Vec<Profile>) -> Vec<Profile> {
-        let old = std::mem::replace(&mut self.profiles, profiles);
+    /// old ones, for the caller to drop off the scheduling thread. A plugin whose code, limits,
+    /// configuration and failure policy did not change keeps its slot in the profile of the same
+    /// scheduler name: its running instance with its node mirror, and its health, so that a swap
+    /// neither re-syncs it nor lifts its quarantine. The other new instances get every node at
+    /// their first sync.
+    pub fn swap_profiles(&mut self, mut profiles: Vec<Profile>) -> Vec<Profile> {
+        let mut old = std::mem::take(&mut self.profiles);
+        for profile in &mut profiles {
+            let Some(previous) = old
+                .iter_mut()
+                .find(|p| p.scheduler_name == profile.scheduler_name)
+            else {
+                continue;
+            };
+            for slot in &mut profile.slots {
+                let key = slot.reuse_key();
+                if let Some(kept) = previous.slots.iter_mut().find(|s| s.reuse_key() == key) {
+                    // The displaced fresh slot goes back with the old profile, to be dropped.
+                    std::mem::swap(slot, kept);
+                }
+            }
+        }
+        self.profiles = profiles;
         self.trim_log();
         old
     }

@@ -69,6 +69,10 @@ pub trait PluginFactory: Send + Sync {
 
     /// `wasm` or `native`, for messages and `bench`.
     fn kind(&self) -> &'static str;
+
+    /// What makes two factories interchangeable (the same code under the same limits): instances
+    /// of factories with equal identities behave the same, so a hot swap can keep them.
+    fn identity(&self) -> String;
 }
 
 /// Checks that a batch result has one entry per node asked about.

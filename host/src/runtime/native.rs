@@ -28,6 +28,10 @@ impl<P: Exported + Send> PluginFactory for NativeFactory<P> {
     fn kind(&self) -> &'static str {
         "native"
     }
+
+    fn identity(&self) -> String {
+        format!("native:{}", std::any::type_name::<P>())
+    }
 }
 
 struct NativeInstance<P> {

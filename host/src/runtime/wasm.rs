@@ -359,6 +359,13 @@ impl PluginFactory for ComponentFactory {
     fn kind(&self) -> &'static str {
         "wasm"
     }
+
+    fn identity(&self) -> String {
+        format!(
+            "wasm:{}:{:?}:deadlines={}",
+            self.sha256, self.limits, self.deadlines
+        )
+    }
 }
 
 fn ticks(timeout: Duration) -> u64 {
