@@ -20,14 +20,15 @@ const PLUGINS: &[(&str, &str)] = &[
 ];
 
 /// Test-only components (deliberately misbehaving plugins for the sandbox tests, the hot-swap
-/// fixture): built beside the default plugins but not embedded; tests find them through
-/// `WASCHED_HOSTILE_COMPONENTS`.
+/// fixture, the GPU packing example the replay test compares against the defaults): built beside
+/// the default plugins but not embedded; tests find them through `WASCHED_HOSTILE_COMPONENTS`.
 const HOSTILE: &[(&str, &str)] = &[
     ("wasched-hostile-spin", "wasched_hostile_spin"),
     ("wasched-hostile-hog", "wasched_hostile_hog"),
     ("wasched-hostile-trap-some", "wasched_hostile_trap_some"),
     ("wasched-hostile-bad-score", "wasched_hostile_bad_score"),
     (POOL_PREFERENCE, "wasched_fixture_pool_preference"),
+    ("wasched-example-gpu-packing", "wasched_example_gpu_packing"),
 ];
 
 /// Built twice (version one, then with the `green` feature) for the hot-swap test.
@@ -43,6 +44,7 @@ fn main() {
         "plugins",
         "examples/hostile",
         "examples/fixtures",
+        "examples/plugins/rust/gpu-packing",
         "wit",
         "Cargo.lock",
     ] {
