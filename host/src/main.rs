@@ -220,12 +220,28 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Bench(args) => bench::run(&args),
         Command::Serve(args) => wasched::server::serve(*args),
         Command::Replay(args) => {
-            let mut summary = wasched::replay::run(&args)?;
-            // The series goes to --out; the terminal gets its last point.
-            let series = std::mem::take(&mut summary.series);
-            let mut json = serde_json::to_value(&summary)?;
-            json["series"] = serde_json::json!(series.last());
+            let runs = wasched::replay::run(&args)?;
+            // The series and the histogram go to --out; the terminal gets the series' last point.
+            let mut printed = Vec::new();
+            for mut run in runs {
+                let series = std::mem::take(&mut run.summary.series);
+                run.summary.latency_histogram.clear();
+                let mut json = serde_json::to_value(&run)?;
+                json["summary"]["series"] = serde_json::json!(series.last());
+                if let Some(map) = json["summary"].as_object_mut() {
+                    map.remove("latency_histogram");
+                }
+                printed.push(json);
+            }
+            let json = if args.compare.is_some() {
+                serde_json::json!({ "runs": printed })
+            } else {
+                printed.swap_remove(0)["summary"].take()
+            };
             println!("{}", serde_json::to_string_pretty(&json)?);
+            if let Some(dir) = &args.out {
+                eprintln!("report: {}", dir.join("report.html").display());
+            }
             Ok(())
         }
         Command::Apply { files, connection } => {

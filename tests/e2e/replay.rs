@@ -18,16 +18,13 @@ fn run(ignore_deletions: bool, seed: u64) -> Summary {
     assert!(skipped.is_empty() && skipped_pods.is_empty());
     let mut config = Config::default();
     config.default_plugins = DefaultPluginRuntime::Native;
-    replay::replay(
-        &config,
-        &nodes,
-        &pods,
-        Vec::new(),
+    let options = replay::Options {
         seed,
-        50,
+        samples: 50,
         ignore_deletions,
-    )
-    .unwrap()
+        speed: None,
+    };
+    replay::replay(&config, &nodes, &pods, Vec::new(), &options).unwrap()
 }
 
 fn check_conservation(summary: &Summary) {
@@ -205,4 +202,118 @@ fn the_command_writes_its_summary() {
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(printed["placements_sha256"], written["placements_sha256"]);
     assert_eq!(written["series"].as_array().unwrap().len(), 201);
+    let report = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert_eq!(report.matches("<svg").count(), 4, "four plots");
+    for heading in [
+        "Allocation over time",
+        "Pending pods over time",
+        "GPU fragmentation over time",
+        "Scheduling latency",
+    ] {
+        assert!(report.contains(heading), "{heading}");
+    }
+    assert!(
+        report.contains(&format!("<td>{}</td>", written["placed"])),
+        "the headline table shows the pods placed"
+    );
+    let histogram = written["latency_histogram"].as_array().unwrap();
+    let cycles: u64 = histogram.iter().map(|b| b["count"].as_u64().unwrap()).sum();
+    assert_eq!(cycles, written["cycles"].as_u64().unwrap());
+}
+
+/// The GpuPacking example's configuration with the component the build made.
+fn gpu_packing_config(dir: &Path) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let text = std::fs::read_to_string(root.join("examples/configs/gpu-packing.toml")).unwrap();
+    let component =
+        Path::new(env!("WASCHED_HOSTILE_COMPONENTS")).join("wasched_example_gpu_packing.wasm");
+    let text = text.replace(
+        "../../target/plugins/wasched_example_gpu_packing.wasm",
+        component.to_str().unwrap(),
+    );
+    assert!(text.contains(component.to_str().unwrap()));
+    let path = dir.join("gpu-packing.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn comparing_the_gpu_packing_example_with_the_default_shows_less_fragmentation() {
+    let out = std::env::temp_dir().join(format!("wasched-replay-compare-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let config = gpu_packing_config(&out);
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_wasched"))
+        .args(["replay", "--ignore-deletions", "--compare", "default"])
+        .arg(&config)
+        .arg("--nodes")
+        .arg(fixture("nodes.csv"))
+        .arg("--pods")
+        .arg(fixture("pods.csv"))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let runs = written["runs"].as_array().unwrap();
+    let labels: Vec<&str> = runs.iter().map(|r| r["label"].as_str().unwrap()).collect();
+    assert_eq!(labels, ["default", "gpu-packing"]);
+    let last = |run: &serde_json::Value, field: &str| {
+        run["summary"]["series"].as_array().unwrap().last().unwrap()[field]
+            .as_f64()
+            .unwrap()
+    };
+    let (default, packed) = (&runs[0], &runs[1]);
+    assert!(
+        last(packed, "gpu_fragmentation") < last(default, "gpu_fragmentation"),
+        "fragmentation {} (GpuPacking) against {} (default)",
+        last(packed, "gpu_fragmentation"),
+        last(default, "gpu_fragmentation")
+    );
+    assert!(last(packed, "gpu") >= last(default, "gpu"));
+    for run in runs {
+        let summary: Summary = serde_json::from_value(run["summary"].clone()).unwrap();
+        check_conservation(&summary);
+    }
+    let report = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(report.contains("<th>default</th><th>gpu-packing</th>"));
+    assert!(
+        report.contains("gpu-packing: fragmented GPUs"),
+        "legend names the run"
+    );
+}
+
+#[test]
+fn speed_paces_the_replay_in_wall_time() {
+    let out = std::env::temp_dir().join(format!("wasched-replay-speed-{}", std::process::id()));
+    let command = |speed: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_wasched"))
+            .args(["replay", "--runtime", "native", "--speed", speed, "--nodes"])
+            .arg(fixture("nodes.csv"))
+            .arg("--pods")
+            .arg(fixture("pods.csv"))
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap()
+    };
+    let refused = command("0");
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--speed must be a positive number"));
+    let output = command("100000");
+    assert!(output.status.success());
+    let written: Summary =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let span = (written.series.last().unwrap().time - written.series[0].time) as f64;
+    let wall = written.wall_seconds;
+    assert!(span > 10_000.0, "the excerpt spans hours: {span}");
+    assert!(
+        wall >= span / 100_000.0,
+        "{span} s of trace at 100000x took {wall} s"
+    );
 }

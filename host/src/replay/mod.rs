@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::clock::FakeClock;
 use crate::config::Config;
@@ -34,6 +34,8 @@ use crate::events::{EventPipeline, Object};
 use crate::framework::Scheduler;
 use crate::service::{Sequencer, Service};
 use crate::simulate::ConfirmingBinder;
+
+pub mod report;
 
 /// The label carrying a node's GPU model.
 pub const GPU_MODEL_LABEL: &str = "gpu.model";
@@ -70,9 +72,44 @@ pub struct Args {
     /// fills up in creation order and shows how GPUs fragment as it does.
     #[arg(long)]
     pub ignore_deletions: bool,
-    /// Also write the summary to DIR/summary.json.
+    /// Replay the trace once with each of two configurations and put them side by side (in the
+    /// JSON and in the report); `default` names the built-in default profile.
+    #[arg(long, num_args = 2, value_names = ["CONFIG_A", "CONFIG_B"], conflicts_with = "config")]
+    pub compare: Option<Vec<PathBuf>>,
+    /// Pace the replay: N seconds of trace time per second of wall time (so a live `serve`-like
+    /// run can be watched). Without it the clock jumps from event to event.
+    #[arg(long, value_name = "N", conflicts_with = "as_fast_as_possible")]
+    pub speed: Option<f64>,
+    /// Jump from event to event without waiting (the default).
     #[arg(long)]
+    pub as_fast_as_possible: bool,
+    /// Write DIR/summary.json (with the full series) and DIR/report.html (plots as inline SVG,
+    /// viewable without a server).
+    #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+}
+
+/// How one replay runs, beyond the configuration and the trace.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Seed for breaking ties between equally good nodes.
+    pub seed: u64,
+    /// Points of the series over logical time.
+    pub samples: usize,
+    /// Keep every pod once placed.
+    pub ignore_deletions: bool,
+    /// Trace seconds per wall second; `None`: as fast as possible.
+    pub speed: Option<f64>,
+}
+
+/// One replay, named after its configuration.
+#[derive(Debug, Clone, Serialize)]
+pub struct Run {
+    /// The configuration file's stem, or `default`.
+    pub label: String,
+    /// The configuration file, when there was one.
+    pub config: Option<PathBuf>,
+    pub summary: Summary,
 }
 
 /// A node row.
@@ -120,7 +157,7 @@ impl TracePod {
 }
 
 /// A row that could not be converted.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct SkippedRow {
     pub file: String,
     pub line: usize,
@@ -372,7 +409,7 @@ pub fn pod_object(pod: &TracePod) -> core::Pod {
 }
 
 /// One point of the series over logical time.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Sample {
     /// Seconds from the trace's start.
     pub time: u64,
@@ -394,15 +431,47 @@ pub struct Sample {
 }
 
 /// Latency in microseconds.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Latency {
     pub p50: f64,
     pub p99: f64,
     pub max: f64,
 }
 
+/// Cycles whose wall time was at most `le_us` (and more than the previous bucket's); the last
+/// bucket also holds anything slower.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LatencyBucket {
+    pub le_us: f64,
+    pub count: u64,
+}
+
+/// Upper bounds of the latency histogram's buckets, in microseconds (1-2-5 steps, 10 µs to 10 s).
+const LATENCY_BOUNDS_US: [f64; 19] = [
+    10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 2e6,
+    5e6, 1e7,
+];
+
+/// The histogram of `sorted_ns` (cycle times in nanoseconds, sorted).
+fn latency_histogram(sorted_ns: &[u64]) -> Vec<LatencyBucket> {
+    let mut buckets: Vec<LatencyBucket> = LATENCY_BOUNDS_US
+        .iter()
+        .map(|&le_us| LatencyBucket { le_us, count: 0 })
+        .collect();
+    let last = buckets.len() - 1;
+    for &ns in sorted_ns {
+        let us = ns as f64 / 1000.0;
+        let i = LATENCY_BOUNDS_US
+            .iter()
+            .position(|&le| us <= le)
+            .unwrap_or(last);
+        buckets[i].count += 1;
+    }
+    buckets
+}
+
 /// What a replay found.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Summary {
     pub nodes: usize,
     pub gpus: i64,
@@ -417,6 +486,7 @@ pub struct Summary {
     pub cycles: u64,
     pub unschedulable_attempts: u64,
     pub latency_us: Latency,
+    pub latency_histogram: Vec<LatencyBucket>,
     pub decisions_per_second: f64,
     pub wall_seconds: f64,
     /// The typical GPU request (`num_gpu` x `gpu_milli`), the one used for the simple
@@ -511,12 +581,11 @@ pub fn replay(
     nodes: &[TraceNode],
     pods: &[TracePod],
     skipped_rows: Vec<SkippedRow>,
-    seed: u64,
-    samples: usize,
-    ignore_deletions: bool,
+    options: &Options,
 ) -> anyhow::Result<Summary> {
     let clock = FakeClock::default();
-    let scheduler = Scheduler::with_clock(&config.profiles()?, seed, Arc::new(clock.clone()))?;
+    let scheduler =
+        Scheduler::with_clock(&config.profiles()?, options.seed, Arc::new(clock.clone()))?;
     let objects: HashMap<String, core::Pod> = pods
         .iter()
         .map(|p| (format!("trace/{}", p.name), pod_object(p)))
@@ -535,7 +604,7 @@ pub fn replay(
     let mut events: Vec<(u64, u8, usize)> = Vec::with_capacity(pods.len() * 2);
     for (i, pod) in pods.iter().enumerate() {
         events.push((pod.creation, CREATE, i));
-        if !ignore_deletions {
+        if !options.ignore_deletions {
             let order = if pod.deletion == pod.creation { 2 } else { 0 };
             events.push((pod.deletion, order, i));
         }
@@ -543,7 +612,7 @@ pub fn replay(
     events.sort_unstable();
     let start = events.first().map_or(0, |e| e.0);
     let end = events.last().map_or(0, |e| e.0);
-    let samples = samples.max(1) as u64;
+    let samples = options.samples.max(1) as u64;
     // Sample k (0..samples) is taken at start + k * (end - start) / samples, then one at the end.
     let sample_time = |k: u64| start + (end - start) * k / samples;
     let mut taken = 0u64;
@@ -654,6 +723,10 @@ pub fn replay(
                 totals,
             ));
             taken += 1;
+        }
+        if let Some(speed) = options.speed.filter(|s| *s > 0.0) {
+            let due = started + Duration::from_secs_f64((time - start) as f64 / speed);
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
         }
         clock.advance(Duration::from_secs(time - now));
         now = time;
@@ -767,6 +840,7 @@ pub fn replay(
             p99: at(0.99),
             max: at(1.0),
         },
+        latency_histogram: latency_histogram(&latencies),
         decisions_per_second: latencies.len() as f64 / wall,
         wall_seconds: wall,
         typical_gpu_request: typical
@@ -836,17 +910,36 @@ pub fn fit_error_reasons(message: &str) -> Vec<String> {
         .collect()
 }
 
-/// `wasched replay`.
+/// `default` in `--compare`, unless a file of that name exists.
+fn is_builtin_default(path: &Path) -> bool {
+    path == Path::new("default") && !path.exists()
+}
+
+/// `wasched replay`: one run per configuration (two with `--compare`), written to `--out`.
 ///
 /// # Errors
-/// Unreadable files or configuration.
-pub fn run(args: &Args) -> anyhow::Result<Summary> {
-    let mut config = match &args.config {
-        Some(path) => Config::load(path)?,
-        None => Config::default(),
+/// Unreadable files or configuration, or an output that cannot be written.
+pub fn run(args: &Args) -> anyhow::Result<Vec<Run>> {
+    let configs: Vec<Option<PathBuf>> = match &args.compare {
+        Some(pair) => pair.iter().cloned().map(Some).collect(),
+        None => vec![args.config.clone()],
     };
-    if let Some(runtime) = args.runtime {
-        config.default_plugins = runtime;
+    let mut loaded = Vec::new();
+    for path in &configs {
+        let mut config = match path {
+            Some(path) if !is_builtin_default(path) => Config::load(path)?,
+            _ => Config::default(),
+        };
+        if let Some(runtime) = args.runtime {
+            config.default_plugins = runtime;
+        }
+        loaded.push(config);
+    }
+    if let Some(speed) = args.speed {
+        anyhow::ensure!(
+            speed.is_finite() && speed > 0.0,
+            "--speed must be a positive number of trace seconds per wall second, not {speed}"
+        );
     }
     let (nodes, mut skipped) = read_nodes(&args.nodes)?;
     let (mut pods, skipped_pods) = read_pods(&args.pods)?;
@@ -857,22 +950,51 @@ pub fn run(args: &Args) -> anyhow::Result<Summary> {
     if let Some(limit) = args.limit {
         pods.truncate(limit);
     }
-    let summary = replay(
-        &config,
-        &nodes,
-        &pods,
-        skipped,
-        args.seed,
-        args.samples,
-        args.ignore_deletions,
-    )?;
+    let options = Options {
+        seed: args.seed,
+        samples: args.samples,
+        ignore_deletions: args.ignore_deletions,
+        speed: args.speed,
+    };
+    let mut runs = Vec::new();
+    for (path, config) in configs.into_iter().zip(&loaded) {
+        let path = path.filter(|p| !is_builtin_default(p));
+        let label = path.as_deref().and_then(Path::file_stem).map_or_else(
+            || "default".to_string(),
+            |s| s.to_string_lossy().into_owned(),
+        );
+        let summary = replay(config, &nodes, &pods, skipped.clone(), &options)?;
+        runs.push(Run {
+            label,
+            config: path,
+            summary,
+        });
+    }
+    if runs.len() == 2 && runs[0].label == runs[1].label {
+        runs[0].label.push_str(" (A)");
+        runs[1].label.push_str(" (B)");
+    }
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let path = dir.join("summary.json");
-        std::fs::write(&path, serde_json::to_string_pretty(&summary)?)
+        let json = if args.compare.is_some() {
+            serde_json::to_string_pretty(&serde_json::json!({ "runs": runs }))?
+        } else {
+            serde_json::to_string_pretty(&runs[0].summary)?
+        };
+        std::fs::write(&path, json).with_context(|| format!("writing {}", path.display()))?;
+        let path = dir.join("report.html");
+        let context = report::Context {
+            nodes: args.nodes.display().to_string(),
+            pods: args.pods.display().to_string(),
+            seed: args.seed,
+            ignore_deletions: args.ignore_deletions,
+            limit: args.limit,
+        };
+        std::fs::write(&path, report::html(&context, &runs)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
-    Ok(summary)
+    Ok(runs)
 }
 
 #[cfg(test)]
