@@ -568,6 +568,25 @@ fn bad_requests_get_a_clear_4xx_and_change_nothing() {
             "{case}: {message:?} lacks {fragment:?}"
         );
     }
+    // A client asking first (`Expect: 100-continue`, as curl does) is refused before it sends
+    // anything: the answer is the 413, not `100 Continue`.
+    {
+        use std::io::{Read as _, Write as _};
+        let address = server.url.trim_start_matches("http://").to_string();
+        let mut stream = std::net::TcpStream::connect(&address).unwrap();
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        write!(
+            stream,
+            "POST /v1/objects HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/yaml\r\nContent-Length: 10000000\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+        assert!(answer.contains("10000000 bytes, at most 65536"), "{answer}");
+    }
     assert_eq!(state(&admin), before, "nothing changed");
     assert_eq!(
         std::fs::read_to_string(&config_file).unwrap(),

@@ -193,7 +193,13 @@ pub fn router(server: Shared) -> Router {
                 );
         }
     }
-    let cluster = cluster.layer(DefaultBodyLimit::max(server.args.max_request_bytes));
+    let request_limit = server.args.max_request_bytes;
+    let cluster = cluster
+        .layer(DefaultBodyLimit::max(request_limit))
+        .layer(middleware::from_fn(move |request: Request, next: Next| {
+            refuse_oversized(request_limit, request, next)
+        }));
+    let component_limit = server.args.max_component_bytes;
     let admin = Router::new()
         .route("/admin/plugins", get(list_plugins).post(upload_multipart))
         .route(
@@ -201,7 +207,10 @@ pub fn router(server: Shared) -> Router {
             put(upload_raw).delete(remove_plugin),
         )
         .route("/admin/config", get(get_config).put(put_config))
-        .layer(DefaultBodyLimit::max(server.args.max_component_bytes))
+        .layer(DefaultBodyLimit::max(component_limit))
+        .layer(middleware::from_fn(move |request: Request, next: Next| {
+            refuse_oversized(component_limit, request, next)
+        }))
         .route_layer(middleware::from_fn_with_state(
             server.clone(),
             require_token,
@@ -709,6 +718,45 @@ async fn watch_events(
 }
 
 // ----- admin -----------------------------------------------------------------------------------
+
+/// The most of an oversized body read and dropped before answering 413.
+const DRAIN_AT_MOST: u64 = 256 << 20;
+
+/// Answers 413 to a body declared larger than `limit`. Unless the client asked to be told first
+/// (`Expect: 100-continue`, which then gets no `100 Continue`), the body is read and dropped before
+/// the answer: a client still sending it would otherwise see the connection reset (a broken pipe)
+/// instead of the refusal.
+async fn refuse_oversized(limit: usize, request: Request, next: Next) -> Response {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let Some(length) = declared.filter(|&l| l > limit as u64) else {
+        return next.run(request).await;
+    };
+    let waits_for_continue = request
+        .headers()
+        .get(header::EXPECT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"));
+    if !waits_for_continue && length <= DRAIN_AT_MOST {
+        use futures_util::StreamExt as _;
+        let mut body = request.into_body().into_data_stream();
+        while let Some(chunk) = body.next().await {
+            if chunk.is_err() {
+                break;
+            }
+        }
+    }
+    ApiError::new(
+        413,
+        format!(
+            "request body too large: {length} bytes, at most {limit} (see --max-request-bytes / --max-component-bytes)"
+        ),
+    )
+    .into_response()
+}
 
 async fn require_token(State(server): State<Shared>, request: Request, next: Next) -> Response {
     let Some(token) = &server.token else {
