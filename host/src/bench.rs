@@ -15,27 +15,95 @@ use wasched_sdk as sdk;
 use wasched_sdk::{Labels, Resources};
 
 use crate::config::{Config, DefaultPluginRuntime};
-use crate::framework::Scheduler;
+use crate::framework::{Phase, Scheduler};
+use crate::metrics::{ExtensionPoint, PluginStatsRegistry};
 use crate::util::Rng;
 
 /// Command-line arguments of `wasched bench`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
-    /// Number of nodes.
-    #[arg(long, default_value_t = 5000)]
-    pub nodes: usize,
-    /// Number of pods to schedule.
+    /// Cluster sizes to run, comma-separated (e.g. `500,5000,50000`).
+    #[arg(long, value_delimiter = ',', default_value = "5000")]
+    pub nodes: Vec<usize>,
+    /// Number of pods to schedule per run.
     #[arg(long, default_value_t = 5000)]
     pub pods: usize,
+    /// Workloads to run, comma-separated, or `all` (mirroring kube-scheduler's scheduler_perf).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "mixed")]
+    pub scenario: Vec<Scenario>,
     /// Seed of the synthetic cluster and of tie-breaking.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Print one JSON object instead of a table.
+    /// Print one JSON object per run instead of tables.
     #[arg(long)]
     pub json: bool,
     /// Node-update events pushed through the event pipeline for its throughput figure (0 skips it).
     #[arg(long, default_value_t = 200_000)]
     pub events: usize,
+    /// Also run WASM with call deadlines off, to show what they cost.
+    #[arg(long)]
+    pub without_deadlines: bool,
+}
+
+/// What the pods and nodes of a run exercise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scenario {
+    /// Requests only: no taints, affinity or volumes.
+    Basic,
+    /// Node selectors, required and preferred node affinity.
+    NodeAffinity,
+    /// NoSchedule/PreferNoSchedule taints (and cordoned nodes), pods with tolerations.
+    Taints,
+    /// Pods with zonal PersistentVolumes.
+    VolumeZones,
+    /// All of the above.
+    Mixed,
+    /// Mixed, with a placed pod deleted every 10 cycles and a node replaced every 100.
+    Churn,
+    /// Every scenario above.
+    All,
+}
+
+impl Scenario {
+    const EACH: [Scenario; 6] = [
+        Scenario::Basic,
+        Scenario::NodeAffinity,
+        Scenario::Taints,
+        Scenario::VolumeZones,
+        Scenario::Mixed,
+        Scenario::Churn,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Basic => "basic",
+            Scenario::NodeAffinity => "node-affinity",
+            Scenario::Taints => "taints",
+            Scenario::VolumeZones => "volume-zones",
+            Scenario::Mixed => "mixed",
+            Scenario::Churn => "churn",
+            Scenario::All => "all",
+        }
+    }
+
+    fn affinity(self) -> bool {
+        matches!(
+            self,
+            Scenario::NodeAffinity | Scenario::Mixed | Scenario::Churn
+        )
+    }
+
+    fn taints(self) -> bool {
+        matches!(self, Scenario::Taints | Scenario::Mixed | Scenario::Churn)
+    }
+
+    fn volumes(self) -> bool {
+        matches!(
+            self,
+            Scenario::VolumeZones | Scenario::Mixed | Scenario::Churn
+        )
+    }
 }
 
 const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
@@ -78,52 +146,60 @@ fn resources(milli_cpu: i64, memory_gib: i64, pods: i64) -> Resources {
     }
 }
 
-/// Generates the cluster for `args`.
-pub fn synthetic(args: &Args) -> Synthetic {
-    let mut rng = Rng::new(args.seed);
-    let nodes = (0..args.nodes)
-        .map(|i| {
-            let zone = ZONES[i % ZONES.len()];
-            let instance = INSTANCE_TYPES[rng.below(INSTANCE_TYPES.len() as u64) as usize];
-            let disk = if rng.chance(0.6) { "ssd" } else { "hdd" };
-            let mut taints = Vec::new();
-            if rng.chance(0.15) {
-                taints.push(sdk::Taint {
-                    key: "dedicated".into(),
-                    value: "gpu".into(),
-                    effect: "NoSchedule".into(),
-                });
-            }
-            if rng.chance(0.1) {
-                taints.push(sdk::Taint {
-                    key: "spot".into(),
-                    value: "true".into(),
-                    effect: "PreferNoSchedule".into(),
-                });
-            }
-            let big = rng.chance(0.5);
-            sdk::NodeInfo {
-                name: format!("node-{i:05}"),
-                labels: [
-                    ("kubernetes.io/hostname", format!("node-{i:05}")),
-                    ("topology.kubernetes.io/zone", zone.to_string()),
-                    ("topology.kubernetes.io/region", "region-1".to_string()),
-                    ("node.kubernetes.io/instance-type", instance.to_string()),
-                    ("disktype", disk.to_string()),
-                ]
-                .into_iter()
-                .collect(),
-                annotations: Labels::default(),
-                taints,
-                unschedulable: rng.chance(0.02),
-                allocatable: if big {
-                    resources(64_000, 256, 110)
-                } else {
-                    resources(32_000, 128, 110)
-                },
-                usage: sdk::NodeUsage::default(),
-            }
-        })
+/// One synthetic node; without `taints_on` it has no taints and is never cordoned.
+fn synthetic_node(rng: &mut Rng, i: usize, taints_on: bool) -> sdk::NodeInfo {
+    let zone = ZONES[i % ZONES.len()];
+    let instance = INSTANCE_TYPES[rng.below(INSTANCE_TYPES.len() as u64) as usize];
+    let disk = if rng.chance(0.6) { "ssd" } else { "hdd" };
+    let mut taints = Vec::new();
+    if rng.chance(0.15) {
+        taints.push(sdk::Taint {
+            key: "dedicated".into(),
+            value: "gpu".into(),
+            effect: "NoSchedule".into(),
+        });
+    }
+    if rng.chance(0.1) {
+        taints.push(sdk::Taint {
+            key: "spot".into(),
+            value: "true".into(),
+            effect: "PreferNoSchedule".into(),
+        });
+    }
+    let big = rng.chance(0.5);
+    if !taints_on {
+        taints.clear();
+    }
+    let cordoned = rng.chance(0.02) && taints_on;
+    sdk::NodeInfo {
+        name: format!("node-{i:05}"),
+        labels: [
+            ("kubernetes.io/hostname", format!("node-{i:05}")),
+            ("topology.kubernetes.io/zone", zone.to_string()),
+            ("topology.kubernetes.io/region", "region-1".to_string()),
+            ("node.kubernetes.io/instance-type", instance.to_string()),
+            ("disktype", disk.to_string()),
+        ]
+        .into_iter()
+        .collect(),
+        annotations: Labels::default(),
+        taints,
+        unschedulable: cordoned,
+        allocatable: if big {
+            resources(64_000, 256, 110)
+        } else {
+            resources(32_000, 128, 110)
+        },
+        usage: sdk::NodeUsage::default(),
+    }
+}
+
+/// Generates the cluster of `scenario`: `nodes` nodes and `pods` pods. The same seed gives the
+/// same cluster.
+pub fn synthetic(scenario: Scenario, nodes: usize, pods: usize, seed: u64) -> Synthetic {
+    let mut rng = Rng::new(seed);
+    let nodes = (0..nodes)
+        .map(|i| synthetic_node(&mut rng, i, scenario.taints()))
         .collect();
 
     let class: StorageClass = serde_json::from_value(serde_json::json!({
@@ -132,7 +208,7 @@ pub fn synthetic(args: &Args) -> Synthetic {
     .expect("valid StorageClass");
     let mut volumes = Vec::new();
     let mut claims = Vec::new();
-    let pods = (0..args.pods)
+    let pods = (0..pods)
         .map(|i| {
             let cpu = 100 * (1 + rng.below(20) as i64);
             let memory = (128 << 20) * (1 + rng.below(32) as i64);
@@ -152,7 +228,7 @@ pub fn synthetic(args: &Args) -> Synthetic {
                 },
                 ..sdk::Pod::default()
             };
-            if rng.chance(0.2) {
+            if rng.chance(0.2) && scenario.taints() {
                 pod.tolerations.push(sdk::Toleration {
                     key: "dedicated".into(),
                     operator: "Equal".into(),
@@ -161,7 +237,7 @@ pub fn synthetic(args: &Args) -> Synthetic {
                     toleration_seconds: None,
                 });
             }
-            if rng.chance(0.3) {
+            if rng.chance(0.3) && scenario.affinity() {
                 pod.node_selector = [("disktype", "ssd")].into_iter().collect();
             }
             let mut affinity = sdk::NodeAffinity::default();
@@ -189,10 +265,12 @@ pub fn synthetic(args: &Args) -> Synthetic {
                     },
                 });
             }
-            if affinity.required.is_some() || !affinity.preferred.is_empty() {
+            if scenario.affinity()
+                && (affinity.required.is_some() || !affinity.preferred.is_empty())
+            {
                 pod.node_affinity = Some(affinity);
             }
-            if rng.chance(0.1) {
+            if rng.chance(0.1) && scenario.volumes() {
                 let zone = ZONES[rng.below(ZONES.len() as u64) as usize];
                 let (pv, pvc) = (format!("pv-{i}"), format!("data-{i}"));
                 volumes.push(
@@ -242,25 +320,38 @@ pub struct RunReport {
     pub p99_cycle_us: f64,
     /// Peak resident memory of the process when the run ended.
     pub peak_rss_mb: f64,
+    /// Mean time per pod in each host phase (µs), in cycle order.
+    pub phases_us: Vec<(&'static str, f64)>,
+    /// Mean time per pod in each plugin's calls (µs), by plugin then extension point.
+    pub plugins_us: Vec<PluginTime>,
 }
 
-/// The whole benchmark's output.
+/// Mean time per pod one plugin spent at one extension point.
+#[derive(Debug, Clone, Serialize)]
+pub struct PluginTime {
+    pub plugin: String,
+    pub extension_point: &'static str,
+    pub us_per_pod: f64,
+}
+
+/// One scenario at one size.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    pub scenario: Scenario,
     pub nodes: usize,
     pub pods: usize,
     pub seed: u64,
     pub threads: usize,
     pub wasm: RunReport,
-    /// The same WASM run with call deadlines (epoch interruption) off.
-    pub wasm_without_deadlines: RunReport,
+    /// The same WASM run with call deadlines (epoch interruption) off, with `--without-deadlines`.
+    pub wasm_without_deadlines: Option<RunReport>,
     pub native: RunReport,
     /// WASM throughput over native throughput.
     pub wasm_native_ratio: f64,
     /// How much slower WASM runs with deadlines than without, in percent of throughput.
-    pub deadline_overhead_percent: f64,
-    /// Events the pipeline took in, collapsed and applied to the cache per second.
-    pub events_per_second: f64,
+    pub deadline_overhead_percent: Option<f64>,
+    /// Peak RSS of the WASM run per 1,000 nodes.
+    pub wasm_mb_per_1000_nodes: f64,
 }
 
 /// Schedules the synthetic cluster with one runtime, with or without call deadlines.
@@ -269,6 +360,7 @@ pub struct Report {
 /// The default plugins failed to load.
 pub fn run_once(
     cluster: &Synthetic,
+    scenario: Scenario,
     runtime: DefaultPluginRuntime,
     deadlines: bool,
     seed: u64,
@@ -282,18 +374,43 @@ pub fn run_once(
     let setup = Instant::now();
     scheduler.warm_up()?;
     let setup = setup.elapsed();
+    let stats = config.stats().clone();
+    let before: Vec<(String, Vec<Duration>)> = plugin_totals(&stats);
 
     let mut latencies: Vec<Duration> = Vec::with_capacity(cluster.pods.len());
     let (mut scheduled, mut unschedulable, mut errors) = (0, 0, 0);
+    let mut placed: Vec<String> = Vec::new();
+    let mut churn = Rng::new(seed ^ 0x5eed);
+    let mut next_node = cluster.nodes.len();
     let start = Instant::now();
-    for pod in &cluster.pods {
+    for (i, pod) in cluster.pods.iter().enumerate() {
+        if scenario == Scenario::Churn && i > 0 {
+            // Between cycles, as the event pipeline applies changes in the service.
+            if i % 10 == 0 && !placed.is_empty() {
+                let victim = placed.swap_remove(churn.below(placed.len() as u64) as usize);
+                scheduler.cache.remove_pod(&victim);
+            }
+            if i % 100 == 0 && !cluster.nodes.is_empty() {
+                let gone = &cluster.nodes[churn.below(cluster.nodes.len() as u64) as usize];
+                scheduler.cache.remove_node(&gone.name);
+                let mut fresh = gone.clone();
+                fresh.name = format!("node-{next_node:05}");
+                next_node += 1;
+                scheduler.cache.upsert_node(fresh);
+            }
+        }
         let cycle = Instant::now();
         let outcome = scheduler
             .schedule(pod, false)
             .expect("bench pods use the default profile");
         latencies.push(cycle.elapsed());
         match (&outcome.node, outcome.error) {
-            (Some(_), _) => scheduled += 1,
+            (Some(_), _) => {
+                scheduled += 1;
+                if scenario == Scenario::Churn {
+                    placed.push(format!("{}/{}", pod.namespace, pod.name));
+                }
+            }
             (None, true) => errors += 1,
             (None, false) => unschedulable += 1,
         }
@@ -307,6 +424,22 @@ pub fn run_once(
         let index = ((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1;
         latencies[index].as_secs_f64() * 1e6
     };
+    let per_pod = |d: Duration| d.as_secs_f64() * 1e6 / cluster.pods.len().max(1) as f64;
+    let phases = scheduler.phase_times();
+    let mut plugins_us = Vec::new();
+    for (plugin, totals) in plugin_totals(&stats) {
+        let earlier = before.iter().find(|(p, _)| *p == plugin).map(|(_, t)| t);
+        for (k, point) in ExtensionPoint::ALL.iter().enumerate() {
+            let spent = totals[k].saturating_sub(earlier.map_or(Duration::ZERO, |t| t[k]));
+            if spent > Duration::ZERO {
+                plugins_us.push(PluginTime {
+                    plugin: plugin.clone(),
+                    extension_point: point.name(),
+                    us_per_pod: per_pod(spent),
+                });
+            }
+        }
+    }
     Ok(RunReport {
         runtime: match (runtime, deadlines) {
             (DefaultPluginRuntime::Wasm, true) => "wasm",
@@ -322,7 +455,24 @@ pub fn run_once(
         p50_cycle_us: percentile(0.50),
         p99_cycle_us: percentile(0.99),
         peak_rss_mb: peak_rss_mb(),
+        phases_us: Phase::ALL
+            .iter()
+            .map(|&p| (p.name(), per_pod(phases.get(p))))
+            .collect(),
+        plugins_us,
     })
+}
+
+/// Every plugin's time per extension point so far.
+fn plugin_totals(stats: &PluginStatsRegistry) -> Vec<(String, Vec<Duration>)> {
+    stats
+        .all()
+        .into_iter()
+        .map(|(name, s)| {
+            let totals = ExtensionPoint::ALL.iter().map(|&p| s.total(p)).collect();
+            (name, totals)
+        })
+        .collect()
 }
 
 /// Pushes `count` node-update events (labels changing, so each is relevant to the queue) through
@@ -407,45 +557,100 @@ pub fn proc_status_mb(field: &str) -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-/// Runs the benchmark and prints the report.
+/// Runs every requested scenario at every requested size and prints the reports.
 ///
 /// # Errors
 /// The default plugins failed to load.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let cluster = synthetic(args);
-    // WASM first, so its peak memory is not inflated by the native run.
-    let wasm = run_once(&cluster, DefaultPluginRuntime::Wasm, true, args.seed)?;
-    let wasm_without_deadlines = run_once(&cluster, DefaultPluginRuntime::Wasm, false, args.seed)?;
-    let native = run_once(&cluster, DefaultPluginRuntime::Native, true, args.seed)?;
-    let events_per_second = event_throughput(&cluster, args.events)?;
-    let report = Report {
-        events_per_second,
-        nodes: args.nodes,
-        pods: args.pods,
-        seed: args.seed,
-        threads: 1,
-        wasm_native_ratio: wasm.pods_per_second / native.pods_per_second,
-        deadline_overhead_percent: 100.0
-            * (1.0 - wasm.pods_per_second / wasm_without_deadlines.pods_per_second),
-        wasm,
-        wasm_without_deadlines,
-        native,
-    };
-    if args.json {
-        println!("{}", serde_json::to_string(&report)?);
+    let scenarios: Vec<Scenario> = if args.scenario.contains(&Scenario::All) {
+        Scenario::EACH.to_vec()
     } else {
-        print_table(&report);
+        args.scenario.clone()
+    };
+    for &nodes in &args.nodes {
+        for &scenario in &scenarios {
+            let report = run_scenario(args, scenario, nodes)?;
+            if args.json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print_table(&report);
+            }
+        }
+    }
+    if args.events > 0 {
+        let nodes = args.nodes.first().copied().unwrap_or(5000);
+        let cluster = synthetic(Scenario::Basic, nodes, 0, args.seed);
+        let events_per_second = event_throughput(&cluster, args.events)?;
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({ "events_per_second": events_per_second, "nodes": nodes })
+            );
+        } else {
+            println!(
+                "event pipeline: {events_per_second:.0} node-update events/s submitted by one thread and applied by the scheduler thread ({nodes} nodes)"
+            );
+        }
     }
     Ok(())
 }
 
+fn run_scenario(args: &Args, scenario: Scenario, nodes: usize) -> anyhow::Result<Report> {
+    let cluster = synthetic(scenario, nodes, args.pods, args.seed);
+    // WASM first, so its peak memory is not inflated by the native run.
+    let wasm = run_once(
+        &cluster,
+        scenario,
+        DefaultPluginRuntime::Wasm,
+        true,
+        args.seed,
+    )?;
+    let wasm_without_deadlines = if args.without_deadlines {
+        Some(run_once(
+            &cluster,
+            scenario,
+            DefaultPluginRuntime::Wasm,
+            false,
+            args.seed,
+        )?)
+    } else {
+        None
+    };
+    let native = run_once(
+        &cluster,
+        scenario,
+        DefaultPluginRuntime::Native,
+        true,
+        args.seed,
+    )?;
+    Ok(Report {
+        scenario,
+        nodes,
+        pods: args.pods,
+        seed: args.seed,
+        threads: 1,
+        wasm_native_ratio: wasm.pods_per_second / native.pods_per_second,
+        deadline_overhead_percent: wasm_without_deadlines
+            .as_ref()
+            .map(|nodl| 100.0 * (1.0 - wasm.pods_per_second / nodl.pods_per_second)),
+        wasm_mb_per_1000_nodes: wasm.peak_rss_mb * 1000.0 / nodes.max(1) as f64,
+        wasm,
+        wasm_without_deadlines,
+        native,
+    })
+}
+
 fn print_table(r: &Report) {
     println!(
-        "wasched bench: {} nodes, {} pods, seed {}, default profile, {} scheduling thread",
-        r.nodes, r.pods, r.seed, r.threads
+        "wasched bench: scenario {}, {} nodes, {} pods, seed {}, default profile, {} scheduling thread",
+        r.scenario.name(),
+        r.nodes,
+        r.pods,
+        r.seed,
+        r.threads
     );
     println!(
-        "{:<8} {:>10} {:>10} {:>10} {:>10} {:>9} {:>7} {:>7} {:>9}",
+        "{:<9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>6} {:>8}",
         "runtime",
         "pods/s",
         "p50 µs",
@@ -456,9 +661,17 @@ fn print_table(r: &Report) {
         "errors",
         "peak MB"
     );
-    for run in [&r.wasm, &r.wasm_without_deadlines, &r.native] {
+    let runs: Vec<&RunReport> = [
+        Some(&r.wasm),
+        r.wasm_without_deadlines.as_ref(),
+        Some(&r.native),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    for run in &runs {
         println!(
-            "{:<8} {:>10.0} {:>10.1} {:>10.1} {:>10.1} {:>9} {:>7} {:>7} {:>9.1}",
+            "{:<9} {:>9.0} {:>9.1} {:>9.1} {:>9.1} {:>9} {:>7} {:>6} {:>8.1}",
             run.runtime,
             run.pods_per_second,
             run.p50_cycle_us,
@@ -470,15 +683,30 @@ fn print_table(r: &Report) {
             run.peak_rss_mb
         );
     }
-    println!("wasm/native throughput ratio: {:.2}", r.wasm_native_ratio);
     println!(
-        "call deadlines cost {:.1}% of WASM throughput (wasm vs wasm-nodl: deadlines off)",
-        r.deadline_overhead_percent
+        "wasm/native throughput ratio: {:.2}; WASM peak RSS {:.1} MB per 1,000 nodes",
+        r.wasm_native_ratio, r.wasm_mb_per_1000_nodes
     );
-    if r.events_per_second > 0.0 {
-        println!(
-            "event pipeline: {:.0} node-update events/s submitted by one thread and applied by the scheduler thread",
-            r.events_per_second
+    if let Some(overhead) = r.deadline_overhead_percent {
+        println!("call deadlines cost {overhead:.1}% of WASM throughput (wasm vs wasm-nodl)");
+    }
+    print!("µs per pod by host phase (wasm | native):");
+    for ((name, wasm), (_, native)) in r.wasm.phases_us.iter().zip(&r.native.phases_us) {
+        print!(" {name} {wasm:.1} | {native:.1};");
+    }
+    println!();
+    print!("µs per pod inside plugins (wasm | native):");
+    for time in &r.wasm.plugins_us {
+        let native = r
+            .native
+            .plugins_us
+            .iter()
+            .find(|t| t.plugin == time.plugin && t.extension_point == time.extension_point)
+            .map_or(0.0, |t| t.us_per_pod);
+        print!(
+            " {}.{} {:.1} | {:.1};",
+            time.plugin, time.extension_point, time.us_per_pod, native
         );
     }
+    println!();
 }

@@ -380,6 +380,11 @@ impl Config {
         &self.text
     }
 
+    /// Where the call times of this configuration's plugin instances are recorded.
+    pub fn stats(&self) -> &Arc<PluginStatsRegistry> {
+        &self.stats
+    }
+
     /// Which profiles (by scheduler name) use each plugin, default plugins included.
     pub fn usage(&self) -> BTreeMap<String, Vec<String>> {
         let mut usage: BTreeMap<String, Vec<String>> = BTreeMap::new();

@@ -67,6 +67,11 @@ impl Histogram {
             .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
     }
 
+    /// The sum of every observation.
+    pub fn total(&self) -> Duration {
+        Duration::from_nanos(self.sum_nanos.load(Ordering::Relaxed))
+    }
+
     pub fn count(&self) -> u64 {
         self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
     }
@@ -182,6 +187,14 @@ impl PluginCallStats {
         self.calls.iter().map(|pair| pair[1].count()).sum()
     }
 
+    /// Time spent in one extension point's calls, failed ones included.
+    pub fn total(&self, point: ExtensionPoint) -> Duration {
+        self.calls[point as usize]
+            .iter()
+            .map(Histogram::total)
+            .sum()
+    }
+
     /// The p99 of one extension point's successful calls, as a bucket upper bound.
     pub fn p99(&self, point: ExtensionPoint) -> Option<f64> {
         self.calls[point as usize][0].quantile_upper_bound(0.99)
@@ -219,6 +232,15 @@ impl PluginStatsRegistry {
     pub fn get(&self, plugin: &str) -> Arc<PluginCallStats> {
         let mut plugins = self.plugins.lock().unwrap_or_else(|e| e.into_inner());
         plugins.entry(plugin.to_string()).or_default().clone()
+    }
+
+    /// Every plugin's statistics, by name.
+    pub fn all(&self) -> Vec<(String, Arc<PluginCallStats>)> {
+        let plugins = self.plugins.lock().unwrap_or_else(|e| e.into_inner());
+        plugins
+            .iter()
+            .map(|(name, stats)| (name.clone(), stats.clone()))
+            .collect()
     }
 
     /// Appends every plugin's execution-time histograms.

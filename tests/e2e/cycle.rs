@@ -143,14 +143,7 @@ fn ties_are_broken_at_random_and_reproducibly() {
 
 #[test]
 fn wasm_and_native_place_a_synthetic_cluster_identically() {
-    let args = bench::Args {
-        nodes: 400,
-        pods: 600,
-        seed: 7,
-        json: false,
-        events: 0,
-    };
-    let cluster = synthetic(&args);
+    let cluster = synthetic(bench::Scenario::Mixed, 400, 600, 7);
     let place = |runtime| -> Vec<(Option<String>, Option<String>)> {
         let mut s = scheduler("", runtime, 3);
         cluster.load_into(&mut s.cache);
@@ -173,4 +166,74 @@ fn wasm_and_native_place_a_synthetic_cluster_identically() {
         wasm.iter().filter(|(node, _)| node.is_some()).count() > 500,
         "most pods fit"
     );
+}
+
+#[test]
+fn bench_scenarios_exercise_only_their_features_and_report_where_time_goes() {
+    use bench::Scenario;
+    let basic = synthetic(Scenario::Basic, 300, 400, 5);
+    assert!(basic
+        .nodes
+        .iter()
+        .all(|n| n.taints.is_empty() && !n.unschedulable));
+    assert!(basic.pods.iter().all(|p| p.tolerations.is_empty()
+        && p.node_affinity.is_none()
+        && p.node_selector.is_empty()
+        && p.volume_claims.is_empty()));
+    let taints = synthetic(Scenario::Taints, 300, 400, 5);
+    assert!(taints.nodes.iter().any(|n| !n.taints.is_empty()));
+    assert!(taints.pods.iter().any(|p| !p.tolerations.is_empty()));
+    assert!(taints
+        .pods
+        .iter()
+        .all(|p| p.node_affinity.is_none() && p.volume_claims.is_empty()));
+    let affinity = synthetic(Scenario::NodeAffinity, 300, 400, 5);
+    assert!(affinity.pods.iter().any(|p| p.node_affinity.is_some()));
+    assert!(affinity.nodes.iter().all(|n| n.taints.is_empty()));
+    let volumes = synthetic(Scenario::VolumeZones, 300, 400, 5);
+    assert!(volumes.pods.iter().any(|p| !p.volume_claims.is_empty()));
+    assert_eq!(
+        volumes.claims.len(),
+        volumes
+            .pods
+            .iter()
+            .filter(|p| !p.volume_claims.is_empty())
+            .count()
+    );
+
+    let churn = synthetic(Scenario::Churn, 300, 400, 5);
+    let report = bench::run_once(
+        &churn,
+        Scenario::Churn,
+        DefaultPluginRuntime::Native,
+        true,
+        5,
+    )
+    .unwrap();
+    assert_eq!(report.scheduled + report.unschedulable + report.errors, 400);
+    assert_eq!(report.errors, 0);
+    let phase = |name: &str| {
+        report
+            .phases_us
+            .iter()
+            .find(|(p, _)| *p == name)
+            .map(|(_, us)| *us)
+            .unwrap()
+    };
+    assert!(phase("filter") > 0.0 && phase("score") > 0.0 && phase("assume") > 0.0);
+    let filter_in_plugins: f64 = report
+        .plugins_us
+        .iter()
+        .filter(|t| t.extension_point == "Filter")
+        .map(|t| t.us_per_pod)
+        .sum();
+    assert!(
+        filter_in_plugins > 0.0 && filter_in_plugins <= phase("filter") * 1.01,
+        "plugin filter time {filter_in_plugins} µs is part of the filter phase {} µs",
+        phase("filter")
+    );
+    assert!(report
+        .plugins_us
+        .iter()
+        .any(|t| t.plugin == "TaintToleration" && t.extension_point == "Filter"));
 }

@@ -3,11 +3,12 @@
 //! ties broken at random.
 
 use std::collections::BTreeSet;
+use std::time::Instant;
 
 use wasched_sdk::{self as sdk, Code, FilterPlan, FilterResults, Normalize};
 
 use super::fit_error::{nodes_unavailable, rejected_before_filtering, NO_NODES_AVAILABLE};
-use super::{OnFailure, Profile, Slot};
+use super::{OnFailure, Phase, Profile, Slot};
 use crate::cache::Cache;
 use crate::runtime::CallError;
 
@@ -101,6 +102,7 @@ impl Profile {
     /// Runs one cycle for `pod` against the cache. Does not place the pod.
     pub(super) fn schedule(&mut self, cache: &mut Cache, pod: &sdk::Pod, explain: bool) -> Outcome {
         let now = self.clock.now();
+        let mut mark = Instant::now();
         // Plugins left out of this cycle: quarantined or failed with the `ignore` policy.
         let mut left_out = vec![false; self.slots.len()];
         for (i, slot) in self.slots.iter_mut().enumerate() {
@@ -119,6 +121,7 @@ impl Profile {
             }
         }
         cache.refresh_listing();
+        self.phases.lap(Phase::Snapshot, &mut mark);
         let cache: &Cache = cache;
         let all = cache.listing();
         if all.is_empty() {
@@ -231,6 +234,8 @@ impl Profile {
         );
         let absent = all.len() - candidates.len();
 
+        self.phases.lap(Phase::PreFilter, &mut mark);
+
         // Filter.
         let to_find = if self.scores.is_empty() {
             1
@@ -286,6 +291,8 @@ impl Profile {
             return Outcome::unschedulable(nodes_unavailable(all.len(), reasons), reports);
         }
 
+        self.phases.lap(Phase::Filter, &mut mark);
+
         // Score. With a single feasible node there is nothing to compare (as in kube-scheduler).
         let feasible = &search.feasible;
         let mut totals = vec![0i64; feasible.len()];
@@ -315,6 +322,7 @@ impl Profile {
         }
 
         self.record_successes(&left_out);
+        self.phases.lap(Phase::Score, &mut mark);
 
         // Select: the highest total; ties broken uniformly at random (reservoir sampling).
         let mut best = 0;
@@ -344,8 +352,10 @@ impl Profile {
                 });
             }
         }
+        let node = node_name(cache, feasible[best]);
+        self.phases.lap(Phase::Select, &mut mark);
         Outcome {
-            node: Some(node_name(cache, feasible[best])),
+            node: Some(node),
             message: None,
             error: false,
             nodes: reports,

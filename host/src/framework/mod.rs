@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use wasched_sdk as sdk;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::cache::Cache;
 use crate::clock::{Clock, SystemClock};
@@ -139,6 +139,68 @@ pub struct PluginHealth {
     /// Until when (on the scheduler's clock) the plugin is quarantined.
     pub quarantined_until: Option<Duration>,
     pub last_error: Option<String>,
+}
+
+/// The host's phases of a cycle, for `wasched bench`'s breakdown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Bringing plugin mirrors up to date and refreshing the node listing.
+    Snapshot,
+    /// Every plugin's `set-pod` (PreFilter and PreScore).
+    PreFilter,
+    Filter,
+    /// Scoring, normalizing and weighting.
+    Score,
+    Select,
+    /// Recording the placement in the cache.
+    Assume,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 6] = [
+        Phase::Snapshot,
+        Phase::PreFilter,
+        Phase::Filter,
+        Phase::Score,
+        Phase::Select,
+        Phase::Assume,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Snapshot => "snapshot",
+            Phase::PreFilter => "prefilter",
+            Phase::Filter => "filter",
+            Phase::Score => "score",
+            Phase::Select => "select",
+            Phase::Assume => "assume",
+        }
+    }
+}
+
+/// Time spent in each [`Phase`] since the scheduler was built (one clock read per phase per cycle).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PhaseTimes {
+    nanos: [u64; 6],
+}
+
+impl PhaseTimes {
+    /// Adds the time since `mark` to `phase` and moves `mark` to now.
+    fn lap(&mut self, phase: Phase, mark: &mut Instant) {
+        let now = Instant::now();
+        self.nanos[phase as usize] += now.duration_since(*mark).as_nanos() as u64;
+        *mark = now;
+    }
+
+    pub fn get(&self, phase: Phase) -> Duration {
+        Duration::from_nanos(self.nanos[phase as usize])
+    }
+
+    fn add(&mut self, other: &PhaseTimes) {
+        for (total, more) in self.nanos.iter_mut().zip(other.nanos) {
+            *total += more;
+        }
+    }
 }
 
 /// One profile: which plugins filter and score pods of one scheduler name.
@@ -283,6 +345,7 @@ pub struct Profile {
     /// Where the next cycle's node search starts (kube-scheduler's `nextStartNodeIndex`).
     next_start: usize,
     rng: Rng,
+    phases: PhaseTimes,
     clock: Arc<dyn Clock>,
 }
 
@@ -333,6 +396,7 @@ impl Profile {
             scores,
             percentage_of_nodes_to_score: spec.percentage_of_nodes_to_score,
             next_start: 0,
+            phases: PhaseTimes::default(),
             rng: Rng::new(seed),
             clock,
         })
@@ -481,12 +545,24 @@ impl Scheduler {
             .position(|p| p.scheduler_name == pod.scheduler_name)?;
         let mut pod = pod.clone();
         self.cache.resolve_claims(&mut pod);
-        let outcome = self.profiles[index].schedule(&mut self.cache, &pod, explain);
+        let profile = &mut self.profiles[index];
+        let outcome = profile.schedule(&mut self.cache, &pod, explain);
         if let Some(node) = &outcome.node {
+            let mut mark = Instant::now();
             self.cache.place_pod(&pod, node);
+            profile.phases.lap(Phase::Assume, &mut mark);
         }
         self.trim_log();
         Some(outcome)
+    }
+
+    /// Time spent in each phase, over every profile, since the scheduler was built.
+    pub fn phase_times(&self) -> PhaseTimes {
+        let mut total = PhaseTimes::default();
+        for profile in &self.profiles {
+            total.add(&profile.phases);
+        }
+        total
     }
 
     fn trim_log(&mut self) {
