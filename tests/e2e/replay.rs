@@ -180,23 +180,35 @@ fn rows_of_every_shape_convert_and_bad_rows_are_reported_by_line() {
     );
 }
 
-#[test]
-fn the_command_writes_its_summary() {
-    let out = std::env::temp_dir().join(format!("wasched-replay-out-{}", std::process::id()));
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_wasched"))
-        .args(["replay", "--runtime", "native", "--nodes"])
+/// `wasched replay` on the excerpt with `args`, writing to `out`.
+fn replay_command(args: &[&std::ffi::OsStr], out: &Path) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_wasched"))
+        .arg("replay")
+        .args(args)
+        .arg("--nodes")
         .arg(fixture("nodes.csv"))
         .arg("--pods")
         .arg(fixture("pods.csv"))
         .arg("--out")
-        .arg(&out)
+        .arg(out)
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// Asserts the command succeeded, showing its stderr when it did not.
+fn succeeded(output: &std::process::Output) {
     assert!(
         output.status.success(),
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+#[test]
+fn the_command_writes_its_summary() {
+    let out = std::env::temp_dir().join(format!("wasched-replay-out-{}", std::process::id()));
+    let output = replay_command(&["--runtime".as_ref(), "native".as_ref()], &out);
+    succeeded(&output);
     let printed: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     let written: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
@@ -242,22 +254,16 @@ fn comparing_the_gpu_packing_example_with_the_default_shows_less_fragmentation()
     let out = std::env::temp_dir().join(format!("wasched-replay-compare-{}", std::process::id()));
     std::fs::create_dir_all(&out).unwrap();
     let config = gpu_packing_config(&out);
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_wasched"))
-        .args(["replay", "--ignore-deletions", "--compare", "default"])
-        .arg(&config)
-        .arg("--nodes")
-        .arg(fixture("nodes.csv"))
-        .arg("--pods")
-        .arg(fixture("pods.csv"))
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    let output = replay_command(
+        &[
+            "--ignore-deletions".as_ref(),
+            "--compare".as_ref(),
+            "default".as_ref(),
+            config.as_os_str(),
+        ],
+        &out,
     );
+    succeeded(&output);
     let written: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     let runs = written["runs"].as_array().unwrap();
@@ -292,21 +298,20 @@ fn comparing_the_gpu_packing_example_with_the_default_shows_less_fragmentation()
 fn speed_paces_the_replay_in_wall_time() {
     let out = std::env::temp_dir().join(format!("wasched-replay-speed-{}", std::process::id()));
     let command = |speed: &str| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_wasched"))
-            .args(["replay", "--runtime", "native", "--speed", speed, "--nodes"])
-            .arg(fixture("nodes.csv"))
-            .arg("--pods")
-            .arg(fixture("pods.csv"))
-            .arg("--out")
-            .arg(&out)
-            .output()
-            .unwrap()
+        replay_command(
+            &[
+                "--runtime".as_ref(),
+                "native".as_ref(),
+                "--speed".as_ref(),
+                speed.as_ref(),
+            ],
+            &out,
+        )
     };
     let refused = command("0");
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--speed must be a positive number"));
-    let output = command("100000");
-    assert!(output.status.success());
+    succeeded(&command("100000"));
     let written: Summary =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     let span = (written.series.last().unwrap().time - written.series[0].time) as f64;

@@ -292,15 +292,24 @@ fn time_plot(runs: &[Run], y_label: &str, y_max: f64, metrics: &[Metric]) -> Plo
                     .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
             }
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::MiddleLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .draw()?;
+        draw_legend(&mut chart, SeriesLabelPosition::MiddleLeft)?;
         root.present()?;
     }
     Ok(svg)
+}
+
+/// The legend of every series drawn with a label, on a translucent box.
+fn draw_legend<'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, CT>,
+    position: SeriesLabelPosition,
+) -> anyhow::Result<()> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .draw()?;
+    Ok(())
 }
 
 fn allocation_plot(runs: &[Run]) -> Plot {
@@ -420,12 +429,7 @@ fn latency_plot(runs: &[Run]) -> Plot {
                     Rectangle::new([(x, y - 5), (x + 14, y + 5)], colour.filled())
                 });
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .draw()?;
+        draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
         root.present()?;
     }
     Ok(svg)
