@@ -91,6 +91,26 @@ fn main() {
         hostile_dir.display()
     );
 
+    // Python plugins need componentize-py (scripts/setup installs it under target/guest-tools);
+    // without it the Python plugin test is compiled out.
+    println!("cargo:rustc-check-cfg=cfg(wasched_python_plugins)");
+    println!("cargo:rerun-if-env-changed=WASCHED_COMPONENTIZE_PY");
+    let componentize_py = env::var_os("WASCHED_COMPONENTIZE_PY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target/guest-tools/python/bin/componentize-py"));
+    if componentize_py.is_file() {
+        println!("cargo:rerun-if-changed={}", componentize_py.display());
+        println!(
+            "cargo:rustc-env=WASCHED_COMPONENTIZE_PY={}",
+            componentize_py.display()
+        );
+        println!("cargo:rustc-cfg=wasched_python_plugins");
+    } else {
+        println!(
+            "cargo:warning=componentize-py is not installed (scripts/setup installs it): the Python plugin test is skipped"
+        );
+    }
+
     // The noisy plugin needs WASI to print: it is built for wasm32-wasip2, which links a
     // component directly. Without that target its test is compiled out.
     println!("cargo:rustc-check-cfg=cfg(wasched_flood_plugin)");

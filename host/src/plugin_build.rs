@@ -1,9 +1,10 @@
 //! `wasched plugin build [PATH]`: builds a plugin folder into a component this host accepts.
 //!
 //! Rust crates (a `Cargo.toml` with a `cdylib` using the SDK) are built for
-//! `wasm32-unknown-unknown` and encoded into a component with `wit-component`, then checked the
-//! way the server checks an upload. Other languages are recognised and refused with what this
-//! version cannot do yet, rather than guessed at.
+//! `wasm32-unknown-unknown` and encoded into a component with `wit-component`. Python folders are
+//! built with `componentize-py` against the WIT this host embeds, with WASI stubbed out (a plugin
+//! gets no imports). Every result is checked the way the server checks an upload. C and JavaScript
+//! are recognised and refused with what this version cannot do yet, rather than guessed at.
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -55,12 +56,118 @@ pub fn detect(dir: &Path) -> anyhow::Result<&'static str> {
 pub fn build(dir: &Path, output: Option<&Path>) -> anyhow::Result<Built> {
     match detect(dir)? {
         "rust" => build_rust(dir, output),
+        "python" => build_python(dir, output),
         other => bail!(
             "{}: {other} plugins are not built by this version of wasched yet; build a component \
              with your language's toolchain and check it with `wasched plugin inspect FILE.wasm`",
             dir.display()
         ),
     }
+}
+
+/// The plugin contract, as the host was built with it.
+const PLUGIN_WIT: &str = include_str!("../../wit/plugin.wit");
+
+/// The componentize-py release this host is tested with.
+pub const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
+
+/// The module of a Python plugin folder that defines `class WitWorld`.
+fn python_module(dir: &Path) -> anyhow::Result<String> {
+    let mut modules = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry?.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("py") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        if text.contains("class WitWorld") {
+            modules.push(
+                path.file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            );
+        }
+    }
+    modules.sort();
+    match modules.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => bail!(
+            "{}: no .py file defines `class WitWorld(wit_world.WitWorld)`, the plugin's entry point",
+            dir.display()
+        ),
+        many => bail!(
+            "{}: several modules define `class WitWorld` ({}): keep one",
+            dir.display(),
+            many.join(", ")
+        ),
+    }
+}
+
+fn build_python(dir: &Path, output: Option<&Path>) -> anyhow::Result<Built> {
+    let module = python_module(dir)?;
+    let tool = std::env::var_os("WASCHED_COMPONENTIZE_PY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("componentize-py"));
+    let found = Command::new(&tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        bail!(
+            "{} is not installed: run `pip install {COMPONENTIZE_PY}` (or set WASCHED_COMPONENTIZE_PY to its path)",
+            tool.display()
+        );
+    }
+    let wit_dir = std::env::temp_dir().join(format!("wasched-wit-{}", std::process::id()));
+    std::fs::create_dir_all(&wit_dir)?;
+    std::fs::write(wit_dir.join("plugin.wit"), PLUGIN_WIT)?;
+    let name = dir
+        .canonicalize()
+        .ok()
+        .and_then(|d| d.file_name().map(|n| n.to_string_lossy().replace('-', "_")))
+        .unwrap_or_else(|| module.clone());
+    let output = match output {
+        Some(path) => path.to_path_buf(),
+        None => PathBuf::from("target")
+            .join("plugins")
+            .join(format!("{name}.wasm")),
+    };
+    if let Some(parent) = output.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    eprintln!(
+        "running: {} -d {} -w plugin componentize --stub-wasi -p {} {module} -o {}",
+        tool.display(),
+        wit_dir.display(),
+        dir.display(),
+        output.display()
+    );
+    let status = Command::new(&tool)
+        .arg("-d")
+        .arg(&wit_dir)
+        .args(["-w", "plugin", "componentize", "--stub-wasi", "-p"])
+        .arg(dir)
+        .arg(&module)
+        .arg("-o")
+        .arg(&output)
+        .status()
+        .with_context(|| format!("cannot run {}", tool.display()));
+    let _ = std::fs::remove_dir_all(&wit_dir);
+    if !status?.success() {
+        bail!("componentize-py failed (see above)");
+    }
+    let component =
+        std::fs::read(&output).with_context(|| format!("reading {}", output.display()))?;
+    WasmRuntime::shared()
+        .load(&name, &component, Limits::default())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(Built {
+        component: output,
+        size: component.len(),
+        sha256: sha256_hex(&component),
+    })
 }
 
 fn build_rust(dir: &Path, output: Option<&Path>) -> anyhow::Result<Built> {

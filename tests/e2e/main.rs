@@ -2,6 +2,7 @@
 //! `wasched` binary. One test binary, so it links once.
 
 mod cycle;
+mod languages;
 mod plugins;
 mod replay;
 mod sandbox;

@@ -1,0 +1,74 @@
+//! Plugins written in other languages than Rust, built from source with `wasched plugin build` and
+//! scheduled with, each on a fixture cluster.
+
+#[cfg(wasched_python_plugins)]
+#[test]
+fn the_python_gpu_model_filter_is_built_loaded_and_decides_placements() {
+    use std::path::Path;
+    use std::process::Command;
+
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let dir = std::env::temp_dir().join(format!("wasched-python-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let component = dir.join("gpu_model.wasm");
+    let build = Command::new(env!("CARGO_BIN_EXE_wasched"))
+        .args(["plugin", "build"])
+        .arg(root.join("examples/plugins/python/gpu-model"))
+        .arg("-o")
+        .arg(&component)
+        .env("WASCHED_COMPONENTIZE_PY", env!("WASCHED_COMPONENTIZE_PY"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&build.stderr);
+    assert!(build.status.success(), "{stderr}");
+    assert!(stderr.contains("componentize --stub-wasi"), "{stderr}");
+
+    // The example configuration, pointed at the component just built.
+    let config = std::fs::read_to_string(root.join("examples/configs/gpu-model.toml"))
+        .unwrap()
+        .replace(
+            "../../target/plugins/gpu_model.wasm",
+            component.to_str().unwrap(),
+        );
+    let config_file = dir.join("gpu-model.toml");
+    std::fs::write(&config_file, config).unwrap();
+    let simulate = Command::new(env!("CARGO_BIN_EXE_wasched"))
+        .args(["simulate", "--config"])
+        .arg(&config_file)
+        .arg(root.join("examples/clusters/gpu-models.yaml"))
+        .output()
+        .unwrap();
+    assert!(
+        simulate.status.success(),
+        "{}",
+        String::from_utf8_lossy(&simulate.stderr)
+    );
+    let placements: Vec<serde_json::Value> = String::from_utf8_lossy(&simulate.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let node = |pod: &str| {
+        placements
+            .iter()
+            .find(|p| p["pod"] == pod)
+            .unwrap_or_else(|| panic!("{pod} missing: {placements:?}"))["node"]
+            .clone()
+    };
+    let train = node("ml/train");
+    assert!(
+        train == "a100-1" || train == "a100-2",
+        "A100 asked for: {train}"
+    );
+    assert_eq!(node("ml/infer"), "t4-1", "T4 or L4 asked for");
+    assert_eq!(
+        node("shop/web"),
+        "cpu-1",
+        "no annotation: any node that fits"
+    );
+    let exotic = placements.iter().find(|p| p["pod"] == "ml/exotic").unwrap();
+    assert_eq!(exotic["node"], serde_json::Value::Null);
+    assert_eq!(
+        exotic["message"],
+        "0/4 nodes are available: 4 node(s) didn't have the requested GPU model."
+    );
+}
