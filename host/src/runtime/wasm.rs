@@ -33,6 +33,11 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(1);
 /// batch in the slowest guest languages measured (Python ~3 µs per node), far below what would
 /// stall the scheduler.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(20);
+/// Deadline of instantiation and `init`: an interpreter-based component (Python, JavaScript) runs
+/// its runtime's start-up there, measured at 6 ms on an idle machine and several times that on a
+/// loaded one. It runs when a plugin is loaded, not in a cycle, and a start that loops is still cut
+/// off.
+pub const INSTANTIATE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Extra time a call gets per node in its batch (filter, score, mirror updates): a batch of
 /// 5,000 nodes may take 20 ms + 50 ms.
 pub const PER_NODE_ALLOWANCE: Duration = Duration::from_micros(10);
@@ -326,16 +331,17 @@ impl PluginFactory for ComponentFactory {
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limits);
         let ticks = ticks(self.limits.call_timeout);
+        let start_ticks = self::ticks(INSTANTIATE_TIMEOUT.max(self.limits.call_timeout));
         if self.deadlines {
             store.epoch_deadline_trap();
-            store.set_epoch_deadline(ticks);
+            store.set_epoch_deadline(start_ticks);
         }
         let world = self
             .pre
             .instantiate(&mut store)
             .map_err(|e| LoadError(format!("plugin {}: instantiation failed: {e:#}", self.name)))?;
         if self.deadlines {
-            store.set_epoch_deadline(ticks);
+            store.set_epoch_deadline(start_ticks);
         }
         let descriptor = world
             .call_init(&mut store, config)
