@@ -111,6 +111,25 @@ fn main() {
         );
     }
 
+    // JavaScript plugins need componentize-js (scripts/setup installs it under target/guest-tools).
+    println!("cargo:rustc-check-cfg=cfg(wasched_javascript_plugins)");
+    println!("cargo:rerun-if-env-changed=WASCHED_COMPONENTIZE_JS");
+    let componentize_js = env::var_os("WASCHED_COMPONENTIZE_JS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target/guest-tools/js/node_modules/.bin/componentize-js"));
+    if componentize_js.is_file() {
+        println!("cargo:rerun-if-changed={}", componentize_js.display());
+        println!(
+            "cargo:rustc-env=WASCHED_COMPONENTIZE_JS={}",
+            componentize_js.display()
+        );
+        println!("cargo:rustc-cfg=wasched_javascript_plugins");
+    } else {
+        println!(
+            "cargo:warning=componentize-js is not installed (scripts/setup installs it): the JavaScript plugin test is skipped"
+        );
+    }
+
     // The noisy plugin needs WASI to print: it is built for wasm32-wasip2, which links a
     // component directly. Without that target its test is compiled out.
     println!("cargo:rustc-check-cfg=cfg(wasched_flood_plugin)");

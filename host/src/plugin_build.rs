@@ -3,8 +3,9 @@
 //! Rust crates (a `Cargo.toml` with a `cdylib` using the SDK) are built for
 //! `wasm32-unknown-unknown` and encoded into a component with `wit-component`. Python folders are
 //! built with `componentize-py` against the WIT this host embeds, with WASI stubbed out (a plugin
-//! gets no imports). Every result is checked the way the server checks an upload. C and JavaScript
-//! are recognised and refused with what this version cannot do yet, rather than guessed at.
+//! gets no imports); JavaScript folders with `componentize-js`, with stdio, random, clocks and HTTP
+//! disabled (no imports either). Every result is checked the way the server checks an upload. C is
+//! recognised and refused with what this version cannot do yet, rather than guessed at.
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -57,6 +58,7 @@ pub fn build(dir: &Path, output: Option<&Path>) -> anyhow::Result<Built> {
     match detect(dir)? {
         "rust" => build_rust(dir, output),
         "python" => build_python(dir, output),
+        "javascript" => build_javascript(dir, output),
         other => bail!(
             "{}: {other} plugins are not built by this version of wasched yet; build a component \
              with your language's toolchain and check it with `wasched plugin inspect FILE.wasm`",
@@ -108,26 +110,62 @@ fn build_python(dir: &Path, output: Option<&Path>) -> anyhow::Result<Built> {
     let tool = std::env::var_os("WASCHED_COMPONENTIZE_PY")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("componentize-py"));
-    let found = Command::new(&tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
+    if !runs(&tool) {
         bail!(
             "{} is not installed: run `pip install {COMPONENTIZE_PY}` (or set WASCHED_COMPONENTIZE_PY to its path)",
             tool.display()
         );
     }
-    let wit_dir = std::env::temp_dir().join(format!("wasched-wit-{}", std::process::id()));
-    std::fs::create_dir_all(&wit_dir)?;
-    std::fs::write(wit_dir.join("plugin.wit"), PLUGIN_WIT)?;
-    let name = dir
-        .canonicalize()
+    let name = plugin_file_name(dir, &module);
+    let output = output_path(output, &name)?;
+    let wit = wit_folder()?;
+    eprintln!(
+        "running: {} -d {} -w plugin componentize --stub-wasi -p {} {module} -o {}",
+        tool.display(),
+        wit.display(),
+        dir.display(),
+        output.display()
+    );
+    let status = Command::new(&tool)
+        .arg("-d")
+        .arg(&wit)
+        .args(["-w", "plugin", "componentize", "--stub-wasi", "-p"])
+        .arg(dir)
+        .arg(&module)
+        .arg("-o")
+        .arg(&output)
+        .status()
+        .with_context(|| format!("cannot run {}", tool.display()));
+    let _ = std::fs::remove_dir_all(&wit);
+    if !status?.success() {
+        bail!("componentize-py failed (see above)");
+    }
+    accept(output, &name)
+}
+
+/// The componentize-js release this host is tested with.
+pub const COMPONENTIZE_JS: &str = "@bytecodealliance/componentize-js@0.23.0";
+
+/// Runs `tool --version`; false when it cannot be run.
+fn runs(tool: &Path) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The folder's name as a file stem (`rack-spread` -> `rack_spread`).
+fn plugin_file_name(dir: &Path, fallback: &str) -> String {
+    dir.canonicalize()
         .ok()
         .and_then(|d| d.file_name().map(|n| n.to_string_lossy().replace('-', "_")))
-        .unwrap_or_else(|| module.clone());
+        .unwrap_or_else(|| fallback.to_string())
+}
+
+/// `output`, or `target/plugins/NAME.wasm`, with its folder created.
+fn output_path(output: Option<&Path>, name: &str) -> anyhow::Result<PathBuf> {
     let output = match output {
         Some(path) => path.to_path_buf(),
         None => PathBuf::from("target")
@@ -137,37 +175,104 @@ fn build_python(dir: &Path, output: Option<&Path>) -> anyhow::Result<Built> {
     if let Some(parent) = output.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent)?;
     }
-    eprintln!(
-        "running: {} -d {} -w plugin componentize --stub-wasi -p {} {module} -o {}",
-        tool.display(),
-        wit_dir.display(),
-        dir.display(),
-        output.display()
-    );
-    let status = Command::new(&tool)
-        .arg("-d")
-        .arg(&wit_dir)
-        .args(["-w", "plugin", "componentize", "--stub-wasi", "-p"])
-        .arg(dir)
-        .arg(&module)
-        .arg("-o")
-        .arg(&output)
-        .status()
-        .with_context(|| format!("cannot run {}", tool.display()));
-    let _ = std::fs::remove_dir_all(&wit_dir);
-    if !status?.success() {
-        bail!("componentize-py failed (see above)");
-    }
+    Ok(output)
+}
+
+/// Writes the embedded WIT into a fresh folder for a guest toolchain to read.
+fn wit_folder() -> anyhow::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("wasched-wit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("plugin.wit"), PLUGIN_WIT)?;
+    Ok(dir)
+}
+
+/// Reads back what a guest toolchain wrote and checks the host accepts it.
+fn accept(output: PathBuf, name: &str) -> anyhow::Result<Built> {
     let component =
         std::fs::read(&output).with_context(|| format!("reading {}", output.display()))?;
     WasmRuntime::shared()
-        .load(&name, &component, Limits::default())
+        .load(name, &component, Limits::default())
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(Built {
         component: output,
         size: component.len(),
         sha256: sha256_hex(&component),
     })
+}
+
+/// The `.js` file of a JavaScript plugin folder that exports `init`.
+fn javascript_module(dir: &Path) -> anyhow::Result<PathBuf> {
+    let mut modules = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry?.path();
+        if !matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("js" | "mjs")
+        ) {
+            continue;
+        }
+        if std::fs::read_to_string(&path)
+            .unwrap_or_default()
+            .contains("export function init")
+        {
+            modules.push(path);
+        }
+    }
+    modules.sort();
+    match modules.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => bail!(
+            "{}: no .js file exports `function init(config)`, the plugin's entry point",
+            dir.display()
+        ),
+        many => bail!(
+            "{}: several modules export `init` ({}): keep one",
+            dir.display(),
+            many.iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+fn build_javascript(dir: &Path, output: Option<&Path>) -> anyhow::Result<Built> {
+    let module = javascript_module(dir)?;
+    let tool = std::env::var_os("WASCHED_COMPONENTIZE_JS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("componentize-js"));
+    if !runs(&tool) {
+        bail!(
+            "{} is not installed: run `npm install {COMPONENTIZE_JS}` (or set \
+             WASCHED_COMPONENTIZE_JS to node_modules/.bin/componentize-js)",
+            tool.display()
+        );
+    }
+    let name = plugin_file_name(dir, "plugin");
+    let output = output_path(output, &name)?;
+    let wit = wit_folder()?;
+    eprintln!(
+        "running: {} {} --wit {} --world-name plugin --disable stdio random clocks http fetch-event -o {}",
+        tool.display(),
+        module.display(),
+        wit.display(),
+        output.display()
+    );
+    let status = Command::new(&tool)
+        .arg(&module)
+        .arg("--wit")
+        .arg(&wit)
+        .args(["--world-name", "plugin", "--disable"])
+        .args(["stdio", "random", "clocks", "http", "fetch-event"])
+        .arg("-o")
+        .arg(&output)
+        .status()
+        .with_context(|| format!("cannot run {}", tool.display()));
+    let _ = std::fs::remove_dir_all(&wit);
+    if !status?.success() {
+        bail!("componentize-js failed (see above)");
+    }
+    accept(output, &name)
 }
 
 fn build_rust(dir: &Path, output: Option<&Path>) -> anyhow::Result<Built> {

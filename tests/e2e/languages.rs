@@ -72,3 +72,76 @@ fn the_python_gpu_model_filter_is_built_loaded_and_decides_placements() {
         "0/4 nodes are available: 4 node(s) didn't have the requested GPU model."
     );
 }
+
+#[cfg(wasched_javascript_plugins)]
+#[test]
+fn the_javascript_rack_spread_scorer_is_built_loaded_and_spreads_pods_over_racks() {
+    use std::collections::BTreeMap;
+    use std::path::Path;
+    use std::process::Command;
+
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let dir = std::env::temp_dir().join(format!("wasched-javascript-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let component = dir.join("rack_spread.wasm");
+    let build = Command::new(env!("CARGO_BIN_EXE_wasched"))
+        .args(["plugin", "build"])
+        .arg(root.join("examples/plugins/javascript/rack-spread"))
+        .arg("-o")
+        .arg(&component)
+        .env("WASCHED_COMPONENTIZE_JS", env!("WASCHED_COMPONENTIZE_JS"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&build.stderr);
+    assert!(build.status.success(), "{stderr}");
+    assert!(stderr.contains("--world-name plugin --disable"), "{stderr}");
+
+    let config = std::fs::read_to_string(root.join("examples/configs/rack-spread.toml"))
+        .unwrap()
+        .replace(
+            "../../target/plugins/rack_spread.wasm",
+            component.to_str().unwrap(),
+        );
+    let config_file = dir.join("rack-spread.toml");
+    std::fs::write(&config_file, config).unwrap();
+    let simulate = Command::new(env!("CARGO_BIN_EXE_wasched"))
+        .args(["simulate", "--config"])
+        .arg(&config_file)
+        .arg(root.join("examples/clusters/racks.yaml"))
+        .output()
+        .unwrap();
+    assert!(
+        simulate.status.success(),
+        "{}",
+        String::from_utf8_lossy(&simulate.stderr)
+    );
+    // Already running: three pods in r1, one in r2.
+    let mut per_rack: BTreeMap<String, usize> = [
+        ("r1".to_string(), 3),
+        ("r2".to_string(), 1),
+        ("r3".to_string(), 0),
+    ]
+    .into();
+    let mut new_in_r1 = 0;
+    for line in String::from_utf8_lossy(&simulate.stdout).lines() {
+        let placement: serde_json::Value = serde_json::from_str(line).unwrap();
+        let node = placement["node"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{line}"));
+        let rack = node.split('-').next().unwrap().to_string();
+        if rack == "r1" {
+            new_in_r1 += 1;
+        }
+        *per_rack.get_mut(&rack).unwrap() += 1;
+    }
+    let counts: Vec<usize> = per_rack.values().copied().collect();
+    assert_eq!(counts.iter().sum::<usize>(), 10, "all six new pods placed");
+    assert!(
+        counts.iter().max().unwrap() - counts.iter().min().unwrap() <= 1,
+        "pods per rack {per_rack:?}"
+    );
+    assert!(
+        new_in_r1 <= 1,
+        "r1's big, least allocated nodes only get a pod once the other racks caught up: {per_rack:?}"
+    );
+}
