@@ -130,6 +130,33 @@ fn main() {
         );
     }
 
+    // C plugins need wit-bindgen and clang with wasi-libc (scripts/setup installs them).
+    println!("cargo:rustc-check-cfg=cfg(wasched_c_plugins)");
+    println!("cargo:rerun-if-env-changed=WASCHED_WIT_BINDGEN");
+    let wit_bindgen = env::var_os("WASCHED_WIT_BINDGEN")
+        .map(PathBuf::from)
+        .or_else(|| env::var_os("CARGO_HOME").map(|h| PathBuf::from(h).join("bin/wit-bindgen")))
+        .filter(|p| p.is_file())
+        .or_else(|| {
+            env::var_os("HOME")
+                .map(|h| PathBuf::from(h).join(".cargo/bin/wit-bindgen"))
+                .filter(|p| p.is_file())
+        });
+    // Debian installs wasi-libc under /usr/lib/wasm32-wasi; upstream SDKs as a wasi-sysroot.
+    let wasi_libc = ["/usr/lib/wasm32-wasi", "/usr/share/wasi-sysroot"]
+        .iter()
+        .any(|p| Path::new(p).is_dir());
+    match wit_bindgen {
+        Some(tool) if wasi_libc => {
+            println!("cargo:rerun-if-changed={}", tool.display());
+            println!("cargo:rustc-env=WASCHED_WIT_BINDGEN={}", tool.display());
+            println!("cargo:rustc-cfg=wasched_c_plugins");
+        }
+        _ => println!(
+            "cargo:warning=wit-bindgen or wasi-libc is not installed (scripts/setup installs them): the C plugin test is skipped"
+        ),
+    }
+
     // The noisy plugin needs WASI to print: it is built for wasm32-wasip2, which links a
     // component directly. Without that target its test is compiled out.
     println!("cargo:rustc-check-cfg=cfg(wasched_flood_plugin)");

@@ -4,8 +4,8 @@
 //! `wasm32-unknown-unknown` and encoded into a component with `wit-component`. Python folders are
 //! built with `componentize-py` against the WIT this host embeds, with WASI stubbed out (a plugin
 //! gets no imports); JavaScript folders with `componentize-js`, with stdio, random, clocks and HTTP
-//! disabled (no imports either). Every result is checked the way the server checks an upload. C is
-//! recognised and refused with what this version cannot do yet, rather than guessed at.
+//! disabled (no imports either); C folders with `wit-bindgen c` and clang for wasm32-wasi, then
+//! encoded like Rust. Every result is checked the way the server checks an upload.
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -59,6 +59,7 @@ pub fn build(dir: &Path, output: Option<&Path>) -> anyhow::Result<Built> {
         "rust" => build_rust(dir, output),
         "python" => build_python(dir, output),
         "javascript" => build_javascript(dir, output),
+        "c" => build_c(dir, output),
         other => bail!(
             "{}: {other} plugins are not built by this version of wasched yet; build a component \
              with your language's toolchain and check it with `wasched plugin inspect FILE.wasm`",
@@ -272,6 +273,107 @@ fn build_javascript(dir: &Path, output: Option<&Path>) -> anyhow::Result<Built> 
     if !status?.success() {
         bail!("componentize-js failed (see above)");
     }
+    accept(output, &name)
+}
+
+/// The wit-bindgen release this host is tested with.
+pub const WIT_BINDGEN: &str = "wit-bindgen-cli@0.46.0";
+
+/// The first of `candidates` that runs.
+fn first_runnable(candidates: &[PathBuf]) -> Option<PathBuf> {
+    candidates.iter().find(|tool| runs(tool)).cloned()
+}
+
+/// A tool from `env` (when set) or the first of `names` that runs.
+fn find_tool(env: &str, names: &[&str]) -> Option<PathBuf> {
+    match std::env::var_os(env) {
+        Some(path) => first_runnable(&[PathBuf::from(path)]),
+        None => {
+            let mut candidates: Vec<PathBuf> = names.iter().map(PathBuf::from).collect();
+            if let Some(home) = std::env::var_os("HOME") {
+                candidates.extend(
+                    names
+                        .iter()
+                        .map(|n| Path::new(&home).join(".cargo/bin").join(n)),
+                );
+            }
+            first_runnable(&candidates)
+        }
+    }
+}
+
+/// Runs a build step, printing it first.
+fn step(command: &mut Command, what: &str) -> anyhow::Result<()> {
+    let shown: Vec<String> = std::iter::once(command.get_program())
+        .chain(command.get_args())
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    eprintln!("running: {}", shown.join(" "));
+    let status = command
+        .status()
+        .with_context(|| format!("cannot run {what}"))?;
+    if !status.success() {
+        bail!("{what} failed (see above)");
+    }
+    Ok(())
+}
+
+fn build_c(dir: &Path, output: Option<&Path>) -> anyhow::Result<Built> {
+    let mut sources: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("c"))
+        .collect();
+    sources.sort();
+    let bindgen = find_tool("WASCHED_WIT_BINDGEN", &["wit-bindgen"]).with_context(|| {
+        format!("wit-bindgen is not installed: run `cargo install --locked {WIT_BINDGEN}`")
+    })?;
+    let clang = find_tool("WASCHED_CLANG", &["clang-14", "clang"]).context(
+        "clang is not installed: C plugins need clang with the wasm32-wasi target and wasi-libc \
+         (Debian: `apt-get install clang-14 lld-14 wasi-libc libclang-rt-14-dev-wasm32`), or set \
+         WASCHED_CLANG",
+    )?;
+    let name = plugin_file_name(dir, "plugin");
+    let output = output_path(output, &name)?;
+    let work = wit_folder()?;
+    let generated = work.join("gen");
+    let module = work.join(format!("{name}.core.wasm"));
+    let result = (|| -> anyhow::Result<Vec<u8>> {
+        step(
+            Command::new(&bindgen)
+                .arg("c")
+                .arg(&work)
+                .args(["--world", "plugin", "--out-dir"])
+                .arg(&generated),
+            "wit-bindgen c",
+        )?;
+        step(
+            Command::new(&clang)
+                .args(["--target=wasm32-wasi", "-O2", "-mexec-model=reactor", "-s"])
+                .arg("-I")
+                .arg(&generated)
+                .args(&sources)
+                .arg(generated.join("plugin.c"))
+                .arg(generated.join("plugin_component_type.o"))
+                .arg("-o")
+                .arg(&module),
+            "clang (is wasi-libc installed?)",
+        )?;
+        let bytes =
+            std::fs::read(&module).with_context(|| format!("reading {}", module.display()))?;
+        wit_component::ComponentEncoder::default()
+            .module(&bytes)
+            .and_then(|encoder| encoder.validate(true).encode())
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "{}: cannot make a component (a module using stdio imports WASI, which plugins \
+                     may not): {e:#}",
+                    module.display()
+                )
+            })
+    })();
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::write(&output, result?).with_context(|| format!("writing {}", output.display()))?;
     accept(output, &name)
 }
 

@@ -145,3 +145,69 @@ fn the_javascript_rack_spread_scorer_is_built_loaded_and_spreads_pods_over_racks
         "r1's big, least allocated nodes only get a pod once the other racks caught up: {per_rack:?}"
     );
 }
+
+#[cfg(wasched_c_plugins)]
+#[test]
+fn the_c_maintenance_filter_is_built_loaded_and_keeps_pods_off_nodes_in_a_window() {
+    use std::path::Path;
+    use std::process::Command;
+
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let dir = std::env::temp_dir().join(format!("wasched-c-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let component = dir.join("maintenance.wasm");
+    let build = Command::new(env!("CARGO_BIN_EXE_wasched"))
+        .args(["plugin", "build"])
+        .arg(root.join("examples/plugins/c/maintenance"))
+        .arg("-o")
+        .arg(&component)
+        .env("WASCHED_WIT_BINDGEN", env!("WASCHED_WIT_BINDGEN"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&build.stderr);
+    assert!(build.status.success(), "{stderr}");
+    assert!(stderr.contains("--target=wasm32-wasi"), "{stderr}");
+    assert!(
+        std::fs::metadata(&component).unwrap().len() < 200_000,
+        "a C plugin stays small"
+    );
+
+    let config = std::fs::read_to_string(root.join("examples/configs/maintenance.toml"))
+        .unwrap()
+        .replace(
+            "../../target/plugins/maintenance.wasm",
+            component.to_str().unwrap(),
+        );
+    let config_file = dir.join("maintenance.toml");
+    std::fs::write(&config_file, config).unwrap();
+    let simulate = Command::new(env!("CARGO_BIN_EXE_wasched"))
+        .args(["simulate", "--config"])
+        .arg(&config_file)
+        .arg(root.join("examples/clusters/maintenance.yaml"))
+        .output()
+        .unwrap();
+    assert!(
+        simulate.status.success(),
+        "{}",
+        String::from_utf8_lossy(&simulate.stderr)
+    );
+    let placements: Vec<serde_json::Value> = String::from_utf8_lossy(&simulate.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let find = |pod: &str| placements.iter().find(|p| p["pod"] == pod).unwrap().clone();
+    assert_eq!(
+        find("shop/web")["node"],
+        "small-1",
+        "big nodes are in a window"
+    );
+    assert_eq!(
+        find("shop/batch")["message"],
+        "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) were in a maintenance window."
+    );
+    let updater = find("ops/firmware-updater")["node"].clone();
+    assert!(
+        updater == "big-1" || updater == "big-2",
+        "the allowed pod may use them: {updater}"
+    );
+}
