@@ -43,6 +43,11 @@ pub struct Args {
     /// Also run WASM with call deadlines off, to show what they cost.
     #[arg(long)]
     pub without_deadlines: bool,
+    /// Schedule with this configuration's `default-scheduler` profile instead of the default one
+    /// (its default plugins run as WASM, then natively): run it beside a plain run to see what an
+    /// added plugin costs per pod.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
 }
 
 /// What the pods and nodes of a run exercise.
@@ -352,6 +357,8 @@ pub struct Report {
     pub deadline_overhead_percent: Option<f64>,
     /// Peak RSS of the WASM run per 1,000 nodes.
     pub wasm_mb_per_1000_nodes: f64,
+    /// The configuration file, when not the default profile.
+    pub config: Option<String>,
 }
 
 /// Schedules the synthetic cluster with one runtime, with or without call deadlines.
@@ -364,8 +371,12 @@ pub fn run_once(
     runtime: DefaultPluginRuntime,
     deadlines: bool,
     seed: u64,
+    config_file: Option<&std::path::Path>,
 ) -> anyhow::Result<RunReport> {
-    let mut config = Config::default();
+    let mut config = match config_file {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
     config.default_plugins = runtime;
     config.deadlines = deadlines;
     let profiles = config.profiles()?;
@@ -604,6 +615,7 @@ fn run_scenario(args: &Args, scenario: Scenario, nodes: usize) -> anyhow::Result
         DefaultPluginRuntime::Wasm,
         true,
         args.seed,
+        args.config.as_deref(),
     )?;
     let wasm_without_deadlines = if args.without_deadlines {
         Some(run_once(
@@ -612,6 +624,7 @@ fn run_scenario(args: &Args, scenario: Scenario, nodes: usize) -> anyhow::Result
             DefaultPluginRuntime::Wasm,
             false,
             args.seed,
+            args.config.as_deref(),
         )?)
     } else {
         None
@@ -622,6 +635,7 @@ fn run_scenario(args: &Args, scenario: Scenario, nodes: usize) -> anyhow::Result
         DefaultPluginRuntime::Native,
         true,
         args.seed,
+        args.config.as_deref(),
     )?;
     Ok(Report {
         scenario,
@@ -634,6 +648,7 @@ fn run_scenario(args: &Args, scenario: Scenario, nodes: usize) -> anyhow::Result
             .as_ref()
             .map(|nodl| 100.0 * (1.0 - wasm.pods_per_second / nodl.pods_per_second)),
         wasm_mb_per_1000_nodes: wasm.peak_rss_mb * 1000.0 / nodes.max(1) as f64,
+        config: args.config.as_ref().map(|p| p.display().to_string()),
         wasm,
         wasm_without_deadlines,
         native,
@@ -642,11 +657,12 @@ fn run_scenario(args: &Args, scenario: Scenario, nodes: usize) -> anyhow::Result
 
 fn print_table(r: &Report) {
     println!(
-        "wasched bench: scenario {}, {} nodes, {} pods, seed {}, default profile, {} scheduling thread",
+        "wasched bench: scenario {}, {} nodes, {} pods, seed {}, {} profile, {} scheduling thread",
         r.scenario.name(),
         r.nodes,
         r.pods,
         r.seed,
+        r.config.as_deref().unwrap_or("default"),
         r.threads
     );
     println!(

@@ -208,6 +208,7 @@ fn bench_scenarios_exercise_only_their_features_and_report_where_time_goes() {
         DefaultPluginRuntime::Native,
         true,
         5,
+        None,
     )
     .unwrap();
     assert_eq!(report.scheduled + report.unschedulable + report.errors, 400);

@@ -215,6 +215,11 @@ pub struct ProfileSpec {
     pub percentage_of_nodes_to_score: Option<u32>,
 }
 
+/// Most nodes sent in one mirror update. Each call's deadline is a fixed part plus a per-node
+/// allowance; in batches this size the fixed part leaves room for slow guests (JavaScript receives
+/// ~16 µs per node) and for a loaded machine, where one 5,000-node call missed its deadline.
+const SYNC_BATCH: usize = 512;
+
 /// One live plugin instance of a profile and how far its node mirror has caught up.
 struct Slot {
     spec: PluginSpec,
@@ -302,7 +307,9 @@ impl Slot {
             None => {
                 let nodes: Vec<(u32, &sdk::NodeInfo)> =
                     cache.nodes().map(|(id, entry)| (id, &entry.info)).collect();
-                instance.upsert_nodes(&nodes)?;
+                for batch in nodes.chunks(SYNC_BATCH) {
+                    instance.upsert_nodes(batch)?;
+                }
             }
             Some(synced) if synced < generation => {
                 let delta = cache.delta_since(synced);
@@ -315,7 +322,9 @@ impl Slot {
                         .iter()
                         .filter_map(|&id| cache.node(id).map(|n| (id, &n.info)))
                         .collect();
-                    instance.upsert_nodes(&nodes)?;
+                    for batch in nodes.chunks(SYNC_BATCH) {
+                        instance.upsert_nodes(batch)?;
+                    }
                 }
                 if !delta.usage.is_empty() && self.descriptor.reads_usage {
                     let usage: Vec<(u32, &sdk::NodeUsage)> = delta
@@ -323,7 +332,9 @@ impl Slot {
                         .iter()
                         .filter_map(|&id| cache.node(id).map(|n| (id, &n.info.usage)))
                         .collect();
-                    instance.update_usage(&usage)?;
+                    for batch in usage.chunks(SYNC_BATCH) {
+                        instance.update_usage(batch)?;
+                    }
                 }
             }
             Some(_) => {}
