@@ -74,73 +74,73 @@ const PLUGIN_WIT: &str = include_str!("../../wit/plugin.wit");
 /// The componentize-py release this host is tested with.
 pub const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
 
-/// The module of a Python plugin folder that defines `class WitWorld`.
-fn python_module(dir: &Path) -> anyhow::Result<String> {
+/// The one source file of `dir` with an extension in `extensions` that contains `marker` (the
+/// plugin's entry point, `what` in messages).
+fn entry_module(
+    dir: &Path,
+    extensions: &[&str],
+    marker: &str,
+    what: &str,
+) -> anyhow::Result<PathBuf> {
     let mut modules = Vec::new();
     for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
         let path = entry?.path();
-        if path.extension().and_then(|e| e.to_str()) != Some("py") {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path).unwrap_or_default();
-        if text.contains("class WitWorld") {
-            modules.push(
-                path.file_stem()
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
-            );
+        let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+        if extensions.contains(&extension)
+            && std::fs::read_to_string(&path)
+                .unwrap_or_default()
+                .contains(marker)
+        {
+            modules.push(path);
         }
     }
     modules.sort();
     match modules.as_slice() {
         [one] => Ok(one.clone()),
         [] => bail!(
-            "{}: no .py file defines `class WitWorld(wit_world.WitWorld)`, the plugin's entry point",
-            dir.display()
+            "{}: no {} file has {what}, the plugin's entry point",
+            dir.display(),
+            extensions.join("/")
         ),
         many => bail!(
-            "{}: several modules define `class WitWorld` ({}): keep one",
+            "{}: several files have {what} ({}): keep one",
             dir.display(),
-            many.join(", ")
+            many.iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     }
 }
 
 fn build_python(dir: &Path, output: Option<&Path>) -> anyhow::Result<Built> {
-    let module = python_module(dir)?;
-    let tool = std::env::var_os("WASCHED_COMPONENTIZE_PY")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("componentize-py"));
-    if !runs(&tool) {
-        bail!(
-            "{} is not installed: run `pip install {COMPONENTIZE_PY}` (or set WASCHED_COMPONENTIZE_PY to its path)",
-            tool.display()
-        );
-    }
+    let module = entry_module(dir, &["py"], "class WitWorld", "`class WitWorld`")?;
+    let module = module
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tool = find_tool("WASCHED_COMPONENTIZE_PY", &["componentize-py"]).with_context(|| {
+        format!(
+            "componentize-py is not installed: run `pip install {COMPONENTIZE_PY}` (or set \
+             WASCHED_COMPONENTIZE_PY to its path)"
+        )
+    })?;
     let name = plugin_file_name(dir, &module);
     let output = output_path(output, &name)?;
     let wit = wit_folder()?;
-    eprintln!(
-        "running: {} -d {} -w plugin componentize --stub-wasi -p {} {module} -o {}",
-        tool.display(),
-        wit.display(),
-        dir.display(),
-        output.display()
+    let built = step(
+        Command::new(&tool)
+            .arg("-d")
+            .arg(&wit)
+            .args(["-w", "plugin", "componentize", "--stub-wasi", "-p"])
+            .arg(dir)
+            .arg(&module)
+            .arg("-o")
+            .arg(&output),
+        "componentize-py",
     );
-    let status = Command::new(&tool)
-        .arg("-d")
-        .arg(&wit)
-        .args(["-w", "plugin", "componentize", "--stub-wasi", "-p"])
-        .arg(dir)
-        .arg(&module)
-        .arg("-o")
-        .arg(&output)
-        .status()
-        .with_context(|| format!("cannot run {}", tool.display()));
     let _ = std::fs::remove_dir_all(&wit);
-    if !status?.success() {
-        bail!("componentize-py failed (see above)");
-    }
+    built?;
     accept(output, &name)
 }
 
@@ -201,78 +201,35 @@ fn accept(output: PathBuf, name: &str) -> anyhow::Result<Built> {
     })
 }
 
-/// The `.js` file of a JavaScript plugin folder that exports `init`.
-fn javascript_module(dir: &Path) -> anyhow::Result<PathBuf> {
-    let mut modules = Vec::new();
-    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
-        let path = entry?.path();
-        if !matches!(
-            path.extension().and_then(|e| e.to_str()),
-            Some("js" | "mjs")
-        ) {
-            continue;
-        }
-        if std::fs::read_to_string(&path)
-            .unwrap_or_default()
-            .contains("export function init")
-        {
-            modules.push(path);
-        }
-    }
-    modules.sort();
-    match modules.as_slice() {
-        [one] => Ok(one.clone()),
-        [] => bail!(
-            "{}: no .js file exports `function init(config)`, the plugin's entry point",
-            dir.display()
-        ),
-        many => bail!(
-            "{}: several modules export `init` ({}): keep one",
-            dir.display(),
-            many.iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    }
-}
-
 fn build_javascript(dir: &Path, output: Option<&Path>) -> anyhow::Result<Built> {
-    let module = javascript_module(dir)?;
-    let tool = std::env::var_os("WASCHED_COMPONENTIZE_JS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("componentize-js"));
-    if !runs(&tool) {
-        bail!(
-            "{} is not installed: run `npm install {COMPONENTIZE_JS}` (or set \
-             WASCHED_COMPONENTIZE_JS to node_modules/.bin/componentize-js)",
-            tool.display()
-        );
-    }
+    let module = entry_module(
+        dir,
+        &["js", "mjs"],
+        "export function init",
+        "`export function init`",
+    )?;
+    let tool = find_tool("WASCHED_COMPONENTIZE_JS", &["componentize-js"]).with_context(|| {
+        format!(
+            "componentize-js is not installed: run `npm install {COMPONENTIZE_JS}` (or set \
+             WASCHED_COMPONENTIZE_JS to node_modules/.bin/componentize-js)"
+        )
+    })?;
     let name = plugin_file_name(dir, "plugin");
     let output = output_path(output, &name)?;
     let wit = wit_folder()?;
-    eprintln!(
-        "running: {} {} --wit {} --world-name plugin --disable stdio random clocks http fetch-event -o {}",
-        tool.display(),
-        module.display(),
-        wit.display(),
-        output.display()
+    let built = step(
+        Command::new(&tool)
+            .arg(&module)
+            .arg("--wit")
+            .arg(&wit)
+            .args(["--world-name", "plugin", "--disable"])
+            .args(["stdio", "random", "clocks", "http", "fetch-event"])
+            .arg("-o")
+            .arg(&output),
+        "componentize-js",
     );
-    let status = Command::new(&tool)
-        .arg(&module)
-        .arg("--wit")
-        .arg(&wit)
-        .args(["--world-name", "plugin", "--disable"])
-        .args(["stdio", "random", "clocks", "http", "fetch-event"])
-        .arg("-o")
-        .arg(&output)
-        .status()
-        .with_context(|| format!("cannot run {}", tool.display()));
     let _ = std::fs::remove_dir_all(&wit);
-    if !status?.success() {
-        bail!("componentize-js failed (see above)");
-    }
+    built?;
     accept(output, &name)
 }
 

@@ -1,41 +1,58 @@
 //! Plugins written in other languages than Rust, built from source with `wasched plugin build` and
 //! scheduled with, each on a fixture cluster.
 
-#[cfg(wasched_python_plugins)]
-#[test]
-fn the_python_gpu_model_filter_is_built_loaded_and_decides_placements() {
-    use std::path::Path;
-    use std::process::Command;
+#![cfg_attr(
+    not(any(wasched_python_plugins, wasched_javascript_plugins, wasched_c_plugins)),
+    allow(dead_code)
+)]
 
+use std::path::Path;
+use std::process::Command;
+
+/// Builds `examples/plugins/{example}` with `wasched plugin build` (the toolchain given by
+/// `tool_env`), points `examples/configs/{config}.toml` at the result, simulates
+/// `examples/clusters/{cluster}.yaml` with it, and returns the build's stderr, the component's size
+/// and the placements.
+fn build_and_simulate(
+    example: &str,
+    tool_env: (&str, &str),
+    config: &str,
+    cluster: &str,
+) -> (String, u64, Vec<serde_json::Value>) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let dir = std::env::temp_dir().join(format!("wasched-python-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("wasched-{config}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let component = dir.join("gpu_model.wasm");
+    let file = Path::new(example)
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .replace('-', "_");
+    let component = dir.join(format!("{file}.wasm"));
     let build = Command::new(env!("CARGO_BIN_EXE_wasched"))
         .args(["plugin", "build"])
-        .arg(root.join("examples/plugins/python/gpu-model"))
+        .arg(root.join("examples/plugins").join(example))
         .arg("-o")
         .arg(&component)
-        .env("WASCHED_COMPONENTIZE_PY", env!("WASCHED_COMPONENTIZE_PY"))
+        .env(tool_env.0, tool_env.1)
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&build.stderr);
+    let stderr = String::from_utf8_lossy(&build.stderr).into_owned();
     assert!(build.status.success(), "{stderr}");
-    assert!(stderr.contains("componentize --stub-wasi"), "{stderr}");
 
-    // The example configuration, pointed at the component just built.
-    let config = std::fs::read_to_string(root.join("examples/configs/gpu-model.toml"))
-        .unwrap()
-        .replace(
-            "../../target/plugins/gpu_model.wasm",
-            component.to_str().unwrap(),
-        );
-    let config_file = dir.join("gpu-model.toml");
-    std::fs::write(&config_file, config).unwrap();
+    let text =
+        std::fs::read_to_string(root.join(format!("examples/configs/{config}.toml"))).unwrap();
+    let shipped = format!("../../target/plugins/{file}.wasm");
+    assert!(text.contains(&shipped), "{config}.toml loads {shipped}");
+    let config_file = dir.join(format!("{config}.toml"));
+    std::fs::write(
+        &config_file,
+        text.replace(&shipped, component.to_str().unwrap()),
+    )
+    .unwrap();
     let simulate = Command::new(env!("CARGO_BIN_EXE_wasched"))
         .args(["simulate", "--config"])
         .arg(&config_file)
-        .arg(root.join("examples/clusters/gpu-models.yaml"))
+        .arg(root.join(format!("examples/clusters/{cluster}.yaml")))
         .output()
         .unwrap();
     assert!(
@@ -43,17 +60,33 @@ fn the_python_gpu_model_filter_is_built_loaded_and_decides_placements() {
         "{}",
         String::from_utf8_lossy(&simulate.stderr)
     );
-    let placements: Vec<serde_json::Value> = String::from_utf8_lossy(&simulate.stdout)
+    let placements = String::from_utf8_lossy(&simulate.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let node = |pod: &str| {
-        placements
-            .iter()
-            .find(|p| p["pod"] == pod)
-            .unwrap_or_else(|| panic!("{pod} missing: {placements:?}"))["node"]
-            .clone()
-    };
+    let size = std::fs::metadata(&component).unwrap().len();
+    (stderr, size, placements)
+}
+
+/// The placement of `pod`.
+fn placement<'a>(placements: &'a [serde_json::Value], pod: &str) -> &'a serde_json::Value {
+    placements
+        .iter()
+        .find(|p| p["pod"] == pod)
+        .unwrap_or_else(|| panic!("{pod} missing: {placements:?}"))
+}
+
+#[cfg(wasched_python_plugins)]
+#[test]
+fn the_python_gpu_model_filter_is_built_loaded_and_decides_placements() {
+    let (stderr, _, placements) = build_and_simulate(
+        "python/gpu-model",
+        ("WASCHED_COMPONENTIZE_PY", env!("WASCHED_COMPONENTIZE_PY")),
+        "gpu-model",
+        "gpu-models",
+    );
+    assert!(stderr.contains("componentize --stub-wasi"), "{stderr}");
+    let node = |pod: &str| placement(&placements, pod)["node"].clone();
     let train = node("ml/train");
     assert!(
         train == "a100-1" || train == "a100-2",
@@ -65,7 +98,7 @@ fn the_python_gpu_model_filter_is_built_loaded_and_decides_placements() {
         "cpu-1",
         "no annotation: any node that fits"
     );
-    let exotic = placements.iter().find(|p| p["pod"] == "ml/exotic").unwrap();
+    let exotic = placement(&placements, "ml/exotic");
     assert_eq!(exotic["node"], serde_json::Value::Null);
     assert_eq!(
         exotic["message"],
@@ -77,44 +110,14 @@ fn the_python_gpu_model_filter_is_built_loaded_and_decides_placements() {
 #[test]
 fn the_javascript_rack_spread_scorer_is_built_loaded_and_spreads_pods_over_racks() {
     use std::collections::BTreeMap;
-    use std::path::Path;
-    use std::process::Command;
 
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let dir = std::env::temp_dir().join(format!("wasched-javascript-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let component = dir.join("rack_spread.wasm");
-    let build = Command::new(env!("CARGO_BIN_EXE_wasched"))
-        .args(["plugin", "build"])
-        .arg(root.join("examples/plugins/javascript/rack-spread"))
-        .arg("-o")
-        .arg(&component)
-        .env("WASCHED_COMPONENTIZE_JS", env!("WASCHED_COMPONENTIZE_JS"))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&build.stderr);
-    assert!(build.status.success(), "{stderr}");
-    assert!(stderr.contains("--world-name plugin --disable"), "{stderr}");
-
-    let config = std::fs::read_to_string(root.join("examples/configs/rack-spread.toml"))
-        .unwrap()
-        .replace(
-            "../../target/plugins/rack_spread.wasm",
-            component.to_str().unwrap(),
-        );
-    let config_file = dir.join("rack-spread.toml");
-    std::fs::write(&config_file, config).unwrap();
-    let simulate = Command::new(env!("CARGO_BIN_EXE_wasched"))
-        .args(["simulate", "--config"])
-        .arg(&config_file)
-        .arg(root.join("examples/clusters/racks.yaml"))
-        .output()
-        .unwrap();
-    assert!(
-        simulate.status.success(),
-        "{}",
-        String::from_utf8_lossy(&simulate.stderr)
+    let (stderr, _, placements) = build_and_simulate(
+        "javascript/rack-spread",
+        ("WASCHED_COMPONENTIZE_JS", env!("WASCHED_COMPONENTIZE_JS")),
+        "rack-spread",
+        "racks",
     );
+    assert!(stderr.contains("--world-name plugin --disable"), "{stderr}");
     // Already running: three pods in r1, one in r2.
     let mut per_rack: BTreeMap<String, usize> = [
         ("r1".to_string(), 3),
@@ -123,11 +126,10 @@ fn the_javascript_rack_spread_scorer_is_built_loaded_and_spreads_pods_over_racks
     ]
     .into();
     let mut new_in_r1 = 0;
-    for line in String::from_utf8_lossy(&simulate.stdout).lines() {
-        let placement: serde_json::Value = serde_json::from_str(line).unwrap();
+    for placement in &placements {
         let node = placement["node"]
             .as_str()
-            .unwrap_or_else(|| panic!("{line}"));
+            .unwrap_or_else(|| panic!("{placement}"));
         let rack = node.split('-').next().unwrap().to_string();
         if rack == "r1" {
             new_in_r1 += 1;
@@ -149,63 +151,21 @@ fn the_javascript_rack_spread_scorer_is_built_loaded_and_spreads_pods_over_racks
 #[cfg(wasched_c_plugins)]
 #[test]
 fn the_c_maintenance_filter_is_built_loaded_and_keeps_pods_off_nodes_in_a_window() {
-    use std::path::Path;
-    use std::process::Command;
-
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let dir = std::env::temp_dir().join(format!("wasched-c-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let component = dir.join("maintenance.wasm");
-    let build = Command::new(env!("CARGO_BIN_EXE_wasched"))
-        .args(["plugin", "build"])
-        .arg(root.join("examples/plugins/c/maintenance"))
-        .arg("-o")
-        .arg(&component)
-        .env("WASCHED_WIT_BINDGEN", env!("WASCHED_WIT_BINDGEN"))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&build.stderr);
-    assert!(build.status.success(), "{stderr}");
+    let (stderr, size, placements) = build_and_simulate(
+        "c/maintenance",
+        ("WASCHED_WIT_BINDGEN", env!("WASCHED_WIT_BINDGEN")),
+        "maintenance",
+        "maintenance",
+    );
     assert!(stderr.contains("--target=wasm32-wasi"), "{stderr}");
-    assert!(
-        std::fs::metadata(&component).unwrap().len() < 200_000,
-        "a C plugin stays small"
-    );
-
-    let config = std::fs::read_to_string(root.join("examples/configs/maintenance.toml"))
-        .unwrap()
-        .replace(
-            "../../target/plugins/maintenance.wasm",
-            component.to_str().unwrap(),
-        );
-    let config_file = dir.join("maintenance.toml");
-    std::fs::write(&config_file, config).unwrap();
-    let simulate = Command::new(env!("CARGO_BIN_EXE_wasched"))
-        .args(["simulate", "--config"])
-        .arg(&config_file)
-        .arg(root.join("examples/clusters/maintenance.yaml"))
-        .output()
-        .unwrap();
-    assert!(
-        simulate.status.success(),
-        "{}",
-        String::from_utf8_lossy(&simulate.stderr)
-    );
-    let placements: Vec<serde_json::Value> = String::from_utf8_lossy(&simulate.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let find = |pod: &str| placements.iter().find(|p| p["pod"] == pod).unwrap().clone();
+    assert!(size < 200_000, "a C plugin stays small: {size} bytes");
+    let node = |pod: &str| placement(&placements, pod)["node"].clone();
+    assert_eq!(node("shop/web"), "small-1", "big nodes are in a window");
     assert_eq!(
-        find("shop/web")["node"],
-        "small-1",
-        "big nodes are in a window"
-    );
-    assert_eq!(
-        find("shop/batch")["message"],
+        placement(&placements, "shop/batch")["message"],
         "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) were in a maintenance window."
     );
-    let updater = find("ops/firmware-updater")["node"].clone();
+    let updater = node("ops/firmware-updater");
     assert!(
         updater == "big-1" || updater == "big-2",
         "the allowed pod may use them: {updater}"
