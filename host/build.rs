@@ -91,44 +91,22 @@ fn main() {
         hostile_dir.display()
     );
 
-    // Python plugins need componentize-py (scripts/setup installs it under target/guest-tools);
-    // without it the Python plugin test is compiled out.
-    println!("cargo:rustc-check-cfg=cfg(wasched_python_plugins)");
-    println!("cargo:rerun-if-env-changed=WASCHED_COMPONENTIZE_PY");
-    let componentize_py = env::var_os("WASCHED_COMPONENTIZE_PY")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target/guest-tools/python/bin/componentize-py"));
-    if componentize_py.is_file() {
-        println!("cargo:rerun-if-changed={}", componentize_py.display());
-        println!(
-            "cargo:rustc-env=WASCHED_COMPONENTIZE_PY={}",
-            componentize_py.display()
-        );
-        println!("cargo:rustc-cfg=wasched_python_plugins");
-    } else {
-        println!(
-            "cargo:warning=componentize-py is not installed (scripts/setup installs it): the Python plugin test is skipped"
-        );
-    }
-
-    // JavaScript plugins need componentize-js (scripts/setup installs it under target/guest-tools).
-    println!("cargo:rustc-check-cfg=cfg(wasched_javascript_plugins)");
-    println!("cargo:rerun-if-env-changed=WASCHED_COMPONENTIZE_JS");
-    let componentize_js = env::var_os("WASCHED_COMPONENTIZE_JS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target/guest-tools/js/node_modules/.bin/componentize-js"));
-    if componentize_js.is_file() {
-        println!("cargo:rerun-if-changed={}", componentize_js.display());
-        println!(
-            "cargo:rustc-env=WASCHED_COMPONENTIZE_JS={}",
-            componentize_js.display()
-        );
-        println!("cargo:rustc-cfg=wasched_javascript_plugins");
-    } else {
-        println!(
-            "cargo:warning=componentize-js is not installed (scripts/setup installs it): the JavaScript plugin test is skipped"
-        );
-    }
+    // Python and JavaScript plugins need componentize-py / componentize-js (scripts/setup installs
+    // them under target/guest-tools); without one, that language's test is compiled out.
+    guest_tool(
+        "WASCHED_COMPONENTIZE_PY",
+        root.join("target/guest-tools/python/bin/componentize-py"),
+        "wasched_python_plugins",
+        "componentize-py",
+        "Python",
+    );
+    guest_tool(
+        "WASCHED_COMPONENTIZE_JS",
+        root.join("target/guest-tools/js/node_modules/.bin/componentize-js"),
+        "wasched_javascript_plugins",
+        "componentize-js",
+        "JavaScript",
+    );
 
     // C plugins need wit-bindgen and clang with wasi-libc (scripts/setup installs them).
     println!("cargo:rustc-check-cfg=cfg(wasched_c_plugins)");
@@ -169,6 +147,23 @@ fn main() {
         println!("cargo:rustc-cfg=wasched_flood_plugin");
     } else {
         println!("cargo:warning=wasm32-wasip2 is not installed: the output-flood sandbox test is skipped");
+    }
+}
+
+/// Enables `cfg` and passes the tool's path to the tests in `env_var` when the tool (from
+/// `env_var`, else `default`) is installed; otherwise warns that `language`'s test is skipped.
+fn guest_tool(env_var: &str, default: PathBuf, cfg: &str, tool: &str, language: &str) {
+    println!("cargo:rustc-check-cfg=cfg({cfg})");
+    println!("cargo:rerun-if-env-changed={env_var}");
+    let path = env::var_os(env_var).map(PathBuf::from).unwrap_or(default);
+    if path.is_file() {
+        println!("cargo:rerun-if-changed={}", path.display());
+        println!("cargo:rustc-env={env_var}={}", path.display());
+        println!("cargo:rustc-cfg={cfg}");
+    } else {
+        println!(
+            "cargo:warning={tool} is not installed (scripts/setup installs it): the {language} plugin test is skipped"
+        );
     }
 }
 
