@@ -46,10 +46,12 @@ mod driver;
 #[doc(hidden)]
 pub mod guest;
 pub mod helpers;
+mod mirror;
 #[allow(missing_docs)]
 mod types;
 
 pub use driver::Driver;
+pub use mirror::{LabelTest, NodeSummary, Nodes, NO_TAINTS};
 pub use types::*;
 
 /// A plugin: its name and how it is built from its configuration.
@@ -61,6 +63,11 @@ pub trait Plugin: Sized + 'static {
     /// True when the plugin reads [`NodeInfo::usage`]. When false the host does not send usage
     /// changes after every placement, which saves a call per cycle.
     const READS_USAGE: bool = false;
+
+    /// True when the plugin uses [`Nodes::label_test`] in its batch methods: the mirror then keeps
+    /// an index of every node's labels (about 4 bytes per node per label key, plus each distinct
+    /// value once).
+    const INDEXES_LABELS: bool = false;
 
     /// Builds the plugin from its configuration: the plugin's table in the scheduler's TOML, as JSON
     /// (`{}` when there is none). Called once per plugin instance.
@@ -86,6 +93,19 @@ pub trait FilterPlugin: Plugin {
     /// reasons are counted per node in the pod's "0/N nodes are available" message, so keep them
     /// short and identical for identical causes.
     fn filter(&self, pod: &Pod, node: &NodeInfo) -> Verdict;
+
+    /// Filters a batch: appends one verdict per id of `ids` to `out`, in order. The default calls
+    /// [`FilterPlugin::filter`] per node. Override it to share work between nodes, e.g. one verdict
+    /// per distinct taint set, or to read the compact [`NodeSummary`] instead of the full node; it
+    /// must give exactly the verdicts `filter` gives.
+    fn filter_batch(&mut self, pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut FilterResults) {
+        for &id in ids {
+            out.push(match nodes.get(id) {
+                Some(node) => self.filter(pod, node),
+                None => Err(Nodes::unknown(id)),
+            });
+        }
+    }
 }
 
 /// A plugin that ranks the nodes that passed every filter.
@@ -96,6 +116,16 @@ pub trait ScorePlugin: Plugin {
     /// The raw score of `node` for `pod`. After normalization scores must lie in 0..=100; anything
     /// else fails the plugin for that cycle.
     fn score(&self, pod: &Pod, node: &NodeInfo) -> i64;
+
+    /// Scores a batch: appends one raw score per id of `ids` to `out`, in order. The default calls
+    /// [`ScorePlugin::score`] per node; an override must give exactly the same scores.
+    fn score_batch(&mut self, pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut Vec<i64>) {
+        out.extend(ids.iter().map(|&id| match nodes.get(id) {
+            Some(node) => self.score(pod, node),
+            // An impossible score makes the host report the plugin's failure instead of guessing.
+            None => i64::MIN,
+        }));
+    }
 
     /// Normalizes the scores of all feasible nodes in place; only called when
     /// [`ScorePlugin::NORMALIZE`] is [`Normalize::Custom`].
@@ -111,8 +141,8 @@ pub trait Exported: Plugin {
     const SCORE: bool;
     const NORMALIZE: Normalize;
     const VERSION: &'static str;
-    fn filter_node(&self, pod: &Pod, node: &NodeInfo) -> Verdict;
-    fn score_node(&self, pod: &Pod, node: &NodeInfo) -> i64;
+    fn filter_nodes(&mut self, pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut FilterResults);
+    fn score_nodes(&mut self, pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut Vec<i64>);
     fn normalize_scores(&self, pod: &Pod, scores: &mut [i64]);
 }
 
@@ -147,13 +177,11 @@ macro_rules! __export_plugin {
             const SCORE: bool = $score;
             const NORMALIZE: $crate::Normalize = $crate::__if!($score, <$ty as $crate::ScorePlugin>::NORMALIZE, $crate::Normalize::None);
             const VERSION: &'static str = env!("CARGO_PKG_VERSION");
-            #[inline]
-            fn filter_node(&self, pod: &$crate::Pod, node: &$crate::NodeInfo) -> $crate::Verdict {
-                $crate::__if!($filter, <$ty as $crate::FilterPlugin>::filter(self, pod, node), { let _ = (pod, node); Ok(()) })
+            fn filter_nodes(&mut self, pod: &$crate::Pod, nodes: &$crate::Nodes, ids: &[u32], out: &mut $crate::FilterResults) {
+                $crate::__if!($filter, <$ty as $crate::FilterPlugin>::filter_batch(self, pod, nodes, ids, out), { let _ = (pod, nodes); out.verdicts.extend(ids.iter().map(|_| 0)) })
             }
-            #[inline]
-            fn score_node(&self, pod: &$crate::Pod, node: &$crate::NodeInfo) -> i64 {
-                $crate::__if!($score, <$ty as $crate::ScorePlugin>::score(self, pod, node), { let _ = (pod, node); 0 })
+            fn score_nodes(&mut self, pod: &$crate::Pod, nodes: &$crate::Nodes, ids: &[u32], out: &mut Vec<i64>) {
+                $crate::__if!($score, <$ty as $crate::ScorePlugin>::score_batch(self, pod, nodes, ids, out), { let _ = (pod, nodes); out.extend(ids.iter().map(|_| 0i64)) })
             }
             fn normalize_scores(&self, pod: &$crate::Pod, scores: &mut [i64]) {
                 $crate::__if!($score, <$ty as $crate::ScorePlugin>::normalize(self, pod, scores), { let _ = (pod, scores); })

@@ -465,19 +465,24 @@ impl FilterResults {
 
     /// Appends the verdict for the next node, storing its failure once.
     pub fn push(&mut self, verdict: Verdict) {
-        match verdict {
-            Ok(()) => self.verdicts.push(0),
-            Err(failure) => {
-                let index = match self.failures.iter().position(|f| *f == failure) {
-                    Some(i) => i,
-                    None => {
-                        self.failures.push(failure);
-                        self.failures.len() - 1
-                    }
-                };
-                self.verdicts.push(index as u32 + 1);
+        let verdict = match verdict {
+            Ok(()) => 0,
+            Err(failure) => self.intern(failure),
+        };
+        self.verdicts.push(verdict);
+    }
+
+    /// Stores `failure` once and returns the verdict that refers to it, for a batch method that
+    /// pushes the same verdict for many nodes onto [`FilterResults::verdicts`].
+    pub fn intern(&mut self, failure: Failure) -> u32 {
+        let index = match self.failures.iter().position(|f| *f == failure) {
+            Some(i) => i,
+            None => {
+                self.failures.push(failure);
+                self.failures.len() - 1
             }
-        }
+        };
+        index as u32 + 1
     }
 
     /// The failure for the node at `position`, or `None` when it passed.

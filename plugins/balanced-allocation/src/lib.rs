@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 use wasched_sdk::helpers::MAX_NODE_SCORE;
-use wasched_sdk::{NodeInfo, Plugin, Pod, PodPlan, ScorePlugin};
+use wasched_sdk::{NodeInfo, NodeSummary, Nodes, Plugin, Pod, PodPlan, ScorePlugin};
 
 /// The name used in configs and messages.
 pub const NAME: &str = "NodeResourcesBalancedAllocation";
@@ -36,10 +36,40 @@ fn default_resources() -> Vec<ResourceSpec> {
         .collect()
 }
 
+/// A compared resource, resolved from its name once.
+enum Compared {
+    Cpu,
+    Memory,
+    EphemeralStorage,
+    Scalar(String),
+}
+
+impl Compared {
+    fn of(name: String) -> Self {
+        match name.as_str() {
+            "cpu" => Compared::Cpu,
+            "memory" => Compared::Memory,
+            "ephemeral-storage" => Compared::EphemeralStorage,
+            _ => Compared::Scalar(name),
+        }
+    }
+
+    fn name(&self) -> &str {
+        match self {
+            Compared::Cpu => "cpu",
+            Compared::Memory => "memory",
+            Compared::EphemeralStorage => "ephemeral-storage",
+            Compared::Scalar(name) => name,
+        }
+    }
+}
+
 /// The plugin; holds the resources it compares and the current pod's request of each.
 pub struct BalancedAllocation {
-    resources: Vec<String>,
+    resources: Vec<Compared>,
     pod_requests: Vec<i64>,
+    /// True when every compared resource is in [`NodeSummary`].
+    summary_suffices: bool,
 }
 
 impl Plugin for BalancedAllocation {
@@ -51,15 +81,26 @@ impl Plugin for BalancedAllocation {
         if args.resources.is_empty() {
             return Err("resources must name at least one resource".to_string());
         }
+        let resources: Vec<Compared> = args
+            .resources
+            .into_iter()
+            .map(|r| Compared::of(r.name))
+            .collect();
+        let summary_suffices = !resources.iter().any(|r| matches!(r, Compared::Scalar(_)));
         Ok(BalancedAllocation {
-            resources: args.resources.into_iter().map(|r| r.name).collect(),
+            resources,
             pod_requests: Vec::new(),
+            summary_suffices,
         })
     }
 
     fn prepare(&mut self, pod: &Pod) -> PodPlan {
         // Uses the real requests (no 100m/200Mi defaults).
-        self.pod_requests = self.resources.iter().map(|r| pod.requests.get(r)).collect();
+        self.pod_requests = self
+            .resources
+            .iter()
+            .map(|r| pod.requests.get(r.name()))
+            .collect();
         PodPlan {
             // A best-effort pod (no request for any of these resources) gets no opinion.
             score: self.pod_requests.iter().any(|r| *r != 0),
@@ -69,40 +110,42 @@ impl Plugin for BalancedAllocation {
 }
 
 impl BalancedAllocation {
-    /// The used fraction (capped at 1) of each resource that takes part, in order.
-    fn fractions<'a>(&'a self, node: &'a NodeInfo) -> impl Iterator<Item = f64> + 'a {
+    /// The used fraction (capped at 1) of each resource that takes part, in order, given the
+    /// node's `(allocatable, requested)` of a resource.
+    fn fractions<'a>(
+        &'a self,
+        amounts: &'a impl Fn(&Compared) -> (i64, i64),
+    ) -> impl Iterator<Item = f64> + 'a {
         self.resources
             .iter()
             .zip(&self.pod_requests)
-            .filter_map(move |(name, pod_request)| {
-                let allocatable = node.allocatable.get(name);
+            .filter_map(move |(resource, pod_request)| {
+                let (allocatable, requested) = amounts(resource);
                 // An extended resource the pod does not ask for is left out.
-                let is_scalar = !matches!(name.as_str(), "cpu" | "memory" | "ephemeral-storage");
+                let is_scalar = matches!(resource, Compared::Scalar(_));
                 if allocatable == 0 || (is_scalar && *pod_request == 0) {
                     return None;
                 }
-                let requested = node.usage.requested.get(name) + pod_request;
+                let requested = requested + pod_request;
                 Some((requested as f64 / allocatable as f64).min(1.0))
             })
     }
-}
 
-impl ScorePlugin for BalancedAllocation {
-    fn score(&self, _pod: &Pod, node: &NodeInfo) -> i64 {
+    fn score_with(&self, amounts: impl Fn(&Compared) -> (i64, i64)) -> i64 {
         let (count, total) = self
-            .fractions(node)
+            .fractions(&amounts)
             .fold((0usize, 0f64), |(n, sum), f| (n + 1, sum + f));
         let std = match count {
             0 | 1 => 0.0,
             2 => {
-                let mut pair = self.fractions(node);
+                let mut pair = self.fractions(&amounts);
                 let (a, b) = (pair.next().unwrap(), pair.next().unwrap());
                 ((a - b) / 2.0).abs()
             }
             n => {
                 let mean = total / n as f64;
                 let variance = self
-                    .fractions(node)
+                    .fractions(&amounts)
                     .map(|f| (f - mean) * (f - mean))
                     .sum::<f64>()
                     / n as f64;
@@ -110,6 +153,44 @@ impl ScorePlugin for BalancedAllocation {
             }
         };
         ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
+    }
+}
+
+fn from_summary(node: &NodeSummary, resource: &Compared) -> (i64, i64) {
+    match resource {
+        Compared::Cpu => (node.allocatable_milli_cpu, node.requested_milli_cpu),
+        Compared::Memory => (node.allocatable_memory, node.requested_memory),
+        Compared::EphemeralStorage => (
+            node.allocatable_ephemeral_storage,
+            node.requested_ephemeral_storage,
+        ),
+        Compared::Scalar(_) => unreachable!("summary_suffices excludes scalar resources"),
+    }
+}
+
+impl ScorePlugin for BalancedAllocation {
+    fn score(&self, _pod: &Pod, node: &NodeInfo) -> i64 {
+        self.score_with(|resource| {
+            (
+                node.allocatable.get(resource.name()),
+                node.usage.requested.get(resource.name()),
+            )
+        })
+    }
+
+    /// Reads only the nodes' summaries when every compared resource is in them.
+    fn score_batch(&mut self, pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut Vec<i64>) {
+        if !self.summary_suffices {
+            out.extend(ids.iter().map(|&id| match nodes.get(id) {
+                Some(node) => self.score(pod, node),
+                None => i64::MIN,
+            }));
+            return;
+        }
+        out.extend(ids.iter().map(|&id| match nodes.summary(id) {
+            Some(node) => self.score_with(|resource| from_summary(node, resource)),
+            None => i64::MIN,
+        }));
     }
 }
 

@@ -3,10 +3,10 @@
 
 mod selector;
 
-use selector::{parse_term, Term};
+use selector::{parse_term, CompiledTerm, Term};
 use wasched_sdk::{
-    Failure, FilterPlan, FilterPlugin, Labels, NodeInfo, Normalize, Plugin, Pod, PodPlan,
-    ScorePlugin, Verdict,
+    Failure, FilterPlan, FilterPlugin, FilterResults, LabelTest, Labels, NodeInfo, Nodes,
+    Normalize, Plugin, Pod, PodPlan, ScorePlugin, Verdict,
 };
 
 /// The name used in configs and messages.
@@ -25,16 +25,74 @@ pub struct NodeAffinity {
     /// `None`: no required affinity. `Some`: the valid, non-empty terms (ORed).
     required: Option<Vec<Term>>,
     preferred: Vec<(i64, Term)>,
+    /// The above as label tests against the mirror, made at the pod's first batch, with the
+    /// mirror's generation they were made at.
+    compiled: Option<(u64, Compiled)>,
+}
+
+/// The current pod's selector and terms as label tests: one table lookup per node and label.
+struct Compiled {
+    node_selector: Vec<LabelTest>,
+    required: Option<Vec<CompiledTerm>>,
+    preferred: Vec<(i64, CompiledTerm)>,
+}
+
+impl Compiled {
+    fn new(plugin: &NodeAffinity, nodes: &Nodes) -> Self {
+        Compiled {
+            node_selector: plugin
+                .node_selector
+                .iter()
+                .map(|(key, wanted)| nodes.label_test(key, |value| value == Some(wanted)))
+                .collect(),
+            required: plugin
+                .required
+                .as_ref()
+                .map(|terms| terms.iter().map(|t| t.compile(nodes)).collect()),
+            preferred: plugin
+                .preferred
+                .iter()
+                .map(|(weight, term)| (*weight, term.compile(nodes)))
+                .collect(),
+        }
+    }
+
+    fn filter(&self, nodes: &Nodes, id: u32) -> bool {
+        self.node_selector.iter().all(|test| nodes.passes(id, test))
+            && self
+                .required
+                .as_ref()
+                .is_none_or(|terms| terms.iter().any(|t| t.matches(nodes, id)))
+    }
+
+    fn score(&self, nodes: &Nodes, id: u32) -> i64 {
+        self.preferred
+            .iter()
+            .filter(|(_, term)| term.matches(nodes, id))
+            .map(|(weight, _)| weight)
+            .sum()
+    }
+}
+
+impl NodeAffinity {
+    fn compiled(&mut self, nodes: &Nodes) -> &Compiled {
+        if !matches!(&self.compiled, Some((generation, _)) if *generation == nodes.generation()) {
+            self.compiled = Some((nodes.generation(), Compiled::new(self, nodes)));
+        }
+        &self.compiled.as_ref().expect("just compiled").1
+    }
 }
 
 impl Plugin for NodeAffinity {
     const NAME: &'static str = NAME;
+    const INDEXES_LABELS: bool = true;
 
     fn new(_config: &str) -> Result<Self, String> {
         Ok(Self::default())
     }
 
     fn prepare(&mut self, pod: &Pod) -> PodPlan {
+        self.compiled = None;
         self.node_selector = pod.node_selector.clone();
         let affinity = pod.node_affinity.as_ref();
         let required_terms = affinity.and_then(|a| a.required.as_ref());
@@ -133,6 +191,23 @@ impl FilterPlugin for NodeAffinity {
             Err(Failure::unresolvable(REASON))
         }
     }
+
+    fn filter_batch(&mut self, _pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut FilterResults) {
+        let compiled = self.compiled(nodes);
+        let mut rejected = None;
+        for &id in ids {
+            if !nodes.contains(id) {
+                out.push(Err(Nodes::unknown(id)));
+                continue;
+            }
+            let verdict = if compiled.filter(nodes, id) {
+                0
+            } else {
+                *rejected.get_or_insert_with(|| out.intern(Failure::unresolvable(REASON)))
+            };
+            out.verdicts.push(verdict);
+        }
+    }
 }
 
 impl ScorePlugin for NodeAffinity {
@@ -144,6 +219,17 @@ impl ScorePlugin for NodeAffinity {
             .filter(|(_, term)| term.matches(node))
             .map(|(weight, _)| weight)
             .sum()
+    }
+
+    fn score_batch(&mut self, _pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut Vec<i64>) {
+        let compiled = self.compiled(nodes);
+        out.extend(ids.iter().map(|&id| {
+            if nodes.contains(id) {
+                compiled.score(nodes, id)
+            } else {
+                i64::MIN
+            }
+        }));
     }
 }
 

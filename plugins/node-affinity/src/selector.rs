@@ -1,7 +1,7 @@
 //! Node selector terms parsed once per pod, with Kubernetes' validation rules: a term with any
 //! invalid requirement is an error (and, for required affinity, matches nothing).
 
-use wasched_sdk::{NodeInfo, NodeSelectorRequirement, NodeSelectorTerm};
+use wasched_sdk::{LabelTest, NodeInfo, NodeSelectorRequirement, NodeSelectorTerm, Nodes};
 
 use crate::NAME_FIELD;
 
@@ -28,7 +28,7 @@ enum Operator {
     Lt(i64),
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct FieldRequirement {
     key: String,
     value: String,
@@ -38,22 +38,58 @@ struct FieldRequirement {
 impl Term {
     /// True when every requirement holds for `node`.
     pub fn matches(&self, node: &NodeInfo) -> bool {
-        self.expressions.iter().all(|r| r.matches(node))
-            && self.fields.iter().all(|f| {
-                // Only `metadata.name` exists as a node field; any other key reads as empty.
-                let actual = if f.key == NAME_FIELD {
-                    node.name.as_str()
-                } else {
-                    ""
-                };
-                (actual == f.value) == f.equal
-            })
+        self.expressions
+            .iter()
+            .all(|r| r.holds(node.labels.get(&r.key)))
+            && fields_match(&self.fields, node)
+    }
+
+    /// The term as label tests on `nodes`' index, for checking many nodes in one cycle.
+    pub fn compile(&self, nodes: &Nodes) -> CompiledTerm {
+        CompiledTerm {
+            labels: self
+                .expressions
+                .iter()
+                .map(|r| nodes.label_test(&r.key, |value| r.holds(value)))
+                .collect(),
+            fields: self.fields.clone(),
+        }
     }
 }
 
+/// A [`Term`] compiled against one cycle's mirror.
+#[derive(Debug)]
+pub struct CompiledTerm {
+    labels: Vec<LabelTest>,
+    fields: Vec<FieldRequirement>,
+}
+
+impl CompiledTerm {
+    /// What [`Term::matches`] gives for node `id` of the mirror the term was compiled against.
+    pub fn matches(&self, nodes: &Nodes, id: u32) -> bool {
+        self.labels.iter().all(|test| nodes.passes(id, test))
+            && (self.fields.is_empty()
+                || nodes
+                    .get(id)
+                    .is_some_and(|node| fields_match(&self.fields, node)))
+    }
+}
+
+fn fields_match(fields: &[FieldRequirement], node: &NodeInfo) -> bool {
+    fields.iter().all(|f| {
+        // Only `metadata.name` exists as a node field; any other key reads as empty.
+        let actual = if f.key == NAME_FIELD {
+            node.name.as_str()
+        } else {
+            ""
+        };
+        (actual == f.value) == f.equal
+    })
+}
+
 impl Requirement {
-    fn matches(&self, node: &NodeInfo) -> bool {
-        let value = node.labels.get(&self.key);
+    /// Whether a node whose label `key` has `value` (`None`: no such label) satisfies this.
+    fn holds(&self, value: Option<&str>) -> bool {
         match &self.op {
             Operator::In(values) => value.is_some_and(|v| values.iter().any(|x| x == v)),
             Operator::NotIn(values) => !value.is_some_and(|v| values.iter().any(|x| x == v)),

@@ -10,7 +10,8 @@ pub use args::Args;
 use args::Strategy;
 use wasched_sdk::helpers::MAX_NODE_SCORE;
 use wasched_sdk::{
-    resource, Failure, FilterPlugin, NodeInfo, Plugin, Pod, PodPlan, ScorePlugin, Verdict,
+    resource, Failure, FilterPlugin, FilterResults, NodeInfo, NodeSummary, Nodes, Plugin, Pod,
+    PodPlan, ScorePlugin, Verdict,
 };
 
 /// The name used in configs and messages.
@@ -22,6 +23,11 @@ pub const REASON_TOO_MANY_PODS: &str = "Too many pods";
 pub struct NodeResourcesFit {
     args: Args,
     pod_score_requests: Vec<i64>,
+    /// True when the scored resources are all in [`NodeSummary`].
+    score_from_summary: bool,
+    /// True when the current pod requests no extended resource the filter checks, so the filter
+    /// only needs [`NodeSummary`].
+    filter_from_summary: bool,
 }
 
 impl Plugin for NodeResourcesFit {
@@ -29,9 +35,17 @@ impl Plugin for NodeResourcesFit {
     const READS_USAGE: bool = true;
 
     fn new(config: &str) -> Result<Self, String> {
+        let args = Args::parse(config)?;
+        let score_from_summary = args
+            .scoring
+            .resources
+            .iter()
+            .all(|r| summary_amounts(&NodeSummary::default(), &r.name, 0).is_some());
         Ok(NodeResourcesFit {
-            args: Args::parse(config)?,
+            args,
             pod_score_requests: Vec::new(),
+            score_from_summary,
+            filter_from_summary: false,
         })
     }
 
@@ -43,6 +57,11 @@ impl Plugin for NodeResourcesFit {
             .iter()
             .map(|r| score_request(pod, &r.name))
             .collect();
+        self.filter_from_summary = pod
+            .requests
+            .scalar
+            .iter()
+            .all(|(name, want)| *want == 0 || self.args.ignores(name));
         PodPlan::default()
     }
 }
@@ -79,6 +98,87 @@ fn allocatable_and_requested(node: &NodeInfo, name: &str, pod_request: i64) -> (
             Some(allocatable) => (allocatable, usage.requested.get(name) + pod_request),
             None => (0, 0),
         },
+    }
+}
+
+/// [`allocatable_and_requested`] from a node's summary; `None` for a resource it does not hold.
+fn summary_amounts(node: &NodeSummary, name: &str, pod_request: i64) -> Option<(i64, i64)> {
+    match name {
+        resource::CPU => Some((
+            node.allocatable_milli_cpu,
+            node.non_zero_requested_milli_cpu + pod_request,
+        )),
+        resource::MEMORY => Some((
+            node.allocatable_memory,
+            node.non_zero_requested_memory + pod_request,
+        )),
+        resource::EPHEMERAL_STORAGE => Some((
+            node.allocatable_ephemeral_storage,
+            node.requested_ephemeral_storage + pod_request,
+        )),
+        _ => None,
+    }
+}
+
+/// Bits of a summary verdict: which of the filter's four checks failed.
+const SHORT_OF_PODS: usize = 1;
+const SHORT_OF_CPU: usize = 2;
+const SHORT_OF_MEMORY: usize = 4;
+const SHORT_OF_EPHEMERAL_STORAGE: usize = 8;
+
+/// The filter's checks on cpu, memory, ephemeral storage and pod slots, as a set of bits.
+fn shortages(pod: &Pod, node: &NodeSummary) -> usize {
+    let request = &pod.requests;
+    let mut short = 0;
+    if i64::from(node.pod_count) + 1 > node.allocatable_pods {
+        short |= SHORT_OF_PODS;
+    }
+    let checks = [
+        (
+            SHORT_OF_CPU,
+            request.milli_cpu,
+            node.requested_milli_cpu,
+            node.allocatable_milli_cpu,
+        ),
+        (
+            SHORT_OF_MEMORY,
+            request.memory,
+            node.requested_memory,
+            node.allocatable_memory,
+        ),
+        (
+            SHORT_OF_EPHEMERAL_STORAGE,
+            request.ephemeral_storage,
+            node.requested_ephemeral_storage,
+            node.allocatable_ephemeral_storage,
+        ),
+    ];
+    for (bit, want, used, have) in checks {
+        if want > 0 && have < want + used {
+            short |= bit;
+        }
+    }
+    short
+}
+
+/// The failure for a set of shortage bits, with the reasons in the per-node filter's order.
+fn shortage_failure(short: usize) -> Failure {
+    let mut reasons: Vec<Cow<'static, str>> = Vec::new();
+    if short & SHORT_OF_PODS != 0 {
+        reasons.push(REASON_TOO_MANY_PODS.into());
+    }
+    for (bit, name) in [
+        (SHORT_OF_CPU, resource::CPU),
+        (SHORT_OF_MEMORY, resource::MEMORY),
+        (SHORT_OF_EPHEMERAL_STORAGE, resource::EPHEMERAL_STORAGE),
+    ] {
+        if short & bit != 0 {
+            reasons.push(insufficient(name));
+        }
+    }
+    Failure {
+        code: wasched_sdk::Code::Unschedulable,
+        reasons,
     }
 }
 
@@ -134,6 +234,33 @@ impl FilterPlugin for NodeResourcesFit {
             })
         }
     }
+
+    /// Reads only the nodes' summaries unless the pod requests an extended resource, and builds
+    /// each combination of shortages' failure once per batch.
+    fn filter_batch(&mut self, pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut FilterResults) {
+        if !self.filter_from_summary {
+            for &id in ids {
+                out.push(match nodes.get(id) {
+                    Some(node) => self.filter(pod, node),
+                    None => Err(Nodes::unknown(id)),
+                });
+            }
+            return;
+        }
+        let mut verdict_of_shortages = [None; 16];
+        for &id in ids {
+            let Some(node) = nodes.summary(id) else {
+                out.push(Err(Nodes::unknown(id)));
+                continue;
+            };
+            let verdict = match shortages(pod, node) {
+                0 => 0,
+                short => *verdict_of_shortages[short]
+                    .get_or_insert_with(|| out.intern(shortage_failure(short))),
+            };
+            out.verdicts.push(verdict);
+        }
+    }
 }
 
 fn insufficient(name: &'static str) -> Cow<'static, str> {
@@ -144,14 +271,14 @@ fn insufficient(name: &'static str) -> Cow<'static, str> {
     }
 }
 
-impl ScorePlugin for NodeResourcesFit {
-    fn score(&self, _pod: &Pod, node: &NodeInfo) -> i64 {
+impl NodeResourcesFit {
+    /// The score given each scored resource's `(allocatable, requested including the pod)`.
+    fn score_with(&self, amounts: impl Fn(&str, i64) -> (i64, i64)) -> i64 {
         let scoring = &self.args.scoring;
         let mut node_score = 0i64;
         let mut weight_sum = 0i64;
         for (spec, pod_request) in scoring.resources.iter().zip(&self.pod_score_requests) {
-            let (allocatable, requested) =
-                allocatable_and_requested(node, &spec.name, *pod_request);
+            let (allocatable, requested) = amounts(&spec.name, *pod_request);
             if allocatable == 0 {
                 continue;
             }
@@ -192,6 +319,28 @@ impl ScorePlugin for NodeResourcesFit {
             }
             _ => node_score / weight_sum,
         }
+    }
+}
+
+impl ScorePlugin for NodeResourcesFit {
+    fn score(&self, _pod: &Pod, node: &NodeInfo) -> i64 {
+        self.score_with(|name, pod_request| allocatable_and_requested(node, name, pod_request))
+    }
+
+    /// Reads only the nodes' summaries when the scored resources are all in them.
+    fn score_batch(&mut self, pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut Vec<i64>) {
+        out.extend(ids.iter().map(|&id| {
+            if self.score_from_summary {
+                if let Some(node) = nodes.summary(id) {
+                    return self.score_with(|name, pod_request| {
+                        summary_amounts(node, name, pod_request).unwrap_or((0, 0))
+                    });
+                }
+            } else if let Some(node) = nodes.get(id) {
+                return self.score(pod, node);
+            }
+            i64::MIN
+        }));
     }
 }
 

@@ -2,7 +2,10 @@
 //! the `node.kubernetes.io/unschedulable:NoSchedule` taint.
 
 use wasched_sdk::helpers::tolerated_by_any;
-use wasched_sdk::{effect, Failure, FilterPlugin, NodeInfo, Plugin, Pod, PodPlan, Taint, Verdict};
+use wasched_sdk::{
+    effect, Failure, FilterPlugin, FilterResults, NodeInfo, Nodes, Plugin, Pod, PodPlan, Taint,
+    Verdict,
+};
 
 /// The name used in configs and messages.
 pub const NAME: &str = "NodeUnschedulable";
@@ -44,6 +47,24 @@ impl FilterPlugin for NodeUnschedulable {
             return Err(Failure::unresolvable(REASON));
         }
         Ok(())
+    }
+
+    /// Reads only the node's summary, and stores the one failure once per batch.
+    fn filter_batch(&mut self, _pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut FilterResults) {
+        let mut rejected = None;
+        for &id in ids {
+            let verdict = match nodes.summary(id) {
+                None => {
+                    out.push(Err(Nodes::unknown(id)));
+                    continue;
+                }
+                Some(node) if node.unschedulable && !self.tolerates_unschedulable => {
+                    *rejected.get_or_insert_with(|| out.intern(Failure::unresolvable(REASON)))
+                }
+                Some(_) => 0,
+            };
+            out.verdicts.push(verdict);
+        }
     }
 }
 

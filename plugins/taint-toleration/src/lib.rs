@@ -3,17 +3,22 @@
 
 use wasched_sdk::helpers::tolerated_by_any;
 use wasched_sdk::{
-    effect, Failure, FilterPlugin, NodeInfo, Normalize, Plugin, Pod, PodPlan, ScorePlugin,
-    Toleration, Verdict,
+    effect, Failure, FilterPlugin, FilterResults, NodeInfo, Nodes, Normalize, Plugin, Pod, PodPlan,
+    ScorePlugin, Taint, Toleration, Verdict,
 };
 
 /// The name used in configs and messages.
 pub const NAME: &str = "TaintToleration";
 
+/// Marks a taint set whose verdict or score a batch has not computed yet.
+const NOT_YET: u32 = u32::MAX;
+
 /// The plugin; holds the current pod's tolerations that matter for scoring.
 #[derive(Default)]
 pub struct TaintToleration {
     prefer_no_schedule_tolerations: Vec<Toleration>,
+    /// Per taint set of the mirror, within one batch: the verdict (filter) or score, once known.
+    per_taint_set: Vec<u32>,
 }
 
 /// kube-scheduler's reason, naming the first untolerated taint (a taint without a value prints as
@@ -41,18 +46,58 @@ impl Plugin for TaintToleration {
     }
 }
 
+fn untolerated(pod: &Pod, taints: &[Taint]) -> Verdict {
+    let untolerated = taints.iter().find(|taint| {
+        (taint.effect == effect::NO_SCHEDULE || taint.effect == effect::NO_EXECUTE)
+            && !tolerated_by_any(&pod.tolerations, taint)
+    });
+    match untolerated {
+        Some(taint) => Err(Failure::unresolvable(untolerated_reason(
+            &taint.key,
+            &taint.value,
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// How many of `taints` are `PreferNoSchedule` and not tolerated.
+fn untolerated_preferences(tolerations: &[Toleration], taints: &[Taint]) -> i64 {
+    taints
+        .iter()
+        .filter(|taint| {
+            taint.effect == effect::PREFER_NO_SCHEDULE && !tolerated_by_any(tolerations, taint)
+        })
+        .count() as i64
+}
+
+/// An empty per-taint-set table for the next batch.
+fn reset(memo: &mut Vec<u32>, nodes: &Nodes) {
+    memo.clear();
+    memo.resize(nodes.taint_set_count(), NOT_YET);
+}
+
 impl FilterPlugin for TaintToleration {
     fn filter(&self, pod: &Pod, node: &NodeInfo) -> Verdict {
-        let untolerated = node.taints.iter().find(|taint| {
-            (taint.effect == effect::NO_SCHEDULE || taint.effect == effect::NO_EXECUTE)
-                && !tolerated_by_any(&pod.tolerations, taint)
-        });
-        match untolerated {
-            Some(taint) => Err(Failure::unresolvable(untolerated_reason(
-                &taint.key,
-                &taint.value,
-            ))),
-            None => Ok(()),
+        untolerated(pod, &node.taints)
+    }
+
+    /// Nodes with the same taints get the same verdict, so it is worked out once per taint set.
+    fn filter_batch(&mut self, pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut FilterResults) {
+        let memo = &mut self.per_taint_set;
+        reset(memo, nodes);
+        for &id in ids {
+            let Some(summary) = nodes.summary(id) else {
+                out.push(Err(Nodes::unknown(id)));
+                continue;
+            };
+            let known = &mut memo[summary.taint_set as usize];
+            if *known == NOT_YET {
+                *known = match untolerated(pod, nodes.taint_set(summary.taint_set)) {
+                    Ok(()) => 0,
+                    Err(failure) => out.intern(failure),
+                };
+            }
+            out.verdicts.push(*known);
         }
     }
 }
@@ -61,13 +106,25 @@ impl ScorePlugin for TaintToleration {
     const NORMALIZE: Normalize = Normalize::Reverse;
 
     fn score(&self, _pod: &Pod, node: &NodeInfo) -> i64 {
-        node.taints
-            .iter()
-            .filter(|taint| {
-                taint.effect == effect::PREFER_NO_SCHEDULE
-                    && !tolerated_by_any(&self.prefer_no_schedule_tolerations, taint)
-            })
-            .count() as i64
+        untolerated_preferences(&self.prefer_no_schedule_tolerations, &node.taints)
+    }
+
+    fn score_batch(&mut self, _pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut Vec<i64>) {
+        let memo = &mut self.per_taint_set;
+        reset(memo, nodes);
+        for &id in ids {
+            let Some(summary) = nodes.summary(id) else {
+                out.push(i64::MIN);
+                continue;
+            };
+            let known = &mut memo[summary.taint_set as usize];
+            if *known == NOT_YET {
+                let taints = nodes.taint_set(summary.taint_set);
+                *known =
+                    untolerated_preferences(&self.prefer_no_schedule_tolerations, taints) as u32;
+            }
+            out.push(i64::from(*known));
+        }
     }
 }
 

@@ -2,7 +2,8 @@
 //! those zones/regions.
 
 use wasched_sdk::{
-    Failure, FilterPlan, FilterPlugin, NodeInfo, Plugin, Pod, PodPlan, Verdict, VolumeInfo,
+    Failure, FilterPlan, FilterPlugin, FilterResults, LabelTest, NodeInfo, Nodes, Plugin, Pod,
+    PodPlan, Verdict, VolumeInfo,
 };
 
 /// The name used in configs and messages.
@@ -28,6 +29,59 @@ struct Constraint {
 #[derive(Default)]
 pub struct VolumeZone {
     constraints: Vec<Constraint>,
+    /// The constraints as label tests, with the mirror generation they were made at.
+    compiled: Option<(u64, Compiled)>,
+}
+
+/// The filter as label tests: one table lookup per node and label.
+struct Compiled {
+    /// Per topology label: the node has it.
+    has_topology_label: Vec<LabelTest>,
+    /// Per constraint: the node has the constraint's label, it is one of the values, and (for a
+    /// beta label) the GA label is one of the values.
+    constraints: Vec<[LabelTest; 3]>,
+}
+
+impl Compiled {
+    fn new(constraints: &[Constraint], nodes: &Nodes) -> Self {
+        let in_values =
+            |values: &[String], v: Option<&str>| v.is_some_and(|v| values.iter().any(|z| z == v));
+        Compiled {
+            has_topology_label: TOPOLOGY_LABELS
+                .iter()
+                .map(|key| nodes.label_test(key, |v| v.is_some()))
+                .collect(),
+            constraints: constraints
+                .iter()
+                .map(|c| {
+                    let ga = ga_label(c.key);
+                    [
+                        nodes.label_test(c.key, |v| v.is_some()),
+                        nodes.label_test(c.key, |v| in_values(&c.values, v)),
+                        match ga {
+                            Some(ga) => nodes.label_test(ga, |v| in_values(&c.values, v)),
+                            None => nodes.label_test(c.key, |v| in_values(&c.values, v)),
+                        },
+                    ]
+                })
+                .collect(),
+        }
+    }
+
+    fn fits(&self, nodes: &Nodes, id: u32) -> bool {
+        if !self.has_topology_label.iter().any(|t| nodes.passes(id, t)) {
+            return true;
+        }
+        self.constraints
+            .iter()
+            .all(|[has_key, key_fits, fallback_fits]| {
+                if nodes.passes(id, has_key) {
+                    nodes.passes(id, key_fits)
+                } else {
+                    nodes.passes(id, fallback_fits)
+                }
+            })
+    }
 }
 
 /// Looks up every claim of the pod, as kube-scheduler's PreFilter does.
@@ -101,12 +155,14 @@ fn ga_label(key: &str) -> Option<&'static str> {
 
 impl Plugin for VolumeZone {
     const NAME: &'static str = NAME;
+    const INDEXES_LABELS: bool = true;
 
     fn new(_config: &str) -> Result<Self, String> {
         Ok(Self::default())
     }
 
     fn prepare(&mut self, pod: &Pod) -> PodPlan {
+        self.compiled = None;
         let filter = match constraints_of(pod) {
             Err(failure) => FilterPlan::Reject(failure),
             Ok(constraints) if constraints.is_empty() => FilterPlan::Skip,
@@ -138,6 +194,27 @@ impl FilterPlugin for VolumeZone {
             }
         }
         Ok(())
+    }
+
+    fn filter_batch(&mut self, _pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut FilterResults) {
+        if !matches!(&self.compiled, Some((generation, _)) if *generation == nodes.generation()) {
+            let compiled = Compiled::new(&self.constraints, nodes);
+            self.compiled = Some((nodes.generation(), compiled));
+        }
+        let compiled = &self.compiled.as_ref().expect("just compiled").1;
+        let mut rejected = None;
+        for &id in ids {
+            if !nodes.contains(id) {
+                out.push(Err(Nodes::unknown(id)));
+                continue;
+            }
+            let verdict = if compiled.fits(nodes, id) {
+                0
+            } else {
+                *rejected.get_or_insert_with(|| out.intern(Failure::unresolvable(REASON)))
+            };
+            out.verdicts.push(verdict);
+        }
     }
 }
 

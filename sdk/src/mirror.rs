@@ -1,0 +1,495 @@
+//! A plugin instance's copy of the cluster's nodes, with a compact summary of each node beside it.
+//!
+//! A filter or score over a batch touches every node of the batch once per cycle. Reading the full
+//! [`NodeInfo`] means several cache lines and pointer chases per node (labels, taints, resources),
+//! so the mirror also keeps a fixed-size [`NodeSummary`] per node in one dense array, and interns
+//! taint lists so that nodes with the same taints share one id. Batch overrides
+//! ([`crate::FilterPlugin::filter_batch`], [`crate::ScorePlugin::score_batch`]) read those and
+//! compute per distinct taint set instead of per node.
+
+use std::collections::HashMap;
+
+use crate::types::{Failure, NodeInfo, NodeUsage, Resources, Taint};
+
+/// The resources and flags of one node in 88 bytes: what the default plugins read per node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeSummary {
+    /// `status.allocatable` cpu in millicores.
+    pub allocatable_milli_cpu: i64,
+    /// `status.allocatable` memory in bytes.
+    pub allocatable_memory: i64,
+    /// `status.allocatable` ephemeral storage in bytes.
+    pub allocatable_ephemeral_storage: i64,
+    /// `status.allocatable` pod slots.
+    pub allocatable_pods: i64,
+    /// Sum of the pods' effective cpu requests, in millicores.
+    pub requested_milli_cpu: i64,
+    /// Sum of the pods' effective memory requests, in bytes.
+    pub requested_memory: i64,
+    /// Sum of the pods' effective ephemeral-storage requests, in bytes.
+    pub requested_ephemeral_storage: i64,
+    /// Sum of the pods' cpu requests counting a missing one as 100m.
+    pub non_zero_requested_milli_cpu: i64,
+    /// Sum of the pods' memory requests counting a missing one as 200Mi.
+    pub non_zero_requested_memory: i64,
+    /// Pods on the node.
+    pub pod_count: u32,
+    /// The node's taint list as an id: equal ids mean equal lists (see [`Nodes::taint_set`]).
+    pub taint_set: u32,
+    /// `spec.unschedulable`.
+    pub unschedulable: bool,
+    /// True when the node lists any scalar (extended) resource in allocatable or usage: the summary
+    /// then does not tell the whole story and the full [`NodeInfo`] must be read for those.
+    pub has_scalar_resources: bool,
+}
+
+impl NodeSummary {
+    fn of(node: &NodeInfo, taint_set: u32) -> Self {
+        let mut summary = NodeSummary {
+            allocatable_milli_cpu: node.allocatable.milli_cpu,
+            allocatable_memory: node.allocatable.memory,
+            allocatable_ephemeral_storage: node.allocatable.ephemeral_storage,
+            allocatable_pods: node.allocatable.pods,
+            taint_set,
+            unschedulable: node.unschedulable,
+            ..NodeSummary::default()
+        };
+        summary.set_usage(&node.allocatable, &node.usage);
+        summary
+    }
+
+    fn set_usage(&mut self, allocatable: &Resources, usage: &NodeUsage) {
+        self.requested_milli_cpu = usage.requested.milli_cpu;
+        self.requested_memory = usage.requested.memory;
+        self.requested_ephemeral_storage = usage.requested.ephemeral_storage;
+        self.non_zero_requested_milli_cpu = usage.non_zero_requested.milli_cpu;
+        self.non_zero_requested_memory = usage.non_zero_requested.memory;
+        self.pod_count = usage.pod_count;
+        self.has_scalar_resources = !allocatable.scalar.is_empty()
+            || !usage.requested.scalar.is_empty()
+            || !usage.non_zero_requested.scalar.is_empty();
+    }
+}
+
+/// The id of the empty taint list.
+pub const NO_TAINTS: u32 = 0;
+
+/// The nodes a plugin instance knows, by the ids the host gave them.
+///
+/// Ids of taint sets and label values stay valid while the mirror does not change, which holds
+/// for the whole of a scheduling cycle (the host only updates mirrors between cycles).
+pub struct Nodes {
+    infos: Vec<Option<NodeInfo>>,
+    summaries: Vec<NodeSummary>,
+    live: usize,
+    /// Interned taint lists; index [`NO_TAINTS`] is the empty list.
+    taint_sets: Vec<Vec<Taint>>,
+    taint_set_ids: HashMap<Vec<Taint>, u32>,
+    /// Present when the plugin asked for it ([`crate::Plugin::INDEXES_LABELS`]).
+    labels: Option<LabelIndex>,
+    /// Changes whenever a node is added, replaced or removed.
+    generation: u64,
+}
+
+impl Default for Nodes {
+    fn default() -> Self {
+        Nodes::new(false)
+    }
+}
+
+/// Per label key, every node's value as a small integer: a label test is then one table lookup.
+#[derive(Default)]
+struct LabelIndex {
+    keys: HashMap<String, usize>,
+    columns: Vec<LabelColumn>,
+    /// Values interned over all keys, live or not; compared with `live_pairs` to compact.
+    interned: usize,
+    live_pairs: usize,
+}
+
+#[derive(Default)]
+struct LabelColumn {
+    /// Value id 0 is "no such label"; value `i` is `texts[i - 1]`.
+    ids: HashMap<String, u32>,
+    texts: Vec<String>,
+    /// Per node slot: the id of the node's value.
+    of_node: Vec<u32>,
+}
+
+impl LabelIndex {
+    fn add(&mut self, slot: usize, node: &NodeInfo, slots: usize) {
+        for (key, value) in node.labels.iter() {
+            let column = match self.keys.get(key) {
+                Some(&c) => c,
+                None => {
+                    self.keys.insert(key.to_string(), self.columns.len());
+                    self.columns.push(LabelColumn::default());
+                    self.columns.len() - 1
+                }
+            };
+            let column = &mut self.columns[column];
+            let id = match column.ids.get(value) {
+                Some(&id) => id,
+                None => {
+                    column.texts.push(value.to_string());
+                    let id = column.texts.len() as u32;
+                    column.ids.insert(value.to_string(), id);
+                    self.interned += 1;
+                    id
+                }
+            };
+            if column.of_node.len() < slots {
+                column.of_node.resize(slots, 0);
+            }
+            column.of_node[slot] = id;
+            self.live_pairs += 1;
+        }
+    }
+
+    fn clear(&mut self, slot: usize, node: &NodeInfo) {
+        for (key, _) in node.labels.iter() {
+            if let Some(&c) = self.keys.get(key) {
+                self.columns[c].of_node[slot] = 0;
+                self.live_pairs -= 1;
+            }
+        }
+    }
+}
+
+/// A condition on one label, worked out once per distinct value of that label in the mirror, so
+/// that checking a node is one table lookup. Made by [`Nodes::label_test`]; valid for the cycle.
+#[derive(Clone, Debug)]
+pub struct LabelTest {
+    /// `None` when no node has the label.
+    column: Option<usize>,
+    /// Indexed by value id; entry 0 is the verdict for a node without the label.
+    holds: Vec<bool>,
+}
+
+impl Nodes {
+    /// An empty mirror; `index_labels` keeps the label index that [`Nodes::label_test`] needs.
+    pub fn new(index_labels: bool) -> Self {
+        Nodes {
+            infos: Vec::new(),
+            summaries: Vec::new(),
+            live: 0,
+            taint_sets: vec![Vec::new()],
+            taint_set_ids: HashMap::from([(Vec::new(), NO_TAINTS)]),
+            labels: index_labels.then(LabelIndex::default),
+            generation: 0,
+        }
+    }
+
+    /// Compiles `test` on the value of label `key` (`None` when a node lacks it) into a table
+    /// over the values the mirror's nodes have: `test` runs once per distinct value, not per node.
+    ///
+    /// # Panics
+    /// When the plugin did not set [`crate::Plugin::INDEXES_LABELS`].
+    pub fn label_test(&self, key: &str, test: impl Fn(Option<&str>) -> bool) -> LabelTest {
+        let index = self
+            .labels
+            .as_ref()
+            .expect("Nodes::label_test needs `const INDEXES_LABELS: bool = true` in the plugin");
+        let column = index.keys.get(key).copied();
+        let mut holds = vec![test(None)];
+        if let Some(c) = column {
+            holds.extend(index.columns[c].texts.iter().map(|v| test(Some(v))));
+        }
+        LabelTest { column, holds }
+    }
+
+    /// Whether node `id` passes `test` (a node the mirror lacks counts as having no labels).
+    #[inline]
+    pub fn passes(&self, id: u32, test: &LabelTest) -> bool {
+        let value = match (test.column, &self.labels) {
+            (Some(c), Some(index)) => index.columns[c]
+                .of_node
+                .get(id as usize)
+                .copied()
+                .unwrap_or(0),
+            _ => 0,
+        };
+        test.holds[value as usize]
+    }
+}
+
+impl Nodes {
+    /// The node with id `id`, if the mirror has it.
+    #[inline]
+    pub fn get(&self, id: u32) -> Option<&NodeInfo> {
+        self.infos.get(id as usize).and_then(Option::as_ref)
+    }
+
+    /// A number that changes whenever a node is added, replaced or removed (not on usage
+    /// updates): label tests and taint-set ids made at one generation hold until it changes.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// True when the mirror has node `id`.
+    #[inline]
+    pub fn contains(&self, id: u32) -> bool {
+        matches!(self.infos.get(id as usize), Some(Some(_)))
+    }
+
+    /// The summary of node `id`, if the mirror has it.
+    #[inline]
+    pub fn summary(&self, id: u32) -> Option<&NodeSummary> {
+        match self.infos.get(id as usize) {
+            Some(Some(_)) => Some(&self.summaries[id as usize]),
+            _ => None,
+        }
+    }
+
+    /// The taint list a [`NodeSummary::taint_set`] id stands for.
+    pub fn taint_set(&self, set: u32) -> &[Taint] {
+        &self.taint_sets[set as usize]
+    }
+
+    /// How many taint-set ids exist: every [`NodeSummary::taint_set`] is below this, so a plugin can
+    /// keep a per-set table of this length.
+    pub fn taint_set_count(&self) -> usize {
+        self.taint_sets.len()
+    }
+
+    /// How many nodes the mirror holds.
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    /// True when the mirror holds no node.
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    /// The failure a plugin reports for an id the host never sent (a host bug, reported as an
+    /// error rather than guessed around).
+    pub fn unknown(id: u32) -> Failure {
+        Failure::error(format!("node id {id} is not in the plugin's mirror"))
+    }
+
+    pub(crate) fn upsert(&mut self, id: u32, node: NodeInfo) {
+        let slot = id as usize;
+        self.generation += 1;
+        if slot >= self.infos.len() {
+            self.infos.resize_with(slot + 1, || None);
+            self.summaries.resize(slot + 1, NodeSummary::default());
+        }
+        let taint_set = self.intern_taints(&node.taints);
+        self.summaries[slot] = NodeSummary::of(&node, taint_set);
+        if let Some(index) = &mut self.labels {
+            if let Some(old) = &self.infos[slot] {
+                index.clear(slot, old);
+            }
+            index.add(slot, &node, self.infos.len());
+        }
+        if self.infos[slot].replace(node).is_none() {
+            self.live += 1;
+        }
+        self.compact_taint_sets_if_sparse();
+        self.compact_labels_if_sparse();
+    }
+
+    pub(crate) fn remove(&mut self, id: u32) {
+        if let Some(slot) = self.infos.get_mut(id as usize) {
+            if let Some(old) = slot.take() {
+                self.live -= 1;
+                self.generation += 1;
+                if let Some(index) = &mut self.labels {
+                    index.clear(id as usize, &old);
+                }
+            }
+        }
+    }
+
+    /// Values of removed or relabelled nodes stay interned; once they outnumber the live label
+    /// pairs, the index is rebuilt from the live nodes.
+    fn compact_labels_if_sparse(&mut self) {
+        let Some(index) = &self.labels else { return };
+        if index.interned <= 2 * index.live_pairs + 1024 {
+            return;
+        }
+        let mut rebuilt = LabelIndex::default();
+        for (slot, node) in self.infos.iter().enumerate() {
+            if let Some(node) = node {
+                rebuilt.add(slot, node, self.infos.len());
+            }
+        }
+        self.labels = Some(rebuilt);
+    }
+
+    pub(crate) fn update_usage(&mut self, id: u32, usage: NodeUsage) {
+        if let Some(Some(node)) = self.infos.get_mut(id as usize) {
+            self.summaries[id as usize].set_usage(&node.allocatable, &usage);
+            node.usage = usage;
+        }
+    }
+
+    fn intern_taints(&mut self, taints: &[Taint]) -> u32 {
+        if taints.is_empty() {
+            return NO_TAINTS;
+        }
+        if let Some(&id) = self.taint_set_ids.get(taints) {
+            return id;
+        }
+        let id = self.taint_sets.len() as u32;
+        self.taint_sets.push(taints.to_vec());
+        self.taint_set_ids.insert(taints.to_vec(), id);
+        id
+    }
+
+    /// Taint lists of removed or changed nodes stay interned; once they outnumber the nodes, the
+    /// table is rebuilt from the live nodes so churn of one-off taints cannot grow it without bound.
+    fn compact_taint_sets_if_sparse(&mut self) {
+        if self.taint_sets.len() <= 2 * self.live + 64 {
+            return;
+        }
+        self.taint_sets.truncate(1);
+        self.taint_set_ids.clear();
+        self.taint_set_ids.insert(Vec::new(), NO_TAINTS);
+        for slot in 0..self.infos.len() {
+            let Some(node) = self.infos[slot].take() else {
+                continue;
+            };
+            self.summaries[slot].taint_set = self.intern_taints(&node.taints);
+            self.infos[slot] = Some(node);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, taints: &[(&str, &str)]) -> NodeInfo {
+        NodeInfo {
+            name: name.into(),
+            taints: taints
+                .iter()
+                .map(|(key, value)| Taint {
+                    key: key.to_string(),
+                    value: value.to_string(),
+                    effect: "NoSchedule".into(),
+                })
+                .collect(),
+            ..NodeInfo::default()
+        }
+    }
+
+    #[test]
+    fn nodes_with_equal_taints_share_a_taint_set() {
+        let mut nodes = Nodes::default();
+        nodes.upsert(0, node("a", &[("gpu", "x")]));
+        nodes.upsert(5, node("b", &[("gpu", "x")]));
+        nodes.upsert(2, node("c", &[("gpu", "y")]));
+        nodes.upsert(3, node("d", &[]));
+        let set = |id| nodes.summary(id).unwrap().taint_set;
+        assert_eq!(set(0), set(5));
+        assert_ne!(set(0), set(2));
+        assert_eq!(set(3), NO_TAINTS);
+        assert_eq!(nodes.taint_set(set(2))[0].value, "y");
+        assert!(nodes.summary(1).is_none(), "a gap in the ids is not a node");
+        assert_eq!(nodes.len(), 4);
+    }
+
+    #[test]
+    fn churn_of_one_off_taints_does_not_grow_the_table_without_bound() {
+        let mut nodes = Nodes::default();
+        for round in 0..1_000 {
+            let value = format!("v{round}");
+            nodes.upsert(round % 3, node("n", &[("k", value.as_str())]));
+        }
+        assert!(nodes.taint_set_count() <= 2 * 3 + 64 + 1);
+        for id in 0..3 {
+            let summary = nodes.summary(id).unwrap();
+            assert_eq!(
+                nodes.taint_set(summary.taint_set),
+                nodes.get(id).unwrap().taints.as_slice(),
+                "node {id} still points at its own taints after compaction"
+            );
+        }
+    }
+
+    fn labelled(pairs: &[(&str, &str)]) -> NodeInfo {
+        NodeInfo {
+            labels: pairs.iter().map(|(k, v)| (*k, *v)).collect(),
+            ..NodeInfo::default()
+        }
+    }
+
+    #[test]
+    fn label_tests_follow_upserts_relabels_and_removals() {
+        let mut nodes = Nodes::new(true);
+        nodes.upsert(0, labelled(&[("zone", "a"), ("disk", "ssd")]));
+        nodes.upsert(1, labelled(&[("zone", "b")]));
+        nodes.upsert(2, labelled(&[]));
+        let in_a = nodes.label_test("zone", |v| v == Some("a"));
+        let no_disk = nodes.label_test("disk", |v| v.is_none());
+        let unknown_key = nodes.label_test("rack", |v| v.is_none());
+        let passing = |nodes: &Nodes, test: &LabelTest| -> Vec<u32> {
+            (0..4).filter(|&id| nodes.passes(id, test)).collect()
+        };
+        assert_eq!(passing(&nodes, &in_a), [0]);
+        assert_eq!(passing(&nodes, &no_disk), [1, 2, 3]);
+        assert_eq!(passing(&nodes, &unknown_key), [0, 1, 2, 3]);
+
+        nodes.upsert(0, labelled(&[("zone", "b")]));
+        nodes.upsert(2, labelled(&[("zone", "a")]));
+        nodes.remove(1);
+        let in_a = nodes.label_test("zone", |v| v == Some("a"));
+        let in_b = nodes.label_test("zone", |v| v == Some("b"));
+        assert_eq!(passing(&nodes, &in_a), [2]);
+        assert_eq!(
+            passing(&nodes, &in_b),
+            [0],
+            "a removed node loses its labels"
+        );
+        let no_disk = nodes.label_test("disk", |v| v.is_none());
+        assert_eq!(
+            passing(&nodes, &no_disk),
+            [0, 1, 2, 3],
+            "a relabelled node loses old keys"
+        );
+    }
+
+    #[test]
+    fn churn_of_one_off_label_values_is_compacted() {
+        let mut nodes = Nodes::new(true);
+        for round in 0..5_000 {
+            let name = format!("node-{round}");
+            nodes.upsert(
+                round % 4,
+                labelled(&[("kubernetes.io/hostname", name.as_str())]),
+            );
+        }
+        let index = nodes.labels.as_ref().unwrap();
+        assert!(index.interned <= 2 * index.live_pairs + 1024 + 1);
+        let last = nodes.label_test("kubernetes.io/hostname", |v| v == Some("node-4999"));
+        assert_eq!((0..4).filter(|&id| nodes.passes(id, &last)).count(), 1);
+    }
+
+    #[test]
+    fn usage_updates_reach_the_summary() {
+        let mut nodes = Nodes::default();
+        let mut info = node("a", &[]);
+        info.allocatable.milli_cpu = 4_000;
+        nodes.upsert(1, info);
+        let mut usage = NodeUsage::default();
+        usage.requested.milli_cpu = 1_500;
+        usage.non_zero_requested.milli_cpu = 1_600;
+        usage.pod_count = 2;
+        nodes.update_usage(1, usage.clone());
+        let summary = nodes.summary(1).unwrap();
+        assert_eq!(summary.allocatable_milli_cpu, 4_000);
+        assert_eq!(summary.requested_milli_cpu, 1_500);
+        assert_eq!(summary.non_zero_requested_milli_cpu, 1_600);
+        assert_eq!(summary.pod_count, 2);
+        assert!(!summary.has_scalar_resources);
+        usage.requested.scalar.push(("example.com/gpu".into(), 1));
+        nodes.update_usage(1, usage);
+        assert!(nodes.summary(1).unwrap().has_scalar_resources);
+        nodes.remove(1);
+        assert!(nodes.summary(1).is_none());
+        assert!(nodes.is_empty());
+    }
+}
