@@ -86,7 +86,8 @@ impl Plugin for BalancedAllocation {
             .into_iter()
             .map(|r| Compared::of(r.name))
             .collect();
-        let summary_suffices = !resources.iter().any(|r| matches!(r, Compared::Scalar(_)));
+        let summary_suffices = resources.len() <= SUMMARY_RESOURCES
+            && !resources.iter().any(|r| matches!(r, Compared::Scalar(_)));
         Ok(BalancedAllocation {
             resources,
             pod_requests: Vec::new(),
@@ -109,51 +110,43 @@ impl Plugin for BalancedAllocation {
     }
 }
 
-impl BalancedAllocation {
-    /// The used fraction (capped at 1) of each resource that takes part, in order, given the
-    /// node's `(allocatable, requested)` of a resource.
-    fn fractions<'a>(
-        &'a self,
-        amounts: &'a impl Fn(&Compared) -> (i64, i64),
-    ) -> impl Iterator<Item = f64> + 'a {
-        self.resources
-            .iter()
-            .zip(&self.pod_requests)
-            .filter_map(move |(resource, pod_request)| {
-                let (allocatable, requested) = amounts(resource);
-                // An extended resource the pod does not ask for is left out.
-                let is_scalar = matches!(resource, Compared::Scalar(_));
-                if allocatable == 0 || (is_scalar && *pod_request == 0) {
-                    return None;
-                }
-                let requested = requested + pod_request;
-                Some((requested as f64 / allocatable as f64).min(1.0))
-            })
-    }
+/// Most resources compared from the summary (cpu, memory, ephemeral storage, maybe repeated).
+const SUMMARY_RESOURCES: usize = 4;
 
-    fn score_with(&self, amounts: impl Fn(&Compared) -> (i64, i64)) -> i64 {
-        let (count, total) = self
-            .fractions(&amounts)
-            .fold((0usize, 0f64), |(n, sum), f| (n + 1, sum + f));
-        let std = match count {
-            0 | 1 => 0.0,
-            2 => {
-                let mut pair = self.fractions(&amounts);
-                let (a, b) = (pair.next().unwrap(), pair.next().unwrap());
-                ((a - b) / 2.0).abs()
+impl BalancedAllocation {
+    /// Passes `put` the used fraction (capped at 1) of each resource that takes part, in order,
+    /// given the node's `(allocatable, requested)` of a resource.
+    fn fractions(&self, amounts: impl Fn(&Compared) -> (i64, i64), mut put: impl FnMut(f64)) {
+        for (resource, pod_request) in self.resources.iter().zip(&self.pod_requests) {
+            let (allocatable, requested) = amounts(resource);
+            // An extended resource the pod does not ask for is left out.
+            let is_scalar = matches!(resource, Compared::Scalar(_));
+            if allocatable == 0 || (is_scalar && *pod_request == 0) {
+                continue;
             }
-            n => {
-                let mean = total / n as f64;
-                let variance = self
-                    .fractions(&amounts)
-                    .map(|f| (f - mean) * (f - mean))
-                    .sum::<f64>()
-                    / n as f64;
-                variance.sqrt()
-            }
-        };
-        ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
+            let requested = requested + pod_request;
+            put((requested as f64 / allocatable as f64).min(1.0));
+        }
     }
+}
+
+/// kube-scheduler's score from the used fractions: 100 times one minus their standard deviation.
+fn balance_score(fractions: &[f64]) -> i64 {
+    let std = match fractions {
+        [] | [_] => 0.0,
+        [a, b] => ((a - b) / 2.0).abs(),
+        _ => {
+            let n = fractions.len() as f64;
+            let mean = fractions.iter().sum::<f64>() / n;
+            let variance = fractions
+                .iter()
+                .map(|f| (f - mean) * (f - mean))
+                .sum::<f64>()
+                / n;
+            variance.sqrt()
+        }
+    };
+    ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
 }
 
 fn from_summary(node: &NodeSummary, resource: &Compared) -> (i64, i64) {
@@ -170,15 +163,21 @@ fn from_summary(node: &NodeSummary, resource: &Compared) -> (i64, i64) {
 
 impl ScorePlugin for BalancedAllocation {
     fn score(&self, _pod: &Pod, node: &NodeInfo) -> i64 {
-        self.score_with(|resource| {
-            (
-                node.allocatable.get(resource.name()),
-                node.usage.requested.get(resource.name()),
-            )
-        })
+        let mut fractions = Vec::with_capacity(self.resources.len());
+        self.fractions(
+            |resource| {
+                (
+                    node.allocatable.get(resource.name()),
+                    node.usage.requested.get(resource.name()),
+                )
+            },
+            |f| fractions.push(f),
+        );
+        balance_score(&fractions)
     }
 
-    /// Reads only the nodes' summaries when every compared resource is in them.
+    /// Reads only the nodes' summaries, without allocating, when every compared resource is in
+    /// them.
     fn score_batch(&mut self, pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut Vec<i64>) {
         if !self.summary_suffices {
             out.extend(ids.iter().map(|&id| match nodes.get(id) {
@@ -188,7 +187,18 @@ impl ScorePlugin for BalancedAllocation {
             return;
         }
         out.extend(ids.iter().map(|&id| match nodes.summary(id) {
-            Some(node) => self.score_with(|resource| from_summary(node, resource)),
+            Some(node) => {
+                let mut fractions = [0.0; SUMMARY_RESOURCES];
+                let mut count = 0;
+                self.fractions(
+                    |resource| from_summary(node, resource),
+                    |f| {
+                        fractions[count] = f;
+                        count += 1;
+                    },
+                );
+                balance_score(&fractions[..count])
+            }
             None => i64::MIN,
         }));
     }
