@@ -14,7 +14,7 @@ use serde::Serialize;
 use wasched_sdk as sdk;
 use wasched_sdk::{Labels, Resources};
 
-use crate::config::{Config, DefaultPluginRuntime};
+use crate::config::{Config, DefaultPluginRuntime, MAX_PARALLELISM};
 use crate::framework::{Phase, Scheduler};
 use crate::metrics::{ExtensionPoint, PluginStatsRegistry};
 use crate::util::Rng;
@@ -48,6 +48,10 @@ pub struct Args {
     /// added plugin costs per pod.
     #[arg(long, value_name = "FILE")]
     pub config: Option<std::path::PathBuf>,
+    /// Threads that filter and score each cycle, comma-separated (e.g. `1,2`): each count is run,
+    /// and the speed-up over one thread is printed.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub threads: Vec<usize>,
 }
 
 /// What the pods and nodes of a run exercise.
@@ -348,6 +352,9 @@ pub struct Report {
     pub seed: u64,
     pub threads: usize,
     pub wasm: RunReport,
+    /// WASM and native throughput over the same run on one thread, when `--threads` had 1 too.
+    pub wasm_speedup_over_one_thread: Option<f64>,
+    pub native_speedup_over_one_thread: Option<f64>,
     /// The same WASM run with call deadlines (epoch interruption) off, with `--without-deadlines`.
     pub wasm_without_deadlines: Option<RunReport>,
     pub native: RunReport,
@@ -370,6 +377,7 @@ pub fn run_once(
     scenario: Scenario,
     runtime: DefaultPluginRuntime,
     deadlines: bool,
+    threads: usize,
     seed: u64,
     config_file: Option<&std::path::Path>,
 ) -> anyhow::Result<RunReport> {
@@ -379,6 +387,7 @@ pub fn run_once(
     };
     config.default_plugins = runtime;
     config.deadlines = deadlines;
+    config.parallelism = threads;
     let profiles = config.profiles()?;
     let mut scheduler = Scheduler::new(&profiles, seed)?;
     cluster.load_into(&mut scheduler.cache);
@@ -578,13 +587,32 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     } else {
         args.scenario.clone()
     };
+    if let Some(&bad) = args
+        .threads
+        .iter()
+        .find(|&&t| !(1..=MAX_PARALLELISM).contains(&t))
+    {
+        anyhow::bail!("--threads {bad}: each count must be in 1..={MAX_PARALLELISM}");
+    }
     for &nodes in &args.nodes {
         for &scenario in &scenarios {
-            let report = run_scenario(args, scenario, nodes)?;
-            if args.json {
-                println!("{}", serde_json::to_string(&report)?);
-            } else {
-                print_table(&report);
+            let mut one_thread: Option<Report> = None;
+            for &threads in &args.threads {
+                let mut report = run_scenario(args, scenario, nodes, threads)?;
+                if let Some(single) = &one_thread {
+                    report.wasm_speedup_over_one_thread =
+                        Some(report.wasm.pods_per_second / single.wasm.pods_per_second);
+                    report.native_speedup_over_one_thread =
+                        Some(report.native.pods_per_second / single.native.pods_per_second);
+                }
+                if args.json {
+                    println!("{}", serde_json::to_string(&report)?);
+                } else {
+                    print_table(&report);
+                }
+                if threads == 1 {
+                    one_thread = Some(report);
+                }
             }
         }
     }
@@ -606,7 +634,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn run_scenario(args: &Args, scenario: Scenario, nodes: usize) -> anyhow::Result<Report> {
+fn run_scenario(
+    args: &Args,
+    scenario: Scenario,
+    nodes: usize,
+    threads: usize,
+) -> anyhow::Result<Report> {
     let cluster = synthetic(scenario, nodes, args.pods, args.seed);
     // WASM first, so its peak memory is not inflated by the native run.
     let wasm = run_once(
@@ -614,6 +647,7 @@ fn run_scenario(args: &Args, scenario: Scenario, nodes: usize) -> anyhow::Result
         scenario,
         DefaultPluginRuntime::Wasm,
         true,
+        threads,
         args.seed,
         args.config.as_deref(),
     )?;
@@ -623,6 +657,7 @@ fn run_scenario(args: &Args, scenario: Scenario, nodes: usize) -> anyhow::Result
             scenario,
             DefaultPluginRuntime::Wasm,
             false,
+            threads,
             args.seed,
             args.config.as_deref(),
         )?)
@@ -634,6 +669,7 @@ fn run_scenario(args: &Args, scenario: Scenario, nodes: usize) -> anyhow::Result
         scenario,
         DefaultPluginRuntime::Native,
         true,
+        threads,
         args.seed,
         args.config.as_deref(),
     )?;
@@ -642,7 +678,9 @@ fn run_scenario(args: &Args, scenario: Scenario, nodes: usize) -> anyhow::Result
         nodes,
         pods: args.pods,
         seed: args.seed,
-        threads: 1,
+        threads,
+        wasm_speedup_over_one_thread: None,
+        native_speedup_over_one_thread: None,
         wasm_native_ratio: wasm.pods_per_second / native.pods_per_second,
         deadline_overhead_percent: wasm_without_deadlines
             .as_ref()
@@ -657,7 +695,7 @@ fn run_scenario(args: &Args, scenario: Scenario, nodes: usize) -> anyhow::Result
 
 fn print_table(r: &Report) {
     println!(
-        "wasched bench: scenario {}, {} nodes, {} pods, seed {}, {} profile, {} scheduling thread",
+        "wasched bench: scenario {}, {} nodes, {} pods, seed {}, {} profile, {} filter/score thread(s)",
         r.scenario.name(),
         r.nodes,
         r.pods,
@@ -705,6 +743,15 @@ fn print_table(r: &Report) {
     );
     if let Some(overhead) = r.deadline_overhead_percent {
         println!("call deadlines cost {overhead:.1}% of WASM throughput (wasm vs wasm-nodl)");
+    }
+    if let (Some(wasm), Some(native)) = (
+        r.wasm_speedup_over_one_thread,
+        r.native_speedup_over_one_thread,
+    ) {
+        println!(
+            "speed-up from 1 to {} threads: wasm {wasm:.2}x, native {native:.2}x",
+            r.threads
+        );
     }
     print!("µs per pod by host phase (wasm | native):");
     for ((name, wasm), (_, native)) in r.wasm.phases_us.iter().zip(&r.native.phases_us) {

@@ -3,6 +3,7 @@
 //! ```toml
 //! [runtime]
 //! default_plugins = "wasm"          # or "native": how the built-in plugins run
+//! parallelism = 1                   # threads that filter and score each cycle (1..=64)
 //!
 //! [plugins.NodeResourcesFit]        # configure a default plugin
 //! config = { scoringStrategy = { type = "MostAllocated" } }
@@ -81,7 +82,11 @@ struct RawConfig {
 struct RawRuntime {
     #[serde(default)]
     default_plugins: DefaultPluginRuntime,
+    parallelism: Option<Spanned<usize>>,
 }
+
+/// Most threads `[runtime] parallelism` may ask for: each holds its own copy of every plugin.
+pub const MAX_PARALLELISM: usize = 64;
 
 #[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
@@ -140,6 +145,9 @@ pub struct Config {
     /// Whether calls into components run under deadlines (only `bench` turns them off, to
     /// measure what they cost).
     pub deadlines: bool,
+    /// Threads that filter and score each cycle, each with its own instance of every plugin
+    /// (`[runtime] parallelism`; may be overridden from the command line).
+    pub parallelism: usize,
     /// Components uploaded to a server's plugin store, by name: a profile may use them without a
     /// `[plugins.NAME]` table, or configure them in one without `component`.
     uploaded: BTreeMap<String, Arc<Vec<u8>>>,
@@ -156,6 +164,7 @@ impl Default for Config {
             raw: RawConfig::default(),
             default_plugins: DefaultPluginRuntime::Wasm,
             deadlines: true,
+            parallelism: 1,
             uploaded: BTreeMap::new(),
             stats: Arc::default(),
         }
@@ -208,6 +217,7 @@ impl Config {
             dir: dir.to_path_buf(),
             default_plugins: raw.runtime.default_plugins,
             deadlines: true,
+            parallelism: raw.runtime.parallelism.as_ref().map_or(1, |p| *p.get_ref()),
             text,
             raw,
             uploaded,
@@ -227,6 +237,14 @@ impl Config {
 
     /// Checks what can be checked without loading components.
     fn check(&self) -> Result<(), ConfigError> {
+        if let Some(parallelism) = &self.raw.runtime.parallelism {
+            if !(1..=MAX_PARALLELISM).contains(parallelism.get_ref()) {
+                return Err(self.error(
+                    parallelism.span(),
+                    format!("parallelism must be in 1..={MAX_PARALLELISM}"),
+                ));
+            }
+        }
         for (name, plugin) in &self.raw.plugins {
             let span = plugin.span();
             let p = plugin.get_ref();
@@ -467,6 +485,7 @@ impl Config {
                     .percentage_of_nodes_to_score
                     .as_ref()
                     .map(|p| *p.get_ref()),
+                parallelism: self.parallelism,
             };
             for name in &filters {
                 let plugin = self.plugin(&mut loaded, name, true)?;

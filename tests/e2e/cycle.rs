@@ -207,6 +207,7 @@ fn bench_scenarios_exercise_only_their_features_and_report_where_time_goes() {
         Scenario::Churn,
         DefaultPluginRuntime::Native,
         true,
+        1,
         5,
         None,
     )
@@ -237,4 +238,47 @@ fn bench_scenarios_exercise_only_their_features_and_report_where_time_goes() {
         .plugins_us
         .iter()
         .any(|t| t.plugin == "TaintToleration" && t.extension_point == "Filter"));
+}
+
+/// Worker threads split each chunk and the feasible nodes between them; the cycle must still
+/// place every pod exactly where one thread would, and explain failures the same way.
+#[test]
+fn two_filter_and_score_threads_place_pods_exactly_like_one() {
+    let cluster = synthetic(bench::Scenario::Mixed, 400, 300, 11);
+    let run =
+        |runtime: DefaultPluginRuntime, threads: usize| -> Vec<(Option<String>, Option<String>)> {
+            let toml = format!("[runtime]\nparallelism = {threads}\n");
+            let mut scheduler = scheduler(&toml, runtime, 11);
+            cluster.load_into(&mut scheduler.cache);
+            cluster
+                .pods
+                .iter()
+                .map(|pod| {
+                    let outcome = scheduler.schedule(pod, false).expect("default profile");
+                    assert!(!outcome.error, "{:?}", outcome.message);
+                    (outcome.node, outcome.message)
+                })
+                .collect()
+        };
+    for runtime in [DefaultPluginRuntime::Native, DefaultPluginRuntime::Wasm] {
+        let one = run(runtime, 1);
+        let two = run(runtime, 2);
+        assert!(one.iter().any(|(node, _)| node.is_some()));
+        assert!(
+            one.iter().any(|(_, message)| message.is_some()),
+            "some pods fit nowhere, so failure messages are compared too"
+        );
+        assert_eq!(one, two, "{runtime:?}");
+    }
+    match Config::parse(
+        "t.toml",
+        Path::new("."),
+        "[runtime]\nparallelism = 0\n".into(),
+    ) {
+        Err(e) => assert!(
+            e.to_string().contains("parallelism must be in 1..=64"),
+            "{e}"
+        ),
+        Ok(_) => panic!("parallelism 0 must be refused"),
+    }
 }

@@ -8,9 +8,18 @@ use std::time::Instant;
 use wasched_sdk::{self as sdk, Code, FilterPlan, FilterResults, Normalize};
 
 use super::fit_error::{nodes_unavailable, rejected_before_filtering, NO_NODES_AVAILABLE};
-use super::{OnFailure, Phase, Profile, Slot};
+use super::spin::SpinPool;
+use super::{catch_up, OnFailure, Phase, Profile, Slot, Worker};
 use crate::cache::Cache;
-use crate::runtime::CallError;
+use crate::runtime::{CallError, PluginInstance};
+
+/// A plugin instance place: a slot's (the scheduling thread's) or a worker's, emptied when the
+/// instance fails so that the next sync makes a fresh one.
+type InstanceRef<'a> = &'a mut Option<Box<dyn PluginInstance>>;
+
+/// Fewest nodes per thread worth handing to a worker: below this the hand-off costs more than it
+/// saves.
+const MIN_NODES_PER_WORKER: usize = 64;
 
 /// kube-scheduler's `minFeasibleNodesToFind`: below this many nodes every node is checked.
 pub const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
@@ -133,23 +142,65 @@ impl Profile {
             filter: FilterPlan::Skip,
             score: false,
         };
+        // Workers bring their mirrors up to date and start the pod while this thread starts it on
+        // the slots' instances.
+        let specs: Vec<(super::PluginSpec, bool)> = if self.workers.is_empty() {
+            Vec::new()
+        } else {
+            self.slots
+                .iter()
+                .map(|s| (s.spec.clone(), s.descriptor.reads_usage))
+                .collect()
+        };
+        let mut answers: Vec<Option<Result<sdk::PodPlan, CallError>>> = Vec::new();
+        let mut worker_errors: Vec<Vec<(usize, CallError)>> = vec![Vec::new(); self.workers.len()];
+        {
+            let slots = &mut self.slots;
+            let left_out = &left_out;
+            let main = || {
+                answers = slots
+                    .iter_mut()
+                    .zip(left_out)
+                    .map(|(slot, &out)| {
+                        (!out).then(|| {
+                            let instance = slot.instance.as_mut().expect("synced above");
+                            instance.set_pod(pod)
+                        })
+                    })
+                    .collect();
+            };
+            let helpers = self.workers.iter_mut().zip(&mut worker_errors);
+            run_beside(self.pool.as_ref(), main, helpers, |(worker, errors)| {
+                prepare_worker(worker, &specs, cache, left_out, pod, errors)
+            });
+        }
         let mut plans = Vec::with_capacity(self.slots.len());
-        for (i, slot) in self.slots.iter_mut().enumerate() {
+        for (i, answer) in answers.into_iter().enumerate() {
+            let error = match answer {
+                None => None,
+                Some(Ok(plan)) => {
+                    plans.push(plan);
+                    continue;
+                }
+                Some(Err(e)) => Some(e),
+            };
+            if let Some(e) = error {
+                if let Some(outcome) = fail(&mut self.slots[i], &e, now) {
+                    return outcome;
+                }
+                left_out[i] = true;
+            }
+            plans.push(left_out_plan.clone());
+        }
+        for (i, e) in worker_errors.into_iter().flatten() {
             if left_out[i] {
-                plans.push(left_out_plan.clone());
                 continue;
             }
-            let instance = slot.instance.as_mut().expect("synced above");
-            match instance.set_pod(pod) {
-                Ok(plan) => plans.push(plan),
-                Err(e) => {
-                    if let Some(outcome) = fail(slot, &e, now) {
-                        return outcome;
-                    }
-                    left_out[i] = true;
-                    plans.push(left_out_plan.clone());
-                }
+            if let Some(outcome) = fail(&mut self.slots[i], &e, now) {
+                return outcome;
             }
+            left_out[i] = true;
+            plans[i] = left_out_plan.clone();
         }
         let mut only: Option<BTreeSet<&str>> = None;
         let mut narrowing_plugins: Vec<&str> = Vec::new();
@@ -298,13 +349,50 @@ impl Profile {
         let mut totals = vec![0i64; feasible.len()];
         let mut per_plugin: Vec<(String, Vec<i64>)> = Vec::new();
         if feasible.len() > 1 {
-            for &(i, weight) in &self.scores {
-                if !plans[i].score || left_out[i] {
-                    continue;
+            let scored: Vec<(usize, i64)> = self
+                .scores
+                .iter()
+                .copied()
+                .filter(|&(i, _)| plans[i].score && !left_out[i])
+                .collect();
+            let plugins: Vec<usize> = scored.iter().map(|&(i, _)| i).collect();
+            let ranges = split(feasible.len(), 1 + self.workers.len());
+            let mut parts: Vec<Vec<Result<Vec<i64>, CallError>>> = vec![Vec::new(); ranges.len()];
+            {
+                let (main_part, helper_parts) = parts.split_at_mut(1);
+                let plugins = &plugins;
+                let mut main_instances: Vec<InstanceRef> =
+                    self.slots.iter_mut().map(|s| &mut s.instance).collect();
+                let main = || {
+                    let nodes = &feasible[ranges[0].clone()];
+                    score_part(&mut main_instances, plugins, nodes, &mut main_part[0]);
+                };
+                let helpers = self.workers.iter_mut().zip(helper_parts).zip(&ranges[1..]);
+                run_beside(
+                    self.pool.as_ref(),
+                    main,
+                    helpers,
+                    |((worker, part), range)| {
+                        let mut instances: Vec<InstanceRef> = worker.instances.iter_mut().collect();
+                        score_part(&mut instances, plugins, &feasible[range.clone()], part);
+                    },
+                );
+            }
+            let mut per_part: Vec<_> = parts.into_iter().map(Vec::into_iter).collect();
+            for &(i, weight) in &scored {
+                let mut scores = Vec::with_capacity(feasible.len());
+                let mut failed = None;
+                for part in &mut per_part {
+                    match part.next().expect("one result per plugin") {
+                        Ok(part_scores) => scores.extend(part_scores),
+                        Err(e) => failed = failed.or(Some(e)),
+                    }
                 }
                 let slot = &mut self.slots[i];
-                let mut scores = Vec::with_capacity(feasible.len());
-                let result = score_one(slot, feasible, &mut scores);
+                let result = match failed {
+                    Some(e) => Err(e),
+                    None => finish_scores(slot, feasible.len(), &mut scores),
+                };
                 if let Err(e) = result {
                     if let Some(outcome) = fail(slot, &e, now) {
                         return outcome;
@@ -380,68 +468,85 @@ impl Profile {
         let mut position = 0;
         let mut chunk: Vec<u32> = Vec::new();
         let mut verdicts: Vec<Option<Rejection>> = Vec::new();
-        let mut alive: Vec<usize> = Vec::new();
-        let mut batch: Vec<u32> = Vec::new();
-        let mut results = FilterResults::default();
+        let mut parts: Vec<PartVerdicts> = (0..=self.workers.len())
+            .map(|_| PartVerdicts::default())
+            .collect();
         let mut interned: Vec<Option<u32>> = Vec::new();
         while position < n && search.feasible.len() < to_find {
             let end = n.min(position + chunk_len);
             chunk.clear();
             chunk.extend((position..end).map(|p| candidates[(start + p) % n]));
-            verdicts.clear();
-            verdicts.resize(chunk.len(), None);
-            alive.clear();
-            alive.extend(0..chunk.len());
-            for &slot_index in active_filters {
-                if alive.is_empty() {
-                    break;
-                }
-                if left_out[slot_index] {
-                    continue;
-                }
-                batch.clear();
-                batch.extend(alive.iter().map(|&k| chunk[k]));
-                results.clear();
-                let slot = &mut self.slots[slot_index];
-                let instance = slot.instance.as_mut().expect("synced");
-                if let Err(e) = instance.filter(&batch, &mut results) {
-                    if let Some(outcome) = fail(slot, &e, now) {
+            let ranges = split(chunk.len(), parts.len());
+            {
+                let (main_part, helper_parts) = parts.split_at_mut(1);
+                let left_out = &*left_out;
+                let chunk = &chunk;
+                let mut main_instances: Vec<InstanceRef> =
+                    self.slots.iter_mut().map(|s| &mut s.instance).collect();
+                let main = || {
+                    let nodes = &chunk[ranges[0].clone()];
+                    filter_part(
+                        &mut main_instances,
+                        active_filters,
+                        left_out,
+                        nodes,
+                        &mut main_part[0],
+                    );
+                };
+                let helpers = self.workers.iter_mut().zip(helper_parts).zip(&ranges[1..]);
+                run_beside(
+                    self.pool.as_ref(),
+                    main,
+                    helpers,
+                    |((worker, part), range)| {
+                        let mut instances: Vec<InstanceRef> = worker.instances.iter_mut().collect();
+                        filter_part(
+                            &mut instances,
+                            active_filters,
+                            left_out,
+                            &chunk[range.clone()],
+                            part,
+                        );
+                    },
+                );
+            }
+            for part in &parts[..ranges.len()] {
+                for (slot_index, e) in &part.errors {
+                    if left_out[*slot_index] {
+                        continue;
+                    }
+                    if let Some(outcome) = fail(&mut self.slots[*slot_index], e, now) {
                         return Err(Box::new(outcome));
                     }
                     // Ignored: this plugin passes every node for the rest of the cycle.
-                    left_out[slot_index] = true;
-                    continue;
+                    left_out[*slot_index] = true;
                 }
+            }
+            verdicts.clear();
+            for part in &parts[..ranges.len()] {
                 interned.clear();
-                interned.resize(results.failures.len(), None);
-                let mut kept = 0;
-                for j in 0..alive.len() {
-                    let k = alive[j];
-                    match results.verdicts[j] {
-                        0 => {
-                            alive[kept] = k;
-                            kept += 1;
-                        }
-                        v => {
-                            let local = v as usize - 1;
-                            let failure = match interned[local] {
-                                Some(f) => f,
-                                None => {
-                                    let f = &results.failures[local];
-                                    if f.code == Code::Error {
-                                        search.error = Some((slot_index, f.reasons.join(", ")));
-                                        return Ok(());
-                                    }
-                                    let index = search.intern(f);
-                                    interned[local] = Some(index);
-                                    index
-                                }
-                            };
-                            verdicts[k] = Some(Rejection { failure });
-                        }
+                interned.resize(part.failures.len(), None);
+                for &verdict in &part.verdicts {
+                    if verdict == 0 {
+                        verdicts.push(None);
+                        continue;
                     }
+                    let local = verdict as usize - 1;
+                    let failure = match interned[local] {
+                        Some(f) => f,
+                        None => {
+                            let (slot_index, f) = &part.failures[local];
+                            if f.code == Code::Error {
+                                search.error = Some((*slot_index, f.reasons.join(", ")));
+                                return Ok(());
+                            }
+                            let index = search.intern(f);
+                            interned[local] = Some(index);
+                            index
+                        }
+                    };
+                    verdicts.push(Some(Rejection { failure }));
                 }
-                alive.truncate(kept);
             }
             for (k, verdict) in verdicts.iter().enumerate() {
                 match verdict {
@@ -547,19 +652,13 @@ fn infeasible(cache: &Cache, id: u32, reasons: Vec<String>) -> NodeReport {
     }
 }
 
-/// Scores every feasible node with one plugin, normalizes, and checks the range.
-fn score_one(
-    slot: &mut super::Slot,
-    feasible: &[u32],
-    scores: &mut Vec<i64>,
-) -> Result<(), CallError> {
-    let instance = slot.instance.as_mut().expect("synced");
-    instance.score(feasible, scores)?;
+/// Normalizes one plugin's raw scores of the `count` feasible nodes and checks their range.
+fn finish_scores(slot: &mut Slot, count: usize, scores: &mut Vec<i64>) -> Result<(), CallError> {
     match slot.descriptor.normalize {
         Normalize::None => {}
         Normalize::Scale => sdk::helpers::default_normalize(scores, false),
         Normalize::Reverse => sdk::helpers::default_normalize(scores, true),
-        Normalize::Custom => instance.normalize(scores)?,
+        Normalize::Custom => slot.instance.as_mut().expect("synced").normalize(scores)?,
     }
     if let Some((position, bad)) = scores
         .iter()
@@ -569,12 +668,161 @@ fn score_one(
         return Err(CallError::new(
             "score",
             format!(
-                "returned {bad} for node #{position} of {}, outside 0..=100 after normalizing",
-                feasible.len()
+                "returned {bad} for node #{position} of {count}, outside 0..=100 after normalizing"
             ),
         ));
     }
     Ok(())
+}
+
+/// Splits `len` nodes into at most `threads` contiguous, nearly equal ranges, none smaller than
+/// [`MIN_NODES_PER_WORKER`] unless there is only one.
+fn split(len: usize, threads: usize) -> Vec<std::ops::Range<usize>> {
+    let count = threads.min(len / MIN_NODES_PER_WORKER).max(1);
+    (0..count)
+        .map(|t| len * t / count..len * (t + 1) / count)
+        .collect()
+}
+
+/// Runs `main` on this thread while the pool's workers run `work` on the helper items (one
+/// each); returns when all are done. Without a pool everything runs here, in order.
+fn run_beside<T: Send>(
+    pool: Option<&SpinPool>,
+    main: impl FnOnce(),
+    helpers: impl Iterator<Item = T>,
+    work: impl Fn(T) + Sync,
+) {
+    match pool {
+        None => {
+            main();
+            helpers.for_each(work);
+        }
+        Some(pool) => {
+            let work = &work;
+            let mut jobs: Vec<_> = helpers
+                .map(|item| {
+                    let mut item = Some(item);
+                    move || {
+                        if let Some(item) = item.take() {
+                            work(item);
+                        }
+                    }
+                })
+                .collect();
+            let lent: Vec<&mut (dyn FnMut() + Send)> = jobs
+                .iter_mut()
+                .map(|job| job as &mut (dyn FnMut() + Send))
+                .collect();
+            pool.run(lent, main);
+        }
+    }
+}
+
+/// Brings a worker's mirrors up to date and starts the cycle of `pod` on its instances; failures
+/// are returned by slot (and the failed instance dropped, to be re-made at the next sync).
+fn prepare_worker(
+    worker: &mut Worker,
+    specs: &[(super::PluginSpec, bool)],
+    cache: &Cache,
+    left_out: &[bool],
+    pod: &sdk::Pod,
+    errors: &mut Vec<(usize, CallError)>,
+) {
+    for (i, (spec, reads_usage)) in specs.iter().enumerate() {
+        if left_out[i] {
+            continue;
+        }
+        let (instance, synced) = (&mut worker.instances[i], &mut worker.synced[i]);
+        let result = catch_up(spec, *reads_usage, instance, synced, cache)
+            .and_then(|()| instance.as_mut().expect("caught up").set_pod(pod));
+        if let Err(e) = result {
+            *instance = None;
+            *synced = None;
+            errors.push((i, e));
+        }
+    }
+}
+
+/// One thread's share of a chunk: what the active filters make of its nodes.
+#[derive(Default)]
+struct PartVerdicts {
+    /// Per node: 0 when it passed, else 1 + index into `failures`.
+    verdicts: Vec<u32>,
+    /// The failures the part's nodes were rejected with, by the slot that rejected them.
+    failures: Vec<(usize, sdk::Failure)>,
+    /// Plugins whose call failed on this part, by slot; they judged none of its nodes.
+    errors: Vec<(usize, CallError)>,
+    alive: Vec<usize>,
+    batch: Vec<u32>,
+    results: FilterResults,
+}
+
+/// Runs the active filters over `nodes`, each on the nodes every earlier filter passed.
+fn filter_part(
+    instances: &mut [InstanceRef],
+    active_filters: &[usize],
+    left_out: &[bool],
+    nodes: &[u32],
+    out: &mut PartVerdicts,
+) {
+    out.verdicts.clear();
+    out.verdicts.resize(nodes.len(), 0);
+    out.failures.clear();
+    out.errors.clear();
+    out.alive.clear();
+    out.alive.extend(0..nodes.len());
+    for &slot_index in active_filters {
+        if out.alive.is_empty() {
+            break;
+        }
+        if left_out[slot_index] {
+            continue;
+        }
+        out.batch.clear();
+        out.batch.extend(out.alive.iter().map(|&k| nodes[k]));
+        out.results.clear();
+        let instance = instances[slot_index].as_mut().expect("synced");
+        if let Err(e) = instance.filter(&out.batch, &mut out.results) {
+            *instances[slot_index] = None;
+            out.errors.push((slot_index, e));
+            continue;
+        }
+        let base = out.failures.len() as u32;
+        out.failures
+            .extend(out.results.failures.drain(..).map(|f| (slot_index, f)));
+        let mut kept = 0;
+        for j in 0..out.alive.len() {
+            let k = out.alive[j];
+            match out.results.verdicts[j] {
+                0 => {
+                    out.alive[kept] = k;
+                    kept += 1;
+                }
+                v => out.verdicts[k] = base + v,
+            }
+        }
+        out.alive.truncate(kept);
+    }
+}
+
+/// Raw scores of `nodes` from each plugin in `plugins`, in order.
+fn score_part(
+    instances: &mut [InstanceRef],
+    plugins: &[usize],
+    nodes: &[u32],
+    out: &mut Vec<Result<Vec<i64>, CallError>>,
+) {
+    for &slot_index in plugins {
+        let mut scores = Vec::with_capacity(nodes.len());
+        let instance = instances[slot_index].as_mut().expect("synced");
+        match instance.score(nodes, &mut scores) {
+            Ok(()) => out.push(Ok(scores)),
+            Err(e) => {
+                *instances[slot_index] = None;
+                out.push(Err(e));
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 
 mod cycle;
 pub mod fit_error;
+mod spin;
 
 use std::sync::Arc;
 
@@ -213,6 +214,9 @@ pub struct ProfileSpec {
     pub scores: Vec<(PluginSpec, i64)>,
     /// `None` or `Some(0)`: kube-scheduler's adaptive percentage.
     pub percentage_of_nodes_to_score: Option<u32>,
+    /// Threads that filter and score a cycle's nodes, each with its own instance of every plugin
+    /// (1: the scheduling thread alone).
+    pub parallelism: usize,
 }
 
 /// Most nodes sent in one mirror update. Each call's deadline is a fixed part plus a per-node
@@ -292,55 +296,105 @@ impl Slot {
     /// Brings the instance's mirror up to the cache's generation, replacing a broken instance by a
     /// fresh one that gets every node.
     fn sync(&mut self, cache: &Cache) -> Result<(), CallError> {
-        let generation = cache.generation();
-        let lagging = self.synced.is_some_and(|s| s < cache.log_start());
-        if self.instance.is_none() || lagging {
-            self.synced = None;
-            let fresh = self
-                .spec
-                .instantiate()
-                .map_err(|e| CallError::new("init", e.0))?;
-            self.instance = Some(fresh);
+        catch_up(
+            &self.spec,
+            self.descriptor.reads_usage,
+            &mut self.instance,
+            &mut self.synced,
+            cache,
+        )
+    }
+}
+
+/// Brings one instance's mirror from generation `synced` up to the cache's, making a fresh
+/// instance (which gets every node) when there is none or the change log no longer reaches back.
+fn catch_up(
+    spec: &PluginSpec,
+    reads_usage: bool,
+    instance: &mut Option<Box<dyn PluginInstance>>,
+    synced: &mut Option<u64>,
+    cache: &Cache,
+) -> Result<(), CallError> {
+    let generation = cache.generation();
+    let lagging = synced.is_some_and(|s| s < cache.log_start());
+    if instance.is_none() || lagging {
+        *synced = None;
+        let fresh = spec
+            .instantiate()
+            .map_err(|e| CallError::new("init", e.0))?;
+        *instance = Some(fresh);
+    }
+    let live = instance.as_mut().expect("made above");
+    let result = send_changes(live.as_mut(), reads_usage, *synced, cache);
+    match result {
+        Ok(()) => *synced = Some(generation),
+        Err(_) => {
+            *instance = None;
+            *synced = None;
         }
-        let instance = self.instance.as_mut().expect("made above");
-        match self.synced {
-            None => {
-                let nodes: Vec<(u32, &sdk::NodeInfo)> =
-                    cache.nodes().map(|(id, entry)| (id, &entry.info)).collect();
+    }
+    result
+}
+
+fn send_changes(
+    instance: &mut dyn PluginInstance,
+    reads_usage: bool,
+    synced: Option<u64>,
+    cache: &Cache,
+) -> Result<(), CallError> {
+    match synced {
+        None => {
+            let nodes: Vec<(u32, &sdk::NodeInfo)> =
+                cache.nodes().map(|(id, entry)| (id, &entry.info)).collect();
+            for batch in nodes.chunks(SYNC_BATCH) {
+                instance.upsert_nodes(batch)?;
+            }
+        }
+        Some(synced) if synced < cache.generation() => {
+            let delta = cache.delta_since(synced);
+            if !delta.removals.is_empty() {
+                instance.remove_nodes(&delta.removals)?;
+            }
+            if !delta.upserts.is_empty() {
+                let nodes: Vec<(u32, &sdk::NodeInfo)> = delta
+                    .upserts
+                    .iter()
+                    .filter_map(|&id| cache.node(id).map(|n| (id, &n.info)))
+                    .collect();
                 for batch in nodes.chunks(SYNC_BATCH) {
                     instance.upsert_nodes(batch)?;
                 }
             }
-            Some(synced) if synced < generation => {
-                let delta = cache.delta_since(synced);
-                if !delta.removals.is_empty() {
-                    instance.remove_nodes(&delta.removals)?;
-                }
-                if !delta.upserts.is_empty() {
-                    let nodes: Vec<(u32, &sdk::NodeInfo)> = delta
-                        .upserts
-                        .iter()
-                        .filter_map(|&id| cache.node(id).map(|n| (id, &n.info)))
-                        .collect();
-                    for batch in nodes.chunks(SYNC_BATCH) {
-                        instance.upsert_nodes(batch)?;
-                    }
-                }
-                if !delta.usage.is_empty() && self.descriptor.reads_usage {
-                    let usage: Vec<(u32, &sdk::NodeUsage)> = delta
-                        .usage
-                        .iter()
-                        .filter_map(|&id| cache.node(id).map(|n| (id, &n.info.usage)))
-                        .collect();
-                    for batch in usage.chunks(SYNC_BATCH) {
-                        instance.update_usage(batch)?;
-                    }
+            if !delta.usage.is_empty() && reads_usage {
+                let usage: Vec<(u32, &sdk::NodeUsage)> = delta
+                    .usage
+                    .iter()
+                    .filter_map(|&id| cache.node(id).map(|n| (id, &n.info.usage)))
+                    .collect();
+                for batch in usage.chunks(SYNC_BATCH) {
+                    instance.update_usage(batch)?;
                 }
             }
-            Some(_) => {}
         }
-        self.synced = Some(generation);
-        Ok(())
+        Some(_) => {}
+    }
+    Ok(())
+}
+
+/// A filter-and-score thread's own instance of every plugin of a profile (the scheduling thread
+/// uses the slots' instances), indexed like the profile's slots.
+#[derive(Default)]
+struct Worker {
+    instances: Vec<Option<Box<dyn PluginInstance>>>,
+    synced: Vec<Option<u64>>,
+}
+
+impl Worker {
+    fn new(slots: usize) -> Worker {
+        Worker {
+            instances: (0..slots).map(|_| None).collect(),
+            synced: vec![None; slots],
+        }
     }
 }
 
@@ -358,6 +412,10 @@ pub struct Profile {
     rng: Rng,
     phases: PhaseTimes,
     clock: Arc<dyn Clock>,
+    /// One per thread beyond the scheduling thread; empty when the profile runs on one thread.
+    workers: Vec<Worker>,
+    /// Runs the workers' share of a cycle while the scheduling thread does its own.
+    pool: Option<spin::SpinPool>,
 }
 
 impl Profile {
@@ -400,8 +458,19 @@ impl Profile {
                 )));
             }
         }
+        let helpers = spec.parallelism.max(1) - 1;
+        let pool = match helpers {
+            0 => None,
+            n => Some(
+                spin::SpinPool::new(n)
+                    .map_err(|e| LoadError(format!("starting {n} worker threads: {e}")))?,
+            ),
+        };
+        let workers = (0..helpers).map(|_| Worker::new(slots.len())).collect();
         Ok(Profile {
             scheduler_name: spec.scheduler_name.clone(),
+            workers,
+            pool,
             slots,
             filters,
             scores,
@@ -419,6 +488,11 @@ impl Profile {
         self.slots
             .iter()
             .filter_map(|s| s.synced)
+            .chain(
+                self.workers
+                    .iter()
+                    .flat_map(|w| w.synced.iter().flatten().copied()),
+            )
             .min()
             .unwrap_or(u64::MAX)
     }
@@ -492,11 +566,15 @@ impl Scheduler {
             else {
                 continue;
             };
-            for slot in &mut profile.slots {
+            for (i, slot) in profile.slots.iter_mut().enumerate() {
                 let key = slot.reuse_key();
-                if let Some(kept) = previous.slots.iter_mut().find(|s| s.reuse_key() == key) {
+                if let Some(k) = previous.slots.iter().position(|s| s.reuse_key() == key) {
                     // The displaced fresh slot goes back with the old profile, to be dropped.
-                    std::mem::swap(slot, kept);
+                    std::mem::swap(slot, &mut previous.slots[k]);
+                    for (new, old) in profile.workers.iter_mut().zip(&mut previous.workers) {
+                        std::mem::swap(&mut new.instances[i], &mut old.instances[k]);
+                        std::mem::swap(&mut new.synced[i], &mut old.synced[k]);
+                    }
                 }
             }
         }
@@ -533,8 +611,21 @@ impl Scheduler {
     /// The first plugin that failed, by name.
     pub fn warm_up(&mut self) -> Result<(), LoadError> {
         for profile in &mut self.profiles {
-            for slot in &mut profile.slots {
-                if let Err(e) = slot.sync(&self.cache) {
+            for (i, slot) in profile.slots.iter_mut().enumerate() {
+                let mut result = slot.sync(&self.cache);
+                for worker in &mut profile.workers {
+                    if result.is_err() {
+                        break;
+                    }
+                    result = catch_up(
+                        &slot.spec,
+                        slot.descriptor.reads_usage,
+                        &mut worker.instances[i],
+                        &mut worker.synced[i],
+                        &self.cache,
+                    );
+                }
+                if let Err(e) = result {
                     slot.record_failure(&e, profile.clock.now());
                     return Err(LoadError(format!(
                         "plugin {} failed in {e}",
