@@ -41,6 +41,13 @@ pub const INSTANTIATE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Extra time a call gets per node in its batch (filter, score, mirror updates): a batch of
 /// 5,000 nodes may take 20 ms + 50 ms.
 pub const PER_NODE_ALLOWANCE: Duration = Duration::from_micros(10);
+/// Extra time a mirror update gets per node sent: more than a filter's, because a plugin may index
+/// what it is sent (labels, taint sets).
+pub const SYNC_PER_NODE_ALLOWANCE: Duration = Duration::from_micros(50);
+/// Extra time a mirror update gets per node already in the mirror: growing a large mirror moves
+/// and rehashes all of it now and then (measured: a 512-node update into a 50,000-node mirror
+/// missed a 46 ms deadline), so the allowance follows the mirror's size, not the batch's.
+pub const SYNC_PER_MIRRORED_NODE_ALLOWANCE: Duration = Duration::from_micros(2);
 /// Default linear-memory limit of one instance: room for a 50,000-node mirror, or an
 /// interpreter-based guest's runtime plus a 5,000-node mirror.
 pub const DEFAULT_MEMORY_LIMIT: usize = 128 << 20;
@@ -359,6 +366,7 @@ impl PluginFactory for ComponentFactory {
             call_ticks: ticks,
             deadlines: self.deadlines,
             scratch_nodes: Vec::new(),
+            mirrored: 0,
         }))
     }
 
@@ -385,6 +393,8 @@ struct ComponentInstance {
     call_ticks: u64,
     deadlines: bool,
     scratch_nodes: Vec<(u32, wit::NodeInfo)>,
+    /// One past the highest node id sent: a bound on the mirror's size.
+    mirrored: usize,
 }
 
 fn trapped(call: &'static str, error: wasmtime::Error) -> CallError {
@@ -403,8 +413,13 @@ fn trapped(call: &'static str, error: wasmtime::Error) -> CallError {
 impl ComponentInstance {
     /// Sets the deadline of the next call, allowing for the nodes it handles.
     fn arm(&mut self, nodes: usize) {
+        self.arm_for(PER_NODE_ALLOWANCE * nodes as u32);
+    }
+
+    /// Sets the deadline of the next call: the call timeout plus `allowance`.
+    fn arm_for(&mut self, allowance: Duration) {
         if self.deadlines {
-            let extra = (PER_NODE_ALLOWANCE * nodes as u32).as_micros() / EPOCH_TICK.as_micros();
+            let extra = allowance.as_micros() / EPOCH_TICK.as_micros();
             self.store
                 .set_epoch_deadline(self.call_ticks + extra as u64);
         }
@@ -417,7 +432,16 @@ impl PluginInstance for ComponentInstance {
     }
 
     fn upsert_nodes(&mut self, nodes: &[(u32, &sdk::NodeInfo)]) -> Result<(), CallError> {
-        self.arm(nodes.len());
+        let highest = nodes
+            .iter()
+            .map(|(id, _)| *id as usize + 1)
+            .max()
+            .unwrap_or(0);
+        self.mirrored = self.mirrored.max(highest);
+        self.arm_for(
+            SYNC_PER_NODE_ALLOWANCE * nodes.len() as u32
+                + SYNC_PER_MIRRORED_NODE_ALLOWANCE * self.mirrored as u32,
+        );
         self.scratch_nodes.clear();
         self.scratch_nodes
             .extend(nodes.iter().map(|(id, node)| (*id, node_info(node))));
