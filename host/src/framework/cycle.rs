@@ -356,28 +356,12 @@ impl Profile {
                 .filter(|&(i, _)| plans[i].score && !left_out[i])
                 .collect();
             let plugins: Vec<usize> = scored.iter().map(|&(i, _)| i).collect();
-            let ranges = split(feasible.len(), 1 + self.workers.len());
-            let mut parts: Vec<Vec<Result<Vec<i64>, CallError>>> = vec![Vec::new(); ranges.len()];
-            {
-                let (main_part, helper_parts) = parts.split_at_mut(1);
-                let plugins = &plugins;
-                let mut main_instances: Vec<InstanceRef> =
-                    self.slots.iter_mut().map(|s| &mut s.instance).collect();
-                let main = || {
-                    let nodes = &feasible[ranges[0].clone()];
-                    score_part(&mut main_instances, plugins, nodes, &mut main_part[0]);
-                };
-                let helpers = self.workers.iter_mut().zip(helper_parts).zip(&ranges[1..]);
-                run_beside(
-                    self.pool.as_ref(),
-                    main,
-                    helpers,
-                    |((worker, part), range)| {
-                        let mut instances: Vec<InstanceRef> = worker.instances.iter_mut().collect();
-                        score_part(&mut instances, plugins, &feasible[range.clone()], part);
-                    },
-                );
-            }
+            let mut parts: Vec<Vec<Result<Vec<i64>, CallError>>> =
+                vec![Vec::new(); 1 + self.workers.len()];
+            let used = self.on_each_part(feasible, &mut parts, |instances, nodes, part| {
+                score_part(instances, &plugins, nodes, part)
+            });
+            parts.truncate(used);
             let mut per_part: Vec<_> = parts.into_iter().map(Vec::into_iter).collect();
             for &(i, weight) in &scored {
                 let mut scores = Vec::with_capacity(feasible.len());
@@ -476,41 +460,11 @@ impl Profile {
             let end = n.min(position + chunk_len);
             chunk.clear();
             chunk.extend((position..end).map(|p| candidates[(start + p) % n]));
-            let ranges = split(chunk.len(), parts.len());
-            {
-                let (main_part, helper_parts) = parts.split_at_mut(1);
-                let left_out = &*left_out;
-                let chunk = &chunk;
-                let mut main_instances: Vec<InstanceRef> =
-                    self.slots.iter_mut().map(|s| &mut s.instance).collect();
-                let main = || {
-                    let nodes = &chunk[ranges[0].clone()];
-                    filter_part(
-                        &mut main_instances,
-                        active_filters,
-                        left_out,
-                        nodes,
-                        &mut main_part[0],
-                    );
-                };
-                let helpers = self.workers.iter_mut().zip(helper_parts).zip(&ranges[1..]);
-                run_beside(
-                    self.pool.as_ref(),
-                    main,
-                    helpers,
-                    |((worker, part), range)| {
-                        let mut instances: Vec<InstanceRef> = worker.instances.iter_mut().collect();
-                        filter_part(
-                            &mut instances,
-                            active_filters,
-                            left_out,
-                            &chunk[range.clone()],
-                            part,
-                        );
-                    },
-                );
-            }
-            for part in &parts[..ranges.len()] {
+            let left_out_now: &[bool] = left_out;
+            let used = self.on_each_part(&chunk, &mut parts, |instances, nodes, part| {
+                filter_part(instances, active_filters, left_out_now, nodes, part)
+            });
+            for part in &parts[..used] {
                 for (slot_index, e) in &part.errors {
                     if left_out[*slot_index] {
                         continue;
@@ -523,7 +477,7 @@ impl Profile {
                 }
             }
             verdicts.clear();
-            for part in &parts[..ranges.len()] {
+            for part in &parts[..used] {
                 interned.clear();
                 interned.resize(part.failures.len(), None);
                 for &verdict in &part.verdicts {
@@ -569,6 +523,42 @@ impl Profile {
         }
         search.processed = position;
         Ok(())
+    }
+}
+
+impl Profile {
+    /// Splits `nodes` between this thread and the workers and runs `work` on each share with that
+    /// thread's plugin instances, writing into its entry of `parts` (one per thread). Returns how
+    /// many entries were used, in the order of `nodes`.
+    fn on_each_part<P: Send>(
+        &mut self,
+        nodes: &[u32],
+        parts: &mut [P],
+        work: impl Fn(&mut [InstanceRef], &[u32], &mut P) + Sync,
+    ) -> usize {
+        let ranges = split(nodes.len(), parts.len());
+        let (main_part, helper_parts) = parts.split_at_mut(1);
+        let mut main_instances: Vec<InstanceRef> =
+            self.slots.iter_mut().map(|s| &mut s.instance).collect();
+        let work = &work;
+        let main = || {
+            work(
+                &mut main_instances,
+                &nodes[ranges[0].clone()],
+                &mut main_part[0],
+            )
+        };
+        let helpers = self.workers.iter_mut().zip(helper_parts).zip(&ranges[1..]);
+        run_beside(
+            self.pool.as_ref(),
+            main,
+            helpers,
+            |((worker, part), range)| {
+                let mut instances: Vec<InstanceRef> = worker.instances.iter_mut().collect();
+                work(&mut instances, &nodes[range.clone()], part);
+            },
+        );
+        ranges.len()
     }
 }
 

@@ -12,14 +12,20 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
-/// How long an idle worker spins before it parks.
-const SPIN_FOR: Duration = Duration::from_millis(2);
+/// How long an idle worker stays awake before it parks: longer than the gap between the phases
+/// of back-to-back cycles, short enough to give the core back soon when pods stop coming.
+const SPIN_FOR: Duration = Duration::from_micros(500);
+/// How long a waiting thread spins before it starts yielding its core at each check: on a machine
+/// with more runnable threads than cores, spinning would keep the awaited thread off the CPU.
+const YIELD_AFTER: Duration = Duration::from_micros(50);
 
 const IDLE: u8 = 0;
 const READY: u8 = 1;
 const DONE: u8 = 2;
 const PANICKED: u8 = 3;
 const STOP: u8 = 4;
+/// A thread (the worker, or the lender itself) has claimed the job and is running it.
+const RUNNING: u8 = 5;
 
 /// A job lent to a worker for the duration of one [`SpinPool::run`] call.
 type Job = *mut (dyn FnMut() + Send);
@@ -29,9 +35,9 @@ struct Mailbox {
     job: UnsafeCell<Option<Job>>,
 }
 
-// SAFETY: `job` is written by the pool only while `state` is IDLE/DONE (the worker does not read
-// it then) and read by the worker only after it saw READY (Acquire), which the pool set after
-// writing it (Release).
+// SAFETY: `job` is written by the pool only while `state` is IDLE (nobody reads it then) and
+// taken only by the one thread that moves `state` from READY (set with Release after writing the
+// job) to RUNNING (Acquire): the worker, or the lender when the worker has not started it.
 unsafe impl Sync for Mailbox {}
 unsafe impl Send for Mailbox {}
 
@@ -82,6 +88,20 @@ impl SpinPool {
         struct Join<'a>(&'a [Worker], bool);
         impl Drop for Join<'_> {
             fn drop(&mut self) {
+                // A job no worker has started yet (its thread is off the CPU on a busy machine) is
+                // run here rather than waited for.
+                for worker in self.0 {
+                    let mailbox = &worker.mailbox;
+                    if mailbox
+                        .state
+                        .compare_exchange(READY, RUNNING, Ordering::Acquire, Ordering::Relaxed)
+                        .is_ok()
+                    {
+                        let state = run_claimed(mailbox);
+                        mailbox.state.store(state, Ordering::Release);
+                    }
+                }
+                let waiting_since = Instant::now();
                 for worker in self.0 {
                     loop {
                         match worker.mailbox.state.load(Ordering::Acquire) {
@@ -90,7 +110,7 @@ impl SpinPool {
                                 self.1 = true;
                                 break;
                             }
-                            _ => std::hint::spin_loop(),
+                            _ => pause(waiting_since),
                         }
                     }
                     worker.mailbox.state.store(IDLE, Ordering::Relaxed);
@@ -120,17 +140,41 @@ fn work(mailbox: &Mailbox) {
     loop {
         match mailbox.state.load(Ordering::Acquire) {
             READY => {
-                // SAFETY: see `Mailbox`; the pool keeps the job alive until it sees DONE.
-                let job = unsafe { (*mailbox.job.get()).take() }.expect("a job with READY");
-                let outcome = catch_unwind(AssertUnwindSafe(|| unsafe { (*job)() }));
-                let state = if outcome.is_ok() { DONE } else { PANICKED };
-                mailbox.state.store(state, Ordering::Release);
+                if mailbox
+                    .state
+                    .compare_exchange(READY, RUNNING, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    let state = run_claimed(mailbox);
+                    mailbox.state.store(state, Ordering::Release);
+                }
                 idle_since = Instant::now();
             }
             STOP => return,
-            _ if idle_since.elapsed() < SPIN_FOR => std::hint::spin_loop(),
+            _ if idle_since.elapsed() < SPIN_FOR => pause(idle_since),
             _ => thread::park_timeout(Duration::from_millis(50)),
         }
+    }
+}
+
+/// Runs the job of a mailbox whose state this thread moved from READY to RUNNING; returns the
+/// state to publish.
+fn run_claimed(mailbox: &Mailbox) -> u8 {
+    // SAFETY: see `Mailbox`; only the thread that won the READY -> RUNNING exchange gets here,
+    // and the lender keeps the job alive until it sees DONE or PANICKED.
+    let job = unsafe { (*mailbox.job.get()).take() }.expect("a job with READY");
+    match catch_unwind(AssertUnwindSafe(|| unsafe { (*job)() })) {
+        Ok(()) => DONE,
+        Err(_) => PANICKED,
+    }
+}
+
+/// One step of a wait that began at `since`: a spin at first, then a yield of the core.
+fn pause(since: Instant) {
+    if since.elapsed() < YIELD_AFTER {
+        std::hint::spin_loop();
+    } else {
+        thread::yield_now();
     }
 }
 
