@@ -2,6 +2,8 @@
 
 use std::borrow::Cow;
 
+use crate::mirror::Nodes;
+
 /// A sorted set of `key=value` pairs (labels, annotations, a node selector).
 ///
 /// Filters look labels up for every node of every cycle, so all keys and values live in one
@@ -483,6 +485,31 @@ impl FilterResults {
             }
         };
         index as u32 + 1
+    }
+
+    /// Appends one verdict per id of `ids`: a pass where `passes(id)`, else `failure()` (made and
+    /// stored once per call); an id the mirror lacks gets [`Nodes::unknown`]. For batch filters
+    /// whose only failure is one fixed reason.
+    pub fn push_each(
+        &mut self,
+        nodes: &Nodes,
+        ids: &[u32],
+        mut passes: impl FnMut(u32) -> bool,
+        failure: impl Fn() -> Failure,
+    ) {
+        let mut rejected = None;
+        for &id in ids {
+            if !nodes.contains(id) {
+                self.push(Err(Nodes::unknown(id)));
+                continue;
+            }
+            let verdict = if passes(id) {
+                0
+            } else {
+                *rejected.get_or_insert_with(|| self.intern(failure()))
+            };
+            self.verdicts.push(verdict);
+        }
     }
 
     /// The failure for the node at `position`, or `None` when it passed.

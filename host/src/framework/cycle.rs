@@ -143,29 +143,25 @@ impl Profile {
             score: false,
         };
         // Workers bring their mirrors up to date and start the pod while this thread starts it on
-        // the slots' instances.
-        let specs: Vec<(super::PluginSpec, bool)> = if self.workers.is_empty() {
-            Vec::new()
-        } else {
-            self.slots
-                .iter()
-                .map(|s| (s.spec.clone(), s.descriptor.reads_usage))
-                .collect()
-        };
+        // the slots' instances: each slot lends its spec to the workers and its instance here.
         let mut answers: Vec<Option<Result<sdk::PodPlan, CallError>>> = Vec::new();
         let mut worker_errors: Vec<Vec<(usize, CallError)>> = vec![Vec::new(); self.workers.len()];
         {
-            let slots = &mut self.slots;
+            let (specs, mut instances): (Vec<(&super::PluginSpec, bool)>, Vec<InstanceRef>) = self
+                .slots
+                .iter_mut()
+                .map(|slot| {
+                    let reads_usage = slot.descriptor.reads_usage;
+                    ((&slot.spec, reads_usage), &mut slot.instance)
+                })
+                .unzip();
             let left_out = &left_out;
             let main = || {
-                answers = slots
+                answers = instances
                     .iter_mut()
                     .zip(left_out)
-                    .map(|(slot, &out)| {
-                        (!out).then(|| {
-                            let instance = slot.instance.as_mut().expect("synced above");
-                            instance.set_pod(pod)
-                        })
+                    .map(|(instance, &out)| {
+                        (!out).then(|| instance.as_mut().expect("synced above").set_pod(pod))
                     })
                     .collect();
             };
@@ -712,7 +708,7 @@ fn run_beside<T: Send>(
 /// are returned by slot (and the failed instance dropped, to be re-made at the next sync).
 fn prepare_worker(
     worker: &mut Worker,
-    specs: &[(super::PluginSpec, bool)],
+    specs: &[(&super::PluginSpec, bool)],
     cache: &Cache,
     left_out: &[bool],
     pod: &sdk::Pod,

@@ -91,15 +91,7 @@ impl SpinPool {
                 // A job no worker has started yet (its thread is off the CPU on a busy machine) is
                 // run here rather than waited for.
                 for worker in self.0 {
-                    let mailbox = &worker.mailbox;
-                    if mailbox
-                        .state
-                        .compare_exchange(READY, RUNNING, Ordering::Acquire, Ordering::Relaxed)
-                        .is_ok()
-                    {
-                        let state = run_claimed(mailbox);
-                        mailbox.state.store(state, Ordering::Release);
-                    }
+                    try_run(&worker.mailbox);
                 }
                 let waiting_since = Instant::now();
                 for worker in self.0 {
@@ -140,14 +132,7 @@ fn work(mailbox: &Mailbox) {
     loop {
         match mailbox.state.load(Ordering::Acquire) {
             READY => {
-                if mailbox
-                    .state
-                    .compare_exchange(READY, RUNNING, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-                {
-                    let state = run_claimed(mailbox);
-                    mailbox.state.store(state, Ordering::Release);
-                }
+                try_run(mailbox);
                 idle_since = Instant::now();
             }
             STOP => return,
@@ -157,16 +142,24 @@ fn work(mailbox: &Mailbox) {
     }
 }
 
-/// Runs the job of a mailbox whose state this thread moved from READY to RUNNING; returns the
-/// state to publish.
-fn run_claimed(mailbox: &Mailbox) -> u8 {
-    // SAFETY: see `Mailbox`; only the thread that won the READY -> RUNNING exchange gets here,
-    // and the lender keeps the job alive until it sees DONE or PANICKED.
+/// Runs the mailbox's job if this thread is the one to move it from READY to RUNNING (the worker
+/// and the lender may both try), then publishes DONE or PANICKED.
+fn try_run(mailbox: &Mailbox) {
+    if mailbox
+        .state
+        .compare_exchange(READY, RUNNING, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    // SAFETY: see `Mailbox`; only the thread that won the exchange gets here, and the lender
+    // keeps the job alive until it sees DONE or PANICKED.
     let job = unsafe { (*mailbox.job.get()).take() }.expect("a job with READY");
-    match catch_unwind(AssertUnwindSafe(|| unsafe { (*job)() })) {
+    let state = match catch_unwind(AssertUnwindSafe(|| unsafe { (*job)() })) {
         Ok(()) => DONE,
         Err(_) => PANICKED,
-    }
+    };
+    mailbox.state.store(state, Ordering::Release);
 }
 
 /// One step of a wait that began at `since`: a spin at first, then a yield of the core.

@@ -194,19 +194,12 @@ impl FilterPlugin for NodeAffinity {
 
     fn filter_batch(&mut self, _pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut FilterResults) {
         let compiled = self.compiled(nodes);
-        let mut rejected = None;
-        for &id in ids {
-            if !nodes.contains(id) {
-                out.push(Err(Nodes::unknown(id)));
-                continue;
-            }
-            let verdict = if compiled.filter(nodes, id) {
-                0
-            } else {
-                *rejected.get_or_insert_with(|| out.intern(Failure::unresolvable(REASON)))
-            };
-            out.verdicts.push(verdict);
-        }
+        out.push_each(
+            nodes,
+            ids,
+            |id| compiled.filter(nodes, id),
+            || Failure::unresolvable(REASON),
+        );
     }
 }
 

@@ -51,20 +51,13 @@ impl FilterPlugin for NodeUnschedulable {
 
     /// Reads only the node's summary, and stores the one failure once per batch.
     fn filter_batch(&mut self, _pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut FilterResults) {
-        let mut rejected = None;
-        for &id in ids {
-            let verdict = match nodes.summary(id) {
-                None => {
-                    out.push(Err(Nodes::unknown(id)));
-                    continue;
-                }
-                Some(node) if node.unschedulable && !self.tolerates_unschedulable => {
-                    *rejected.get_or_insert_with(|| out.intern(Failure::unresolvable(REASON)))
-                }
-                Some(_) => 0,
-            };
-            out.verdicts.push(verdict);
-        }
+        let tolerates = self.tolerates_unschedulable;
+        out.push_each(
+            nodes,
+            ids,
+            |id| tolerates || nodes.summary(id).is_none_or(|node| !node.unschedulable),
+            || Failure::unresolvable(REASON),
+        );
     }
 }
 

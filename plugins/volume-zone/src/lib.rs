@@ -202,19 +202,12 @@ impl FilterPlugin for VolumeZone {
             self.compiled = Some((nodes.generation(), compiled));
         }
         let compiled = &self.compiled.as_ref().expect("just compiled").1;
-        let mut rejected = None;
-        for &id in ids {
-            if !nodes.contains(id) {
-                out.push(Err(Nodes::unknown(id)));
-                continue;
-            }
-            let verdict = if compiled.fits(nodes, id) {
-                0
-            } else {
-                *rejected.get_or_insert_with(|| out.intern(Failure::unresolvable(REASON)))
-            };
-            out.verdicts.push(verdict);
-        }
+        out.push_each(
+            nodes,
+            ids,
+            |id| compiled.fits(nodes, id),
+            || Failure::unresolvable(REASON),
+        );
     }
 }
 
