@@ -1,5 +1,5 @@
 //! Micro-benchmarks of the scheduling cycle's hot paths, so a regression shows up on its own:
-//! one filter batch and one score batch per default plugin (as WebAssembly and native), bringing a
+//! starting a cycle (`set-pod`), one filter batch and one score batch per default plugin (as WebAssembly and native), bringing a
 //! plugin's mirror up to date after a placement, and listing the node tree.
 //!
 //! `cargo bench -p wasched --bench hot_paths` (add `-- filter_batch` to run one group).
@@ -114,6 +114,28 @@ fn score_batch(c: &mut Criterion) {
     group.finish();
 }
 
+/// Starting a cycle: every plugin is handed the pod once (`set-pod`), seven times per pod with the
+/// default profile, whatever the cluster's size.
+fn set_pod(c: &mut Criterion) {
+    let cluster = synthetic(Scenario::Mixed, NODES, 500, 1);
+    let pod = busy_pod(&cluster.pods);
+    let mut group = c.benchmark_group("set_pod");
+    let names = DEFAULT_FILTERS
+        .iter()
+        .copied()
+        .chain(DEFAULT_SCORES.iter().map(|&(name, _)| name))
+        .collect::<std::collections::BTreeSet<_>>();
+    for name in names {
+        for (runtime, label) in runtimes() {
+            let mut instance = loaded(name, runtime, &cluster.nodes, &pod);
+            group.bench_function(BenchmarkId::new(name, label), |b| {
+                b.iter(|| black_box(instance.set_pod(black_box(&pod)).expect("set-pod")))
+            });
+        }
+    }
+    group.finish();
+}
+
 /// What every cycle after a placement pays: the cache records the pod (moved from the node it was
 /// on, so two nodes change), and a plugin that reads usage is sent the changed nodes.
 fn snapshot_update(c: &mut Criterion) {
@@ -174,6 +196,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = hot_paths;
     config = config();
-    targets = filter_batch, score_batch, snapshot_update, node_tree_listing
+    targets = set_pod, filter_batch, score_batch, snapshot_update, node_tree_listing
 }
 criterion_main!(hot_paths);
