@@ -1,6 +1,7 @@
 //! Micro-benchmarks of the scheduling cycle's hot paths, so a regression shows up on its own:
-//! starting a cycle (`set-pod`), one filter batch and one score batch per default plugin (as WebAssembly and native), bringing a
-//! plugin's mirror up to date after a placement, and listing the node tree.
+//! starting a cycle (`set-pod`), one filter batch and one score batch per default plugin (as
+//! WebAssembly and native), bringing a plugin's mirror up to date after a placement, and listing
+//! the node tree.
 //!
 //! `cargo bench -p wasched --bench hot_paths` (add `-- filter_batch` to run one group).
 
