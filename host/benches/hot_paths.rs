@@ -13,7 +13,7 @@ use wasched::bench::{synthetic, Scenario};
 use wasched::cache::Cache;
 use wasched::config::{default_factory, DefaultPluginRuntime};
 use wasched::nodetree::NodeTree;
-use wasched::runtime::defaults::{self, DEFAULT_FILTERS, DEFAULT_SCORES};
+use wasched::runtime::defaults::{self, DEFAULT_FILTERS, DEFAULT_PLUGINS, DEFAULT_SCORES};
 use wasched::runtime::wasm::Limits;
 use wasched::runtime::{PluginFactory, PluginInstance};
 use wasched_sdk::{FilterPlan, FilterResults, NodeInfo, Pod};
@@ -121,12 +121,7 @@ fn set_pod(c: &mut Criterion) {
     let cluster = synthetic(Scenario::Mixed, NODES, 500, 1);
     let pod = busy_pod(&cluster.pods);
     let mut group = c.benchmark_group("set_pod");
-    let names = DEFAULT_FILTERS
-        .iter()
-        .copied()
-        .chain(DEFAULT_SCORES.iter().map(|&(name, _)| name))
-        .collect::<std::collections::BTreeSet<_>>();
-    for name in names {
+    for name in DEFAULT_PLUGINS.iter().map(|plugin| plugin.name) {
         for (runtime, label) in runtimes() {
             let mut instance = loaded(name, runtime, &cluster.nodes, &pod);
             group.bench_function(BenchmarkId::new(name, label), |b| {
