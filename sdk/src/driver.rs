@@ -36,6 +36,7 @@ impl<P: Exported> Driver<P> {
             score: P::SCORE,
             normalize: P::NORMALIZE,
             reads_usage: P::READS_USAGE,
+            reads_pod: P::READS_POD,
         }
     }
 

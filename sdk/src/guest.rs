@@ -86,6 +86,19 @@ impl<P: Exported> bindings::Guest for Component<P> {
     }
 }
 
+/// Each WIT pod part with the SDK's.
+const POD_PARTS: [(wit::PodParts, sdk::PodParts); 9] = [
+    (wit::PodParts::IDENTITY, sdk::PodParts::IDENTITY),
+    (wit::PodParts::LABELS, sdk::PodParts::LABELS),
+    (wit::PodParts::ANNOTATIONS, sdk::PodParts::ANNOTATIONS),
+    (wit::PodParts::NODE_NAME, sdk::PodParts::NODE_NAME),
+    (wit::PodParts::NODE_SELECTION, sdk::PodParts::NODE_SELECTION),
+    (wit::PodParts::TOLERATIONS, sdk::PodParts::TOLERATIONS),
+    (wit::PodParts::REQUESTS, sdk::PodParts::REQUESTS),
+    (wit::PodParts::VOLUME_CLAIMS, sdk::PodParts::VOLUME_CLAIMS),
+    (wit::PodParts::CONTAINERS, sdk::PodParts::CONTAINERS),
+];
+
 fn labels(pairs: Vec<(String, String)>) -> sdk::Labels {
     sdk::Labels::new(pairs)
 }
@@ -184,30 +197,49 @@ impl From<wit::VolumeClaim> for sdk::VolumeClaim {
 
 impl From<wit::Pod> for sdk::Pod {
     fn from(p: wit::Pod) -> Self {
-        sdk::Pod {
-            namespace: p.namespace,
-            name: p.name,
-            uid: p.uid,
-            labels: labels(p.labels),
-            annotations: labels(p.annotations),
-            scheduler_name: p.scheduler_name,
+        let mut pod = sdk::Pod {
             priority: p.priority,
-            node_name: p.node_name,
-            node_selector: labels(p.node_selector),
-            node_affinity: p.node_affinity.map(Into::into),
-            tolerations: p.tolerations.into_iter().map(Into::into).collect(),
-            requests: p.requests.into(),
-            non_zero_requests: p.non_zero_requests.into(),
-            volume_claims: p.volume_claims.into_iter().map(Into::into).collect(),
+            labels: p.labels.map(labels).unwrap_or_default(),
+            annotations: p.annotations.map(labels).unwrap_or_default(),
+            tolerations: p
+                .tolerations
+                .map(|list| list.into_iter().map(Into::into).collect())
+                .unwrap_or_default(),
+            volume_claims: p
+                .volume_claims
+                .map(|list| list.into_iter().map(Into::into).collect())
+                .unwrap_or_default(),
             containers: p
                 .containers
-                .into_iter()
-                .map(|c| sdk::Container {
-                    name: c.name,
-                    image: c.image,
+                .map(|list| {
+                    list.into_iter()
+                        .map(|c| sdk::Container {
+                            name: c.name,
+                            image: c.image,
+                        })
+                        .collect()
                 })
-                .collect(),
+                .unwrap_or_default(),
+            ..sdk::Pod::default()
+        };
+        if let Some(identity) = p.identity {
+            pod.namespace = identity.namespace;
+            pod.name = identity.name;
+            pod.uid = identity.uid;
+            pod.scheduler_name = identity.scheduler_name;
         }
+        if let Some(node_name) = p.node_name {
+            pod.node_name = node_name;
+        }
+        if let Some(selection) = p.node_selection {
+            pod.node_selector = labels(selection.node_selector);
+            pod.node_affinity = selection.node_affinity.map(Into::into);
+        }
+        if let Some(requests) = p.requests {
+            pod.requests = requests.requests.into();
+            pod.non_zero_requests = requests.non_zero_requests.into();
+        }
+        pod
     }
 }
 
@@ -283,6 +315,12 @@ impl From<sdk::Descriptor> for wit::Descriptor {
                 sdk::Normalize::Custom => wit::NormalizeKind::Custom,
             },
             reads_usage: d.reads_usage,
+            reads_pod: POD_PARTS
+                .iter()
+                .filter(|(_, part)| d.reads_pod.contains(*part))
+                .fold(wit::PodParts::empty(), |parts, (wit_part, _)| {
+                    parts | *wit_part
+                }),
         }
     }
 }

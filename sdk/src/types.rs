@@ -325,6 +325,115 @@ pub struct Pod {
     pub containers: Vec<Container>,
 }
 
+impl Pod {
+    /// A copy of the parts of this pod that `parts` names; the others are left empty. This is the
+    /// pod a plugin sees, built or WASM, so a plugin that reads a part it did not declare fails the
+    /// same way in both (and in the host's tests).
+    pub fn with_parts(&self, parts: PodParts) -> Pod {
+        let take = |part: PodParts| parts.contains(part);
+        let mut pod = Pod {
+            priority: self.priority,
+            ..Pod::default()
+        };
+        if take(PodParts::IDENTITY) {
+            pod.namespace.clone_from(&self.namespace);
+            pod.name.clone_from(&self.name);
+            pod.uid.clone_from(&self.uid);
+            pod.scheduler_name.clone_from(&self.scheduler_name);
+        }
+        if take(PodParts::LABELS) {
+            pod.labels = self.labels.clone();
+        }
+        if take(PodParts::ANNOTATIONS) {
+            pod.annotations = self.annotations.clone();
+        }
+        if take(PodParts::NODE_NAME) {
+            pod.node_name.clone_from(&self.node_name);
+        }
+        if take(PodParts::NODE_SELECTION) {
+            pod.node_selector = self.node_selector.clone();
+            pod.node_affinity.clone_from(&self.node_affinity);
+        }
+        if take(PodParts::TOLERATIONS) {
+            pod.tolerations.clone_from(&self.tolerations);
+        }
+        if take(PodParts::REQUESTS) {
+            pod.requests = self.requests.clone();
+            pod.non_zero_requests = self.non_zero_requests.clone();
+        }
+        if take(PodParts::VOLUME_CLAIMS) {
+            pod.volume_claims.clone_from(&self.volume_claims);
+        }
+        if take(PodParts::CONTAINERS) {
+            pod.containers.clone_from(&self.containers);
+        }
+        pod
+    }
+}
+
+/// The parts of a [`Pod`] a plugin reads (`reads-pod` in `wit/plugin.wit`). The host sends a WASM
+/// plugin only these; the others arrive empty. Priority is always sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PodParts(u16);
+
+impl PodParts {
+    /// Nothing but the priority.
+    pub const NONE: PodParts = PodParts(0);
+    /// `namespace`, `name`, `uid` and `scheduler_name`.
+    pub const IDENTITY: PodParts = PodParts(1);
+    /// `labels`.
+    pub const LABELS: PodParts = PodParts(1 << 1);
+    /// `annotations`.
+    pub const ANNOTATIONS: PodParts = PodParts(1 << 2);
+    /// `node_name`.
+    pub const NODE_NAME: PodParts = PodParts(1 << 3);
+    /// `node_selector` and `node_affinity`.
+    pub const NODE_SELECTION: PodParts = PodParts(1 << 4);
+    /// `tolerations`.
+    pub const TOLERATIONS: PodParts = PodParts(1 << 5);
+    /// `requests` and `non_zero_requests`.
+    pub const REQUESTS: PodParts = PodParts(1 << 6);
+    /// `volume_claims`.
+    pub const VOLUME_CLAIMS: PodParts = PodParts(1 << 7);
+    /// `containers`.
+    pub const CONTAINERS: PodParts = PodParts(1 << 8);
+    /// Every part.
+    pub const ALL: PodParts = PodParts((1 << 9) - 1);
+
+    /// Every part in `self` or `other` (usable in a `const`).
+    pub const fn and(self, other: PodParts) -> PodParts {
+        PodParts(self.0 | other.0)
+    }
+
+    /// True when every part of `other` is in `self`.
+    pub const fn contains(self, other: PodParts) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The parts as bits, in the order `wit/plugin.wit` declares them (identity = bit 0).
+    pub const fn bits(self) -> u16 {
+        self.0
+    }
+
+    /// Parts from bits in the order `wit/plugin.wit` declares them.
+    pub const fn from_bits(bits: u16) -> PodParts {
+        PodParts(bits)
+    }
+}
+
+impl Default for PodParts {
+    fn default() -> Self {
+        PodParts::ALL
+    }
+}
+
+impl std::ops::BitOr for PodParts {
+    type Output = PodParts;
+    fn bitor(self, other: PodParts) -> PodParts {
+        self.and(other)
+    }
+}
+
 /// What is in use on a node.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct NodeUsage {
@@ -448,6 +557,7 @@ pub struct Descriptor {
     pub score: bool,
     pub normalize: Normalize,
     pub reads_usage: bool,
+    pub reads_pod: PodParts,
 }
 
 /// Verdicts for a batch of nodes, with distinct failures stored once.
@@ -555,5 +665,78 @@ mod tests {
         assert_eq!(labels.get("a"), Some("2"));
         assert_eq!(labels.get("b"), Some(""));
         assert_eq!(labels.len(), 2);
+    }
+
+    /// A pod with something in every part.
+    fn full_pod() -> Pod {
+        let pairs = |k: &str| Labels::new([(k.to_string(), "v".to_string())]);
+        let mut requests = Resources {
+            milli_cpu: 500,
+            ..Resources::default()
+        };
+        requests.set("nvidia.com/gpu", 1);
+        Pod {
+            namespace: "ns".into(),
+            name: "p".into(),
+            uid: "u".into(),
+            scheduler_name: "s".into(),
+            priority: 7,
+            labels: pairs("label"),
+            annotations: pairs("annotation"),
+            node_name: "n".into(),
+            node_selector: pairs("selector"),
+            node_affinity: Some(NodeAffinity::default()),
+            tolerations: vec![Toleration::default()],
+            requests: requests.clone(),
+            non_zero_requests: requests,
+            volume_claims: vec![VolumeClaim::default()],
+            containers: vec![Container::default()],
+        }
+    }
+
+    /// Which parts of `pod` hold anything, in `PodParts` bit order.
+    fn parts_present(pod: &Pod) -> u16 {
+        let present = [
+            !pod.namespace.is_empty()
+                || !pod.name.is_empty()
+                || !pod.uid.is_empty()
+                || !pod.scheduler_name.is_empty(),
+            !pod.labels.is_empty(),
+            !pod.annotations.is_empty(),
+            !pod.node_name.is_empty(),
+            !pod.node_selector.is_empty() || pod.node_affinity.is_some(),
+            !pod.tolerations.is_empty(),
+            !pod.requests.is_zero() || !pod.non_zero_requests.is_zero(),
+            !pod.volume_claims.is_empty(),
+            !pod.containers.is_empty(),
+        ];
+        present
+            .iter()
+            .enumerate()
+            .fold(0, |bits, (i, &p)| bits | (u16::from(p) << i))
+    }
+
+    #[test]
+    fn a_pod_with_parts_keeps_exactly_those_parts_and_the_priority() {
+        let full = full_pod();
+        assert_eq!(parts_present(&full), PodParts::ALL.bits());
+        assert_eq!(full.with_parts(PodParts::ALL), full);
+        for bit in 0..9 {
+            let part = PodParts::from_bits(1 << bit);
+            let only = full.with_parts(part);
+            assert_eq!(parts_present(&only), part.bits(), "part bit {bit}");
+            assert_eq!(only.priority, 7);
+        }
+        let two = full.with_parts(PodParts::LABELS | PodParts::REQUESTS);
+        assert_eq!(two.labels, full.labels);
+        assert_eq!(two.non_zero_requests, full.non_zero_requests);
+        assert!(two.annotations.is_empty() && two.tolerations.is_empty());
+        assert_eq!(
+            full.with_parts(PodParts::NONE),
+            Pod {
+                priority: 7,
+                ..Pod::default()
+            }
+        );
     }
 }

@@ -167,6 +167,17 @@ fn run_with(
 /// Runs the default plugin `name` (with JSON `config`) natively and as a component and returns the
 /// result after checking both agree exactly.
 pub fn run(case: &str, name: &str, config: &str, nodes: &[NodeInfo], pod: &Pod) -> Run {
+    let descriptor = |runtime| {
+        let instance = factory(name, runtime)
+            .instantiate(config)
+            .expect("instantiates");
+        instance.descriptor().clone()
+    };
+    assert_eq!(
+        descriptor(DefaultPluginRuntime::Wasm),
+        descriptor(DefaultPluginRuntime::Native),
+        "{case}: the component's descriptor (reads-pod flags included) differs from the native one"
+    );
     let wasm = run_with(name, config, DefaultPluginRuntime::Wasm, nodes, pod);
     let native = run_with(name, config, DefaultPluginRuntime::Native, nodes, pod);
     assert_eq!(

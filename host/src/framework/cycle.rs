@@ -455,7 +455,16 @@ impl Profile {
         while position < n && search.feasible.len() < to_find {
             let end = n.min(position + chunk_len);
             chunk.clear();
-            chunk.extend((position..end).map(|p| candidates[(start + p) % n]));
+            // Positions count from `start`, wrapping around: two plain copies, no division per node.
+            let (from, to) = (start + position, start + end);
+            if to <= n {
+                chunk.extend_from_slice(&candidates[from..to]);
+            } else if from >= n {
+                chunk.extend_from_slice(&candidates[from - n..to - n]);
+            } else {
+                chunk.extend_from_slice(&candidates[from..]);
+                chunk.extend_from_slice(&candidates[..to - n]);
+            }
             let left_out_now: &[bool] = left_out;
             let used = self.on_each_part(&chunk, &mut parts, |instances, nodes, part| {
                 filter_part(instances, active_filters, left_out_now, nodes, part)

@@ -62,7 +62,9 @@ impl<P: Exported + Send> PluginInstance for NativeInstance<P> {
     }
 
     fn set_pod(&mut self, pod: &Pod) -> Result<PodPlan, CallError> {
-        Ok(self.driver.set_pod(pod.clone()))
+        Ok(self
+            .driver
+            .set_pod(pod.with_parts(self.descriptor.reads_pod)))
     }
 
     fn filter(&mut self, ids: &[u32], out: &mut FilterResults) -> Result<(), CallError> {

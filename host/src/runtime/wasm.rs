@@ -472,7 +472,7 @@ impl PluginInstance for ComponentInstance {
         self.arm(0);
         let plan = self
             .world
-            .call_set_pod(&mut self.store, &wit_pod(pod))
+            .call_set_pod(&mut self.store, &wit_pod(pod, self.descriptor.reads_pod))
             .map_err(|e| trapped("set-pod", e))?;
         match &plan.filter {
             wit::FilterPlan::Reject(f) => check_failure("set-pod", f)?,
@@ -629,74 +629,99 @@ fn term(t: &sdk::NodeSelectorTerm) -> wit::NodeSelectorTerm {
     }
 }
 
-fn wit_pod(p: &sdk::Pod) -> wit::Pod {
+/// The WIT pod with the parts of `p` in `parts`: each part left out spares the guest an allocator
+/// call per string and list in it.
+fn wit_pod(p: &sdk::Pod, parts: sdk::PodParts) -> wit::Pod {
+    let part = |wanted: sdk::PodParts| parts.contains(wanted);
     wit::Pod {
-        namespace: p.namespace.clone(),
-        name: p.name.clone(),
-        uid: p.uid.clone(),
-        labels: pairs(&p.labels),
-        annotations: pairs(&p.annotations),
-        scheduler_name: p.scheduler_name.clone(),
         priority: p.priority,
-        node_name: p.node_name.clone(),
-        node_selector: pairs(&p.node_selector),
-        node_affinity: p.node_affinity.as_ref().map(|a| wit::NodeAffinity {
-            required: a
-                .required
-                .as_ref()
-                .map(|terms| terms.iter().map(term).collect()),
-            preferred: a
-                .preferred
-                .iter()
-                .map(|p| wit::PreferredSchedulingTerm {
-                    weight: p.weight,
-                    preference: term(&p.preference),
-                })
-                .collect(),
+        identity: part(sdk::PodParts::IDENTITY).then(|| wit::PodIdentity {
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+            uid: p.uid.clone(),
+            scheduler_name: p.scheduler_name.clone(),
         }),
-        tolerations: p
-            .tolerations
-            .iter()
-            .map(|t| wit::Toleration {
-                key: t.key.clone(),
-                operator: t.operator.clone(),
-                value: t.value.clone(),
-                effect: t.effect.clone(),
-                toleration_seconds: t.toleration_seconds,
-            })
-            .collect(),
-        requests: resources(&p.requests),
-        non_zero_requests: resources(&p.non_zero_requests),
-        volume_claims: p
-            .volume_claims
-            .iter()
-            .map(|v| wit::VolumeClaim {
-                volume: v.volume.clone(),
-                claim_name: v.claim_name.clone(),
-                claim: v.claim.as_ref().map(|c| wit::ClaimInfo {
-                    volume_name: c.volume_name.clone(),
-                    storage_class_name: c.storage_class_name.clone(),
-                    storage_class: c.storage_class.as_ref().map(|s| wit::StorageClassInfo {
-                        name: s.name.clone(),
-                        volume_binding_mode: s.volume_binding_mode.clone(),
+        labels: part(sdk::PodParts::LABELS).then(|| pairs(&p.labels)),
+        annotations: part(sdk::PodParts::ANNOTATIONS).then(|| pairs(&p.annotations)),
+        node_name: part(sdk::PodParts::NODE_NAME).then(|| p.node_name.clone()),
+        node_selection: part(sdk::PodParts::NODE_SELECTION).then(|| wit::NodeSelection {
+            node_selector: pairs(&p.node_selector),
+            node_affinity: p.node_affinity.as_ref().map(|a| wit::NodeAffinity {
+                required: a
+                    .required
+                    .as_ref()
+                    .map(|terms| terms.iter().map(term).collect()),
+                preferred: a
+                    .preferred
+                    .iter()
+                    .map(|p| wit::PreferredSchedulingTerm {
+                        weight: p.weight,
+                        preference: term(&p.preference),
+                    })
+                    .collect(),
+            }),
+        }),
+        tolerations: part(sdk::PodParts::TOLERATIONS).then(|| {
+            p.tolerations
+                .iter()
+                .map(|t| wit::Toleration {
+                    key: t.key.clone(),
+                    operator: t.operator.clone(),
+                    value: t.value.clone(),
+                    effect: t.effect.clone(),
+                    toleration_seconds: t.toleration_seconds,
+                })
+                .collect()
+        }),
+        requests: part(sdk::PodParts::REQUESTS).then(|| wit::PodRequests {
+            requests: resources(&p.requests),
+            non_zero_requests: resources(&p.non_zero_requests),
+        }),
+        volume_claims: part(sdk::PodParts::VOLUME_CLAIMS).then(|| {
+            p.volume_claims
+                .iter()
+                .map(|v| wit::VolumeClaim {
+                    volume: v.volume.clone(),
+                    claim_name: v.claim_name.clone(),
+                    claim: v.claim.as_ref().map(|c| wit::ClaimInfo {
+                        volume_name: c.volume_name.clone(),
+                        storage_class_name: c.storage_class_name.clone(),
+                        storage_class: c.storage_class.as_ref().map(|s| wit::StorageClassInfo {
+                            name: s.name.clone(),
+                            volume_binding_mode: s.volume_binding_mode.clone(),
+                        }),
+                        volume: c.volume.as_ref().map(|pv| wit::VolumeInfo {
+                            name: pv.name.clone(),
+                            labels: pairs(&pv.labels),
+                        }),
                     }),
-                    volume: c.volume.as_ref().map(|pv| wit::VolumeInfo {
-                        name: pv.name.clone(),
-                        labels: pairs(&pv.labels),
-                    }),
-                }),
-            })
-            .collect(),
-        containers: p
-            .containers
-            .iter()
-            .map(|c| wit::Container {
-                name: c.name.clone(),
-                image: c.image.clone(),
-            })
-            .collect(),
+                })
+                .collect()
+        }),
+        containers: part(sdk::PodParts::CONTAINERS).then(|| {
+            p.containers
+                .iter()
+                .map(|c| wit::Container {
+                    name: c.name.clone(),
+                    image: c.image.clone(),
+                })
+                .collect()
+        }),
     }
 }
+
+/// Each WIT pod part with the SDK's.
+const POD_PARTS: [(wit::PodParts, sdk::PodParts); 9] = [
+    (wit::PodParts::IDENTITY, sdk::PodParts::IDENTITY),
+    (wit::PodParts::LABELS, sdk::PodParts::LABELS),
+    (wit::PodParts::ANNOTATIONS, sdk::PodParts::ANNOTATIONS),
+    (wit::PodParts::NODE_NAME, sdk::PodParts::NODE_NAME),
+    (wit::PodParts::NODE_SELECTION, sdk::PodParts::NODE_SELECTION),
+    (wit::PodParts::TOLERATIONS, sdk::PodParts::TOLERATIONS),
+    (wit::PodParts::REQUESTS, sdk::PodParts::REQUESTS),
+    (wit::PodParts::VOLUME_CLAIMS, sdk::PodParts::VOLUME_CLAIMS),
+    (wit::PodParts::CONTAINERS, sdk::PodParts::CONTAINERS),
+];
 
 fn code(c: wit::Code) -> sdk::Code {
     match c {
@@ -740,6 +765,46 @@ impl From<wit::Descriptor> for sdk::Descriptor {
                 wit::NormalizeKind::Custom => sdk::Normalize::Custom,
             },
             reads_usage: d.reads_usage,
+            reads_pod: POD_PARTS
+                .iter()
+                .filter(|(wit_part, _)| d.reads_pod.contains(*wit_part))
+                .fold(sdk::PodParts::NONE, |parts, (_, part)| parts | *part),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_pod_sends_only_the_declared_parts() {
+        let labels = sdk::Labels::new([("k".to_string(), "v".to_string())]);
+        let pod = sdk::Pod {
+            name: "p".into(),
+            priority: 3,
+            labels: labels.clone(),
+            annotations: labels.clone(),
+            node_selector: labels,
+            tolerations: vec![sdk::Toleration::default()],
+            ..sdk::Pod::default()
+        };
+        let sent = wit_pod(&pod, sdk::PodParts::TOLERATIONS | sdk::PodParts::LABELS);
+        assert_eq!(sent.priority, 3);
+        assert_eq!(sent.labels, Some(vec![("k".into(), "v".into())]));
+        assert_eq!(sent.tolerations.as_ref().map(Vec::len), Some(1));
+        assert!(sent.identity.is_none());
+        assert!(sent.annotations.is_none());
+        assert!(sent.node_name.is_none() && sent.node_selection.is_none());
+        assert!(sent.requests.is_none() && sent.volume_claims.is_none());
+        assert!(sent.containers.is_none());
+
+        let everything = wit_pod(&pod, sdk::PodParts::ALL);
+        assert_eq!(everything.identity.map(|i| i.name), Some("p".to_string()));
+        assert_eq!(everything.containers.map(|c| c.len()), Some(0));
+        assert_eq!(
+            everything.node_selection.map(|p| p.node_selector.len()),
+            Some(1)
+        );
     }
 }

@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 use wasched_sdk::helpers::MAX_NODE_SCORE;
-use wasched_sdk::{NodeInfo, NodeSummary, Nodes, Plugin, Pod, PodPlan, ScorePlugin};
+use wasched_sdk::{NodeInfo, NodeSummary, Nodes, Plugin, Pod, PodParts, PodPlan, ScorePlugin};
 
 /// The name used in configs and messages.
 pub const NAME: &str = "NodeResourcesBalancedAllocation";
@@ -74,6 +74,7 @@ pub struct BalancedAllocation {
 
 impl Plugin for BalancedAllocation {
     const NAME: &'static str = NAME;
+    const READS_POD: PodParts = PodParts::REQUESTS;
     const READS_USAGE: bool = true;
 
     fn new(config: &str) -> Result<Self, String> {

@@ -6,7 +6,7 @@ mod selector;
 use selector::{parse_term, CompiledTerm, Term};
 use wasched_sdk::{
     Failure, FilterPlan, FilterPlugin, FilterResults, LabelTest, Labels, NodeInfo, Nodes,
-    Normalize, Plugin, Pod, PodPlan, ScorePlugin, Verdict,
+    Normalize, Plugin, Pod, PodParts, PodPlan, ScorePlugin, Verdict,
 };
 
 /// The name used in configs and messages.
@@ -85,6 +85,7 @@ impl NodeAffinity {
 
 impl Plugin for NodeAffinity {
     const NAME: &'static str = NAME;
+    const READS_POD: PodParts = PodParts::NODE_SELECTION;
     const INDEXES_LABELS: bool = true;
 
     fn new(_config: &str) -> Result<Self, String> {

@@ -1,6 +1,8 @@
 //! NodeName: a pod that names a node in `spec.nodeName` can only go there.
 
-use wasched_sdk::{Failure, FilterPlan, FilterPlugin, NodeInfo, Plugin, Pod, PodPlan, Verdict};
+use wasched_sdk::{
+    Failure, FilterPlan, FilterPlugin, NodeInfo, Plugin, Pod, PodParts, PodPlan, Verdict,
+};
 
 /// The name used in configs and messages.
 pub const NAME: &str = "NodeName";
@@ -12,6 +14,7 @@ pub struct NodeName;
 
 impl Plugin for NodeName {
     const NAME: &'static str = NAME;
+    const READS_POD: PodParts = PodParts::NODE_NAME;
 
     fn new(_config: &str) -> Result<Self, String> {
         Ok(NodeName)

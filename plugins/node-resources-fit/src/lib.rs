@@ -11,7 +11,7 @@ use args::Strategy;
 use wasched_sdk::helpers::MAX_NODE_SCORE;
 use wasched_sdk::{
     resource, Failure, FilterPlugin, FilterResults, NodeInfo, NodeSummary, Nodes, Plugin, Pod,
-    PodPlan, ScorePlugin, Verdict,
+    PodParts, PodPlan, ScorePlugin, Verdict,
 };
 
 /// The name used in configs and messages.
@@ -32,6 +32,7 @@ pub struct NodeResourcesFit {
 
 impl Plugin for NodeResourcesFit {
     const NAME: &'static str = NAME;
+    const READS_POD: PodParts = PodParts::REQUESTS;
     const READS_USAGE: bool = true;
 
     fn new(config: &str) -> Result<Self, String> {

@@ -3,8 +3,8 @@
 
 use wasched_sdk::helpers::tolerated_by_any;
 use wasched_sdk::{
-    effect, Failure, FilterPlugin, FilterResults, NodeInfo, Nodes, Plugin, Pod, PodPlan, Taint,
-    Verdict,
+    effect, Failure, FilterPlugin, FilterResults, NodeInfo, Nodes, Plugin, Pod, PodParts, PodPlan,
+    Taint, Verdict,
 };
 
 /// The name used in configs and messages.
@@ -22,6 +22,7 @@ pub struct NodeUnschedulable {
 
 impl Plugin for NodeUnschedulable {
     const NAME: &'static str = NAME;
+    const READS_POD: PodParts = PodParts::TOLERATIONS;
 
     fn new(_config: &str) -> Result<Self, String> {
         Ok(Self::default())

@@ -3,8 +3,8 @@
 
 use wasched_sdk::helpers::tolerated_by_any;
 use wasched_sdk::{
-    effect, Failure, FilterPlugin, FilterResults, NodeInfo, Nodes, Normalize, Plugin, Pod, PodPlan,
-    ScorePlugin, Taint, Toleration, Verdict,
+    effect, Failure, FilterPlugin, FilterResults, NodeInfo, Nodes, Normalize, Plugin, Pod,
+    PodParts, PodPlan, ScorePlugin, Taint, Toleration, Verdict,
 };
 
 /// The name used in configs and messages.
@@ -29,6 +29,7 @@ pub fn untolerated_reason(key: &str, value: &str) -> String {
 
 impl Plugin for TaintToleration {
     const NAME: &'static str = NAME;
+    const READS_POD: PodParts = PodParts::TOLERATIONS;
 
     fn new(_config: &str) -> Result<Self, String> {
         Ok(Self::default())

@@ -3,7 +3,7 @@
 
 use wasched_sdk::{
     Failure, FilterPlan, FilterPlugin, FilterResults, LabelTest, NodeInfo, Nodes, Plugin, Pod,
-    PodPlan, Verdict, VolumeInfo,
+    PodParts, PodPlan, Verdict, VolumeInfo,
 };
 
 /// The name used in configs and messages.
@@ -155,6 +155,7 @@ fn ga_label(key: &str) -> Option<&'static str> {
 
 impl Plugin for VolumeZone {
     const NAME: &'static str = NAME;
+    const READS_POD: PodParts = PodParts::VOLUME_CLAIMS;
     const INDEXES_LABELS: bool = true;
 
     fn new(_config: &str) -> Result<Self, String> {

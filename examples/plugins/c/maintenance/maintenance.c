@@ -76,6 +76,8 @@ bool exports_plugin_init(plugin_string_t *config, plugin_descriptor_t *ret, plug
   ret->score = false;
   ret->normalize = WASCHED_PLUGIN_TYPES_NORMALIZE_KIND_NONE;
   ret->reads_usage = false;
+  // The host sends only the parts of the pod named here; the others arrive with is_some false.
+  ret->reads_pod = WASCHED_PLUGIN_TYPES_POD_PARTS_ANNOTATIONS;
   return true;
 }
 
@@ -118,8 +120,8 @@ void exports_plugin_update_usage(plugin_list_tuple2_node_id_node_usage_t *usage)
 
 void exports_plugin_set_pod(plugin_pod_t *pod, plugin_pod_plan_t *ret) {
   pod_allowed = false;
-  for (size_t i = 0; i < pod->annotations.len; i++) {
-    const plugin_tuple2_string_string_t *a = &pod->annotations.ptr[i];
+  for (size_t i = 0; pod->annotations.is_some && i < pod->annotations.val.len; i++) {
+    const plugin_tuple2_string_string_t *a = &pod->annotations.val.ptr[i];
     if (equals(&a->f0, ALLOW_ANNOTATION) && equals(&a->f1, "true")) pod_allowed = true;
   }
   plugin_pod_free(pod);

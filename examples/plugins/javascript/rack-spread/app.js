@@ -72,6 +72,8 @@ export function init(config) {
     score: true,
     normalize: "reverse",
     readsUsage: true,
+    // The parts of the pod set-pod sends (flags as booleans); this plugin reads none of them.
+    readsPod: {},
   };
 }
 

@@ -60,6 +60,8 @@ class WitWorld(wit_world.WitWorld):
             score=False,
             normalize=types.NormalizeKind.NONE,
             reads_usage=False,
+            # The host sends only the parts of the pod named here; the others arrive as None.
+            reads_pod=types.PodParts.ANNOTATIONS,
         )
 
     def upsert_nodes(self, nodes: list[tuple[int, types.NodeInfo]]) -> None:
@@ -74,7 +76,7 @@ class WitWorld(wit_world.WitWorld):
         pass
 
     def set_pod(self, pod: types.Pod) -> types.PodPlan:
-        value = next((v for k, v in pod.annotations if k == STATE.annotation), "")
+        value = next((v for k, v in pod.annotations or [] if k == STATE.annotation), "")
         STATE.wanted = {m.strip() for m in value.split(",") if m.strip()}
         plan = types.FilterPlan_Run() if STATE.wanted else types.FilterPlan_Skip()
         return types.PodPlan(filter=plan, score=False)

@@ -31,7 +31,7 @@
 //! CPU and memory; weights need not sum to 1.
 
 use serde::Deserialize;
-use wasched_sdk::{FilterPlan, NodeInfo, Normalize, Plugin, Pod, PodPlan, ScorePlugin};
+use wasched_sdk::{FilterPlan, NodeInfo, Normalize, Plugin, Pod, PodParts, PodPlan, ScorePlugin};
 
 const MIB: i64 = 1 << 20;
 
@@ -154,6 +154,7 @@ impl GpuPacking {
 impl Plugin for GpuPacking {
     const NAME: &'static str = "GpuPacking";
     const READS_USAGE: bool = true;
+    const READS_POD: PodParts = PodParts::REQUESTS;
 
     fn new(config: &str) -> Result<Self, String> {
         let args: Args =

@@ -14,7 +14,7 @@
 //! ```
 
 use serde::Deserialize;
-use wasched_sdk::{FilterPlan, NodeInfo, Plugin, Pod, PodPlan, ScorePlugin};
+use wasched_sdk::{FilterPlan, NodeInfo, Plugin, Pod, PodParts, PodPlan, ScorePlugin};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -39,6 +39,7 @@ pub struct TeamAffinity {
 
 impl Plugin for TeamAffinity {
     const NAME: &'static str = "TeamAffinity";
+    const READS_POD: PodParts = PodParts::LABELS.and(PodParts::ANNOTATIONS);
 
     fn new(config: &str) -> Result<Self, String> {
         let args: Args =
