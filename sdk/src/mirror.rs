@@ -80,6 +80,9 @@ pub const NO_TAINTS: u32 = 0;
 /// for the whole of a scheduling cycle (the host only updates mirrors between cycles).
 pub struct Nodes {
     infos: Vec<Option<NodeInfo>>,
+    /// Whether each id holds a node: what batch filters check per node, one byte each instead of
+    /// a cache line of the large `infos` entry.
+    present: Vec<bool>,
     summaries: Vec<NodeSummary>,
     live: usize,
     /// Interned taint lists; index [`NO_TAINTS`] is the empty list.
@@ -171,6 +174,7 @@ impl Nodes {
     pub fn new(index_labels: bool) -> Self {
         Nodes {
             infos: Vec::new(),
+            present: Vec::new(),
             summaries: Vec::new(),
             live: 0,
             taint_sets: vec![Vec::new()],
@@ -229,15 +233,16 @@ impl Nodes {
     /// True when the mirror has node `id`.
     #[inline]
     pub fn contains(&self, id: u32) -> bool {
-        matches!(self.infos.get(id as usize), Some(Some(_)))
+        self.present.get(id as usize).copied().unwrap_or(false)
     }
 
     /// The summary of node `id`, if the mirror has it.
     #[inline]
     pub fn summary(&self, id: u32) -> Option<&NodeSummary> {
-        match self.infos.get(id as usize) {
-            Some(Some(_)) => Some(&self.summaries[id as usize]),
-            _ => None,
+        if self.contains(id) {
+            Some(&self.summaries[id as usize])
+        } else {
+            None
         }
     }
 
@@ -273,6 +278,7 @@ impl Nodes {
         self.generation += 1;
         if slot >= self.infos.len() {
             self.infos.resize_with(slot + 1, || None);
+            self.present.resize(slot + 1, false);
             self.summaries.resize(slot + 1, NodeSummary::default());
         }
         let taint_set = self.intern_taints(&node.taints);
@@ -286,6 +292,7 @@ impl Nodes {
         if self.infos[slot].replace(node).is_none() {
             self.live += 1;
         }
+        self.present[slot] = true;
         self.compact_taint_sets_if_sparse();
         self.compact_labels_if_sparse();
     }
@@ -293,6 +300,7 @@ impl Nodes {
     pub(crate) fn remove(&mut self, id: u32) {
         if let Some(slot) = self.infos.get_mut(id as usize) {
             if let Some(old) = slot.take() {
+                self.present[id as usize] = false;
                 self.live -= 1;
                 self.generation += 1;
                 if let Some(index) = &mut self.labels {
