@@ -507,18 +507,25 @@ impl PluginInstance for ComponentInstance {
         for f in &results.failures {
             check_failure("filter", f)?;
         }
-        // Re-base the batch's failure table onto `out`'s, so batches can be appended.
-        let base = out.failures.len() as u32;
         let table_len = results.failures.len() as u32;
-        for verdict in results.verdicts {
-            if verdict > table_len {
-                return Err(CallError::new(
-                    "filter",
-                    format!("verdict {verdict} points past its {table_len} failures"),
-                ));
-            }
-            out.verdicts
-                .push(if verdict == 0 { 0 } else { verdict + base });
+        if let Some(verdict) = results.verdicts.iter().find(|&&v| v > table_len) {
+            return Err(CallError::new(
+                "filter",
+                format!("verdict {verdict} points past its {table_len} failures"),
+            ));
+        }
+        if out.verdicts.is_empty() && out.failures.is_empty() {
+            // The host asks one batch at a time: take the lifted verdicts as they are.
+            out.verdicts = results.verdicts;
+        } else {
+            // Re-base the batch's failure table onto `out`'s, so batches can be appended.
+            let base = out.failures.len() as u32;
+            out.verdicts.extend(
+                results
+                    .verdicts
+                    .iter()
+                    .map(|&v| if v == 0 { 0 } else { v + base }),
+            );
         }
         out.failures
             .extend(results.failures.into_iter().map(failure));
@@ -532,7 +539,11 @@ impl PluginInstance for ComponentInstance {
             .call_score(&mut self.store, ids)
             .map_err(|e| trapped("score", e))?;
         check_len("score", scores.len(), ids.len())?;
-        out.extend(scores);
+        if out.is_empty() {
+            *out = scores;
+        } else {
+            out.extend(scores);
+        }
         Ok(())
     }
 
