@@ -360,10 +360,14 @@ fn build_rust(dir: &Path, output: Option<&Path>) -> anyhow::Result<Built> {
         .arg(&manifest)
         // Debug info would make the component several times larger and is never used by the host.
         .env("CARGO_PROFILE_RELEASE_STRIP", "debuginfo")
+        // As the default plugins are built: inlining the SDK and std into the plugin made them
+        // 10-15% faster as components.
+        .env("CARGO_PROFILE_RELEASE_LTO", "fat")
+        .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "1")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     eprintln!(
-        "running: cargo build --release --target {RUST_TARGET} --manifest-path {}",
+        "running: CARGO_PROFILE_RELEASE_LTO=fat CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 cargo build --release --target {RUST_TARGET} --manifest-path {}",
         manifest.display()
     );
     let mut child = command

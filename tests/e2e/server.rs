@@ -696,7 +696,10 @@ fn readme_flow_builds_loads_and_schedules_with_the_example_plugin() {
     let stderr = String::from_utf8_lossy(&build.stderr);
     assert!(build.status.success(), "{stderr}");
     assert!(
-        stderr.contains("running: cargo build --release --target wasm32-unknown-unknown"),
+        stderr.contains(
+            "CARGO_PROFILE_RELEASE_LTO=fat CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 \
+             cargo build --release --target wasm32-unknown-unknown"
+        ),
         "{stderr}"
     );
 
