@@ -327,7 +327,7 @@ pub struct Pod {
 
 impl Pod {
     /// A copy of the parts of this pod that `parts` names; the others are left empty. This is the
-    /// pod a plugin sees, built or WASM, so a plugin that reads a part it did not declare fails the
+    /// pod a plugin sees, native or WASM, so a plugin that reads a part it did not declare fails the
     /// same way in both (and in the host's tests).
     pub fn with_parts(&self, parts: PodParts) -> Pod {
         let take = |part: PodParts| parts.contains(part);
@@ -415,9 +415,10 @@ impl PodParts {
         self.0
     }
 
-    /// Parts from bits in the order `wit/plugin.wit` declares them.
+    /// Parts from bits in the order `wit/plugin.wit` declares them; bits past the last part are
+    /// dropped.
     pub const fn from_bits(bits: u16) -> PodParts {
-        PodParts(bits)
+        PodParts(bits & PodParts::ALL.0)
     }
 }
 
