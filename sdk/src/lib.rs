@@ -90,6 +90,14 @@ pub trait Plugin: Sized + 'static {
         let _ = pod;
         PodPlan::default()
     }
+
+    /// [`Plugin::prepare`] with the plugin's node mirror, already up to date, for a plan that
+    /// depends on the nodes too: [`FilterPlan::Skip`] when no node of the mirror can fail the
+    /// filter spares every filter call of the cycle. The default calls `prepare`.
+    fn prepare_with_nodes(&mut self, pod: &Pod, nodes: &Nodes) -> PodPlan {
+        let _ = nodes;
+        self.prepare(pod)
+    }
 }
 
 /// A plugin that rules nodes out for a pod.

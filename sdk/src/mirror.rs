@@ -85,6 +85,8 @@ pub struct Nodes {
     present: Vec<bool>,
     summaries: Vec<NodeSummary>,
     live: usize,
+    /// How many live nodes are cordoned.
+    cordoned: usize,
     /// Interned taint lists; index [`NO_TAINTS`] is the empty list.
     taint_sets: Vec<Vec<Taint>>,
     taint_set_ids: HashMap<Vec<Taint>, u32>,
@@ -177,6 +179,7 @@ impl Nodes {
             present: Vec::new(),
             summaries: Vec::new(),
             live: 0,
+            cordoned: 0,
             taint_sets: vec![Vec::new()],
             taint_set_ids: HashMap::from([(Vec::new(), NO_TAINTS)]),
             labels: index_labels.then(LabelIndex::default),
@@ -257,6 +260,11 @@ impl Nodes {
         self.taint_sets.len()
     }
 
+    /// How many of the mirror's nodes are cordoned (`unschedulable`).
+    pub fn cordoned(&self) -> usize {
+        self.cordoned
+    }
+
     /// How many nodes the mirror holds.
     pub fn len(&self) -> usize {
         self.live
@@ -282,6 +290,10 @@ impl Nodes {
             self.summaries.resize(slot + 1, NodeSummary::default());
         }
         let taint_set = self.intern_taints(&node.taints);
+        let was_cordoned = self.infos[slot]
+            .as_ref()
+            .is_some_and(|old| old.unschedulable);
+        self.cordoned = self.cordoned + usize::from(node.unschedulable) - usize::from(was_cordoned);
         self.summaries[slot] = NodeSummary::of(&node, taint_set);
         if let Some(index) = &mut self.labels {
             if let Some(old) = &self.infos[slot] {
@@ -301,6 +313,7 @@ impl Nodes {
         if let Some(slot) = self.infos.get_mut(id as usize) {
             if let Some(old) = slot.take() {
                 self.present[id as usize] = false;
+                self.cordoned -= usize::from(old.unschedulable);
                 self.live -= 1;
                 self.generation += 1;
                 if let Some(index) = &mut self.labels {
@@ -382,6 +395,26 @@ mod tests {
                 .collect(),
             ..NodeInfo::default()
         }
+    }
+
+    #[test]
+    fn cordoned_nodes_are_counted_through_replacements_and_removals() {
+        let mut nodes = Nodes::default();
+        let cordoned = |name: &str| NodeInfo {
+            unschedulable: true,
+            ..node(name, &[])
+        };
+        nodes.upsert(0, cordoned("a"));
+        nodes.upsert(1, node("b", &[]));
+        nodes.upsert(2, cordoned("c"));
+        assert_eq!(nodes.cordoned(), 2);
+        nodes.upsert(0, node("a", &[]));
+        nodes.upsert(1, cordoned("b"));
+        nodes.upsert(1, cordoned("b"));
+        assert_eq!(nodes.cordoned(), 2, "uncordoned a, cordoned b (twice)");
+        nodes.remove(2);
+        nodes.remove(2);
+        assert_eq!(nodes.cordoned(), 1);
     }
 
     #[test]

@@ -116,6 +116,69 @@ fn node_name_pins_a_pod_to_its_node() {
 }
 
 #[test]
+fn node_unschedulable_is_not_called_when_no_node_is_cordoned_or_the_pod_tolerates_it() {
+    let plan = |nodes: &[NodeInfo], pod: &Pod| {
+        run("plan", "NodeUnschedulable", "{}", nodes, pod)
+            .plan
+            .filter
+    };
+    let cordoned = NodeInfo {
+        unschedulable: true,
+        ..node("cordoned")
+    };
+    assert_eq!(plan(&[node("a"), node("b")], &pod("p")), FilterPlan::Skip);
+    assert_eq!(
+        plan(&[node("a"), cordoned.clone()], &pod("p")),
+        FilterPlan::Run
+    );
+    let tolerating = Pod {
+        tolerations: vec![toleration(
+            "node.kubernetes.io/unschedulable",
+            "Exists",
+            "",
+            "NoSchedule",
+        )],
+        ..pod("p")
+    };
+    assert_eq!(plan(&[node("a"), cordoned], &tolerating), FilterPlan::Skip);
+}
+
+#[test]
+fn taint_toleration_is_not_called_when_the_pod_tolerates_every_taint_set() {
+    let plan = |nodes: &[NodeInfo], pod: &Pod| {
+        run("plan", "TaintToleration", "{}", nodes, pod).plan.filter
+    };
+    let gpu = with_taints(node("gpu"), &[("dedicated", "gpu", "NoSchedule")]);
+    let soft = with_taints(node("soft"), &[("spot", "", "PreferNoSchedule")]);
+    assert_eq!(
+        plan(&[node("plain"), soft.clone()], &pod("p")),
+        FilterPlan::Skip,
+        "PreferNoSchedule taints never filter"
+    );
+    assert_eq!(
+        plan(&[node("plain"), gpu.clone()], &pod("p")),
+        FilterPlan::Run
+    );
+    let tolerating = Pod {
+        tolerations: vec![toleration("dedicated", "Equal", "gpu", "NoSchedule")],
+        ..pod("p")
+    };
+    let skipped = run(
+        "tolerated",
+        "TaintToleration",
+        "{}",
+        &[gpu, soft],
+        &tolerating,
+    );
+    assert_eq!(skipped.plan.filter, FilterPlan::Skip);
+    assert_eq!(
+        skipped.scores,
+        [100, 0],
+        "the PreferNoSchedule score is still given"
+    );
+}
+
+#[test]
 fn taint_toleration_filter_follows_kubernetes() {
     let gpu = || with_taints(node("gpu"), &[("dedicated", "gpu", "NoSchedule")]);
     let tolerating = |tolerations| Pod {

@@ -100,8 +100,8 @@ pub fn labels(pairs: &[(&str, &str)]) -> Labels {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Run {
     pub plan: PodPlan,
-    /// Per node: `None` when it passes, else the failure's code and reasons. Empty when the plan
-    /// was not `Run`/`OnlyNodes`, or the plugin has no filter.
+    /// Per node: `None` when it passes, else the failure's code and reasons. All passes when the
+    /// plan was `Skip`; empty when it was `Reject`, or the plugin has no filter.
     pub verdicts: Vec<Option<(Code, Vec<String>)>>,
     /// Normalized scores per node; empty when the plugin has no score or no opinion.
     pub scores: Vec<i64>,
@@ -129,7 +129,11 @@ fn run_with(
     instance.upsert_nodes(&entries).expect("upsert-nodes");
     let plan = instance.set_pod(pod).expect("set-pod");
     let mut verdicts = Vec::new();
-    if descriptor.filter && matches!(plan.filter, FilterPlan::Run | FilterPlan::OnlyNodes(_)) {
+    if descriptor.filter && plan.filter == FilterPlan::Skip {
+        // Skip means every node passes, which is what the host makes of it.
+        verdicts = vec![None; ids.len()];
+    } else if descriptor.filter && matches!(plan.filter, FilterPlan::Run | FilterPlan::OnlyNodes(_))
+    {
         let mut results = FilterResults::default();
         // Two batches, as the host's growing chunks would send them.
         let split = ids.len() / 2;

@@ -3,8 +3,8 @@
 
 use wasched_sdk::helpers::tolerated_by_any;
 use wasched_sdk::{
-    effect, Failure, FilterPlugin, FilterResults, NodeInfo, Nodes, Plugin, Pod, PodParts, PodPlan,
-    Taint, Verdict,
+    effect, Failure, FilterPlan, FilterPlugin, FilterResults, NodeInfo, Nodes, Plugin, Pod,
+    PodParts, PodPlan, Taint, Verdict,
 };
 
 /// The name used in configs and messages.
@@ -39,6 +39,16 @@ impl Plugin for NodeUnschedulable {
             score: false,
             ..PodPlan::default()
         }
+    }
+
+    /// Every node passes when the pod tolerates cordoned nodes or none is cordoned: then the
+    /// filter is not called at all.
+    fn prepare_with_nodes(&mut self, pod: &Pod, nodes: &Nodes) -> PodPlan {
+        let mut plan = self.prepare(pod);
+        if self.tolerates_unschedulable || nodes.cordoned() == 0 {
+            plan.filter = FilterPlan::Skip;
+        }
+        plan
     }
 }
 

@@ -3,12 +3,16 @@
 
 use wasched_sdk::helpers::tolerated_by_any;
 use wasched_sdk::{
-    effect, Failure, FilterPlugin, FilterResults, NodeInfo, Nodes, Normalize, Plugin, Pod,
-    PodParts, PodPlan, ScorePlugin, Taint, Toleration, Verdict,
+    effect, Failure, FilterPlan, FilterPlugin, FilterResults, NodeInfo, Nodes, Normalize, Plugin,
+    Pod, PodParts, PodPlan, ScorePlugin, Taint, Toleration, Verdict,
 };
 
 /// The name used in configs and messages.
 pub const NAME: &str = "TaintToleration";
+
+/// Most distinct taint sets `prepare_with_nodes` checks to skip the filter; past that, checking
+/// every set per pod could cost as much as filtering.
+const MOST_SETS_CHECKED_UP_FRONT: usize = 64;
 
 /// Marks a taint set whose verdict or score a batch has not computed yet.
 const NOT_YET: u32 = u32::MAX;
@@ -44,6 +48,19 @@ impl Plugin for TaintToleration {
             .cloned()
             .collect();
         PodPlan::default()
+    }
+
+    /// Every node passes when the pod tolerates every taint set of the mirror (a cluster without
+    /// NoSchedule/NoExecute taints, or a pod tolerating them all): then the filter is not called.
+    fn prepare_with_nodes(&mut self, pod: &Pod, nodes: &Nodes) -> PodPlan {
+        let mut plan = self.prepare(pod);
+        let sets = nodes.taint_set_count();
+        if sets <= MOST_SETS_CHECKED_UP_FRONT
+            && (0..sets as u32).all(|set| untolerated(pod, nodes.taint_set(set)).is_ok())
+        {
+            plan.filter = FilterPlan::Skip;
+        }
+        plan
     }
 }
 
