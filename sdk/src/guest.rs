@@ -86,19 +86,6 @@ impl<P: Exported> bindings::Guest for Component<P> {
     }
 }
 
-/// Each WIT pod part with the SDK's.
-const POD_PARTS: [(wit::PodParts, sdk::PodParts); 9] = [
-    (wit::PodParts::IDENTITY, sdk::PodParts::IDENTITY),
-    (wit::PodParts::LABELS, sdk::PodParts::LABELS),
-    (wit::PodParts::ANNOTATIONS, sdk::PodParts::ANNOTATIONS),
-    (wit::PodParts::NODE_NAME, sdk::PodParts::NODE_NAME),
-    (wit::PodParts::NODE_SELECTION, sdk::PodParts::NODE_SELECTION),
-    (wit::PodParts::TOLERATIONS, sdk::PodParts::TOLERATIONS),
-    (wit::PodParts::REQUESTS, sdk::PodParts::REQUESTS),
-    (wit::PodParts::VOLUME_CLAIMS, sdk::PodParts::VOLUME_CLAIMS),
-    (wit::PodParts::CONTAINERS, sdk::PodParts::CONTAINERS),
-];
-
 fn labels(pairs: Vec<(String, String)>) -> sdk::Labels {
     sdk::Labels::new(pairs)
 }
@@ -315,12 +302,8 @@ impl From<sdk::Descriptor> for wit::Descriptor {
                 sdk::Normalize::Custom => wit::NormalizeKind::Custom,
             },
             reads_usage: d.reads_usage,
-            reads_pod: POD_PARTS
-                .iter()
-                .filter(|(_, part)| d.reads_pod.contains(*part))
-                .fold(wit::PodParts::empty(), |parts, (wit_part, _)| {
-                    parts | *wit_part
-                }),
+            // The canonical ABI numbers flags in the order the WIT declares them, as `PodParts` does.
+            reads_pod: wit::PodParts::from_bits_retain(d.reads_pod.bits()),
         }
     }
 }

@@ -723,19 +723,6 @@ fn wit_pod(p: &sdk::Pod, parts: sdk::PodParts) -> wit::Pod {
     }
 }
 
-/// Each WIT pod part with the SDK's.
-const POD_PARTS: [(wit::PodParts, sdk::PodParts); 9] = [
-    (wit::PodParts::IDENTITY, sdk::PodParts::IDENTITY),
-    (wit::PodParts::LABELS, sdk::PodParts::LABELS),
-    (wit::PodParts::ANNOTATIONS, sdk::PodParts::ANNOTATIONS),
-    (wit::PodParts::NODE_NAME, sdk::PodParts::NODE_NAME),
-    (wit::PodParts::NODE_SELECTION, sdk::PodParts::NODE_SELECTION),
-    (wit::PodParts::TOLERATIONS, sdk::PodParts::TOLERATIONS),
-    (wit::PodParts::REQUESTS, sdk::PodParts::REQUESTS),
-    (wit::PodParts::VOLUME_CLAIMS, sdk::PodParts::VOLUME_CLAIMS),
-    (wit::PodParts::CONTAINERS, sdk::PodParts::CONTAINERS),
-];
-
 fn code(c: wit::Code) -> sdk::Code {
     match c {
         wit::Code::Success => sdk::Code::Success,
@@ -778,10 +765,8 @@ impl From<wit::Descriptor> for sdk::Descriptor {
                 wit::NormalizeKind::Custom => sdk::Normalize::Custom,
             },
             reads_usage: d.reads_usage,
-            reads_pod: POD_PARTS
-                .iter()
-                .filter(|(wit_part, _)| d.reads_pod.contains(*wit_part))
-                .fold(sdk::PodParts::NONE, |parts, (_, part)| parts | *part),
+            // The canonical ABI numbers flags in the order the WIT declares them, as `PodParts` does.
+            reads_pod: sdk::PodParts::from_bits(d.reads_pod.as_array()[0] as u16),
         }
     }
 }
