@@ -115,13 +115,14 @@ fn node_name_pins_a_pod_to_its_node() {
     );
 }
 
+/// What `plugin` (default config) plans for `pod`'s filter on `nodes`.
+fn filter_plan(plugin: &str, nodes: &[NodeInfo], pod: &Pod) -> FilterPlan {
+    run("plan", plugin, "{}", nodes, pod).plan.filter
+}
+
 #[test]
 fn node_unschedulable_is_not_called_when_no_node_is_cordoned_or_the_pod_tolerates_it() {
-    let plan = |nodes: &[NodeInfo], pod: &Pod| {
-        run("plan", "NodeUnschedulable", "{}", nodes, pod)
-            .plan
-            .filter
-    };
+    let plan = |nodes: &[NodeInfo], pod: &Pod| filter_plan("NodeUnschedulable", nodes, pod);
     let cordoned = NodeInfo {
         unschedulable: true,
         ..node("cordoned")
@@ -145,9 +146,7 @@ fn node_unschedulable_is_not_called_when_no_node_is_cordoned_or_the_pod_tolerate
 
 #[test]
 fn taint_toleration_is_not_called_when_the_pod_tolerates_every_taint_set() {
-    let plan = |nodes: &[NodeInfo], pod: &Pod| {
-        run("plan", "TaintToleration", "{}", nodes, pod).plan.filter
-    };
+    let plan = |nodes: &[NodeInfo], pod: &Pod| filter_plan("TaintToleration", nodes, pod);
     let gpu = with_taints(node("gpu"), &[("dedicated", "gpu", "NoSchedule")]);
     let soft = with_taints(node("soft"), &[("spot", "", "PreferNoSchedule")]);
     assert_eq!(
