@@ -333,6 +333,16 @@ fn run(command: Command) -> anyhow::Result<()> {
                     }
                     println!("world:    wasched:plugin/plugin@0.1.0");
                     println!("plugin:   {} {} ({})", d.name, d.version, does.join(", "));
+                    let parts = d.reads_pod.names();
+                    let mut reads = vec![if parts.is_empty() {
+                        "no part of the pod".to_string()
+                    } else {
+                        format!("pod {}", parts.join(", "))
+                    }];
+                    if d.reads_usage {
+                        reads.push("node usage".to_string());
+                    }
+                    println!("reads:    {}", reads.join("; "));
                     println!("accepted: yes");
                     Ok(())
                 }

@@ -415,6 +415,25 @@ impl PodParts {
         self.0
     }
 
+    /// The parts' names as `wit/plugin.wit` spells them, in its order.
+    pub fn names(self) -> Vec<&'static str> {
+        const NAMES: [&str; 9] = [
+            "identity",
+            "labels",
+            "annotations",
+            "node-name",
+            "node-selection",
+            "tolerations",
+            "requests",
+            "volume-claims",
+            "containers",
+        ];
+        (0..NAMES.len())
+            .filter(|&bit| self.0 & (1 << bit) != 0)
+            .map(|bit| NAMES[bit])
+            .collect()
+    }
+
     /// Parts from bits in the order `wit/plugin.wit` declares them; bits past the last part are
     /// dropped.
     pub const fn from_bits(bits: u16) -> PodParts {
@@ -755,6 +774,12 @@ mod tests {
                 ..Pod::default()
             }
         );
+        assert_eq!(
+            (PodParts::REQUESTS | PodParts::LABELS).names(),
+            ["labels", "requests"]
+        );
+        assert_eq!(PodParts::ALL.names().len(), 9);
+        assert!(PodParts::NONE.names().is_empty());
     }
 
     #[test]

@@ -274,6 +274,7 @@ fn plugin_inspect_tells_what_a_component_is_and_whether_it_is_accepted() {
         ),
         "imports:  wasched:plugin/types@0.1.0".to_string(),
         "plugin:   TaintToleration 0.1.0 (filter, score)".to_string(),
+        "reads:    pod tolerations".to_string(),
         "accepted: yes".to_string(),
     ] {
         assert!(
