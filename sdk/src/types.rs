@@ -369,6 +369,30 @@ impl Pod {
         }
         pod
     }
+
+    /// Whether `other` is the same pod as far as `parts` (and the priority, always sent) go: a
+    /// plugin that reads only `parts` cannot tell the two apart.
+    pub fn same_parts(&self, other: &Pod, parts: PodParts) -> bool {
+        let take = |part: PodParts| parts.contains(part);
+        self.priority == other.priority
+            && (!take(PodParts::IDENTITY)
+                || (self.namespace == other.namespace
+                    && self.name == other.name
+                    && self.uid == other.uid
+                    && self.scheduler_name == other.scheduler_name))
+            && (!take(PodParts::LABELS) || self.labels == other.labels)
+            && (!take(PodParts::ANNOTATIONS) || self.annotations == other.annotations)
+            && (!take(PodParts::NODE_NAME) || self.node_name == other.node_name)
+            && (!take(PodParts::NODE_SELECTION)
+                || (self.node_selector == other.node_selector
+                    && self.node_affinity == other.node_affinity))
+            && (!take(PodParts::TOLERATIONS) || self.tolerations == other.tolerations)
+            && (!take(PodParts::REQUESTS)
+                || (self.requests == other.requests
+                    && self.non_zero_requests == other.non_zero_requests))
+            && (!take(PodParts::VOLUME_CLAIMS) || self.volume_claims == other.volume_claims)
+            && (!take(PodParts::CONTAINERS) || self.containers == other.containers)
+    }
 }
 
 /// The parts of a [`Pod`] a plugin reads (`reads-pod` in `wit/plugin.wit`). The host sends a WASM
@@ -780,6 +804,25 @@ mod tests {
         );
         assert_eq!(PodParts::ALL.names().len(), 9);
         assert!(PodParts::NONE.names().is_empty());
+    }
+
+    #[test]
+    fn pods_differing_in_one_part_are_the_same_only_to_plugins_that_do_not_read_it() {
+        let full = full_pod();
+        assert!(full.same_parts(&full.clone(), PodParts::ALL));
+        for bit in 0..9 {
+            let part = PodParts::from_bits(1 << bit);
+            let without = full.with_parts(PodParts::from_bits(PodParts::ALL.bits() & !part.bits()));
+            assert!(!full.same_parts(&without, part), "part bit {bit}");
+            assert!(!full.same_parts(&without, PodParts::ALL), "part bit {bit}");
+            let others = PodParts::from_bits(PodParts::ALL.bits() & !part.bits());
+            assert!(full.same_parts(&without, others), "part bit {bit}");
+        }
+        let other_priority = Pod {
+            priority: full.priority + 1,
+            ..full.clone()
+        };
+        assert!(!full.same_parts(&other_priority, PodParts::NONE));
     }
 
     #[test]

@@ -77,10 +77,64 @@ impl PluginSpec {
     /// A fresh instance whose calls are timed into [`PluginSpec::stats`].
     fn instantiate(&self) -> Result<Box<dyn PluginInstance>, LoadError> {
         let inner = self.factory.instantiate(&self.config)?;
-        Ok(Box::new(TimedInstance {
-            inner,
-            stats: self.stats.clone(),
+        Ok(Box::new(PlanReuse {
+            inner: Box::new(TimedInstance {
+                inner,
+                stats: self.stats.clone(),
+            }),
+            last: None,
         }))
+    }
+}
+
+/// Leaves out `set-pod` when the plugin could not tell the pod from the one it holds: the parts it
+/// reads are equal and its mirror has not changed since. It keeps its current pod and its plan
+/// stands. Pods of one ReplicaSet or Job arrive together, and for each of them most plugins would
+/// otherwise be asked the same question; a call into a component costs several times what the
+/// comparison does.
+struct PlanReuse {
+    inner: Box<dyn PluginInstance>,
+    /// The pod the instance holds (only the parts it reads) and the plan it gave for it; none
+    /// after its mirror changed or a call failed.
+    last: Option<(sdk::Pod, sdk::PodPlan)>,
+}
+
+impl PluginInstance for PlanReuse {
+    fn descriptor(&self) -> &sdk::Descriptor {
+        self.inner.descriptor()
+    }
+    fn upsert_nodes(&mut self, nodes: &[(u32, &sdk::NodeInfo)]) -> Result<(), CallError> {
+        self.last = None;
+        self.inner.upsert_nodes(nodes)
+    }
+    fn remove_nodes(&mut self, ids: &[u32]) -> Result<(), CallError> {
+        self.last = None;
+        self.inner.remove_nodes(ids)
+    }
+    fn update_usage(&mut self, usage: &[(u32, &sdk::NodeUsage)]) -> Result<(), CallError> {
+        self.last = None;
+        self.inner.update_usage(usage)
+    }
+    fn set_pod(&mut self, pod: &sdk::Pod) -> Result<sdk::PodPlan, CallError> {
+        let parts = self.inner.descriptor().reads_pod;
+        if let Some((held, plan)) = &self.last {
+            if pod.same_parts(held, parts) {
+                return Ok(plan.clone());
+            }
+        }
+        self.last = None;
+        let plan = self.inner.set_pod(pod)?;
+        self.last = Some((pod.with_parts(parts), plan.clone()));
+        Ok(plan)
+    }
+    fn filter(&mut self, ids: &[u32], out: &mut sdk::FilterResults) -> Result<(), CallError> {
+        self.inner.filter(ids, out)
+    }
+    fn score(&mut self, ids: &[u32], out: &mut Vec<i64>) -> Result<(), CallError> {
+        self.inner.score(ids, out)
+    }
+    fn normalize(&mut self, scores: &mut Vec<i64>) -> Result<(), CallError> {
+        self.inner.normalize(scores)
     }
 }
 
@@ -679,5 +733,134 @@ impl Scheduler {
         // Lagging instances past the limit are re-created in full at their next sync.
         let keep_from = oldest.max(generation.saturating_sub(limit)).min(generation);
         self.cache.compact(keep_from);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counts `set-pod` calls; its plan says how many calls it has seen, so a reused plan shows.
+    struct CountingInstance {
+        descriptor: sdk::Descriptor,
+        set_pods: usize,
+        fail_next: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl PluginInstance for CountingInstance {
+        fn descriptor(&self) -> &sdk::Descriptor {
+            &self.descriptor
+        }
+        fn upsert_nodes(&mut self, _: &[(u32, &sdk::NodeInfo)]) -> Result<(), CallError> {
+            Ok(())
+        }
+        fn remove_nodes(&mut self, _: &[u32]) -> Result<(), CallError> {
+            Ok(())
+        }
+        fn update_usage(&mut self, _: &[(u32, &sdk::NodeUsage)]) -> Result<(), CallError> {
+            Ok(())
+        }
+        fn set_pod(&mut self, _: &sdk::Pod) -> Result<sdk::PodPlan, CallError> {
+            if self
+                .fail_next
+                .swap(false, std::sync::atomic::Ordering::Relaxed)
+            {
+                return Err(CallError::new("set-pod", "failed on purpose"));
+            }
+            self.set_pods += 1;
+            Ok(sdk::PodPlan {
+                filter: sdk::FilterPlan::OnlyNodes(vec![format!("call {}", self.set_pods)]),
+                score: true,
+            })
+        }
+        fn filter(&mut self, _: &[u32], _: &mut sdk::FilterResults) -> Result<(), CallError> {
+            Ok(())
+        }
+        fn score(&mut self, _: &[u32], _: &mut Vec<i64>) -> Result<(), CallError> {
+            Ok(())
+        }
+        fn normalize(&mut self, _: &mut Vec<i64>) -> Result<(), CallError> {
+            Ok(())
+        }
+    }
+
+    /// Which `set-pod` call the plan came from.
+    fn call_of(plan: &sdk::PodPlan) -> String {
+        match &plan.filter {
+            sdk::FilterPlan::OnlyNodes(names) => names[0].clone(),
+            other => panic!("unexpected plan {other:?}"),
+        }
+    }
+
+    #[test]
+    fn set_pod_is_left_out_only_while_the_plugin_could_not_tell_the_pods_apart() {
+        let fail_next = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut reuse = PlanReuse {
+            inner: Box::new(CountingInstance {
+                descriptor: sdk::Descriptor {
+                    name: "counting".into(),
+                    version: "0".into(),
+                    filter: true,
+                    score: false,
+                    normalize: sdk::Normalize::None,
+                    reads_usage: true,
+                    reads_pod: sdk::PodParts::TOLERATIONS,
+                },
+                set_pods: 0,
+                fail_next: fail_next.clone(),
+            }),
+            last: None,
+        };
+        let pod = |name: &str, toleration_key: &str| sdk::Pod {
+            name: name.into(),
+            tolerations: vec![sdk::Toleration {
+                key: toleration_key.into(),
+                operator: "Exists".into(),
+                ..sdk::Toleration::default()
+            }],
+            ..sdk::Pod::default()
+        };
+        let set_pod =
+            |reuse: &mut PlanReuse, pod: &sdk::Pod| call_of(&reuse.set_pod(pod).expect("set-pod"));
+        assert_eq!(set_pod(&mut reuse, &pod("a", "gpu")), "call 1");
+        assert_eq!(
+            set_pod(&mut reuse, &pod("b", "gpu")),
+            "call 1",
+            "another name, same tolerations: the plugin reads only tolerations"
+        );
+        assert_eq!(set_pod(&mut reuse, &pod("c", "spot")), "call 2");
+        let node = sdk::NodeInfo::default();
+        reuse.upsert_nodes(&[(0, &node)]).expect("upsert");
+        assert_eq!(
+            set_pod(&mut reuse, &pod("c", "spot")),
+            "call 3",
+            "after upsert"
+        );
+        reuse
+            .update_usage(&[(0, &sdk::NodeUsage::default())])
+            .expect("usage");
+        assert_eq!(
+            set_pod(&mut reuse, &pod("c", "spot")),
+            "call 4",
+            "after usage"
+        );
+        reuse.remove_nodes(&[0]).expect("remove");
+        assert_eq!(
+            set_pod(&mut reuse, &pod("c", "spot")),
+            "call 5",
+            "after remove"
+        );
+        let priority = sdk::Pod {
+            priority: 1,
+            ..pod("c", "spot")
+        };
+        assert_eq!(set_pod(&mut reuse, &priority), "call 6", "priority is sent");
+        fail_next.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(reuse.set_pod(&pod("d", "gpu")).is_err());
+        assert_eq!(
+            set_pod(&mut reuse, &priority),
+            "call 7",
+            "a failed set-pod leaves the plugin holding no known pod"
+        );
     }
 }
