@@ -89,6 +89,12 @@ impl Cache {
         self.by_name.len()
     }
 
+    /// One past the highest node id in use (or used before and free now): every id the cache
+    /// gives out is below it.
+    pub fn id_bound(&self) -> usize {
+        self.nodes.len()
+    }
+
     /// The node with id `id`.
     pub fn node(&self, id: u32) -> Option<&NodeEntry> {
         self.nodes.get(id as usize).and_then(Option::as_ref)

@@ -282,6 +282,13 @@ impl From<sdk::PodPlan> for wit::PodPlan {
                 sdk::FilterPlan::Skip => wit::FilterPlan::Skip,
                 sdk::FilterPlan::OnlyNodes(names) => wit::FilterPlan::OnlyNodes(names),
                 sdk::FilterPlan::Reject(f) => wit::FilterPlan::Reject(f.into()),
+                sdk::FilterPlan::FailingNodes { nodes, results } => {
+                    wit::FilterPlan::FailingNodes(wit::FailingNodes {
+                        nodes,
+                        verdicts: results.verdicts,
+                        failures: results.failures.into_iter().map(Into::into).collect(),
+                    })
+                }
             },
             score: p.score,
         }

@@ -7,7 +7,7 @@
 //! ([`crate::FilterPlugin::filter_batch`], [`crate::ScorePlugin::score_batch`]) read those and
 //! compute per distinct taint set instead of per node.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use crate::types::{Failure, NodeInfo, NodeUsage, Resources, Taint};
 
@@ -85,11 +85,16 @@ pub struct Nodes {
     present: Vec<bool>,
     summaries: Vec<NodeSummary>,
     live: usize,
-    /// How many live nodes are cordoned.
-    cordoned: usize,
+    /// The live nodes that are cordoned: few in a healthy cluster, so a plugin can list them.
+    cordoned: BTreeSet<u32>,
     /// Interned taint lists; index [`NO_TAINTS`] is the empty list.
     taint_sets: Vec<Vec<Taint>>,
     taint_set_ids: HashMap<Vec<Taint>, u32>,
+    /// Per taint set but [`NO_TAINTS`]: the live nodes that have it. Tainted nodes are usually a
+    /// minority, so a plugin can name the nodes a pod's tolerations leave out.
+    taint_set_members: Vec<Vec<u32>>,
+    /// Per node id: its position in its taint set's entry of `taint_set_members`.
+    member_positions: Vec<u32>,
     /// Present when the plugin asked for it ([`crate::Plugin::INDEXES_LABELS`]).
     labels: Option<LabelIndex>,
     /// Changes whenever a node is added, replaced or removed.
@@ -179,9 +184,11 @@ impl Nodes {
             present: Vec::new(),
             summaries: Vec::new(),
             live: 0,
-            cordoned: 0,
+            cordoned: BTreeSet::new(),
             taint_sets: vec![Vec::new()],
             taint_set_ids: HashMap::from([(Vec::new(), NO_TAINTS)]),
+            taint_set_members: vec![Vec::new()],
+            member_positions: Vec::new(),
             labels: index_labels.then(LabelIndex::default),
             generation: 0,
         }
@@ -260,9 +267,22 @@ impl Nodes {
         self.taint_sets.len()
     }
 
+    /// The ids of the nodes whose taint list is `set`, in no particular order; always empty for
+    /// [`NO_TAINTS`] (untainted nodes are not listed).
+    pub fn nodes_with_taint_set(&self, set: u32) -> &[u32] {
+        self.taint_set_members
+            .get(set as usize)
+            .map_or(&[], Vec::as_slice)
+    }
+
     /// How many of the mirror's nodes are cordoned (`unschedulable`).
     pub fn cordoned(&self) -> usize {
-        self.cordoned
+        self.cordoned.len()
+    }
+
+    /// The ids of the cordoned nodes, in increasing order.
+    pub fn cordoned_ids(&self) -> impl ExactSizeIterator<Item = u32> + '_ {
+        self.cordoned.iter().copied()
     }
 
     /// How many nodes the mirror holds.
@@ -288,12 +308,18 @@ impl Nodes {
             self.infos.resize_with(slot + 1, || None);
             self.present.resize(slot + 1, false);
             self.summaries.resize(slot + 1, NodeSummary::default());
+            self.member_positions.resize(slot + 1, 0);
+        }
+        if self.present[slot] {
+            self.leave_taint_set(id);
         }
         let taint_set = self.intern_taints(&node.taints);
-        let was_cordoned = self.infos[slot]
-            .as_ref()
-            .is_some_and(|old| old.unschedulable);
-        self.cordoned = self.cordoned + usize::from(node.unschedulable) - usize::from(was_cordoned);
+        self.join_taint_set(id, taint_set);
+        if node.unschedulable {
+            self.cordoned.insert(id);
+        } else {
+            self.cordoned.remove(&id);
+        }
         self.summaries[slot] = NodeSummary::of(&node, taint_set);
         if let Some(index) = &mut self.labels {
             if let Some(old) = &self.infos[slot] {
@@ -312,8 +338,9 @@ impl Nodes {
     pub(crate) fn remove(&mut self, id: u32) {
         if let Some(slot) = self.infos.get_mut(id as usize) {
             if let Some(old) = slot.take() {
+                self.leave_taint_set(id);
                 self.present[id as usize] = false;
-                self.cordoned -= usize::from(old.unschedulable);
+                self.cordoned.remove(&id);
                 self.live -= 1;
                 self.generation += 1;
                 if let Some(index) = &mut self.labels {
@@ -356,7 +383,30 @@ impl Nodes {
         let id = self.taint_sets.len() as u32;
         self.taint_sets.push(taints.to_vec());
         self.taint_set_ids.insert(taints.to_vec(), id);
+        self.taint_set_members.push(Vec::new());
         id
+    }
+
+    fn join_taint_set(&mut self, id: u32, set: u32) {
+        if set != NO_TAINTS {
+            let members = &mut self.taint_set_members[set as usize];
+            self.member_positions[id as usize] = members.len() as u32;
+            members.push(id);
+        }
+    }
+
+    /// Takes the live node `id` out of its taint set's members.
+    fn leave_taint_set(&mut self, id: u32) {
+        let set = self.summaries[id as usize].taint_set;
+        if set == NO_TAINTS {
+            return;
+        }
+        let members = &mut self.taint_set_members[set as usize];
+        let position = self.member_positions[id as usize] as usize;
+        members.swap_remove(position);
+        if let Some(&moved) = members.get(position) {
+            self.member_positions[moved as usize] = position as u32;
+        }
     }
 
     /// Taint lists of removed or changed nodes stay interned; once they outnumber the nodes, the
@@ -368,11 +418,14 @@ impl Nodes {
         self.taint_sets.truncate(1);
         self.taint_set_ids.clear();
         self.taint_set_ids.insert(Vec::new(), NO_TAINTS);
+        self.taint_set_members.truncate(1);
         for slot in 0..self.infos.len() {
             let Some(node) = self.infos[slot].take() else {
                 continue;
             };
-            self.summaries[slot].taint_set = self.intern_taints(&node.taints);
+            let set = self.intern_taints(&node.taints);
+            self.summaries[slot].taint_set = set;
+            self.join_taint_set(slot as u32, set);
             self.infos[slot] = Some(node);
         }
     }
@@ -398,7 +451,7 @@ mod tests {
     }
 
     #[test]
-    fn cordoned_nodes_are_counted_through_replacements_and_removals() {
+    fn cordoned_nodes_are_tracked_through_replacements_and_removals() {
         let mut nodes = Nodes::default();
         let cordoned = |name: &str| NodeInfo {
             unschedulable: true,
@@ -412,9 +465,11 @@ mod tests {
         nodes.upsert(1, cordoned("b"));
         nodes.upsert(1, cordoned("b"));
         assert_eq!(nodes.cordoned(), 2, "uncordoned a, cordoned b (twice)");
+        assert_eq!(nodes.cordoned_ids().collect::<Vec<_>>(), [1, 2]);
         nodes.remove(2);
         nodes.remove(2);
         assert_eq!(nodes.cordoned(), 1);
+        assert_eq!(nodes.cordoned_ids().collect::<Vec<_>>(), [1]);
     }
 
     #[test]
@@ -448,6 +503,53 @@ mod tests {
                 nodes.get(id).unwrap().taints.as_slice(),
                 "node {id} still points at its own taints after compaction"
             );
+        }
+    }
+
+    /// Every taint set's listed nodes are exactly the live nodes whose summary has that set.
+    fn assert_members_match_summaries(nodes: &Nodes, when: &str) {
+        for set in 0..nodes.taint_set_count() as u32 {
+            let mut listed = nodes.nodes_with_taint_set(set).to_vec();
+            listed.sort_unstable();
+            let expected: Vec<u32> = (0..nodes.infos.len() as u32)
+                .filter(|_| set != NO_TAINTS)
+                .filter(|&id| nodes.summary(id).is_some_and(|s| s.taint_set == set))
+                .collect();
+            assert_eq!(listed, expected, "taint set {set} {when}");
+        }
+    }
+
+    #[test]
+    fn each_taint_set_lists_its_nodes_through_retaints_removals_and_compaction() {
+        let mut nodes = Nodes::default();
+        nodes.upsert(0, node("a", &[("gpu", "x")]));
+        nodes.upsert(5, node("b", &[("gpu", "x")]));
+        nodes.upsert(2, node("c", &[("gpu", "y")]));
+        nodes.upsert(3, node("d", &[]));
+        let gpu_x = nodes.summary(0).unwrap().taint_set;
+        let mut listed = nodes.nodes_with_taint_set(gpu_x).to_vec();
+        listed.sort_unstable();
+        assert_eq!(listed, [0, 5]);
+        assert!(nodes.nodes_with_taint_set(NO_TAINTS).is_empty());
+        assert_members_match_summaries(&nodes, "after adds");
+        nodes.upsert(0, node("a", &[]));
+        assert_eq!(nodes.nodes_with_taint_set(gpu_x), [5]);
+        nodes.remove(5);
+        assert!(nodes.nodes_with_taint_set(gpu_x).is_empty());
+        assert_members_match_summaries(&nodes, "after a retaint and a removal");
+        // Many one-off taints force compactions, which renumber the sets.
+        for round in 0..500u32 {
+            let value = format!("v{}", round % 7);
+            let id = round * 7 % 11;
+            if round % 5 == 0 {
+                nodes.remove(id);
+            } else {
+                nodes.upsert(
+                    id,
+                    node("n", &[("k", value.as_str()), ("r", &round.to_string())]),
+                );
+            }
+            assert_members_match_summaries(&nodes, &format!("at round {round}"));
         }
     }
 

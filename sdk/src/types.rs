@@ -559,6 +559,12 @@ pub enum FilterPlan {
     OnlyNodes(Vec<String>),
     /// No node can take the pod.
     Reject(Failure),
+    /// Exactly `nodes` fail, each with its entry of `results.verdicts`; every other node passes
+    /// and `filter` is not called.
+    FailingNodes {
+        nodes: Vec<u32>,
+        results: FilterResults,
+    },
 }
 
 /// What a plugin makes of a pod; returned by [`crate::Plugin::prepare`].

@@ -120,8 +120,20 @@ fn filter_plan(plugin: &str, nodes: &[NodeInfo], pod: &Pod) -> FilterPlan {
     run("plan", plugin, "{}", nodes, pod).plan.filter
 }
 
+/// The plan that lists `failing` (ids as `support::run` gives them: node `i` is `3 i + 7`), all
+/// failing with the one reason `reason`.
+fn failing_plan(failing: &[u32], reason: &'static str) -> FilterPlan {
+    FilterPlan::FailingNodes {
+        nodes: failing.iter().map(|i| i * 3 + 7).collect(),
+        results: wasched_sdk::FilterResults {
+            verdicts: vec![1; failing.len()],
+            failures: vec![wasched_sdk::Failure::unresolvable(reason)],
+        },
+    }
+}
+
 #[test]
-fn node_unschedulable_is_not_called_when_no_node_is_cordoned_or_the_pod_tolerates_it() {
+fn node_unschedulable_lists_the_cordoned_nodes_instead_of_filtering() {
     let plan = |nodes: &[NodeInfo], pod: &Pod| filter_plan("NodeUnschedulable", nodes, pod);
     let cordoned = NodeInfo {
         unschedulable: true,
@@ -129,8 +141,8 @@ fn node_unschedulable_is_not_called_when_no_node_is_cordoned_or_the_pod_tolerate
     };
     assert_eq!(plan(&[node("a"), node("b")], &pod("p")), FilterPlan::Skip);
     assert_eq!(
-        plan(&[node("a"), cordoned.clone()], &pod("p")),
-        FilterPlan::Run
+        plan(&[node("a"), cordoned.clone(), node("b")], &pod("p")),
+        failing_plan(&[1], "node(s) were unschedulable")
     );
     let tolerating = Pod {
         tolerations: vec![toleration(

@@ -128,12 +128,10 @@ fn run_with(
     let entries: Vec<(u32, &NodeInfo)> = ids.iter().copied().zip(nodes).collect();
     instance.upsert_nodes(&entries).expect("upsert-nodes");
     let plan = instance.set_pod(pod).expect("set-pod");
-    let mut verdicts = Vec::new();
-    if descriptor.filter && plan.filter == FilterPlan::Skip {
-        // Skip means every node passes, which is what the host makes of it.
-        verdicts = vec![None; ids.len()];
-    } else if descriptor.filter && matches!(plan.filter, FilterPlan::Run | FilterPlan::OnlyNodes(_))
-    {
+    let as_verdict = |f: Option<&wasched_sdk::Failure>| {
+        f.map(|f| (f.code, f.reasons.iter().map(|r| r.to_string()).collect()))
+    };
+    let mut filtered = || {
         let mut results = FilterResults::default();
         // Two batches, as the host's growing chunks would send them.
         let split = ids.len() / 2;
@@ -143,14 +141,32 @@ fn run_with(
         instance
             .filter(&ids[split..], &mut results)
             .expect("filter");
-        verdicts = (0..ids.len())
-            .map(|i| {
-                results
-                    .failure(i)
-                    .map(|f| (f.code, f.reasons.iter().map(|r| r.to_string()).collect()))
-            })
-            .collect();
-    }
+        (0..ids.len())
+            .map(|i| as_verdict(results.failure(i)))
+            .collect::<Vec<_>>()
+    };
+    let verdicts = match &plan.filter {
+        _ if !descriptor.filter => Vec::new(),
+        // Skip means every node passes, which is what the host makes of it.
+        FilterPlan::Skip => vec![None; ids.len()],
+        FilterPlan::Run | FilterPlan::OnlyNodes(_) => filtered(),
+        FilterPlan::Reject(_) => Vec::new(),
+        FilterPlan::FailingNodes {
+            nodes: failing,
+            results,
+        } => {
+            let planned: Vec<_> = ids
+                .iter()
+                .map(|id| {
+                    let listed = failing.iter().position(|f| f == id);
+                    as_verdict(listed.and_then(|k| results.failure(k)))
+                })
+                .collect();
+            // The plan stands in for the filter: both must give every node the same verdict.
+            assert_eq!(planned, filtered(), "{name}: failing-nodes plan vs filter");
+            planned
+        }
+    };
     let mut scores = Vec::new();
     if descriptor.score && plan.score {
         instance.score(&ids, &mut scores).expect("score");

@@ -198,13 +198,30 @@ impl Profile {
             left_out[i] = true;
             plans[i] = left_out_plan.clone();
         }
+        self.failing
+            .resize_with(self.slots.len(), FailingTable::default);
+        for table in &mut self.failing {
+            table.active = false;
+        }
+        for &i in &self.filters {
+            if let FilterPlan::FailingNodes { nodes, results } = &plans[i].filter {
+                if let Err(message) = self.failing[i].fill(nodes, results, cache.id_bound()) {
+                    let e = CallError::new("set-pod", message);
+                    if let Some(outcome) = fail(&mut self.slots[i], &e, now) {
+                        return outcome;
+                    }
+                    left_out[i] = true;
+                    plans[i] = left_out_plan.clone();
+                }
+            }
+        }
         let mut only: Option<BTreeSet<&str>> = None;
         let mut narrowing_plugins: Vec<&str> = Vec::new();
         let mut active_filters = Vec::with_capacity(self.filters.len());
         for &i in &self.filters {
             let name = self.slots[i].spec.name.as_str();
             match &plans[i].filter {
-                FilterPlan::Run => active_filters.push(i),
+                FilterPlan::Run | FilterPlan::FailingNodes { .. } => active_filters.push(i),
                 FilterPlan::Skip => {}
                 FilterPlan::OnlyNodes(names) => {
                     active_filters.push(i);
@@ -466,9 +483,18 @@ impl Profile {
                 chunk.extend_from_slice(&candidates[..to - n]);
             }
             let left_out_now: &[bool] = left_out;
+            let failing = std::mem::take(&mut self.failing);
             let used = self.on_each_part(&chunk, &mut parts, |instances, nodes, part| {
-                filter_part(instances, active_filters, left_out_now, nodes, part)
+                filter_part(
+                    instances,
+                    active_filters,
+                    left_out_now,
+                    &failing,
+                    nodes,
+                    part,
+                )
             });
+            self.failing = failing;
             for part in &parts[..used] {
                 for (slot_index, e) in &part.errors {
                     if left_out[*slot_index] {
@@ -750,13 +776,83 @@ struct PartVerdicts {
     alive: Vec<usize>,
     batch: Vec<u32>,
     results: FilterResults,
+    /// Per failure of a [`FailingTable`]: its index in `failures` plus 1, once a node used it.
+    copied: Vec<u32>,
 }
 
-/// Runs the active filters over `nodes`, each on the nodes every earlier filter passed.
+/// A slot's `failing-nodes` plan as a table by node id, kept from cycle to cycle so that a cycle
+/// writes it rather than allocates it. A stamp per entry tells this cycle's entries from older
+/// ones, so nothing is cleared between cycles.
+#[derive(Default)]
+pub(super) struct FailingTable {
+    /// Whether the slot's plan this cycle is `failing-nodes`.
+    active: bool,
+    /// Per node id: the stamp of the cycle that wrote the entry (high half) and its verdict.
+    entries: Vec<u64>,
+    stamp: u32,
+    failures: Vec<sdk::Failure>,
+}
+
+impl FailingTable {
+    /// Takes this cycle's plan; ids at or past `id_bound` name no node and are left out.
+    fn fill(
+        &mut self,
+        nodes: &[u32],
+        results: &FilterResults,
+        id_bound: usize,
+    ) -> Result<(), String> {
+        self.active = false;
+        if nodes.len() != results.verdicts.len() {
+            return Err(format!(
+                "failing-nodes listed {} nodes with {} verdicts",
+                nodes.len(),
+                results.verdicts.len()
+            ));
+        }
+        let table_len = results.failures.len() as u32;
+        let highest = results.verdicts.iter().copied().max().unwrap_or(0);
+        if highest > table_len {
+            return Err(format!(
+                "failing-nodes verdict {highest} points past its {table_len} failures"
+            ));
+        }
+        self.stamp = self.stamp.wrapping_add(1);
+        if self.stamp == 0 {
+            self.entries.fill(0);
+            self.stamp = 1;
+        }
+        let stamp = u64::from(self.stamp) << 32;
+        for (&id, &verdict) in nodes.iter().zip(&results.verdicts) {
+            let id = id as usize;
+            if id >= id_bound {
+                continue;
+            }
+            if id >= self.entries.len() {
+                self.entries.resize(id_bound, 0);
+            }
+            self.entries[id] = stamp | u64::from(verdict);
+        }
+        self.failures.clone_from(&results.failures);
+        self.active = true;
+        Ok(())
+    }
+
+    /// The verdict for node `id`: 0 (passes) unless this cycle's plan listed it.
+    fn verdict(&self, id: u32) -> u32 {
+        match self.entries.get(id as usize) {
+            Some(&entry) if (entry >> 32) as u32 == self.stamp => entry as u32,
+            _ => 0,
+        }
+    }
+}
+
+/// Runs the active filters over `nodes`, each on the nodes every earlier filter passed. A filter
+/// whose plan listed its failing nodes is read from its table instead of called.
 fn filter_part(
     instances: &mut [InstanceRef],
     active_filters: &[usize],
     left_out: &[bool],
+    failing: &[FailingTable],
     nodes: &[u32],
     out: &mut PartVerdicts,
 ) {
@@ -771,6 +867,32 @@ fn filter_part(
             break;
         }
         if left_out[slot_index] {
+            continue;
+        }
+        let table = &failing[slot_index];
+        if table.active {
+            out.copied.clear();
+            out.copied.resize(table.failures.len(), 0);
+            let mut kept = 0;
+            for j in 0..out.alive.len() {
+                let k = out.alive[j];
+                match table.verdict(nodes[k]) {
+                    0 => {
+                        out.alive[kept] = k;
+                        kept += 1;
+                    }
+                    v => {
+                        let copied = &mut out.copied[v as usize - 1];
+                        if *copied == 0 {
+                            let failure = table.failures[v as usize - 1].clone();
+                            out.failures.push((slot_index, failure));
+                            *copied = out.failures.len() as u32;
+                        }
+                        out.verdicts[k] = *copied;
+                    }
+                }
+            }
+            out.alive.truncate(kept);
             continue;
         }
         out.batch.clear();
@@ -838,5 +960,63 @@ mod tests {
         assert_eq!(feasible_nodes_to_find(30, 1000), 300);
         assert_eq!(feasible_nodes_to_find(1, 1000), 100, "never fewer than 100");
         assert_eq!(feasible_nodes_to_find(100, 1000), 1000);
+    }
+
+    fn results(verdicts: &[u32], reasons: &[&'static str]) -> FilterResults {
+        FilterResults {
+            verdicts: verdicts.to_vec(),
+            failures: reasons
+                .iter()
+                .map(|&r| sdk::Failure::unresolvable(r))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_failing_nodes_table_holds_only_the_current_plan() {
+        let mut table = FailingTable::default();
+        table
+            .fill(
+                &[4, 1, 9],
+                &results(&[1, 2, 1], &["tainted", "cordoned"]),
+                10,
+            )
+            .expect("a valid plan");
+        let verdicts: Vec<u32> = (0..12).map(|id| table.verdict(id)).collect();
+        assert_eq!(verdicts, [0, 2, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0]);
+        table
+            .fill(&[2, 900], &results(&[1, 1], &["tainted"]), 10)
+            .expect("an id past the cache's bound is left out");
+        let verdicts: Vec<u32> = (0..12).map(|id| table.verdict(id)).collect();
+        assert_eq!(
+            verdicts,
+            [0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            "the previous plan's nodes pass again"
+        );
+        assert_eq!(table.verdict(900), 0);
+        assert_eq!(
+            table.entries.len(),
+            10,
+            "bounded by the cache, not the plugin"
+        );
+    }
+
+    #[test]
+    fn a_malformed_failing_nodes_plan_is_refused() {
+        let mut table = FailingTable::default();
+        table
+            .fill(&[3], &results(&[1], &["x"]), 10)
+            .expect("a valid plan");
+        let short = table.fill(&[1, 2], &results(&[1], &["x"]), 10);
+        assert_eq!(
+            short.unwrap_err(),
+            "failing-nodes listed 2 nodes with 1 verdicts"
+        );
+        let past = table.fill(&[1], &results(&[2], &["x"]), 10);
+        assert_eq!(
+            past.unwrap_err(),
+            "failing-nodes verdict 2 points past its 1 failures"
+        );
+        assert!(!table.active, "a refused plan leaves no plan in force");
     }
 }

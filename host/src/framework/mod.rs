@@ -470,6 +470,8 @@ pub struct Profile {
     workers: Vec<Worker>,
     /// Runs the workers' share of a cycle while the scheduling thread does its own.
     pool: Option<spin::SpinPool>,
+    /// Per slot: its `failing-nodes` plan of the current cycle, as a table by node id.
+    failing: Vec<cycle::FailingTable>,
 }
 
 impl Profile {
@@ -533,6 +535,7 @@ impl Profile {
             phases: PhaseTimes::default(),
             rng: Rng::new(seed),
             clock,
+            failing: Vec::new(),
         })
     }
 

@@ -59,8 +59,8 @@ pub const MAX_CORE_INSTANCES: usize = 64;
 pub const MAX_REASON_BYTES: usize = 1024;
 /// Most reasons one failure may carry.
 pub const MAX_REASONS_PER_FAILURE: usize = 32;
-/// Most node names an `only-nodes` plan may list.
-pub const MAX_ONLY_NODES: usize = 100_000;
+/// Most nodes an `only-nodes` or `failing-nodes` plan may list.
+pub const MAX_LISTED_NODES: usize = 100_000;
 
 /// Limits applied to every instance of a component.
 #[derive(Debug, Clone, Copy)]
@@ -114,6 +114,9 @@ impl WasmRuntime {
         let mut config = Config::new();
         config.epoch_interruption(deadlines);
         config.wasm_component_model(true);
+        if std::env::var_os("WASCHED_PERFMAP").is_some() {
+            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         let engine = Engine::new(&config).map_err(|e| LoadError(format!("wasmtime: {e:#}")))?;
         if deadlines {
             let weak = engine.weak();
@@ -476,11 +479,35 @@ impl PluginInstance for ComponentInstance {
             .map_err(|e| trapped("set-pod", e))?;
         match &plan.filter {
             wit::FilterPlan::Reject(f) => check_failure("set-pod", f)?,
-            wit::FilterPlan::OnlyNodes(names) if names.len() > MAX_ONLY_NODES => {
+            wit::FilterPlan::OnlyNodes(names) if names.len() > MAX_LISTED_NODES => {
                 return Err(CallError::new(
                     "set-pod",
-                    format!("listed {} nodes, more than {MAX_ONLY_NODES}", names.len()),
+                    format!("listed {} nodes, more than {MAX_LISTED_NODES}", names.len()),
                 ))
+            }
+            wit::FilterPlan::FailingNodes(failing) => {
+                if failing.nodes.len() > MAX_LISTED_NODES {
+                    return Err(CallError::new(
+                        "set-pod",
+                        format!(
+                            "listed {} failing nodes, more than {MAX_LISTED_NODES}",
+                            failing.nodes.len()
+                        ),
+                    ));
+                }
+                if failing.failures.len() > failing.nodes.len() {
+                    return Err(CallError::new(
+                        "set-pod",
+                        format!(
+                            "returned {} failures for {} failing nodes",
+                            failing.failures.len(),
+                            failing.nodes.len()
+                        ),
+                    ));
+                }
+                for f in &failing.failures {
+                    check_failure("set-pod", f)?;
+                }
             }
             _ => {}
         }
@@ -746,6 +773,13 @@ fn pod_plan(p: wit::PodPlan) -> sdk::PodPlan {
             wit::FilterPlan::Skip => sdk::FilterPlan::Skip,
             wit::FilterPlan::OnlyNodes(names) => sdk::FilterPlan::OnlyNodes(names),
             wit::FilterPlan::Reject(f) => sdk::FilterPlan::Reject(failure(f)),
+            wit::FilterPlan::FailingNodes(failing) => sdk::FilterPlan::FailingNodes {
+                nodes: failing.nodes,
+                results: sdk::FilterResults {
+                    verdicts: failing.verdicts,
+                    failures: failing.failures.into_iter().map(failure).collect(),
+                },
+            },
         },
         score: p.score,
     }

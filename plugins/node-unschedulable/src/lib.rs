@@ -41,13 +41,22 @@ impl Plugin for NodeUnschedulable {
         }
     }
 
-    /// Every node passes when the pod tolerates cordoned nodes or none is cordoned: then the
-    /// filter is not called at all.
+    /// The cordoned nodes are the ones that fail, and the mirror lists them: the filter is never
+    /// called. Every node passes when the pod tolerates cordoned nodes or none is cordoned.
     fn prepare_with_nodes(&mut self, pod: &Pod, nodes: &Nodes) -> PodPlan {
         let mut plan = self.prepare(pod);
-        if self.tolerates_unschedulable || nodes.cordoned() == 0 {
-            plan.filter = FilterPlan::Skip;
-        }
+        plan.filter = if self.tolerates_unschedulable || nodes.cordoned() == 0 {
+            FilterPlan::Skip
+        } else {
+            let failing: Vec<u32> = nodes.cordoned_ids().collect();
+            FilterPlan::FailingNodes {
+                results: FilterResults {
+                    verdicts: vec![1; failing.len()],
+                    failures: vec![Failure::unresolvable(REASON)],
+                },
+                nodes: failing,
+            }
+        };
         plan
     }
 }
