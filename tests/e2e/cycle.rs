@@ -237,7 +237,11 @@ fn bench_scenarios_exercise_only_their_features_and_report_where_time_goes() {
     assert!(report
         .plugins_us
         .iter()
-        .any(|t| t.plugin == "TaintToleration" && t.extension_point == "Filter"));
+        .any(|t| t.plugin == "NodeResourcesFit" && t.extension_point == "Filter"));
+    assert!(report
+        .plugins_us
+        .iter()
+        .any(|t| t.plugin == "TaintToleration" && t.extension_point == "PreFilter"));
 }
 
 /// Worker threads split each chunk and the feasible nodes between them; the cycle must still

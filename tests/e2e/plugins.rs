@@ -157,7 +157,7 @@ fn node_unschedulable_lists_the_cordoned_nodes_instead_of_filtering() {
 }
 
 #[test]
-fn taint_toleration_is_not_called_when_the_pod_tolerates_every_taint_set() {
+fn taint_toleration_lists_a_minority_of_untolerated_nodes_and_skips_when_all_are_tolerated() {
     let plan = |nodes: &[NodeInfo], pod: &Pod| filter_plan("TaintToleration", nodes, pod);
     let gpu = with_taints(node("gpu"), &[("dedicated", "gpu", "NoSchedule")]);
     let soft = with_taints(node("soft"), &[("spot", "", "PreferNoSchedule")]);
@@ -168,7 +168,14 @@ fn taint_toleration_is_not_called_when_the_pod_tolerates_every_taint_set() {
     );
     assert_eq!(
         plan(&[node("plain"), gpu.clone()], &pod("p")),
-        FilterPlan::Run
+        FilterPlan::Run,
+        "half the nodes fail: filtering the examined ones costs less than listing them"
+    );
+    let mut mostly_plain: Vec<NodeInfo> = (0..7).map(|i| node(&format!("n{i}"))).collect();
+    mostly_plain.insert(3, gpu.clone());
+    assert_eq!(
+        plan(&mostly_plain, &pod("p")),
+        failing_plan(&[3], "node(s) had untolerated taint {dedicated: gpu}")
     );
     let tolerating = Pod {
         tolerations: vec![toleration("dedicated", "Equal", "gpu", "NoSchedule")],

@@ -10,9 +10,14 @@ use wasched_sdk::{
 /// The name used in configs and messages.
 pub const NAME: &str = "TaintToleration";
 
-/// Most distinct taint sets `prepare_with_nodes` checks to skip the filter; past that, checking
-/// every set per pod could cost as much as filtering.
+/// Most distinct taint sets `prepare_with_nodes` checks up front; past that, checking every set
+/// per pod could cost as much as filtering.
 const MOST_SETS_CHECKED_UP_FRONT: usize = 64;
+
+/// Largest share of the mirror (1 / this) a plan lists as failing instead of letting the host call
+/// the filter: a cycle at the adaptive percentage examines at least 5% of the nodes, and listing a
+/// node costs a fraction of filtering one as WASM.
+const MOST_LISTED_SHARE: usize = 4;
 
 /// Marks a taint set whose verdict or score a batch has not computed yet.
 const NOT_YET: u32 = u32::MAX;
@@ -50,16 +55,41 @@ impl Plugin for TaintToleration {
         PodPlan::default()
     }
 
-    /// Every node passes when the pod tolerates every taint set of the mirror (a cluster without
-    /// NoSchedule/NoExecute taints, or a pod tolerating them all): then the filter is not called.
+    /// With few taint sets, the nodes a pod cannot go to are the members of the sets it does not
+    /// tolerate: none (the filter is skipped), a minority (listed as the plan, the filter is not
+    /// called), or many (the filter runs on the nodes the host examines).
     fn prepare_with_nodes(&mut self, pod: &Pod, nodes: &Nodes) -> PodPlan {
         let mut plan = self.prepare(pod);
         let sets = nodes.taint_set_count();
-        if sets <= MOST_SETS_CHECKED_UP_FRONT
-            && (0..sets as u32).all(|set| untolerated(pod, nodes.taint_set(set)).is_ok())
-        {
-            plan.filter = FilterPlan::Skip;
+        if sets > MOST_SETS_CHECKED_UP_FRONT {
+            return plan;
         }
+        let mut failing = Vec::new();
+        let mut results = FilterResults::default();
+        for set in 0..sets as u32 {
+            let members = nodes.nodes_with_taint_set(set);
+            if members.is_empty() {
+                continue;
+            }
+            if let Err(failure) = untolerated(pod, nodes.taint_set(set)) {
+                if failing.len() + members.len() > nodes.len() / MOST_LISTED_SHARE {
+                    return plan;
+                }
+                let verdict = results.intern(failure);
+                failing.extend_from_slice(members);
+                results
+                    .verdicts
+                    .extend(std::iter::repeat_n(verdict, members.len()));
+            }
+        }
+        plan.filter = if failing.is_empty() {
+            FilterPlan::Skip
+        } else {
+            FilterPlan::FailingNodes {
+                nodes: failing,
+                results,
+            }
+        };
         plan
     }
 }
