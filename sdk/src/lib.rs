@@ -85,7 +85,9 @@ pub trait Plugin: Sized + 'static {
 
     /// Called once per pod before any node is filtered or scored: compute what depends only on the
     /// pod here (kube-scheduler's PreFilter and PreScore). The default runs the filter and the score
-    /// for every pod.
+    /// for every pod. Not called for a pod equal to the previous one in every part of
+    /// [`Plugin::READS_POD`] (and the priority) while the mirror did not change: the plan stands,
+    /// so it must depend on nothing else.
     fn prepare(&mut self, pod: &Pod) -> PodPlan {
         let _ = pod;
         PodPlan::default()
@@ -93,7 +95,8 @@ pub trait Plugin: Sized + 'static {
 
     /// [`Plugin::prepare`] with the plugin's node mirror, already up to date, for a plan that
     /// depends on the nodes too: [`FilterPlan::Skip`] when no node of the mirror can fail the
-    /// filter spares every filter call of the cycle. The default calls `prepare`.
+    /// filter, or [`FilterPlan::FailingNodes`] naming the few that do, spares every filter call of
+    /// the cycle. The default calls `prepare`.
     fn prepare_with_nodes(&mut self, pod: &Pod, nodes: &Nodes) -> PodPlan {
         let _ = nodes;
         self.prepare(pod)
