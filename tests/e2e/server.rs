@@ -275,6 +275,9 @@ fn hot_swap_under_load_loses_no_pod_and_switches_placements_at_one_cycle_boundar
         })
         .unwrap();
         for i in 0..PODS {
+            // Read before the request is sent: a pod counts as created after the swap only when
+            // the upload had been answered before its creation began.
+            let after_swap = swapped.lock().unwrap().is_some();
             let reply = send(
                 &client,
                 "POST",
@@ -284,7 +287,7 @@ fn hot_swap_under_load_loses_no_pod_and_switches_placements_at_one_cycle_boundar
             assert_eq!(reply.status, 201, "create p{i}: {}", reply.body);
             made.lock()
                 .unwrap()
-                .push((format!("load/p{i:04}"), swapped.lock().unwrap().is_some()));
+                .push((format!("load/p{i:04}"), after_swap));
         }
     });
     wait_until("a third of the pods exist", Duration::from_secs(60), || {
