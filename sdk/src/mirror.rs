@@ -472,13 +472,19 @@ mod tests {
         assert_eq!(nodes.cordoned_ids().collect::<Vec<_>>(), [1]);
     }
 
-    #[test]
-    fn nodes_with_equal_taints_share_a_taint_set() {
+    /// Nodes 0 and 5 tainted gpu=x, 2 gpu=y, 3 untainted.
+    fn two_taint_sets() -> Nodes {
         let mut nodes = Nodes::default();
         nodes.upsert(0, node("a", &[("gpu", "x")]));
         nodes.upsert(5, node("b", &[("gpu", "x")]));
         nodes.upsert(2, node("c", &[("gpu", "y")]));
         nodes.upsert(3, node("d", &[]));
+        nodes
+    }
+
+    #[test]
+    fn nodes_with_equal_taints_share_a_taint_set() {
+        let nodes = two_taint_sets();
         let set = |id| nodes.summary(id).unwrap().taint_set;
         assert_eq!(set(0), set(5));
         assert_ne!(set(0), set(2));
@@ -521,11 +527,7 @@ mod tests {
 
     #[test]
     fn each_taint_set_lists_its_nodes_through_retaints_removals_and_compaction() {
-        let mut nodes = Nodes::default();
-        nodes.upsert(0, node("a", &[("gpu", "x")]));
-        nodes.upsert(5, node("b", &[("gpu", "x")]));
-        nodes.upsert(2, node("c", &[("gpu", "y")]));
-        nodes.upsert(3, node("d", &[]));
+        let mut nodes = two_taint_sets();
         let gpu_x = nodes.summary(0).unwrap().taint_set;
         let mut listed = nodes.nodes_with_taint_set(gpu_x).to_vec();
         listed.sort_unstable();

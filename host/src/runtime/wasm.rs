@@ -495,19 +495,7 @@ impl PluginInstance for ComponentInstance {
                         ),
                     ));
                 }
-                if failing.failures.len() > failing.nodes.len() {
-                    return Err(CallError::new(
-                        "set-pod",
-                        format!(
-                            "returned {} failures for {} failing nodes",
-                            failing.failures.len(),
-                            failing.nodes.len()
-                        ),
-                    ));
-                }
-                for f in &failing.failures {
-                    check_failure("set-pod", f)?;
-                }
+                check_failures("set-pod", &failing.failures, failing.nodes.len())?;
             }
             _ => {}
         }
@@ -521,19 +509,7 @@ impl PluginInstance for ComponentInstance {
             .call_filter(&mut self.store, ids)
             .map_err(|e| trapped("filter", e))?;
         check_len("filter", results.verdicts.len(), ids.len())?;
-        if results.failures.len() > ids.len() {
-            return Err(CallError::new(
-                "filter",
-                format!(
-                    "returned {} failures for {} nodes",
-                    results.failures.len(),
-                    ids.len()
-                ),
-            ));
-        }
-        for f in &results.failures {
-            check_failure("filter", f)?;
-        }
+        check_failures("filter", &results.failures, ids.len())?;
         let table_len = results.failures.len() as u32;
         // A maximum, not a search for the first bad verdict: it vectorizes, and the error is rare.
         let highest = results.verdicts.iter().copied().max().unwrap_or(0);
@@ -586,6 +562,22 @@ impl PluginInstance for ComponentInstance {
         *scores = normalized;
         Ok(())
     }
+}
+
+/// Refuses more distinct failures than the `nodes` they are for, or any failure
+/// [`check_failure`] refuses.
+fn check_failures(
+    call: &'static str,
+    failures: &[wit::Failure],
+    nodes: usize,
+) -> Result<(), CallError> {
+    if failures.len() > nodes {
+        return Err(CallError::new(
+            call,
+            format!("returned {} failures for {nodes} nodes", failures.len()),
+        ));
+    }
+    failures.iter().try_for_each(|f| check_failure(call, f))
 }
 
 /// Refuses failures with absurdly many or long reasons (they end up in pod statuses and logs).
