@@ -688,6 +688,58 @@ impl FilterResults {
         }
     }
 
+    /// Checks that the results answer `nodes` nodes and that every verdict is 0 or points into
+    /// `failures`: what the host checks of results that crossed a boundary it does not trust.
+    ///
+    /// # Errors
+    /// The first problem, as a sentence for the plugin's error.
+    pub fn check(&self, nodes: usize) -> Result<(), String> {
+        if self.verdicts.len() != nodes {
+            return Err(format!(
+                "returned {} verdicts for {nodes} nodes",
+                self.verdicts.len()
+            ));
+        }
+        let table_len = self.failures.len() as u32;
+        // A maximum, not a search for the first bad verdict: it vectorizes, and the error is rare.
+        let highest = self.verdicts.iter().copied().max().unwrap_or(0);
+        if highest > table_len {
+            return Err(format!(
+                "verdict {highest} points past its {table_len} failures"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Moves `failures` to the end of this table and returns the offset that re-bases a verdict
+    /// pointing into `failures` onto this table (see [`FilterResults::rebase`]).
+    pub fn adopt_failures(&mut self, failures: impl IntoIterator<Item = Failure>) -> u32 {
+        let base = self.failures.len() as u32;
+        self.failures.extend(failures);
+        base
+    }
+
+    /// A verdict of a table adopted at `base`, as a verdict of this one.
+    #[inline]
+    pub fn rebase(verdict: u32, base: u32) -> u32 {
+        if verdict == 0 {
+            0
+        } else {
+            verdict + base
+        }
+    }
+
+    /// Appends another batch's results after these, re-basing its verdicts onto this table.
+    pub fn append(&mut self, other: FilterResults) {
+        if self.verdicts.is_empty() && self.failures.is_empty() {
+            *self = other;
+            return;
+        }
+        let base = self.adopt_failures(other.failures);
+        self.verdicts
+            .extend(other.verdicts.iter().map(|&v| Self::rebase(v, base)));
+    }
+
     /// The failure for the node at `position`, or `None` when it passed.
     pub fn failure(&self, position: usize) -> Option<&Failure> {
         match self.verdicts[position] {
@@ -829,6 +881,54 @@ mod tests {
             ..full.clone()
         };
         assert!(!full.same_parts(&other_priority, PodParts::NONE));
+    }
+
+    #[test]
+    fn appended_batches_point_at_their_own_failures_in_the_joined_table() {
+        let mut first = FilterResults::default();
+        first.push(Ok(()));
+        first.push(Err(Failure::unresolvable("tainted")));
+        let mut second = FilterResults::default();
+        second.push(Err(Failure::unresolvable("cordoned")));
+        second.push(Ok(()));
+        second.push(Err(Failure::unresolvable("tainted")));
+        let mut joined = FilterResults::default();
+        joined.append(first.clone());
+        assert_eq!(
+            joined, first,
+            "appending to nothing takes the batch as it is"
+        );
+        joined.append(second);
+        let reasons: Vec<Option<&str>> = (0..5)
+            .map(|k| joined.failure(k).map(|f| f.reasons[0].as_ref()))
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                None,
+                Some("tainted"),
+                Some("cordoned"),
+                None,
+                Some("tainted")
+            ]
+        );
+        assert_eq!(joined.check(5), Ok(()));
+    }
+
+    #[test]
+    fn results_that_do_not_answer_every_node_or_point_past_their_failures_are_refused() {
+        let mut results = FilterResults::default();
+        results.push(Err(Failure::unresolvable("x")));
+        assert_eq!(results.check(1), Ok(()));
+        assert_eq!(
+            results.check(2).unwrap_err(),
+            "returned 1 verdicts for 2 nodes"
+        );
+        results.verdicts[0] = 2;
+        assert_eq!(
+            results.check(1).unwrap_err(),
+            "verdict 2 points past its 1 failures"
+        );
     }
 
     #[test]

@@ -1,21 +1,40 @@
-//! One scheduling cycle, as kube-scheduler runs it: PreFilter (`set-pod`), Filter over a sample of
-//! nodes starting where the last cycle stopped, Score + normalize + weights, then the best node with
-//! ties broken at random.
+//! One scheduling cycle, as kube-scheduler runs it.
+//!
+//! [`Profile::schedule`] is a short driver over named stages, each a method or function below in
+//! the order the driver calls it:
+//! 1. [`Profile::sync_plugins`]: bring every plugin's node mirror up to the cache (quarantined
+//!    plugins are left out or end the cycle, by their failure policy);
+//! 2. [`Profile::prepare_pod`]: every plugin instance, on every thread, gets the pod once
+//!    (`set-pod`: kube-scheduler's PreFilter and PreScore) and answers with its plan;
+//! 3. [`Profile::narrow_candidates`]: the plans decide which filters run and on which nodes
+//!    (`only-nodes`, `failing-nodes`, `reject`);
+//! 4. [`Profile::find_feasible`]: the filters run over a sample of the candidates starting where
+//!    the last cycle stopped, until enough nodes passed;
+//! 5. [`Profile::score`]: scores, normalized and weighted, of the feasible nodes;
+//! 6. [`Profile::select`]: the best total, ties broken at random;
+//! 7. [`explain`]: what `--explain` shows per node.
+//!
+//! A stage that ends the cycle early returns `Err` with the cycle's [`Outcome`]. A plugin failing
+//! mid-cycle goes through one path, [`Profile::plugin_failed`], which applies its failure policy.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use wasched_sdk::{self as sdk, Code, FilterPlan, FilterResults, Normalize};
 
-use super::fit_error::{nodes_unavailable, rejected_before_filtering, NO_NODES_AVAILABLE};
+use super::reasons;
 use super::spin::SpinPool;
-use super::{catch_up, OnFailure, Phase, Profile, Slot, Worker};
+use super::{catch_up, OnFailure, Phase, PluginSpec, Profile, Slot, Worker};
 use crate::cache::Cache;
 use crate::runtime::{CallError, PluginInstance};
 
 /// A plugin instance place: a slot's (the scheduling thread's) or a worker's, emptied when the
 /// instance fails so that the next sync makes a fresh one.
 type InstanceRef<'a> = &'a mut Option<Box<dyn PluginInstance>>;
+
+/// A stage's result: `Err` ends the cycle with that outcome.
+type Stage<T> = Result<T, Outcome>;
 
 /// Fewest nodes per thread worth handing to a worker: below this the hand-off costs more than it
 /// saves.
@@ -76,340 +95,510 @@ impl Outcome {
         }
     }
 
-    fn quarantined(slot: &Slot, now: std::time::Duration) -> Outcome {
-        let remaining = slot.quarantined_until.unwrap_or(now).saturating_sub(now);
+    fn error(message: String) -> Outcome {
         Outcome {
-            message: Some(format!(
-                "plugin {} is quarantined for {}s more after {} consecutive failures (last: {})",
-                slot.spec.name,
-                remaining.as_secs(),
-                slot.consecutive_failures,
-                slot.last_error.as_deref().unwrap_or("unknown")
-            )),
-            error: true,
-            ..Outcome::default()
-        }
-    }
-
-    fn plugin_error(plugin: &str, error: &CallError) -> Outcome {
-        Outcome {
-            message: Some(format!("plugin {plugin} failed in {error}")),
+            message: Some(message),
             error: true,
             ..Outcome::default()
         }
     }
 }
 
-/// A node's failure: which filter plugin rejected it and the index of the failure in the cycle's
-/// table of distinct failures.
-#[derive(Clone, Copy)]
-struct Rejection {
-    failure: u32,
+/// What one cycle carries from stage to stage besides the profile.
+struct CycleState {
+    /// The scheduler clock's reading when the cycle began (quarantines are timed with it).
+    now: Duration,
+    explain: bool,
+    /// Per slot: left out of the rest of this cycle (quarantined, or failed under `ignore`). A
+    /// plugin left out passes every node and scores none.
+    left_out: Vec<bool>,
+    /// Where the current phase began, for [`super::PhaseTimes`].
+    mark: Instant,
+}
+
+/// The nodes the filters will look at, and what the plans said about the others.
+struct Candidates<'a> {
+    nodes: Cow<'a, [u32]>,
+    /// The slots whose filter runs (or whose `failing-nodes` table is read), in filter order.
+    active_filters: Vec<usize>,
+    /// The reason of each node an `only-nodes` plan left out.
+    absent_reason: String,
+}
+
+/// What the filter stage found: the feasible nodes in the order examined, and the rejected ones
+/// with their failures.
+#[derive(Default)]
+struct Search {
+    feasible: Vec<u32>,
+    /// The rejected nodes; `rejections.verdicts` holds each one's verdict, in the same order.
+    rejected: Vec<u32>,
+    rejections: FilterResults,
+    /// Candidates examined, feasible or not.
+    examined: usize,
+}
+
+impl Search {
+    fn reasons(&self, position: usize) -> Vec<String> {
+        self.rejections
+            .failure(position)
+            .map(|f| f.reasons.iter().map(|r| r.to_string()).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// The scores of the feasible nodes, by position.
+#[derive(Default)]
+struct Scores {
+    totals: Vec<i64>,
+    /// Per plugin that scored (only when explaining): its name and normalized scores.
+    per_plugin: Vec<(String, Vec<i64>)>,
 }
 
 impl Profile {
     /// Runs one cycle for `pod` against the cache. Does not place the pod.
     pub(super) fn schedule(&mut self, cache: &mut Cache, pod: &sdk::Pod, explain: bool) -> Outcome {
-        let now = self.clock.now();
-        let mut mark = Instant::now();
-        // Plugins left out of this cycle: quarantined or failed with the `ignore` policy.
-        let mut left_out = vec![false; self.slots.len()];
-        for (i, slot) in self.slots.iter_mut().enumerate() {
-            if slot.quarantined(now) {
+        let mut cycle = CycleState {
+            now: self.clock.now(),
+            explain,
+            left_out: vec![false; self.slots.len()],
+            mark: Instant::now(),
+        };
+        let outcome = self
+            .run_stages(cache, pod, &mut cycle)
+            .unwrap_or_else(|ended| ended);
+        if !outcome.error {
+            self.record_successes(&cycle.left_out);
+        }
+        outcome
+    }
+
+    fn run_stages(
+        &mut self,
+        cache: &mut Cache,
+        pod: &sdk::Pod,
+        cycle: &mut CycleState,
+    ) -> Stage<Outcome> {
+        self.sync_plugins(cache, cycle)?;
+        cache.refresh_listing();
+        self.phases.lap(Phase::Snapshot, &mut cycle.mark);
+        let cache: &Cache = cache;
+        let all = cache.listing();
+        if all.is_empty() {
+            let message = reasons::NO_NODES_AVAILABLE.to_string();
+            return Ok(Outcome::unschedulable(message, Vec::new()));
+        }
+
+        let plans = self.prepare_pod(cache, pod, cycle)?;
+        let candidates = self.narrow_candidates(cache, all, &plans, cycle)?;
+        self.phases.lap(Phase::PreFilter, &mut cycle.mark);
+
+        let search = self.find_feasible(&candidates, cycle)?;
+        // kube-scheduler's `nextStartNodeIndex`: the next search starts past the nodes this one saw.
+        self.next_start = (self.next_start + search.examined) % all.len();
+        if search.feasible.is_empty() {
+            let absent = all.len() - candidates.nodes.len();
+            let absent_reasons = std::iter::repeat_n(candidates.absent_reason.as_str(), absent);
+            let rejections = &search.rejections;
+            let reasons = (0..search.rejected.len())
+                .flat_map(|k| rejections.failure(k).into_iter())
+                .flat_map(|f| f.reasons.iter().map(|r| r.as_ref()))
+                .chain(absent_reasons);
+            let message = reasons::nodes_unavailable(all.len(), reasons);
+            return Ok(Outcome::unschedulable(
+                message,
+                explain(cache, cycle, &search, None),
+            ));
+        }
+        self.phases.lap(Phase::Filter, &mut cycle.mark);
+
+        let scores = self.score(&search.feasible, &plans, cycle)?;
+        self.phases.lap(Phase::Score, &mut cycle.mark);
+
+        let best = self.select(&scores.totals);
+        let outcome = Outcome {
+            node: Some(node_name(cache, search.feasible[best])),
+            message: None,
+            error: false,
+            nodes: explain(cache, cycle, &search, Some(&scores)),
+        };
+        self.phases.lap(Phase::Select, &mut cycle.mark);
+        Ok(outcome)
+    }
+
+    /// The one path for a plugin failing mid-cycle: records the failure on slot `i` (its instance
+    /// is dropped and it may be quarantined) and applies its policy: `fail` ends the cycle with
+    /// the plugin's error; `ignore` leaves the plugin out of the rest of the cycle.
+    fn plugin_failed(&mut self, cycle: &mut CycleState, i: usize, error: &CallError) -> Stage<()> {
+        if cycle.left_out[i] {
+            return Ok(());
+        }
+        let slot = &mut self.slots[i];
+        slot.record_failure(error, cycle.now);
+        match slot.spec.policy.on_failure {
+            OnFailure::Fail => Err(Outcome::error(reasons::plugin_failed(
+                &slot.spec.name,
+                error,
+            ))),
+            OnFailure::Ignore => {
+                cycle.left_out[i] = true;
+                Ok(())
+            }
+        }
+    }
+
+    fn record_successes(&mut self, left_out: &[bool]) {
+        for (slot, &out) in self.slots.iter_mut().zip(left_out) {
+            if !out {
+                slot.record_success();
+            }
+        }
+    }
+
+    /// Stage 1: brings every plugin instance of the scheduling thread up to the cache (the
+    /// workers' instances catch up in [`Profile::prepare_pod`], in parallel).
+    fn sync_plugins(&mut self, cache: &Cache, cycle: &mut CycleState) -> Stage<()> {
+        for i in 0..self.slots.len() {
+            let slot = &mut self.slots[i];
+            if slot.quarantined(cycle.now) {
                 match slot.spec.policy.on_failure {
-                    OnFailure::Ignore => left_out[i] = true,
-                    OnFailure::Fail => return Outcome::quarantined(slot, now),
+                    OnFailure::Ignore => cycle.left_out[i] = true,
+                    OnFailure::Fail => return Err(quarantined(slot, cycle.now)),
                 }
                 continue;
             }
             if let Err(e) = slot.sync(cache) {
-                if let Some(outcome) = fail(slot, &e, now) {
-                    return outcome;
-                }
-                left_out[i] = true;
+                self.plugin_failed(cycle, i, &e)?;
             }
         }
-        cache.refresh_listing();
-        self.phases.lap(Phase::Snapshot, &mut mark);
-        let cache: &Cache = cache;
-        let all = cache.listing();
-        if all.is_empty() {
-            return Outcome::unschedulable(NO_NODES_AVAILABLE.to_string(), Vec::new());
-        }
+        Ok(())
+    }
 
-        // PreFilter / PreScore: every plugin sees the pod once.
-        let left_out_plan = sdk::PodPlan {
-            filter: FilterPlan::Skip,
-            score: false,
-        };
-        // Workers bring their mirrors up to date and start the pod while this thread starts it on
-        // the slots' instances: each slot lends its spec to the workers and its instance here.
-        let mut answers: Vec<Option<Result<sdk::PodPlan, CallError>>> = Vec::new();
-        let mut worker_errors: Vec<Vec<(usize, CallError)>> = vec![Vec::new(); self.workers.len()];
-        {
-            let (specs, mut instances): (Vec<(&super::PluginSpec, bool)>, Vec<InstanceRef>) = self
-                .slots
-                .iter_mut()
-                .map(|slot| {
-                    let reads_usage = slot.descriptor.reads_usage;
-                    ((&slot.spec, reads_usage), &mut slot.instance)
-                })
-                .unzip();
-            let left_out = &left_out;
-            let main = || {
-                answers = instances
-                    .iter_mut()
-                    .zip(left_out)
-                    .map(|(instance, &out)| {
-                        (!out).then(|| instance.as_mut().expect("synced above").set_pod(pod))
-                    })
-                    .collect();
-            };
-            let helpers = self.workers.iter_mut().zip(&mut worker_errors);
-            run_beside(self.pool.as_ref(), main, helpers, |(worker, errors)| {
-                prepare_worker(worker, &specs, cache, left_out, pod, errors)
-            });
-        }
-        let mut plans = Vec::with_capacity(self.slots.len());
+    /// Stage 2 (PreFilter and PreScore): every plugin sees the pod once and answers with its
+    /// plan; a plugin left out gets none (its entry is never read).
+    fn prepare_pod(
+        &mut self,
+        cache: &Cache,
+        pod: &sdk::Pod,
+        cycle: &mut CycleState,
+    ) -> Stage<Vec<sdk::PodPlan>> {
+        let (answers, worker_errors) = self.start_pod_on_every_thread(cache, pod, &cycle.left_out);
+        let mut plans = Vec::with_capacity(answers.len());
         for (i, answer) in answers.into_iter().enumerate() {
-            let error = match answer {
-                None => None,
-                Some(Ok(plan)) => {
-                    plans.push(plan);
-                    continue;
+            match answer {
+                Some(Ok(plan)) => plans.push(plan),
+                Some(Err(e)) => {
+                    self.plugin_failed(cycle, i, &e)?;
+                    plans.push(sdk::PodPlan::default());
                 }
-                Some(Err(e)) => Some(e),
-            };
-            if let Some(e) = error {
-                if let Some(outcome) = fail(&mut self.slots[i], &e, now) {
-                    return outcome;
-                }
-                left_out[i] = true;
+                None => plans.push(sdk::PodPlan::default()),
             }
-            plans.push(left_out_plan.clone());
         }
         for (i, e) in worker_errors.into_iter().flatten() {
-            if left_out[i] {
-                continue;
-            }
-            if let Some(outcome) = fail(&mut self.slots[i], &e, now) {
-                return outcome;
-            }
-            left_out[i] = true;
-            plans[i] = left_out_plan.clone();
+            self.plugin_failed(cycle, i, &e)?;
         }
-        self.failing
-            .resize_with(self.slots.len(), FailingTable::default);
-        for table in &mut self.failing {
-            table.active = false;
-        }
-        for &i in &self.filters {
-            if let FilterPlan::FailingNodes { nodes, results } = &plans[i].filter {
-                if let Err(message) = self.failing[i].fill(nodes, results, cache.id_bound()) {
-                    let e = CallError::new("set-pod", message);
-                    if let Some(outcome) = fail(&mut self.slots[i], &e, now) {
-                        return outcome;
-                    }
-                    left_out[i] = true;
-                    plans[i] = left_out_plan.clone();
-                }
-            }
-        }
+        Ok(plans)
+    }
+
+    /// Workers bring their mirrors up to date and start the pod while this thread starts it on
+    /// the slots' instances: each slot lends its spec to the workers and its instance here.
+    /// Returns this thread's answer per slot (`None` for a plugin left out) and the workers'
+    /// failures by slot.
+    #[allow(clippy::type_complexity)]
+    fn start_pod_on_every_thread(
+        &mut self,
+        cache: &Cache,
+        pod: &sdk::Pod,
+        left_out: &[bool],
+    ) -> (
+        Vec<Option<Result<sdk::PodPlan, CallError>>>,
+        Vec<Vec<(usize, CallError)>>,
+    ) {
+        let mut answers = Vec::new();
+        let mut worker_errors: Vec<Vec<(usize, CallError)>> = vec![Vec::new(); self.workers.len()];
+        let (specs, mut instances): (Vec<(&PluginSpec, bool)>, Vec<InstanceRef>) = self
+            .slots
+            .iter_mut()
+            .map(|slot| {
+                (
+                    (&slot.spec, slot.descriptor.reads_usage),
+                    &mut slot.instance,
+                )
+            })
+            .unzip();
+        let main = || {
+            answers = instances
+                .iter_mut()
+                .zip(left_out)
+                .map(|(instance, &out)| {
+                    (!out).then(|| instance.as_mut().expect("synced").set_pod(pod))
+                })
+                .collect();
+        };
+        let helpers = self.workers.iter_mut().zip(&mut worker_errors);
+        run_beside(self.pool.as_ref(), main, helpers, |(worker, errors)| {
+            prepare_worker(worker, &specs, cache, left_out, pod, errors)
+        });
+        (answers, worker_errors)
+    }
+
+    /// Stage 3: reads the plans. `failing-nodes` plans become tables by node id, `only-nodes`
+    /// plans narrow the candidates to the nodes every one of them names, and a `reject` plan ends
+    /// the cycle.
+    fn narrow_candidates<'a>(
+        &mut self,
+        cache: &Cache,
+        all: &'a [u32],
+        plans: &[sdk::PodPlan],
+        cycle: &mut CycleState,
+    ) -> Stage<Candidates<'a>> {
+        self.fill_failing_tables(cache, plans, cycle)?;
         let mut only: Option<BTreeSet<&str>> = None;
-        let mut narrowing_plugins: Vec<&str> = Vec::new();
+        let mut narrowing: Vec<&str> = Vec::new();
         let mut active_filters = Vec::with_capacity(self.filters.len());
         for &i in &self.filters {
+            if cycle.left_out[i] {
+                continue;
+            }
             let name = self.slots[i].spec.name.as_str();
             match &plans[i].filter {
-                FilterPlan::Run | FilterPlan::FailingNodes { .. } => active_filters.push(i),
                 FilterPlan::Skip => {}
+                FilterPlan::Run | FilterPlan::FailingNodes { .. } => active_filters.push(i),
                 FilterPlan::OnlyNodes(names) => {
                     active_filters.push(i);
-                    narrowing_plugins.push(name);
+                    narrowing.push(name);
                     let names: BTreeSet<&str> = names.iter().map(String::as_str).collect();
                     only = Some(match only {
                         None => names,
                         Some(previous) => previous.intersection(&names).copied().collect(),
                     });
                 }
-                FilterPlan::Reject(failure) if failure.code == Code::Error => {
-                    return Outcome {
-                        message: Some(format!(
-                            "running PreFilter plugin {name:?}: {}",
-                            failure.reasons.join(", ")
-                        )),
-                        error: true,
-                        ..Outcome::default()
-                    };
-                }
                 FilterPlan::Reject(failure) => {
-                    let reasons: Vec<String> =
-                        failure.reasons.iter().map(|r| r.to_string()).collect();
-                    let report = if explain {
-                        all.iter()
-                            .map(|&id| infeasible(cache, id, reasons.clone()))
-                            .collect()
-                    } else {
-                        Vec::new()
-                    };
-                    return Outcome::unschedulable(
-                        rejected_before_filtering(all.len(), &failure.reasons),
-                        report,
-                    );
+                    return Err(rejected_before_filtering(cache, all, name, failure, cycle));
                 }
             }
         }
-        if let Some(names) = &only {
-            if names.is_empty() {
-                let reason = if narrowing_plugins.len() == 1 {
-                    format!("node(s) didn't satisfy plugin {}", narrowing_plugins[0])
-                } else {
-                    format!(
-                        "node(s) didn't satisfy plugin(s) [{}] simultaneously",
-                        narrowing_plugins.join(" ")
-                    )
-                };
-                return Outcome::unschedulable(
-                    rejected_before_filtering(all.len(), &[reason]),
-                    Vec::new(),
-                );
+        let nodes = match only {
+            None => Cow::Borrowed(all),
+            Some(names) if names.is_empty() => {
+                let reason = reasons::no_node_in_every_narrowed_set(&narrowing);
+                let message = reasons::rejected_before_filtering(all.len(), &[reason]);
+                return Err(Outcome::unschedulable(message, Vec::new()));
             }
-        }
-        let narrowed: Vec<u32>;
-        let candidates: &[u32] = match &only {
-            None => all,
-            Some(names) => {
-                narrowed = all
-                    .iter()
+            Some(names) => Cow::Owned(
+                all.iter()
                     .copied()
                     .filter(|&id| {
                         cache
                             .node(id)
                             .is_some_and(|n| names.contains(n.info.name.as_str()))
                     })
-                    .collect();
-                &narrowed
-            }
+                    .collect(),
+            ),
         };
-        narrowing_plugins.sort_unstable();
-        let absent_reason = format!(
-            "node(s) didn't satisfy plugin(s) [{}]",
-            narrowing_plugins.join(" ")
-        );
-        let absent = all.len() - candidates.len();
+        Ok(Candidates {
+            nodes,
+            active_filters,
+            absent_reason: reasons::not_among_narrowed(&narrowing),
+        })
+    }
 
-        self.phases.lap(Phase::PreFilter, &mut mark);
+    /// Keeps each active filter's `failing-nodes` plan as a table by node id; a malformed plan
+    /// fails its plugin.
+    fn fill_failing_tables(
+        &mut self,
+        cache: &Cache,
+        plans: &[sdk::PodPlan],
+        cycle: &mut CycleState,
+    ) -> Stage<()> {
+        self.failing
+            .resize_with(self.slots.len(), FailingTable::default);
+        for table in &mut self.failing {
+            table.active = false;
+        }
+        for k in 0..self.filters.len() {
+            let i = self.filters[k];
+            if cycle.left_out[i] {
+                continue;
+            }
+            if let FilterPlan::FailingNodes { nodes, results } = &plans[i].filter {
+                if let Err(message) = self.failing[i].fill(nodes, results, cache.id_bound()) {
+                    self.plugin_failed(cycle, i, &CallError::new("set-pod", message))?;
+                }
+            }
+        }
+        Ok(())
+    }
 
-        // Filter.
+    /// Stage 4 (Filter): walks the candidates from `next_start`, running the active filters over
+    /// growing chunks, until enough nodes passed or every candidate was examined. The result is
+    /// exactly what examining one node at a time would give; later nodes of the last chunk are
+    /// discarded.
+    fn find_feasible(&mut self, candidates: &Candidates, cycle: &mut CycleState) -> Stage<Search> {
+        let nodes: &[u32] = &candidates.nodes;
+        let mut search = Search::default();
+        if nodes.is_empty() {
+            return Ok(search);
+        }
+        // With no score plugin any feasible node is as good as another.
         let to_find = if self.scores.is_empty() {
             1
         } else {
-            feasible_nodes_to_find(
-                self.percentage_of_nodes_to_score.unwrap_or(0),
-                candidates.len(),
-            )
+            let percentage = self.percentage_of_nodes_to_score.unwrap_or(0);
+            feasible_nodes_to_find(percentage, nodes.len())
         };
-        let mut search = Search::default();
-        if !candidates.is_empty() {
-            if let Err(outcome) = self.find_feasible(
-                candidates,
-                to_find,
-                &active_filters,
-                &mut left_out,
-                &mut search,
-            ) {
-                return *outcome;
-            }
-            if let Some((slot, message)) = search.error.take() {
-                return Outcome {
-                    message: Some(format!(
-                        "running {:?} filter plugin: {message}",
-                        self.slots[slot].spec.name
-                    )),
-                    error: true,
-                    ..Outcome::default()
-                };
-            }
-        }
-        self.next_start = (self.next_start + search.processed) % all.len();
-
-        let mut reports: Vec<NodeReport> = Vec::new();
-        if explain {
-            for &(id, rejection) in &search.rejected {
-                reports.push(infeasible(cache, id, search.reasons(rejection)));
-            }
-        }
-        if search.feasible.is_empty() {
-            self.record_successes(&left_out);
-            let absent_reasons = std::iter::repeat_n(absent_reason.as_str(), absent);
-            let reasons = search
-                .rejected
-                .iter()
-                .flat_map(|&(_, r)| {
-                    search.failures[r.failure as usize]
-                        .reasons
-                        .iter()
-                        .map(|s| s.as_ref())
-                })
-                .chain(absent_reasons);
-            return Outcome::unschedulable(nodes_unavailable(all.len(), reasons), reports);
-        }
-
-        self.phases.lap(Phase::Filter, &mut mark);
-
-        // Score. With a single feasible node there is nothing to compare (as in kube-scheduler).
-        let feasible = &search.feasible;
-        let mut totals = vec![0i64; feasible.len()];
-        let mut per_plugin: Vec<(String, Vec<i64>)> = Vec::new();
-        if feasible.len() > 1 {
-            let scored: Vec<(usize, i64)> = self
-                .scores
-                .iter()
-                .copied()
-                .filter(|&(i, _)| plans[i].score && !left_out[i])
-                .collect();
-            let plugins: Vec<usize> = scored.iter().map(|&(i, _)| i).collect();
-            let mut parts: Vec<Vec<Result<Vec<i64>, CallError>>> =
-                vec![Vec::new(); 1 + self.workers.len()];
-            let used = self.on_each_part(feasible, &mut parts, |instances, nodes, part| {
-                score_part(instances, &plugins, nodes, part)
-            });
-            parts.truncate(used);
-            let mut per_part: Vec<_> = parts.into_iter().map(Vec::into_iter).collect();
-            for &(i, weight) in &scored {
-                let mut scores = Vec::with_capacity(feasible.len());
-                let mut failed = None;
-                for part in &mut per_part {
-                    match part.next().expect("one result per plugin") {
-                        Ok(part_scores) => scores.extend(part_scores),
-                        Err(e) => failed = failed.or(Some(e)),
-                    }
-                }
-                let slot = &mut self.slots[i];
-                let result = match failed {
-                    Some(e) => Err(e),
-                    None => finish_scores(slot, feasible.len(), &mut scores),
-                };
-                if let Err(e) = result {
-                    if let Some(outcome) = fail(slot, &e, now) {
-                        return outcome;
-                    }
-                    left_out[i] = true;
+        let start = self.next_start % nodes.len();
+        let mut chunk_len = to_find.max(1);
+        let mut chunk: Vec<u32> = Vec::new();
+        let mut parts: Vec<PartVerdicts> = (0..=self.workers.len())
+            .map(|_| PartVerdicts::default())
+            .collect();
+        let mut verdicts: Vec<u32> = Vec::new();
+        while search.examined < nodes.len() && search.feasible.len() < to_find {
+            let end = nodes.len().min(search.examined + chunk_len);
+            copy_wrapped(nodes, start + search.examined, start + end, &mut chunk);
+            let used = self.filter_chunk(&chunk, &candidates.active_filters, &mut parts, cycle)?;
+            self.merge_verdicts(&parts[..used], &mut search.rejections, &mut verdicts)?;
+            for (k, &verdict) in verdicts.iter().enumerate() {
+                if verdict != 0 {
+                    search.rejected.push(chunk[k]);
+                    search.rejections.verdicts.push(verdict);
                     continue;
                 }
-                for (total, score) in totals.iter_mut().zip(&scores) {
-                    *total += score * weight;
-                }
-                if explain {
-                    per_plugin.push((self.slots[i].spec.name.clone(), scores));
+                search.feasible.push(chunk[k]);
+                if search.feasible.len() == to_find {
+                    search.examined += k + 1;
+                    return Ok(search);
                 }
             }
+            search.examined = end;
+            let missing = to_find - search.feasible.len();
+            chunk_len = next_chunk_len(missing, search.feasible.len(), search.examined);
         }
+        Ok(search)
+    }
 
-        self.record_successes(&left_out);
-        self.phases.lap(Phase::Score, &mut mark);
+    /// Runs the active filters over one chunk, split between the threads; a filter call that
+    /// failed goes through the failure policy (under `ignore`, the plugin passes every node for
+    /// the rest of the cycle). Returns how many entries of `parts` hold the chunk, in order.
+    fn filter_chunk(
+        &mut self,
+        chunk: &[u32],
+        active_filters: &[usize],
+        parts: &mut [PartVerdicts],
+        cycle: &mut CycleState,
+    ) -> Stage<usize> {
+        let failing = std::mem::take(&mut self.failing);
+        let left_out: &[bool] = &cycle.left_out;
+        let used = self.on_each_part(chunk, parts, |instances, nodes, part| {
+            filter_part(instances, active_filters, left_out, &failing, nodes, part)
+        });
+        self.failing = failing;
+        for part in &parts[..used] {
+            for (i, e) in &part.errors {
+                self.plugin_failed(cycle, *i, e)?;
+            }
+        }
+        Ok(used)
+    }
 
-        // Select: the highest total; ties broken uniformly at random (reservoir sampling).
+    /// Joins the parts' verdicts into `verdicts`, one per node of the chunk, pointing into
+    /// `table` (each distinct failure stored once per cycle). A failure with the `error` code is
+    /// not a verdict but the plugin's error: it ends the cycle.
+    fn merge_verdicts(
+        &self,
+        parts: &[PartVerdicts],
+        table: &mut FilterResults,
+        verdicts: &mut Vec<u32>,
+    ) -> Stage<()> {
+        verdicts.clear();
+        for part in parts {
+            // Per failure of the part: its verdict in `table`, once a node used it.
+            let mut interned = vec![0u32; part.results.failures.len()];
+            for &verdict in &part.results.verdicts {
+                if verdict == 0 {
+                    verdicts.push(0);
+                    continue;
+                }
+                let local = verdict as usize - 1;
+                if interned[local] == 0 {
+                    let failure = &part.results.failures[local];
+                    if failure.code == Code::Error {
+                        let plugin = &self.slots[part.filtered_by[local]].spec.name;
+                        return Err(Outcome::error(reasons::filter_error(
+                            plugin,
+                            &failure.reasons,
+                        )));
+                    }
+                    interned[local] = table.intern(failure.clone());
+                }
+                verdicts.push(interned[local]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Stage 5 (Score): every scoring plugin with an opinion scores the feasible nodes (split
+    /// between the threads); its scores are normalized, checked and weighted into the totals.
+    /// With a single feasible node there is nothing to compare, as in kube-scheduler.
+    fn score(
+        &mut self,
+        feasible: &[u32],
+        plans: &[sdk::PodPlan],
+        cycle: &mut CycleState,
+    ) -> Stage<Scores> {
+        let mut scores = Scores {
+            totals: vec![0; feasible.len()],
+            per_plugin: Vec::new(),
+        };
+        if feasible.len() < 2 {
+            return Ok(scores);
+        }
+        let scoring: Vec<(usize, i64)> = self
+            .scores
+            .iter()
+            .copied()
+            .filter(|&(i, _)| plans[i].score && !cycle.left_out[i])
+            .collect();
+        let plugins: Vec<usize> = scoring.iter().map(|&(i, _)| i).collect();
+        let mut parts: Vec<Vec<Result<Vec<i64>, CallError>>> =
+            vec![Vec::new(); 1 + self.workers.len()];
+        let used = self.on_each_part(feasible, &mut parts, |instances, nodes, part| {
+            score_part(instances, &plugins, nodes, part)
+        });
+        parts.truncate(used);
+        let mut per_part: Vec<_> = parts.into_iter().map(Vec::into_iter).collect();
+        for &(i, weight) in &scoring {
+            // Every part holds one result per plugin, in `scoring` order.
+            let joined: Result<Vec<i64>, CallError> = per_part
+                .iter_mut()
+                .map(|part| part.next().expect("one result per plugin"))
+                .try_fold(Vec::with_capacity(feasible.len()), |mut all, part| {
+                    all.extend(part?);
+                    Ok(all)
+                });
+            let normalized =
+                joined.and_then(|mut raw| normalize(&mut self.slots[i], &mut raw).map(|()| raw));
+            let plugin_scores = match normalized {
+                Ok(plugin_scores) => plugin_scores,
+                Err(e) => {
+                    self.plugin_failed(cycle, i, &e)?;
+                    continue;
+                }
+            };
+            for (total, score) in scores.totals.iter_mut().zip(&plugin_scores) {
+                *total += score * weight;
+            }
+            if cycle.explain {
+                let name = self.slots[i].spec.name.clone();
+                scores.per_plugin.push((name, plugin_scores));
+            }
+        }
+        Ok(scores)
+    }
+
+    /// Stage 6 (Select): the position of the highest total, ties broken uniformly at random
+    /// (reservoir sampling, as kube-scheduler's `selectHost`).
+    fn select(&mut self, totals: &[i64]) -> usize {
         let mut best = 0;
         let mut ties = 1u64;
         for (position, &total) in totals.iter().enumerate().skip(1) {
@@ -423,141 +612,9 @@ impl Profile {
                 }
             }
         }
-        if explain {
-            for (position, &id) in feasible.iter().enumerate() {
-                reports.push(NodeReport {
-                    node: node_name(cache, id),
-                    feasible: true,
-                    reasons: Vec::new(),
-                    scores: per_plugin
-                        .iter()
-                        .map(|(name, scores)| (name.clone(), scores[position]))
-                        .collect(),
-                    total: totals[position],
-                });
-            }
-        }
-        let node = node_name(cache, feasible[best]);
-        self.phases.lap(Phase::Select, &mut mark);
-        Outcome {
-            node: Some(node),
-            message: None,
-            error: false,
-            nodes: reports,
-        }
+        best
     }
 
-    /// Walks `candidates` from `next_start`, running the active filters over growing chunks, until
-    /// `to_find` nodes passed or every candidate was examined. The result is exactly what examining
-    /// one node at a time would give; later nodes of the last chunk are discarded.
-    fn find_feasible(
-        &mut self,
-        candidates: &[u32],
-        to_find: usize,
-        active_filters: &[usize],
-        left_out: &mut [bool],
-        search: &mut Search,
-    ) -> Result<(), Box<Outcome>> {
-        let now = self.clock.now();
-        let n = candidates.len();
-        let start = self.next_start % n;
-        let mut chunk_len = to_find.max(1);
-        let mut position = 0;
-        let mut chunk: Vec<u32> = Vec::new();
-        let mut verdicts: Vec<Option<Rejection>> = Vec::new();
-        let mut parts: Vec<PartVerdicts> = (0..=self.workers.len())
-            .map(|_| PartVerdicts::default())
-            .collect();
-        let mut interned: Vec<Option<u32>> = Vec::new();
-        while position < n && search.feasible.len() < to_find {
-            let end = n.min(position + chunk_len);
-            chunk.clear();
-            // Positions count from `start`, wrapping around: two plain copies, no division per node.
-            let (from, to) = (start + position, start + end);
-            if to <= n {
-                chunk.extend_from_slice(&candidates[from..to]);
-            } else if from >= n {
-                chunk.extend_from_slice(&candidates[from - n..to - n]);
-            } else {
-                chunk.extend_from_slice(&candidates[from..]);
-                chunk.extend_from_slice(&candidates[..to - n]);
-            }
-            let left_out_now: &[bool] = left_out;
-            let failing = std::mem::take(&mut self.failing);
-            let used = self.on_each_part(&chunk, &mut parts, |instances, nodes, part| {
-                filter_part(
-                    instances,
-                    active_filters,
-                    left_out_now,
-                    &failing,
-                    nodes,
-                    part,
-                )
-            });
-            self.failing = failing;
-            for part in &parts[..used] {
-                for (slot_index, e) in &part.errors {
-                    if left_out[*slot_index] {
-                        continue;
-                    }
-                    if let Some(outcome) = fail(&mut self.slots[*slot_index], e, now) {
-                        return Err(Box::new(outcome));
-                    }
-                    // Ignored: this plugin passes every node for the rest of the cycle.
-                    left_out[*slot_index] = true;
-                }
-            }
-            verdicts.clear();
-            for part in &parts[..used] {
-                interned.clear();
-                interned.resize(part.failures.len(), None);
-                for &verdict in &part.verdicts {
-                    if verdict == 0 {
-                        verdicts.push(None);
-                        continue;
-                    }
-                    let local = verdict as usize - 1;
-                    let failure = match interned[local] {
-                        Some(f) => f,
-                        None => {
-                            let (slot_index, f) = &part.failures[local];
-                            if f.code == Code::Error {
-                                search.error = Some((*slot_index, f.reasons.join(", ")));
-                                return Ok(());
-                            }
-                            let index = search.intern(f);
-                            interned[local] = Some(index);
-                            index
-                        }
-                    };
-                    verdicts.push(Some(Rejection { failure }));
-                }
-            }
-            for (k, verdict) in verdicts.iter().enumerate() {
-                match verdict {
-                    None => {
-                        search.feasible.push(chunk[k]);
-                        if search.feasible.len() == to_find {
-                            search.processed = position + k + 1;
-                            return Ok(());
-                        }
-                    }
-                    Some(rejection) => search.rejected.push((chunk[k], *rejection)),
-                }
-            }
-            position = end;
-            chunk_len = next_chunk_len(
-                to_find - search.feasible.len(),
-                search.feasible.len(),
-                position,
-            );
-        }
-        search.processed = position;
-        Ok(())
-    }
-}
-
-impl Profile {
     /// Splits `nodes` between this thread and the workers and runs `work` on each share with that
     /// thread's plugin instances, writing into its entry of `parts` (one per thread). Returns how
     /// many entries were used, in the order of `nodes`.
@@ -593,6 +650,92 @@ impl Profile {
     }
 }
 
+/// The outcome of a cycle whose plugin `slot` is quarantined under the `fail` policy.
+fn quarantined(slot: &Slot, now: Duration) -> Outcome {
+    let remaining = slot.quarantined_until.unwrap_or(now).saturating_sub(now);
+    Outcome::error(reasons::quarantined(
+        &slot.spec.name,
+        remaining,
+        slot.consecutive_failures,
+        slot.last_error.as_deref(),
+    ))
+}
+
+/// The outcome of a cycle whose plugin `plugin` rejected the pod before looking at nodes: its
+/// error, or every node unschedulable for its reasons.
+fn rejected_before_filtering(
+    cache: &Cache,
+    all: &[u32],
+    plugin: &str,
+    failure: &sdk::Failure,
+    cycle: &CycleState,
+) -> Outcome {
+    if failure.code == Code::Error {
+        return Outcome::error(reasons::pre_filter_error(plugin, &failure.reasons));
+    }
+    let reasons: Vec<String> = failure.reasons.iter().map(|r| r.to_string()).collect();
+    let report = if cycle.explain {
+        all.iter()
+            .map(|&id| infeasible(cache, id, reasons.clone()))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let message = reasons::rejected_before_filtering(all.len(), &failure.reasons);
+    Outcome::unschedulable(message, report)
+}
+
+/// Stage 7: what `--explain` shows, when asked: every rejected node with its reasons, then every
+/// feasible node with its scores per plugin and total.
+fn explain(
+    cache: &Cache,
+    cycle: &CycleState,
+    search: &Search,
+    scores: Option<&Scores>,
+) -> Vec<NodeReport> {
+    if !cycle.explain {
+        return Vec::new();
+    }
+    let rejected = search
+        .rejected
+        .iter()
+        .enumerate()
+        .map(|(k, &id)| infeasible(cache, id, search.reasons(k)));
+    let feasible = scores.into_iter().flat_map(|scores| {
+        search
+            .feasible
+            .iter()
+            .enumerate()
+            .map(move |(position, &id)| NodeReport {
+                node: node_name(cache, id),
+                feasible: true,
+                reasons: Vec::new(),
+                scores: scores
+                    .per_plugin
+                    .iter()
+                    .map(|(name, plugin_scores)| (name.clone(), plugin_scores[position]))
+                    .collect(),
+                total: scores.totals[position],
+            })
+    });
+    rejected.chain(feasible).collect()
+}
+
+/// Copies the nodes at positions `from..to` of `nodes`, wrapping past the end (two plain copies,
+/// no division per node), into `chunk`.
+fn copy_wrapped(nodes: &[u32], from: usize, to: usize, chunk: &mut Vec<u32>) {
+    let n = nodes.len();
+    chunk.clear();
+    if to <= n {
+        chunk.extend_from_slice(&nodes[from..to]);
+    } else if from >= n {
+        chunk.extend_from_slice(&nodes[from - n..to - n]);
+    } else {
+        chunk.extend_from_slice(&nodes[from..]);
+        chunk.extend_from_slice(&nodes[..to - n]);
+    }
+}
+
 /// How many nodes the next chunk should hold to find `missing` more feasible nodes, judging by
 /// the share that passed so far, with a margin so one more chunk usually suffices. Every node
 /// filtered past the last needed one is wasted work, so this aims close rather than doubling.
@@ -601,59 +744,6 @@ fn next_chunk_len(missing: usize, found: usize, examined: usize) -> usize {
     const MIN_CHUNK: usize = 32;
     let pass_rate = (found.max(1) as f64 / examined.max(1) as f64).min(1.0);
     ((missing as f64 / pass_rate * MARGIN) as usize).max(MIN_CHUNK)
-}
-
-/// Records a plugin failure and applies its policy: `Some(outcome)` ends the cycle (`fail`),
-/// `None` leaves the plugin out of the rest of the cycle (`ignore`).
-fn fail(slot: &mut Slot, error: &CallError, now: std::time::Duration) -> Option<Outcome> {
-    slot.record_failure(error, now);
-    match slot.spec.policy.on_failure {
-        OnFailure::Fail => Some(Outcome::plugin_error(&slot.spec.name, error)),
-        OnFailure::Ignore => None,
-    }
-}
-
-impl Profile {
-    fn record_successes(&mut self, left_out: &[bool]) {
-        for (slot, &out) in self.slots.iter_mut().zip(left_out) {
-            if !out {
-                slot.record_success();
-            }
-        }
-    }
-}
-
-/// What the filter phase found.
-#[derive(Default)]
-struct Search {
-    feasible: Vec<u32>,
-    rejected: Vec<(u32, Rejection)>,
-    /// Distinct failures seen this cycle.
-    failures: Vec<sdk::Failure>,
-    /// Nodes examined, feasible or not.
-    processed: usize,
-    /// A filter reported an error (not a verdict): the slot and its message.
-    error: Option<(usize, String)>,
-}
-
-impl Search {
-    fn intern(&mut self, failure: &sdk::Failure) -> u32 {
-        match self.failures.iter().position(|f| f == failure) {
-            Some(i) => i as u32,
-            None => {
-                self.failures.push(failure.clone());
-                (self.failures.len() - 1) as u32
-            }
-        }
-    }
-
-    fn reasons(&self, rejection: Rejection) -> Vec<String> {
-        self.failures[rejection.failure as usize]
-            .reasons
-            .iter()
-            .map(|r| r.to_string())
-            .collect()
-    }
 }
 
 fn node_name(cache: &Cache, id: u32) -> String {
@@ -673,27 +763,22 @@ fn infeasible(cache: &Cache, id: u32, reasons: Vec<String>) -> NodeReport {
     }
 }
 
-/// Normalizes one plugin's raw scores of the `count` feasible nodes and checks their range.
-fn finish_scores(slot: &mut Slot, count: usize, scores: &mut Vec<i64>) -> Result<(), CallError> {
+/// Normalizes one plugin's raw scores of the feasible nodes and checks their range.
+fn normalize(slot: &mut Slot, scores: &mut Vec<i64>) -> Result<(), CallError> {
     match slot.descriptor.normalize {
         Normalize::None => {}
         Normalize::Scale => sdk::helpers::default_normalize(scores, false),
         Normalize::Reverse => sdk::helpers::default_normalize(scores, true),
         Normalize::Custom => slot.instance.as_mut().expect("synced").normalize(scores)?,
     }
-    if let Some((position, bad)) = scores
-        .iter()
-        .enumerate()
-        .find(|(_, s)| !(sdk::helpers::MIN_NODE_SCORE..=sdk::helpers::MAX_NODE_SCORE).contains(*s))
-    {
-        return Err(CallError::new(
+    let range = sdk::helpers::MIN_NODE_SCORE..=sdk::helpers::MAX_NODE_SCORE;
+    match scores.iter().position(|s| !range.contains(s)) {
+        None => Ok(()),
+        Some(position) => Err(CallError::new(
             "score",
-            format!(
-                "returned {bad} for node #{position} of {count}, outside 0..=100 after normalizing"
-            ),
-        ));
+            reasons::score_out_of_range(scores[position], position, scores.len()),
+        )),
     }
-    Ok(())
 }
 
 /// Splits `len` nodes into at most `threads` contiguous, nearly equal ranges, none smaller than
@@ -743,7 +828,7 @@ fn run_beside<T: Send>(
 /// are returned by slot (and the failed instance dropped, to be re-made at the next sync).
 fn prepare_worker(
     worker: &mut Worker,
-    specs: &[(&super::PluginSpec, bool)],
+    specs: &[(&PluginSpec, bool)],
     cache: &Cache,
     left_out: &[bool],
     pod: &sdk::Pod,
@@ -767,17 +852,46 @@ fn prepare_worker(
 /// One thread's share of a chunk: what the active filters make of its nodes.
 #[derive(Default)]
 struct PartVerdicts {
-    /// Per node: 0 when it passed, else 1 + index into `failures`.
-    verdicts: Vec<u32>,
-    /// The failures the part's nodes were rejected with, by the slot that rejected them.
-    failures: Vec<(usize, sdk::Failure)>,
+    /// Per node of the share, its verdict; the failures of every filter that rejected one.
+    results: FilterResults,
+    /// Per failure in `results`: the slot whose filter returned it.
+    filtered_by: Vec<usize>,
     /// Plugins whose call failed on this part, by slot; they judged none of its nodes.
     errors: Vec<(usize, CallError)>,
+    /// Positions of the share's nodes that every filter so far passed.
     alive: Vec<usize>,
+    /// The ids of the `alive` nodes, as one filter call's argument, and that call's answer.
     batch: Vec<u32>,
-    results: FilterResults,
-    /// Per failure of a [`FailingTable`]: its index in `failures` plus 1, once a node used it.
+    batch_results: FilterResults,
+    /// Per failure of a [`FailingTable`]: its verdict in `results`, once a node used it.
     copied: Vec<u32>,
+}
+
+impl PartVerdicts {
+    fn start(&mut self, nodes: usize) {
+        self.results.clear();
+        self.results.verdicts.resize(nodes, 0);
+        self.filtered_by.clear();
+        self.errors.clear();
+        self.alive.clear();
+        self.alive.extend(0..nodes);
+    }
+
+    /// Keeps alive the nodes whose verdict (by position in `alive`) is 0 and records the others'.
+    fn sift(&mut self, verdict_of: impl Fn(&mut Self, usize) -> u32) {
+        let mut kept = 0;
+        for j in 0..self.alive.len() {
+            let k = self.alive[j];
+            match verdict_of(self, j) {
+                0 => {
+                    self.alive[kept] = k;
+                    kept += 1;
+                }
+                verdict => self.results.verdicts[k] = verdict,
+            }
+        }
+        self.alive.truncate(kept);
+    }
 }
 
 /// A slot's `failing-nodes` plan as a table by node id, kept from cycle to cycle so that a cycle
@@ -802,20 +916,9 @@ impl FailingTable {
         id_bound: usize,
     ) -> Result<(), String> {
         self.active = false;
-        if nodes.len() != results.verdicts.len() {
-            return Err(format!(
-                "failing-nodes listed {} nodes with {} verdicts",
-                nodes.len(),
-                results.verdicts.len()
-            ));
-        }
-        let table_len = results.failures.len() as u32;
-        let highest = results.verdicts.iter().copied().max().unwrap_or(0);
-        if highest > table_len {
-            return Err(format!(
-                "failing-nodes verdict {highest} points past its {table_len} failures"
-            ));
-        }
+        results
+            .check(nodes.len())
+            .map_err(|message| format!("failing-nodes: {message}"))?;
         self.stamp = self.stamp.wrapping_add(1);
         if self.stamp == 0 {
             self.entries.fill(0);
@@ -856,12 +959,7 @@ fn filter_part(
     nodes: &[u32],
     out: &mut PartVerdicts,
 ) {
-    out.verdicts.clear();
-    out.verdicts.resize(nodes.len(), 0);
-    out.failures.clear();
-    out.errors.clear();
-    out.alive.clear();
-    out.alive.extend(0..nodes.len());
+    out.start(nodes.len());
     for &slot_index in active_filters {
         if out.alive.is_empty() {
             break;
@@ -871,55 +969,48 @@ fn filter_part(
         }
         let table = &failing[slot_index];
         if table.active {
-            out.copied.clear();
-            out.copied.resize(table.failures.len(), 0);
-            let mut kept = 0;
-            for j in 0..out.alive.len() {
-                let k = out.alive[j];
-                match table.verdict(nodes[k]) {
-                    0 => {
-                        out.alive[kept] = k;
-                        kept += 1;
-                    }
-                    v => {
-                        let copied = &mut out.copied[v as usize - 1];
-                        if *copied == 0 {
-                            let failure = table.failures[v as usize - 1].clone();
-                            out.failures.push((slot_index, failure));
-                            *copied = out.failures.len() as u32;
-                        }
-                        out.verdicts[k] = *copied;
-                    }
-                }
-            }
-            out.alive.truncate(kept);
+            read_failing_table(table, slot_index, nodes, out);
             continue;
         }
         out.batch.clear();
         out.batch.extend(out.alive.iter().map(|&k| nodes[k]));
-        out.results.clear();
+        out.batch_results.clear();
         let instance = instances[slot_index].as_mut().expect("synced");
-        if let Err(e) = instance.filter(&out.batch, &mut out.results) {
+        if let Err(e) = instance.filter(&out.batch, &mut out.batch_results) {
             *instances[slot_index] = None;
             out.errors.push((slot_index, e));
             continue;
         }
-        let base = out.failures.len() as u32;
-        out.failures
-            .extend(out.results.failures.drain(..).map(|f| (slot_index, f)));
-        let mut kept = 0;
-        for j in 0..out.alive.len() {
-            let k = out.alive[j];
-            match out.results.verdicts[j] {
-                0 => {
-                    out.alive[kept] = k;
-                    kept += 1;
-                }
-                v => out.verdicts[k] = base + v,
-            }
-        }
-        out.alive.truncate(kept);
+        let failures = out.batch_results.failures.drain(..);
+        let base = out.results.adopt_failures(failures);
+        out.filtered_by
+            .resize(out.results.failures.len(), slot_index);
+        out.sift(|out, j| FilterResults::rebase(out.batch_results.verdicts[j], base));
     }
+}
+
+/// The verdicts of a `failing-nodes` plan for the part's alive nodes; each failure the part uses
+/// is copied into its results once.
+fn read_failing_table(
+    table: &FailingTable,
+    slot_index: usize,
+    nodes: &[u32],
+    out: &mut PartVerdicts,
+) {
+    out.copied.clear();
+    out.copied.resize(table.failures.len(), 0);
+    out.sift(|out, j| match table.verdict(nodes[out.alive[j]]) {
+        0 => 0,
+        v => {
+            let local = v as usize - 1;
+            if out.copied[local] == 0 {
+                let base = out.results.adopt_failures([table.failures[local].clone()]);
+                out.filtered_by.push(slot_index);
+                out.copied[local] = base + 1;
+            }
+            out.copied[local]
+        }
+    });
 }
 
 /// Raw scores of `nodes` from each plugin in `plugins`, in order.
@@ -1010,13 +1101,465 @@ mod tests {
         let short = table.fill(&[1, 2], &results(&[1], &["x"]), 10);
         assert_eq!(
             short.unwrap_err(),
-            "failing-nodes listed 2 nodes with 1 verdicts"
+            "failing-nodes: returned 1 verdicts for 2 nodes"
         );
         let past = table.fill(&[1], &results(&[2], &["x"]), 10);
         assert_eq!(
             past.unwrap_err(),
-            "failing-nodes verdict 2 points past its 1 failures"
+            "failing-nodes: verdict 2 points past its 1 failures"
         );
         assert!(!table.active, "a refused plan leaves no plan in force");
+    }
+}
+
+/// The stages through a whole cycle, with plugins whose answers a test writes down.
+#[cfg(test)]
+mod stage_tests {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    use super::super::{FailurePolicy, PluginSpec, ProfileSpec, Scheduler};
+    use super::*;
+    use crate::runtime::{LoadError, PluginFactory};
+
+    /// What a scripted plugin answers, by node name.
+    #[derive(Clone, Default)]
+    struct Script {
+        plan: FilterPlan,
+        /// Nodes the filter rejects, with the failure.
+        rejects: HashMap<&'static str, sdk::Failure>,
+        /// Raw scores by node (0 for the others).
+        scores: HashMap<&'static str, i64>,
+        /// The call that fails, every time.
+        fails_in: Option<&'static str>,
+    }
+
+    struct Scripted {
+        script: Script,
+        descriptor: sdk::Descriptor,
+        names: HashMap<u32, String>,
+    }
+
+    impl Scripted {
+        fn call(&self, call: &'static str) -> Result<(), CallError> {
+            match self.script.fails_in {
+                Some(failing) if failing == call => Err(CallError::new(call, "boom")),
+                _ => Ok(()),
+            }
+        }
+    }
+
+    impl PluginInstance for Scripted {
+        fn descriptor(&self) -> &sdk::Descriptor {
+            &self.descriptor
+        }
+        fn upsert_nodes(&mut self, nodes: &[(u32, &sdk::NodeInfo)]) -> Result<(), CallError> {
+            for (id, node) in nodes {
+                self.names.insert(*id, node.name.clone());
+            }
+            Ok(())
+        }
+        fn remove_nodes(&mut self, ids: &[u32]) -> Result<(), CallError> {
+            ids.iter().for_each(|id| drop(self.names.remove(id)));
+            Ok(())
+        }
+        fn update_usage(&mut self, _: &[(u32, &sdk::NodeUsage)]) -> Result<(), CallError> {
+            Ok(())
+        }
+        fn set_pod(&mut self, _: &sdk::Pod) -> Result<sdk::PodPlan, CallError> {
+            self.call("set-pod")?;
+            Ok(sdk::PodPlan {
+                filter: self.script.plan.clone(),
+                score: true,
+            })
+        }
+        fn filter(&mut self, ids: &[u32], out: &mut FilterResults) -> Result<(), CallError> {
+            self.call("filter")?;
+            for id in ids {
+                let failure = self.script.rejects.get(self.names[id].as_str()).cloned();
+                out.push(failure.map_or(Ok(()), Err));
+            }
+            Ok(())
+        }
+        fn score(&mut self, ids: &[u32], out: &mut Vec<i64>) -> Result<(), CallError> {
+            self.call("score")?;
+            let score = |id| self.script.scores.get(self.names[id].as_str()).copied();
+            out.extend(ids.iter().map(|id| score(id).unwrap_or(0)));
+            Ok(())
+        }
+        fn normalize(&mut self, _: &mut Vec<i64>) -> Result<(), CallError> {
+            Ok(())
+        }
+    }
+
+    struct ScriptedFactory(Script);
+
+    impl PluginFactory for ScriptedFactory {
+        fn instantiate(&self, _: &str) -> Result<Box<dyn PluginInstance>, LoadError> {
+            Ok(Box::new(Scripted {
+                script: self.0.clone(),
+                descriptor: sdk::Descriptor {
+                    name: "scripted".into(),
+                    version: "0".into(),
+                    filter: true,
+                    score: true,
+                    normalize: Normalize::None,
+                    reads_usage: false,
+                    reads_pod: sdk::PodParts::ALL,
+                },
+                names: HashMap::new(),
+            }))
+        }
+        fn kind(&self) -> &'static str {
+            "native"
+        }
+        fn identity(&self) -> String {
+            "scripted".into()
+        }
+    }
+
+    fn plugin(name: &str, script: Script, on_failure: OnFailure) -> PluginSpec {
+        PluginSpec {
+            name: name.into(),
+            factory: Arc::new(ScriptedFactory(script)),
+            config: String::new(),
+            policy: FailurePolicy {
+                on_failure,
+                ..FailurePolicy::default()
+            },
+            stats: Arc::default(),
+        }
+    }
+
+    /// A scheduler with one profile over nodes `n1`..`n{nodes}`.
+    fn scheduler(
+        nodes: usize,
+        filters: Vec<PluginSpec>,
+        scores: Vec<(PluginSpec, i64)>,
+    ) -> Scheduler {
+        let profile = ProfileSpec {
+            scheduler_name: "default-scheduler".into(),
+            filters,
+            scores,
+            percentage_of_nodes_to_score: Some(100),
+            parallelism: 1,
+        };
+        let clock = Arc::new(crate::clock::FakeClock::default());
+        let mut scheduler = Scheduler::with_clock(&[profile], 7, clock).expect("profile");
+        for k in 1..=nodes {
+            scheduler.cache.upsert_node(sdk::NodeInfo {
+                name: format!("n{k}"),
+                ..sdk::NodeInfo::default()
+            });
+        }
+        scheduler
+    }
+
+    fn pod() -> sdk::Pod {
+        sdk::Pod {
+            name: "p".into(),
+            scheduler_name: "default-scheduler".into(),
+            ..sdk::Pod::default()
+        }
+    }
+
+    fn rejecting(nodes: &[&'static str], reason: &'static str) -> Script {
+        Script {
+            rejects: nodes
+                .iter()
+                .map(|&n| (n, sdk::Failure::unresolvable(reason)))
+                .collect(),
+            ..Script::default()
+        }
+    }
+
+    fn failing_in(call: &'static str) -> Script {
+        Script {
+            fails_in: Some(call),
+            ..Script::default()
+        }
+    }
+
+    #[test]
+    fn a_plugin_failing_under_ignore_is_left_out_and_the_other_filters_decide() {
+        for call in ["set-pod", "filter"] {
+            let mut scheduler = scheduler(
+                2,
+                vec![
+                    plugin("Broken", failing_in(call), OnFailure::Ignore),
+                    plugin("Taints", rejecting(&["n1"], "tainted"), OnFailure::Fail),
+                ],
+                vec![],
+            );
+            let outcome = scheduler.schedule(&pod(), false).expect("profile");
+            assert_eq!(outcome.node.as_deref(), Some("n2"), "failing in {call}");
+            let health = scheduler.plugin_health();
+            assert_eq!(
+                (health[0].plugin.as_str(), health[0].failures),
+                ("Broken", 1)
+            );
+            assert_eq!(health[1].failures, 0);
+        }
+    }
+
+    #[test]
+    fn a_plugin_failing_under_fail_ends_the_cycle_with_its_error() {
+        for call in ["set-pod", "filter", "score"] {
+            let broken = plugin("Broken", failing_in(call), OnFailure::Fail);
+            let mut scheduler = scheduler(3, vec![broken.clone()], vec![(broken, 1)]);
+            let outcome = scheduler.schedule(&pod(), false).expect("profile");
+            assert!(outcome.error, "failing in {call}");
+            assert_eq!(outcome.node, None);
+            assert_eq!(
+                outcome.message.as_deref(),
+                Some(format!("plugin Broken failed in {call}: boom").as_str())
+            );
+        }
+    }
+
+    #[test]
+    fn a_quarantined_plugin_ends_every_cycle_under_fail_and_is_left_out_under_ignore() {
+        let policy = |on_failure| plugin("Broken", failing_in("filter"), on_failure);
+        let mut failing = scheduler(2, vec![policy(OnFailure::Fail)], vec![]);
+        for _ in 0..super::super::DEFAULT_QUARANTINE_AFTER {
+            failing.schedule(&pod(), false);
+        }
+        let outcome = failing.schedule(&pod(), false).expect("profile");
+        let message = outcome.message.expect("quarantined");
+        assert_eq!(
+            message,
+            "plugin Broken is quarantined for 60s more after 5 consecutive failures (last: filter: boom)"
+        );
+        let mut ignoring = scheduler(2, vec![policy(OnFailure::Ignore)], vec![]);
+        for _ in 0..=super::super::DEFAULT_QUARANTINE_AFTER {
+            let outcome = ignoring.schedule(&pod(), false).expect("profile");
+            assert!(outcome.node.is_some());
+        }
+        assert_eq!(
+            ignoring.plugin_health()[0].failures,
+            u64::from(super::super::DEFAULT_QUARANTINE_AFTER),
+            "once quarantined it is not called"
+        );
+    }
+
+    #[test]
+    fn only_nodes_plans_narrow_to_their_intersection_and_the_others_are_counted_by_plugin() {
+        let only = |names: &[&str]| Script {
+            plan: FilterPlan::OnlyNodes(names.iter().map(|n| n.to_string()).collect()),
+            ..Script::default()
+        };
+        let mut scheduler = scheduler(
+            4,
+            vec![
+                plugin("B", only(&["n1", "n2", "n3"]), OnFailure::Fail),
+                plugin("A", only(&["n2", "n3", "n4"]), OnFailure::Fail),
+                plugin(
+                    "Fit",
+                    rejecting(&["n2", "n3"], "Insufficient cpu"),
+                    OnFailure::Fail,
+                ),
+            ],
+            vec![],
+        );
+        let outcome = scheduler.schedule(&pod(), true).expect("profile");
+        assert_eq!(
+            outcome.message.as_deref(),
+            Some("0/4 nodes are available: 2 Insufficient cpu, 2 node(s) didn't satisfy plugin(s) [A B].")
+        );
+        let explained: Vec<&str> = outcome.nodes.iter().map(|r| r.node.as_str()).collect();
+        assert_eq!(
+            explained.len(),
+            2,
+            "the narrowed-out nodes were never examined"
+        );
+        assert!(explained.contains(&"n2") && explained.contains(&"n3"));
+    }
+
+    #[test]
+    fn disjoint_only_nodes_plans_reject_the_pod_before_filtering() {
+        let only = |name: &str| Script {
+            plan: FilterPlan::OnlyNodes(vec![name.to_string()]),
+            ..Script::default()
+        };
+        let mut both = scheduler(
+            2,
+            vec![
+                plugin("NodeName", only("n1"), OnFailure::Fail),
+                plugin("Pinned", only("n2"), OnFailure::Fail),
+            ],
+            vec![],
+        );
+        assert_eq!(
+            both.schedule(&pod(), false).expect("profile").message.as_deref(),
+            Some("0/2 nodes are available: node(s) didn't satisfy plugin(s) [NodeName Pinned] simultaneously.")
+        );
+        let none = Script {
+            plan: FilterPlan::OnlyNodes(Vec::new()),
+            ..Script::default()
+        };
+        let mut one = scheduler(2, vec![plugin("NodeName", none, OnFailure::Fail)], vec![]);
+        assert_eq!(
+            one.schedule(&pod(), false)
+                .expect("profile")
+                .message
+                .as_deref(),
+            Some("0/2 nodes are available: node(s) didn't satisfy plugin NodeName.")
+        );
+        let mut absent = scheduler(
+            2,
+            vec![plugin("NodeName", only("n9"), OnFailure::Fail)],
+            vec![],
+        );
+        assert_eq!(
+            absent
+                .schedule(&pod(), false)
+                .expect("profile")
+                .message
+                .as_deref(),
+            Some("0/2 nodes are available: 2 node(s) didn't satisfy plugin(s) [NodeName]."),
+            "a node set naming no node in the cache leaves every node out, counted"
+        );
+    }
+
+    #[test]
+    fn an_error_status_from_a_filter_or_its_plan_ends_the_cycle_as_an_error() {
+        let filter_error = Script {
+            rejects: [("n1", sdk::Failure::error("claim lookup failed"))].into(),
+            ..Script::default()
+        };
+        let mut filtering = scheduler(
+            1,
+            vec![plugin("Volumes", filter_error, OnFailure::Fail)],
+            vec![],
+        );
+        let outcome = filtering.schedule(&pod(), false).expect("profile");
+        assert!(outcome.error);
+        assert_eq!(
+            outcome.message.as_deref(),
+            Some("running \"Volumes\" filter plugin: claim lookup failed")
+        );
+        let plan_error = Script {
+            plan: FilterPlan::Reject(sdk::Failure::error("no such claim")),
+            ..Script::default()
+        };
+        let mut planning = scheduler(
+            1,
+            vec![plugin("Volumes", plan_error, OnFailure::Fail)],
+            vec![],
+        );
+        let outcome = planning.schedule(&pod(), false).expect("profile");
+        assert!(outcome.error);
+        assert_eq!(
+            outcome.message.as_deref(),
+            Some("running PreFilter plugin \"Volumes\": no such claim")
+        );
+    }
+
+    #[test]
+    fn a_rejecting_plan_explains_every_node_with_its_reasons() {
+        let reject = Script {
+            plan: FilterPlan::Reject(sdk::Failure::unresolvable("pod has unbound claims")),
+            ..Script::default()
+        };
+        let mut scheduler = scheduler(3, vec![plugin("Volumes", reject, OnFailure::Fail)], vec![]);
+        let outcome = scheduler.schedule(&pod(), true).expect("profile");
+        assert!(!outcome.error);
+        assert_eq!(
+            outcome.message.as_deref(),
+            Some("0/3 nodes are available: pod has unbound claims.")
+        );
+        assert_eq!(outcome.nodes.len(), 3);
+        assert!(outcome
+            .nodes
+            .iter()
+            .all(|r| !r.feasible && r.reasons == ["pod has unbound claims"]));
+    }
+
+    #[test]
+    fn weighted_scores_choose_the_node_and_are_explained_per_plugin() {
+        let scores = |pairs: &[(&'static str, i64)]| Script {
+            scores: pairs.iter().copied().collect(),
+            ..Script::default()
+        };
+        let mut scheduler = scheduler(
+            3,
+            vec![plugin(
+                "Fit",
+                rejecting(&["n3"], "Insufficient cpu"),
+                OnFailure::Fail,
+            )],
+            vec![
+                (
+                    plugin("Spread", scores(&[("n1", 90), ("n2", 10)]), OnFailure::Fail),
+                    1,
+                ),
+                (
+                    plugin("Pack", scores(&[("n1", 10), ("n2", 60)]), OnFailure::Fail),
+                    2,
+                ),
+            ],
+        );
+        let outcome = scheduler.schedule(&pod(), true).expect("profile");
+        assert_eq!(
+            outcome.node.as_deref(),
+            Some("n2"),
+            "10 + 2*60 beats 90 + 2*10"
+        );
+        let report = |name: &str| {
+            outcome
+                .nodes
+                .iter()
+                .find(|r| r.node == name)
+                .cloned()
+                .expect("explained")
+        };
+        assert_eq!(report("n1").total, 110);
+        assert_eq!(
+            report("n2").scores,
+            [("Spread".to_string(), 10), ("Pack".to_string(), 60)]
+        );
+        assert_eq!(report("n2").total, 130);
+        assert_eq!(report("n3").reasons, ["Insufficient cpu"]);
+    }
+
+    #[test]
+    fn a_score_outside_the_range_fails_the_plugin() {
+        let wild = Script {
+            scores: [("n1", 101)].into(),
+            ..Script::default()
+        };
+        let mut scheduler = scheduler(2, vec![], vec![(plugin("Wild", wild, OnFailure::Fail), 1)]);
+        let outcome = scheduler.schedule(&pod(), false).expect("profile");
+        assert_eq!(
+            outcome.message.as_deref(),
+            Some("plugin Wild failed in score: returned 101 for node #0 of 2, outside 0..=100 after normalizing")
+        );
+    }
+
+    #[test]
+    fn ties_are_broken_uniformly_among_the_best_totals_only() {
+        let mut scheduler = scheduler(1, vec![], vec![]);
+        let profile = &mut scheduler.profiles[0];
+        let totals = [5, 7, 7, 3, 7];
+        let mut chosen = [0usize; 5];
+        for _ in 0..3000 {
+            chosen[profile.select(&totals)] += 1;
+        }
+        assert_eq!((chosen[0], chosen[3]), (0, 0), "{chosen:?}");
+        for position in [1, 2, 4] {
+            assert!(chosen[position] > 800, "{chosen:?}");
+        }
+    }
+
+    #[test]
+    fn a_wrapped_window_copies_the_nodes_from_the_start_position_around_the_end() {
+        let nodes = [10, 11, 12, 13, 14];
+        let mut chunk = Vec::new();
+        copy_wrapped(&nodes, 1, 3, &mut chunk);
+        assert_eq!(chunk, [11, 12]);
+        copy_wrapped(&nodes, 3, 7, &mut chunk);
+        assert_eq!(chunk, [13, 14, 10, 11]);
+        copy_wrapped(&nodes, 6, 8, &mut chunk);
+        assert_eq!(chunk, [11, 12]);
     }
 }

@@ -6,7 +6,7 @@
 //! the filters and scores.
 
 mod cycle;
-pub mod fit_error;
+pub mod reasons;
 mod spin;
 
 use std::sync::Arc;

@@ -508,32 +508,15 @@ impl PluginInstance for ComponentInstance {
             .world
             .call_filter(&mut self.store, ids)
             .map_err(|e| trapped("filter", e))?;
-        check_len("filter", results.verdicts.len(), ids.len())?;
         check_failures("filter", &results.failures, ids.len())?;
-        let table_len = results.failures.len() as u32;
-        // A maximum, not a search for the first bad verdict: it vectorizes, and the error is rare.
-        let highest = results.verdicts.iter().copied().max().unwrap_or(0);
-        if highest > table_len {
-            return Err(CallError::new(
-                "filter",
-                format!("verdict {highest} points past its {table_len} failures"),
-            ));
-        }
-        if out.verdicts.is_empty() && out.failures.is_empty() {
-            // The host asks one batch at a time: take the lifted verdicts as they are.
-            out.verdicts = results.verdicts;
-        } else {
-            // Re-base the batch's failure table onto `out`'s, so batches can be appended.
-            let base = out.failures.len() as u32;
-            out.verdicts.extend(
-                results
-                    .verdicts
-                    .iter()
-                    .map(|&v| if v == 0 { 0 } else { v + base }),
-            );
-        }
-        out.failures
-            .extend(results.failures.into_iter().map(failure));
+        let results = sdk::FilterResults {
+            verdicts: results.verdicts,
+            failures: results.failures.into_iter().map(failure).collect(),
+        };
+        results
+            .check(ids.len())
+            .map_err(|message| CallError::new("filter", message))?;
+        out.append(results);
         Ok(())
     }
 
