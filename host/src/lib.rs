@@ -1,8 +1,11 @@
 //! wasched: a Kubernetes-compatible scheduler whose placement policy runs as WebAssembly components.
 //!
-//! Data flows one way: objects -> [`cache`] (nodes, pods placed on them, storage objects) ->
-//! [`framework`] cycle (plugins from [`runtime`], arranged by [`config`] profiles) -> decision ->
-//! back into the cache. [`simulate`] drives it over a cluster dump.
+//! Data flows one way: object changes -> [`events`] pipeline -> [`cache`] (nodes, pods placed on
+//! them, storage objects) and [`queue`] -> [`framework`] cycle (plugins from [`runtime`], arranged
+//! in [`config`] profiles) -> the pod assumed in the cache -> a [`service::Binder`] -> the binding
+//! confirmed by the pod's next event. [`service`] runs that loop; [`server`] serves it over HTTP
+//! with a store; [`simulate`], [`replay`] and [`bench`] drive it over dumps, traces and synthetic
+//! clusters. `docs/ARCHITECTURE.md` walks one pod through it.
 
 pub mod cache;
 pub mod clock;

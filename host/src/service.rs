@@ -6,9 +6,8 @@
 //! node at once and asks the [`Binder`] to bind it; a binding not confirmed (by a pod update with
 //! `spec.nodeName`) within the TTL expires, frees the node and requeues the pod.
 //!
-//! A cycle borrows the cache immutably, and events are only applied between cycles, so the state a
-//! cycle sees cannot change under it; plugin instances are synced to that same cache generation
-//! before the cycle starts.
+//! Events are only applied between cycles, on the same thread, so the cache a cycle reads cannot
+//! change under it; the cycle's first stage brings every plugin instance to that cache generation.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
