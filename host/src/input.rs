@@ -117,19 +117,11 @@ fn parse_into(
         message,
     };
     let documents: Vec<Value> = if is_json {
-        let value: Value =
-            serde_json::from_str(text).map_err(|e| at_file(format!("invalid JSON: {e}")))?;
+        let value: Value = serde_json::from_str(without_bom(text))
+            .map_err(|e| at_file(format!("invalid JSON: {e}")))?;
         vec![value]
     } else {
-        let mut documents = Vec::new();
-        for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
-            let yaml: serde_yaml::Value = serde::Deserialize::deserialize(document)
-                .map_err(|e| at_file(format!("document {}: invalid YAML: {e}", index + 1)))?;
-            let json = serde_json::to_value(&yaml)
-                .map_err(|e| at_file(format!("document {}: {e}", index + 1)))?;
-            documents.push(json);
-        }
-        documents
+        yaml_documents(text).map_err(at_file)?
     };
     for (index, document) in documents.into_iter().enumerate() {
         if document.is_null() {
@@ -141,6 +133,63 @@ fn parse_into(
             item: None,
         };
         add_object(document, None, origin, cluster)?;
+    }
+    Ok(())
+}
+
+/// Deepest nesting of flow collections (`[`, `{`) a YAML text may have. The parser refuses deep
+/// nesting itself only after time quadratic in the depth (100,000 `[` took 26 s), so the text is
+/// checked first, in one pass; Kubernetes objects nest a few levels, JSON in annotations a few more.
+pub const MAX_YAML_NESTING: usize = 256;
+
+/// The text without a leading UTF-8 byte order mark, which editors on Windows write.
+pub fn without_bom(text: &str) -> &str {
+    text.strip_prefix('\u{feff}').unwrap_or(text)
+}
+
+/// Splits YAML text into its documents as JSON values, an empty document as `null` (so that
+/// positions stay document numbers).
+///
+/// # Errors
+/// Nesting deeper than [`MAX_YAML_NESTING`], or the first document that is not valid YAML, as
+/// `document N: ...`.
+pub fn yaml_documents(text: &str) -> Result<Vec<Value>, String> {
+    let text = without_bom(text);
+    check_nesting(text)?;
+    let mut documents = Vec::new();
+    for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let yaml: serde_yaml::Value = serde::Deserialize::deserialize(document)
+            .map_err(|e| format!("document {}: invalid YAML: {e}", index + 1))?;
+        let json =
+            serde_json::to_value(&yaml).map_err(|e| format!("document {}: {e}", index + 1))?;
+        documents.push(json);
+    }
+    Ok(documents)
+}
+
+/// Refuses text whose brackets nest deeper than [`MAX_YAML_NESTING`]. Brackets inside quoted
+/// strings count too: a balanced JSON string adds only its own depth, and a legitimate object
+/// does not come near the limit.
+fn check_nesting(text: &str) -> Result<(), String> {
+    let mut depth = 0usize;
+    for (offset, byte) in text.bytes().enumerate() {
+        match byte {
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_YAML_NESTING {
+                    let line = text.as_bytes()[..offset]
+                        .iter()
+                        .filter(|&&b| b == b'\n')
+                        .count()
+                        + 1;
+                    return Err(format!(
+                        "line {line}: collections nested deeper than {MAX_YAML_NESTING} levels"
+                    ));
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
     }
     Ok(())
 }
@@ -191,6 +240,11 @@ fn add_object(
     if name.is_empty() {
         return Err(error("object has no `metadata.name`".to_string()));
     }
+    if let Some(size) = oversized(&value) {
+        return Err(error(format!(
+            "the object is {size} bytes or more as JSON, past the {MAX_OBJECT_BYTES} bytes an API server accepts"
+        )));
+    }
     match kind.as_str() {
         "Node" => {
             let node: core::Node = typed(value).map_err(error)?;
@@ -208,6 +262,34 @@ fn add_object(
         other => *cluster.skipped.entry(other.to_string()).or_default() += 1,
     }
     Ok(())
+}
+
+/// Largest object, as JSON: what etcd accepts in one request by default (`--max-request-bytes`,
+/// 1.5 MiB), so the API server of a real cluster never holds a larger one. A larger pod would
+/// only cost every plugin that reads it time and memory (a 3.4 MB pod made NodeAffinity's
+/// `set-pod` miss its deadline).
+pub const MAX_OBJECT_BYTES: usize = 1_572_864;
+
+/// The object's size as JSON when it is past [`MAX_OBJECT_BYTES`], counted without building the
+/// text and stopping at the limit.
+fn oversized(value: &Value) -> Option<usize> {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            if self.0 > MAX_OBJECT_BYTES {
+                return Err(std::io::Error::other("too large"));
+            }
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    serde_json::to_writer(&mut counter, value)
+        .is_err()
+        .then_some(counter.0)
 }
 
 /// Deserializes a typed object, naming the field that is wrong.
@@ -294,5 +376,76 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_byte_order_mark_before_yaml_or_json_is_read_past() {
+        let yaml = parse_text(
+            "\u{feff}kind: Node\nmetadata: {name: n1}\n",
+            false,
+            Path::new("bom.yaml"),
+        )
+        .unwrap();
+        assert_eq!(yaml.nodes.len(), 1);
+        let json = parse_text(
+            "\u{feff}{\"kind\":\"Node\",\"metadata\":{\"name\":\"n1\"}}",
+            true,
+            Path::new("bom.json"),
+        )
+        .unwrap();
+        assert_eq!(json.nodes.len(), 1);
+    }
+
+    #[test]
+    fn nesting_past_the_limit_is_refused_before_parsing_and_at_the_limit_is_parsed() {
+        let deep = "[".repeat(100_000);
+        let error = parse_text(
+            &format!("kind: Node\nx: {deep}"),
+            false,
+            Path::new("deep.yaml"),
+        )
+        .unwrap_err();
+        assert_eq!(
+            error.message,
+            format!("line 2: collections nested deeper than {MAX_YAML_NESTING} levels")
+        );
+        // The parser's own refusal would say "recursion limit exceeded", after 26 s.
+        let nested = format!(
+            "kind: Node\nmetadata: {{name: n1, annotations: {{a: '{}{}'}}}}\n",
+            "[".repeat(MAX_YAML_NESTING - 2),
+            "]".repeat(MAX_YAML_NESTING - 2)
+        );
+        let cluster = parse_text(&nested, false, Path::new("ok.yaml")).unwrap();
+        assert_eq!(
+            cluster.nodes.len(),
+            1,
+            "brackets in a string count, within the limit"
+        );
+        let balanced = "{\"a\": [1]} ".repeat(10_000);
+        assert!(check_nesting(&balanced).is_ok(), "depth, not count");
+    }
+
+    #[test]
+    fn an_object_larger_than_an_api_server_accepts_is_refused() {
+        let expressions: Vec<String> = (0..30_000)
+            .map(|i| format!("{{\"key\":\"k{i}\",\"operator\":\"In\",\"values\":[\"v\"]}}"))
+            .collect();
+        let pod = format!(
+            "{{\"kind\":\"Pod\",\"metadata\":{{\"name\":\"huge\"}},\"spec\":{{\"containers\":[],\"affinity\":{{\"nodeAffinity\":{{\"requiredDuringSchedulingIgnoredDuringExecution\":{{\"nodeSelectorTerms\":[{{\"matchExpressions\":[{}]}}]}}}}}}}}}}",
+            expressions.join(",")
+        );
+        assert!(pod.len() > MAX_OBJECT_BYTES);
+        let error = parse_text(&pod, true, Path::new("huge.json")).unwrap_err();
+        assert_eq!(error.location, "huge.json: document 1 (Pod huge)");
+        assert!(error.message.contains("past the 1572864 bytes"), "{error}");
+        let fits: Vec<String> = expressions[..1000].to_vec();
+        let pod = pod.replace(&expressions.join(","), &fits.join(","));
+        assert_eq!(
+            parse_text(&pod, true, Path::new("ok.json"))
+                .unwrap()
+                .pods
+                .len(),
+            1
+        );
     }
 }

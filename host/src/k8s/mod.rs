@@ -56,7 +56,8 @@ fn labels(map: &Option<BTreeMap<String, String>>) -> Labels {
 /// Converts a resource list (`requests`, `allocatable`, `overhead`) to canonical units.
 ///
 /// # Errors
-/// A quantity that does not parse, naming `field` and the resource.
+/// A quantity that does not parse, is negative or does not fit an i64 in its canonical unit,
+/// naming `field` and the resource.
 pub fn resources(list: &BTreeMap<String, Quantity>, field: &str) -> Result<Resources, FieldError> {
     let mut out = Resources::default();
     for (name, Quantity(text)) in list {
@@ -65,7 +66,15 @@ pub fn resources(list: &BTreeMap<String, Quantity>, field: &str) -> Result<Resou
         } else {
             quantity::value(text)
         };
-        let amount = parsed.map_err(|e| field_error(format!("{field}.{name}"), e))?;
+        let field = || format!("{field}.{name}");
+        let amount = parsed.map_err(|e| field_error(field(), e))?;
+        // As the API server's validation: a negative request or capacity would free room on a node.
+        if quantity::is_negative(text).map_err(|e| field_error(field(), e))? {
+            return Err(field_error(
+                field(),
+                format!("invalid quantity {text:?}: must be greater than or equal to 0"),
+            ));
+        }
         out.set(name, amount);
     }
     Ok(out)
@@ -141,12 +150,19 @@ fn pod_requests(spec: &core::PodSpec, non_zero: bool) -> Result<Resources, Field
 /// The plugin model of a node (with empty usage: the cache fills it in).
 ///
 /// # Errors
-/// An allocatable quantity that does not parse.
+/// An allocatable (or capacity) quantity that is not a valid one.
 pub fn node_info(node: &core::Node) -> Result<sdk::NodeInfo, FieldError> {
     let spec = node.spec.as_ref();
-    let allocatable = match node.status.as_ref().and_then(|s| s.allocatable.as_ref()) {
-        Some(list) => resources(list, "status.allocatable")?,
-        None => Resources::default(),
+    let status = node.status.as_ref();
+    // The API server defaults a missing `allocatable` to `capacity` (`SetDefaults_NodeStatus`), and
+    // node templates written by hand, kube-scheduler's own benchmark ones among them, rely on it.
+    let allocatable = match (
+        status.and_then(|s| s.allocatable.as_ref()),
+        status.and_then(|s| s.capacity.as_ref()),
+    ) {
+        (Some(list), _) => resources(list, "status.allocatable")?,
+        (None, Some(capacity)) => resources(capacity, "status.capacity")?,
+        (None, None) => Resources::default(),
     };
     Ok(sdk::NodeInfo {
         name: node.metadata.name.clone().unwrap_or_default(),
@@ -390,5 +406,59 @@ spec:
         let error = pod(&p).unwrap_err();
         assert_eq!(error.field, "spec.containers[0].resources.requests.memory");
         assert!(error.message.contains("12XB"), "{error}");
+    }
+
+    #[test]
+    fn a_node_without_allocatable_has_its_capacity_as_the_api_server_defaults_it() {
+        let node = |yaml: &str| -> core::Node { serde_yaml::from_str(yaml).unwrap() };
+        let capacity_only = node_info(&node(
+            "metadata: {name: n}\nstatus: {capacity: {cpu: '4', memory: 32Gi, pods: '110'}}",
+        ))
+        .unwrap();
+        assert_eq!(capacity_only.allocatable.milli_cpu, 4000);
+        assert_eq!(capacity_only.allocatable.memory, 32 << 30);
+        assert_eq!(capacity_only.allocatable.pods, 110);
+        let both = node_info(&node(
+            "metadata: {name: n}\nstatus: {capacity: {cpu: '4'}, allocatable: {cpu: 3500m}}",
+        ))
+        .unwrap();
+        assert_eq!(
+            both.allocatable.milli_cpu, 3500,
+            "allocatable wins when present"
+        );
+        let error =
+            node_info(&node("metadata: {name: n}\nstatus: {capacity: {cpu: -1}}")).unwrap_err();
+        assert_eq!(error.field, "status.capacity.cpu");
+    }
+
+    #[test]
+    fn negative_or_overflowing_requests_and_allocatable_are_refused_with_their_field() {
+        let requesting = |quantity: &str| {
+            pod(&pod_from_yaml(&format!(
+                "metadata: {{name: p}}\nspec:\n  containers:\n  - name: a\n    resources: {{requests: {{cpu: '{quantity}'}}}}\n"
+            )))
+        };
+        for quantity in ["-1", "-500m", "1e17", "9223372036854775808"] {
+            let error = requesting(quantity).expect_err(quantity);
+            assert_eq!(
+                error.field, "spec.containers[0].resources.requests.cpu",
+                "{quantity}"
+            );
+        }
+        assert!(requesting("-1")
+            .unwrap_err()
+            .message
+            .ends_with("must be greater than or equal to 0"));
+        assert_eq!(
+            requesting("9223372036854775").unwrap().requests.milli_cpu,
+            9_223_372_036_854_775_000
+        );
+        let node: core::Node =
+            serde_yaml::from_str("metadata: {name: n}\nstatus: {allocatable: {memory: 100Ei}}")
+                .unwrap();
+        assert_eq!(
+            node_info(&node).unwrap_err().field,
+            "status.allocatable.memory"
+        );
     }
 }

@@ -92,51 +92,72 @@ fn parse(text: &str) -> Result<Exact, QuantityError> {
     })
 }
 
+/// Why a quantity that parsed has no value the scheduler can hold.
+const TOO_LARGE: &str = "too large: beyond a 64-bit integer in its canonical unit";
+
 impl Exact {
-    /// `ceil(self * 10^scale)`, saturated to i64 (Kubernetes' `ScaledValue(-scale)`).
-    fn scaled_up(self, scale: i32) -> i64 {
+    /// `ceil(self * 10^scale)` (Kubernetes' `ScaledValue(-scale)`), or `None` when it does not fit
+    /// an i64: Kubernetes would wrap or clamp such a value, and either gives wrong placements.
+    fn scaled_up(self, scale: i32) -> Option<i64> {
         let mut value = self.mantissa;
         let mut exp10 = self.exp10 + scale;
         // Multiply first so that division loses as little as possible.
-        for _ in 0..self.exp2 {
-            value = value.saturating_mul(2);
-        }
-        while exp10 > 0 {
-            value = value.saturating_mul(10);
+        value = value.checked_mul(1u128.checked_shl(self.exp2)?)?;
+        while exp10 > 0 && value != 0 {
+            value = value.checked_mul(10)?;
             exp10 -= 1;
         }
         let mut remainder = false;
-        while exp10 < 0 {
+        while exp10 < 0 && value != 0 {
             remainder |= !value.is_multiple_of(10);
             value /= 10;
             exp10 += 1;
         }
-        let magnitude = i64::try_from(value).unwrap_or(i64::MAX);
+        let magnitude = i64::try_from(value).ok()?;
         if self.negative {
             // Rounding up a negative number drops the remainder.
-            -magnitude
+            Some(-magnitude)
         } else if remainder {
-            magnitude.saturating_add(1)
+            magnitude.checked_add(1)
         } else {
-            magnitude
+            Some(magnitude)
         }
     }
+
+    fn is_negative(self) -> bool {
+        self.negative && self.mantissa != 0
+    }
+}
+
+fn scaled(text: &str, scale: i32) -> Result<i64, QuantityError> {
+    parse(text)?.scaled_up(scale).ok_or_else(|| QuantityError {
+        text: text.to_string(),
+        why: TOO_LARGE,
+    })
 }
 
 /// The quantity in its base unit, rounded up (Kubernetes' `Quantity.Value()`).
 ///
 /// # Errors
-/// When `text` is not a Kubernetes quantity.
+/// When `text` is not a Kubernetes quantity, or its value does not fit an i64.
 pub fn value(text: &str) -> Result<i64, QuantityError> {
-    Ok(parse(text)?.scaled_up(0))
+    scaled(text, 0)
 }
 
 /// The quantity in thousandths of its unit, rounded up (`Quantity.MilliValue()`): millicores for cpu.
 ///
 /// # Errors
-/// When `text` is not a Kubernetes quantity.
+/// When `text` is not a Kubernetes quantity, or its milli-value does not fit an i64.
 pub fn milli_value(text: &str) -> Result<i64, QuantityError> {
-    Ok(parse(text)?.scaled_up(3))
+    scaled(text, 3)
+}
+
+/// Whether the quantity is below zero (`-500m` is, though its value rounds up to 0).
+///
+/// # Errors
+/// When `text` is not a Kubernetes quantity.
+pub fn is_negative(text: &str) -> Result<bool, QuantityError> {
+    Ok(parse(text)?.is_negative())
 }
 
 #[cfg(test)]
@@ -182,6 +203,40 @@ mod tests {
         for text in ["", "abc", "1.2.3", "5x", "Mi", "1ee3", "."] {
             assert!(value(text).is_err(), "{text:?} should be rejected");
         }
+    }
+
+    #[test]
+    fn values_beyond_a_64_bit_integer_are_refused_not_clamped() {
+        for (text, milli) in [
+            ("100Ei", false),
+            ("9Ei", true),
+            ("1e17", true),
+            ("1e19", false),
+            ("18446744073709551616k", false),
+            ("9223372036854775807", true),
+            ("10000000000000000000", false),
+        ] {
+            let result = if milli {
+                milli_value(text)
+            } else {
+                value(text)
+            };
+            let error = result.expect_err(text);
+            assert_eq!(error.why, TOO_LARGE, "{text}");
+        }
+        assert_eq!(value("9223372036854775807").unwrap(), i64::MAX);
+        assert_eq!(milli_value("9223372036854775807m").unwrap(), i64::MAX);
+        assert_eq!(value("8Ei").unwrap_err().why, TOO_LARGE, "2^63 is one past");
+        assert_eq!(value("7Ei").unwrap(), 7 << 60);
+        assert_eq!(value("0e30").unwrap(), 0, "zero times anything fits");
+    }
+
+    #[test]
+    fn a_negative_quantity_is_negative_even_when_its_value_rounds_to_zero() {
+        assert!(is_negative("-500m").unwrap());
+        assert!(is_negative("-1").unwrap());
+        assert!(!is_negative("-0").unwrap());
+        assert!(!is_negative("1").unwrap());
     }
 
     #[test]

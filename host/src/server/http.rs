@@ -250,25 +250,15 @@ fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Vec<Value>, ApiError> 
     } else if content_type.contains("yaml") {
         false
     } else {
-        text.trim_start().starts_with('{')
+        input::without_bom(text).trim_start().starts_with('{')
     };
     if json {
-        let value: Value = serde_json::from_str(text)
+        let value: Value = serde_json::from_str(input::without_bom(text))
             .map_err(|e| ApiError::new(400, format!("invalid JSON: {e}")))?;
         return Ok(vec![value]);
     }
-    let mut documents = Vec::new();
-    for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let yaml: serde_yaml::Value = serde::Deserialize::deserialize(document).map_err(|e| {
-            ApiError::new(400, format!("document {}: invalid YAML: {e}", index + 1))
-        })?;
-        let value = serde_json::to_value(&yaml)
-            .map_err(|e| ApiError::new(400, format!("document {}: {e}", index + 1)))?;
-        if !value.is_null() {
-            documents.push(value);
-        }
-    }
-    Ok(documents)
+    let documents = input::yaml_documents(text).map_err(|e| ApiError::new(400, e))?;
+    Ok(documents.into_iter().filter(|d| !d.is_null()).collect())
 }
 
 /// Turns JSON documents (objects or lists) into checked objects.
