@@ -171,6 +171,26 @@ impl Default for Config {
     }
 }
 
+/// The configuration in force when none is given, as TOML that [`Config::parse`] reads back to
+/// the same profile: what `config show` prints, so that a user can start from it.
+pub fn default_text() -> String {
+    let filters: Vec<String> = DEFAULT_FILTERS.iter().map(|f| format!("{f:?}")).collect();
+    let scores: Vec<String> = DEFAULT_SCORES
+        .iter()
+        .map(|(plugin, weight)| format!("  {{ plugin = {plugin:?}, weight = {weight} }},"))
+        .collect();
+    format!(
+        "# The default configuration: kube-scheduler's default profile with the embedded plugins.\n\
+         [[profiles]]\n\
+         scheduler_name = {:?}\n\
+         filters = [{}]\n\
+         scores = [\n{}\n]\n",
+        crate::DEFAULT_SCHEDULER_NAME,
+        filters.join(", "),
+        scores.join("\n")
+    )
+}
+
 impl Config {
     /// Reads and checks a configuration file.
     ///
@@ -795,5 +815,34 @@ mod tests {
             .map(|(s, w)| (s.name.as_str(), *w))
             .collect();
         assert_eq!(scores, DEFAULT_SCORES);
+    }
+
+    #[test]
+    fn the_default_text_reads_back_as_the_default_profile() {
+        let config = parse(&format!(
+            "{}[runtime]\ndefault_plugins = \"native\"\n",
+            default_text()
+        ))
+        .unwrap();
+        let written = config.profiles().unwrap();
+        let implicit = parse("[runtime]\ndefault_plugins = \"native\"\n")
+            .unwrap()
+            .profiles()
+            .unwrap();
+        let shape = |profiles: &[crate::framework::ProfileSpec]| -> Vec<String> {
+            profiles
+                .iter()
+                .map(|p| {
+                    let filters: Vec<&str> = p.filters.iter().map(|f| f.name.as_str()).collect();
+                    let scores: Vec<(&str, i64)> = p
+                        .scores
+                        .iter()
+                        .map(|(s, w)| (s.name.as_str(), *w))
+                        .collect();
+                    format!("{} {filters:?} {scores:?}", p.scheduler_name)
+                })
+                .collect()
+        };
+        assert_eq!(shape(&written), shape(&implicit));
     }
 }

@@ -64,6 +64,16 @@ impl Reply {
     }
 }
 
+/// The server's base URL from what a user wrote: `localhost:7878` means `http://localhost:7878`.
+fn server_url(server: &str) -> String {
+    let server = server.trim().trim_end_matches('/');
+    if server.contains("://") {
+        server.to_string()
+    } else {
+        format!("http://{server}")
+    }
+}
+
 impl Client {
     /// A client of `connection`.
     ///
@@ -85,7 +95,7 @@ impl Client {
             .build();
         Ok(Client {
             agent: config.into(),
-            base: connection.server.trim_end_matches('/').to_string(),
+            base: server_url(&connection.server),
             token,
         })
     }
@@ -329,4 +339,22 @@ pub fn apply(client: &Client, files: &[std::path::PathBuf]) -> anyhow::Result<St
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_without_a_scheme_is_reached_over_http() {
+        assert_eq!(server_url("localhost:7878"), "http://localhost:7878");
+        assert_eq!(
+            server_url("http://127.0.0.1:7878/"),
+            "http://127.0.0.1:7878"
+        );
+        assert_eq!(
+            server_url("https://sched.example:443"),
+            "https://sched.example:443"
+        );
+    }
 }

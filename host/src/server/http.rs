@@ -924,7 +924,10 @@ async fn get_config(State(server): State<Shared>) -> Response {
                 source,
             ),
         ],
-        policy.text.clone(),
+        match policy.source {
+            super::ConfigSource::Default => crate::config::default_text(),
+            _ => policy.text.clone(),
+        },
     )
         .into_response()
 }

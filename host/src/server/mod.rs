@@ -36,6 +36,23 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 /// The environment variable that may hold the admin token.
 pub const TOKEN_ENV: &str = "WASCHED_ADMIN_TOKEN";
 
+/// A listen address as `IP:PORT` or `HOST:PORT` (`localhost:7878`), the host resolved now; of
+/// several addresses the first IPv4 one, as most clients try it first.
+fn listen_address(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(address) = text.parse() {
+        return Ok(address);
+    }
+    let resolved: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(text)
+        .map_err(|e| format!("{text:?} is not HOST:PORT or IP:PORT: {e}"))?
+        .collect();
+    resolved
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(resolved.first())
+        .copied()
+        .ok_or_else(|| format!("{text:?} resolves to no address"))
+}
+
 /// `wasched serve` options.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ServeArgs {
@@ -44,7 +61,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Address to listen on. A non-loopback address requires an admin token.
-    #[arg(long, default_value = DEFAULT_LISTEN)]
+    #[arg(long, default_value = DEFAULT_LISTEN, value_parser = listen_address)]
     pub listen: SocketAddr,
     /// Where the store (objects, uploaded plugins, configuration) lives.
     #[arg(long, default_value_os_t = default_data_dir())]
@@ -576,5 +593,23 @@ async fn reload_on_sighup(server: Arc<Server>) {
             ),
             Err(e) => tracing::error!("SIGHUP: reload failed: {e}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listen_address_may_name_a_host() {
+        assert_eq!(
+            listen_address("localhost:7878").unwrap(),
+            "127.0.0.1:7878".parse::<SocketAddr>().unwrap()
+        );
+        assert_eq!(
+            listen_address("[::1]:80").unwrap(),
+            "[::1]:80".parse::<SocketAddr>().unwrap()
+        );
+        assert!(listen_address("localhost").is_err(), "a port is needed");
     }
 }
