@@ -322,3 +322,36 @@ fn speed_paces_the_replay_in_wall_time() {
         "{span} s of trace at 100000x took {wall} s"
     );
 }
+
+#[test]
+fn cycles_a_plugin_failed_are_counted_apart_from_unschedulable_ones() {
+    assert_eq!(
+        run(false, 1).plugin_errors,
+        0,
+        "the default plugins never fail"
+    );
+    let (nodes, _) = replay::read_nodes(&fixture("nodes.csv")).unwrap();
+    let (pods, _) = replay::read_pods(&fixture("pods.csv")).unwrap();
+    let component =
+        Path::new(env!("WASCHED_HOSTILE_COMPONENTS")).join("wasched_hostile_bad_score.wasm");
+    let toml = format!(
+        "[runtime]\ndefault_plugins = \"native\"\n\
+         [plugins.BadScore]\ncomponent = {:?}\nquarantine_after = 0\n\
+         [[profiles]]\nscores = [{{ plugin = \"BadScore\" }}]\n",
+        component.display().to_string()
+    );
+    let config = Config::parse("bad-score.toml", Path::new("."), toml).unwrap();
+    let options = replay::Options {
+        seed: 1,
+        samples: 10,
+        ignore_deletions: false,
+        speed: None,
+    };
+    let summary = replay::replay(&config, &nodes, &pods, Vec::new(), &options).unwrap();
+    assert!(summary.plugin_errors > 0, "{summary:?}");
+    assert_eq!(
+        summary.cycles,
+        summary.placed as u64 + summary.plugin_errors + summary.unschedulable_attempts,
+        "every cycle placed a pod, found no node or ended in a plugin error"
+    );
+}

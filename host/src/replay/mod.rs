@@ -484,7 +484,12 @@ pub struct Summary {
     /// For pods never placed: how many had each reason in their last FitError message.
     pub never_placed_reasons: BTreeMap<String, usize>,
     pub cycles: u64,
+    /// Cycles no node fitted.
     pub unschedulable_attempts: u64,
+    /// Cycles a plugin failed (trap, missed deadline, invalid answer, quarantine): a difference
+    /// between two runs of the same trace that placements alone would not explain.
+    #[serde(default)]
+    pub plugin_errors: u64,
     pub latency_us: Latency,
     pub latency_histogram: Vec<LatencyBucket>,
     pub decisions_per_second: f64,
@@ -647,6 +652,7 @@ pub fn replay(
     let mut last_message: Vec<Option<String>> = vec![None; pods.len()];
     let mut latencies: Vec<u64> = Vec::new();
     let mut unschedulable = 0u64;
+    let mut plugin_errors = 0u64;
     let mut max_commitment = 0.0f64;
     let mut placements = sha2::Sha256::default();
     let mut series = Vec::new();
@@ -787,7 +793,11 @@ pub fn replay(
                     );
                 }
                 None => {
-                    unschedulable += 1;
+                    if result.error {
+                        plugin_errors += 1;
+                    } else {
+                        unschedulable += 1;
+                    }
                     last_message[i] = result.message.clone();
                 }
             }
@@ -835,6 +845,7 @@ pub fn replay(
         never_placed_reasons: reasons,
         cycles: latencies.len() as u64,
         unschedulable_attempts: unschedulable,
+        plugin_errors,
         latency_us: Latency {
             p50: at(0.5),
             p99: at(0.99),

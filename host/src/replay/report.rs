@@ -136,13 +136,14 @@ fn headline_table(out: &mut String, runs: &[Run]) {
         let _ = write!(out, "<th>{}</th>", escape(&run.label));
     }
     out.push_str("</tr>\n");
-    let rows: [Row; 13] = [
+    let rows: [Row; 14] = [
         ("pods placed", |r| r.summary.placed.to_string()),
         ("never placed", |r| r.summary.never_placed.to_string()),
         ("scheduling cycles", |r| r.summary.cycles.to_string()),
         ("unschedulable attempts", |r| {
             r.summary.unschedulable_attempts.to_string()
         }),
+        ("plugin errors", |r| r.summary.plugin_errors.to_string()),
         ("latency p50 / p99 / max (µs)", |r| {
             let l = &r.summary.latency_us;
             format!("{:.0} / {:.0} / {:.0}", l.p50, l.p99, l.max)
