@@ -148,6 +148,8 @@ pub struct Config {
     /// Threads that filter and score each cycle, each with its own instance of every plugin
     /// (`[runtime] parallelism`; may be overridden from the command line).
     pub parallelism: usize,
+    /// Largest component file a `component` path may name; a larger one is refused unread.
+    pub max_component_bytes: usize,
     /// Components uploaded to a server's plugin store, by name: a profile may use them without a
     /// `[plugins.NAME]` table, or configure them in one without `component`.
     uploaded: BTreeMap<String, Arc<Vec<u8>>>,
@@ -165,10 +167,39 @@ impl Default for Config {
             default_plugins: DefaultPluginRuntime::Wasm,
             deadlines: true,
             parallelism: 1,
+            max_component_bytes: DEFAULT_MAX_COMPONENT_BYTES,
             uploaded: BTreeMap::new(),
             stats: Arc::default(),
         }
     }
+}
+
+/// Largest component, uploaded or named by a path, unless `serve --max-component-bytes` says
+/// otherwise: Python and JavaScript components are 12-18 MB.
+pub const DEFAULT_MAX_COMPONENT_BYTES: usize = 64 << 20;
+
+/// Reads a component file named in a configuration, which may come from a remote admin: only a
+/// regular file (a FIFO would hang the reader, `/dev/zero` would fill memory), at most `limit`
+/// bytes (checked before reading and while reading, should the file grow).
+fn read_component_file(path: &Path, limit: usize) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read: {e}"))?;
+    let metadata = file.metadata().map_err(|e| format!("cannot read: {e}"))?;
+    if !metadata.is_file() {
+        return Err("not a regular file".to_string());
+    }
+    let too_large = || format!("larger than the {limit} bytes a component may have");
+    if metadata.len() > limit as u64 {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::with_capacity(metadata.len() as usize);
+    file.take(limit as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read: {e}"))?;
+    if bytes.len() > limit {
+        return Err(too_large());
+    }
+    Ok(bytes)
 }
 
 /// The configuration in force when none is given, as TOML that [`Config::parse`] reads back to
@@ -238,6 +269,7 @@ impl Config {
             default_plugins: raw.runtime.default_plugins,
             deadlines: true,
             parallelism: raw.runtime.parallelism.as_ref().map_or(1, |p| *p.get_ref()),
+            max_component_bytes: DEFAULT_MAX_COMPONENT_BYTES,
             text,
             raw,
             uploaded,
@@ -613,12 +645,13 @@ impl Config {
             }
             Some(component) => {
                 let path = self.dir.join(component.get_ref());
-                let bytes = std::fs::read(&path).map_err(|e| {
-                    self.error(
-                        component.span(),
-                        format!("plugin {name}: cannot read {}: {e}", path.display()),
-                    )
-                })?;
+                let bytes =
+                    read_component_file(&path, self.max_component_bytes).map_err(|why| {
+                        self.error(
+                            component.span(),
+                            format!("plugin {name}: {}: {why}", path.display()),
+                        )
+                    })?;
                 let pin = raw.as_ref().and_then(|r| r.sha256.clone());
                 if let Some(pin) = pin {
                     let actual = sha256_hex(&bytes);
@@ -844,5 +877,39 @@ mod tests {
                 .collect()
         };
         assert_eq!(shape(&written), shape(&implicit));
+    }
+
+    #[test]
+    fn a_component_path_must_name_a_regular_file_within_the_size_limit() {
+        let dir = std::env::temp_dir().join(format!("wasched-config-paths-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let small = dir.join("small.wasm");
+        std::fs::write(&small, b"\0asm\x0d\0\x01\0").unwrap();
+        assert_eq!(read_component_file(&small, 8).unwrap().len(), 8);
+        assert_eq!(
+            read_component_file(&small, 7).unwrap_err(),
+            "larger than the 7 bytes a component may have"
+        );
+        assert_eq!(
+            read_component_file(&dir, 1 << 20).unwrap_err(),
+            "not a regular file"
+        );
+        assert_eq!(
+            read_component_file(Path::new("/dev/zero"), 1 << 20).unwrap_err(),
+            "not a regular file",
+            "a device is never read"
+        );
+        let secret = dir.join("secret.toml");
+        std::fs::write(&secret, "password = \"hunter2\"\n").unwrap();
+        let toml = format!(
+            "[plugins.Leak]\ncomponent = {:?}\n[[profiles]]\nfilters = [\"Leak\"]\nscores = []\n",
+            secret.display().to_string()
+        );
+        let error = parse(&toml).unwrap().profiles().err().expect("refused");
+        assert!(!error.message.contains("hunter2"), "{error}");
+        assert!(
+            !error.message.contains("0x70"),
+            "no byte of the file either: {error}"
+        );
     }
 }

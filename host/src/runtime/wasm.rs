@@ -154,6 +154,13 @@ impl WasmRuntime {
         bytes: &[u8],
         limits: Limits,
     ) -> Result<ComponentFactory, LoadError> {
+        // The parser's error for a file that is not WebAssembly quotes its first bytes, and the
+        // file may be any file a configuration named.
+        if !bytes.starts_with(b"\0asm") {
+            return Err(LoadError(format!(
+                "plugin {name}: not a WebAssembly component (it does not start with \\0asm)"
+            )));
+        }
         let sha256 = sha256_hex(bytes);
         let component = self.compile(bytes, &sha256).map_err(|e| {
             LoadError(format!(

@@ -73,7 +73,7 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 8 << 20)]
     pub max_request_bytes: usize,
     /// Largest plugin upload, in bytes (Python and JavaScript components are 12-18 MB).
-    #[arg(long, default_value_t = 64 << 20)]
+    #[arg(long, default_value_t = crate::config::DEFAULT_MAX_COMPONENT_BYTES)]
     pub max_component_bytes: usize,
     /// How long a placement may wait for its binding to be written before it is undone.
     #[arg(long, default_value_t = 30)]
@@ -192,14 +192,8 @@ impl Server {
         uploaded: &BTreeMap<String, Arc<Vec<u8>>>,
     ) -> Result<(Config, Vec<Profile>), ConfigError> {
         let (label, dir) = self.config_location(source);
-        let (config, specs) = parse_and_load(
-            &label,
-            &dir,
-            text,
-            uploaded,
-            &self.plugin_stats,
-            self.args.runtime,
-        )?;
+        let (config, specs) =
+            parse_and_load(&label, &dir, text, uploaded, &self.plugin_stats, &self.args)?;
         let profiles = Scheduler::build_profiles(&specs, self.args.seed, self.clock.clone())
             .map_err(|e| ConfigError {
                 file: label,
@@ -380,7 +374,7 @@ fn parse_and_load(
     text: &str,
     uploaded: &BTreeMap<String, Arc<Vec<u8>>>,
     stats: &Arc<PluginStatsRegistry>,
-    runtime: Option<DefaultPluginRuntime>,
+    args: &ServeArgs,
 ) -> Result<(Config, Vec<ProfileSpec>), ConfigError> {
     let mut config = Config::parse_with(
         label,
@@ -389,9 +383,10 @@ fn parse_and_load(
         uploaded.clone(),
         stats.clone(),
     )?;
-    if let Some(runtime) = runtime {
+    if let Some(runtime) = args.runtime {
         config.default_plugins = runtime;
     }
+    config.max_component_bytes = args.max_component_bytes;
     let specs = config.profiles()?;
     Ok((config, specs))
 }
@@ -457,9 +452,8 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ),
         _ => ("<admin config>".to_string(), args.data_dir.clone()),
     };
-    let (config, specs) =
-        parse_and_load(&label, &dir, &text, &uploaded, &plugin_stats, args.runtime)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (config, specs) = parse_and_load(&label, &dir, &text, &uploaded, &plugin_stats, &args)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
 
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::default());
     let scheduler = Scheduler::with_clock(&specs, args.seed, clock.clone())
