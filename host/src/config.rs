@@ -33,7 +33,7 @@ use toml::Spanned;
 use crate::framework::{FailurePolicy, OnFailure, PluginSpec, ProfileSpec};
 use crate::metrics::PluginStatsRegistry;
 use crate::runtime::defaults::{self, DEFAULT_FILTERS, DEFAULT_SCORES};
-use crate::runtime::wasm::{sha256_hex, Limits, WasmRuntime};
+use crate::runtime::wasm::{sha256_hex, Limits, WasmRuntime, BUILT_IN_CALL_TIMEOUT};
 use crate::runtime::PluginFactory;
 
 /// A configuration mistake: where it is and what is wrong.
@@ -677,6 +677,9 @@ impl Config {
                     .and_then(|r| r.default.as_ref().map(|d| d.get_ref().clone()))
                     .unwrap_or_else(|| name.to_string());
                 let plugin = defaults::find(&default_name).expect("checked when parsing");
+                if raw.as_ref().is_none_or(|r| r.call_timeout_ms.is_none()) {
+                    limits.call_timeout = BUILT_IN_CALL_TIMEOUT;
+                }
                 default_factory_with(plugin, self.default_plugins, limits, self.deadlines)
                     .map_err(|e| self.error(definition.map(Spanned::span).unwrap_or(0..0), e))?
             }
@@ -877,6 +880,20 @@ mod tests {
                 .collect()
         };
         assert_eq!(shape(&written), shape(&implicit));
+    }
+
+    #[test]
+    fn default_plugins_get_the_built_in_deadline_unless_one_is_configured() {
+        let identity = |text: &str| {
+            let profiles = parse(text).unwrap().profiles().unwrap();
+            profiles[0].filters[0].factory.identity()
+        };
+        let built_in = identity("[[profiles]]\nfilters = [\"NodeName\"]\nscores = []\n");
+        assert!(built_in.contains("call_timeout: 1s"), "{built_in}");
+        let configured = identity(
+            "[plugins.NodeName]\ncall_timeout_ms = 30\n[[profiles]]\nfilters = [\"NodeName\"]\nscores = []\n",
+        );
+        assert!(configured.contains("call_timeout: 30ms"), "{configured}");
     }
 
     #[test]

@@ -427,7 +427,7 @@ mod tests {
 
     #[test]
     fn an_object_larger_than_an_api_server_accepts_is_refused() {
-        let expressions: Vec<String> = (0..30_000)
+        let expressions: Vec<String> = (0..40_000)
             .map(|i| format!("{{\"key\":\"k{i}\",\"operator\":\"In\",\"values\":[\"v\"]}}"))
             .collect();
         let pod = format!(

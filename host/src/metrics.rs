@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::runtime::FailureKind;
 
 /// A histogram with fixed upper bounds (seconds), counts kept per bucket.
 #[derive(Debug)]
@@ -149,11 +151,17 @@ impl ExtensionPoint {
     }
 }
 
-/// Call times of one plugin, per extension point and outcome (`Success`, `Error`).
+/// Call times of one plugin, per extension point and outcome (`Success`, `Error`), its failures
+/// by kind and its quarantine.
 #[derive(Debug)]
 pub struct PluginCallStats {
     /// `[point][0]` successes, `[point][1]` errors.
     calls: Vec<[Histogram; 2]>,
+    /// Failures the scheduler recorded, by [`FailureKind`] (an invalid answer is a successful call
+    /// the host refused, so call outcomes alone miss it).
+    failures: [AtomicU64; FailureKind::ALL.len()],
+    /// When the latest quarantine ends, in milliseconds since the Unix epoch (0: never was).
+    quarantined_until_ms: AtomicU64,
 }
 
 impl Default for PluginCallStats {
@@ -168,11 +176,44 @@ impl Default for PluginCallStats {
                     ]
                 })
                 .collect(),
+            failures: Default::default(),
+            quarantined_until_ms: AtomicU64::new(0),
         }
     }
 }
 
+fn unix_ms(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 impl PluginCallStats {
+    /// Counts a failure the scheduler recorded.
+    pub fn failed(&self, kind: FailureKind) {
+        self.failures[kind as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Failures by kind, every kind listed.
+    pub fn failures_by_kind(&self) -> Vec<(FailureKind, u64)> {
+        FailureKind::ALL
+            .iter()
+            .map(|&kind| (kind, self.failures[kind as usize].load(Ordering::Relaxed)))
+            .collect()
+    }
+
+    /// Records a quarantine starting now.
+    pub fn quarantined_for(&self, length: Duration) {
+        let until = unix_ms(SystemTime::now() + length);
+        self.quarantined_until_ms.store(until, Ordering::Relaxed);
+    }
+
+    /// How long the plugin stays quarantined, if it is.
+    pub fn quarantine_left(&self) -> Option<Duration> {
+        let until = self.quarantined_until_ms.load(Ordering::Relaxed);
+        let now = unix_ms(SystemTime::now());
+        (until > now).then(|| Duration::from_millis(until - now))
+    }
+
     pub fn observe(&self, point: ExtensionPoint, elapsed: Duration, ok: bool) {
         self.calls[point as usize][usize::from(!ok)].observe(elapsed);
     }
@@ -182,9 +223,9 @@ impl PluginCallStats {
         self.calls.iter().flatten().map(Histogram::count).sum()
     }
 
-    /// Calls that failed.
+    /// Failures the scheduler recorded, every kind.
     pub fn errors(&self) -> u64 {
-        self.calls.iter().map(|pair| pair[1].count()).sum()
+        self.failures_by_kind().iter().map(|&(_, n)| n).sum()
     }
 
     /// Time spent in one extension point's calls, failed ones included.
@@ -198,6 +239,23 @@ impl PluginCallStats {
     /// The p99 of one extension point's successful calls, as a bucket upper bound.
     pub fn p99(&self, point: ExtensionPoint) -> Option<f64> {
         self.calls[point as usize][0].quantile_upper_bound(0.99)
+    }
+
+    fn render_failures(&self, out: &mut String, plugin: &str) {
+        for (kind, count) in self.failures_by_kind() {
+            let _ = writeln!(
+                out,
+                "wasched_plugin_failures_total{{plugin=\"{}\",kind=\"{}\"}} {count}",
+                escape(plugin),
+                kind.name()
+            );
+        }
+        let left = self.quarantine_left().map_or(0.0, |d| d.as_secs_f64());
+        let _ = writeln!(
+            out,
+            "wasched_plugin_quarantine_seconds_left{{plugin=\"{}\"}} {left}",
+            escape(plugin)
+        );
     }
 
     fn render(&self, out: &mut String, plugin: &str) {
@@ -257,6 +315,14 @@ impl PluginStatsRegistry {
         for (name, stats) in plugins.iter() {
             stats.render(out, name);
         }
+        let _ = writeln!(
+            out,
+            "# HELP wasched_plugin_failures_total Plugin failures the scheduler recorded, by kind (trap, deadline, memory, invalid_result, init).\n\
+             # TYPE wasched_plugin_failures_total counter"
+        );
+        for (name, stats) in plugins.iter() {
+            stats.render_failures(out, name);
+        }
     }
 }
 
@@ -299,12 +365,39 @@ mod tests {
         stats.observe(ExtensionPoint::Filter, Duration::from_micros(20), false);
         stats.observe(ExtensionPoint::Score, Duration::from_micros(5), true);
         assert_eq!(registry.get("P\"x").calls(), 3, "same name, same stats");
-        assert_eq!(stats.errors(), 1);
+        assert_eq!(
+            stats.errors(),
+            0,
+            "errors are the failures the scheduler recorded"
+        );
+        stats.failed(FailureKind::InvalidResult);
+        stats.failed(FailureKind::Deadline);
+        stats.failed(FailureKind::Deadline);
+        assert_eq!(stats.errors(), 3);
+        assert_eq!(stats.quarantine_left(), None);
+        stats.quarantined_for(Duration::from_secs(60));
+        assert!(stats.quarantine_left().unwrap() > Duration::from_secs(50));
         let mut out = String::new();
         registry.render(&mut out);
         assert!(out.contains(
             "scheduler_plugin_execution_duration_seconds_count{plugin=\"P\\\"x\",extension_point=\"Filter\",status=\"Error\"} 1"
         ), "{out}");
         assert!(!out.contains("extension_point=\"PreFilter\""));
+        assert!(
+            out.contains("wasched_plugin_failures_total{plugin=\"P\\\"x\",kind=\"deadline\"} 2\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("wasched_plugin_failures_total{plugin=\"P\\\"x\",kind=\"trap\"} 0\n"),
+            "{out}"
+        );
+        let left: f64 = out
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("wasched_plugin_quarantine_seconds_left{plugin=\"P\\\"x\"} ")
+            })
+            .and_then(|v| v.parse().ok())
+            .expect("the quarantine gauge");
+        assert!((50.0..=60.0).contains(&left), "{out}");
     }
 }

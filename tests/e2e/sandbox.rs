@@ -191,8 +191,9 @@ fn repeated_failures_quarantine_the_plugin_until_it_is_tried_again() {
     let mut boom = node("boom");
     boom.labels = labels(&[("explode", "true")]);
     s.cache.upsert_node(boom);
-    for _ in 0..2 {
-        assert!(timed(&mut s, &cpu_pod("p", 500))
+    // Two different pods: one pod failing a plugin again and again only fails its own cycles.
+    for i in 0..2 {
+        assert!(timed(&mut s, &cpu_pod(&format!("p{i}"), 500))
             .message
             .unwrap()
             .contains("failed in filter"));

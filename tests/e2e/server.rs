@@ -648,6 +648,79 @@ fn bad_requests_get_a_clear_4xx_and_change_nothing() {
 }
 
 #[test]
+fn a_plugin_answering_invalid_scores_shows_its_failures_and_quarantine_where_operators_look() {
+    let dir = temp_dir("failures");
+    let server = Server::start(&dir, &[]);
+    let admin = server.admin();
+    assert_eq!(
+        upload(
+            &admin,
+            "BadScore",
+            &fixture("wasched_hostile_bad_score.wasm")
+        )
+        .status,
+        201
+    );
+    let config = "[plugins.BadScore]\nquarantine_after = 2\nquarantine_seconds = 600\n\
+                  [[profiles]]\nscheduler_name = \"default-scheduler\"\n\
+                  scores = [{ plugin = \"BadScore\" }]\n";
+    ok(admin
+        .request(
+            "PUT",
+            "/admin/config",
+            Some(("application/toml", config.as_bytes().to_vec())),
+        )
+        .unwrap());
+    for name in ["n1", "n2"] {
+        ok(send(&admin, "POST", "/v1/objects", pool_node(name, "blue")));
+    }
+    for k in 0..3 {
+        ok(send(
+            &admin,
+            "POST",
+            "/v1/objects",
+            small_pod(&format!("p{k}")),
+        ));
+    }
+    let bad_score = || {
+        let plugins = ok(admin.request("GET", "/admin/plugins", None).unwrap());
+        plugins["plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "BadScore")
+            .cloned()
+            .unwrap()
+    };
+    wait_until("BadScore is quarantined", Duration::from_secs(20), || {
+        bad_score()["quarantineSecondsLeft"].as_u64().is_some()
+    });
+    let entry = bad_score();
+    assert_eq!(entry["errors"], 2, "{entry}");
+    assert_eq!(entry["failures"]["invalid_result"], 2, "{entry}");
+    assert!(entry["quarantineSecondsLeft"].as_u64().unwrap() > 500);
+    assert_eq!(
+        metric(
+            &admin,
+            "wasched_plugin_failures_total{plugin=\"BadScore\",kind=\"invalid_result\"}"
+        ),
+        2.0
+    );
+    assert!(
+        metric(
+            &admin,
+            "wasched_plugin_quarantine_seconds_left{plugin=\"BadScore\"}"
+        ) > 500.0
+    );
+    let table = wasched(&["plugin", "list"], Some(&server));
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("BadScore"))
+        .expect("listed");
+    assert!(row.contains("s left"), "{table}");
+}
+
+#[test]
 fn refuses_a_non_loopback_admin_api_without_a_token() {
     let dir = temp_dir("exposed");
     let output = Command::new(env!("CARGO_BIN_EXE_wasched"))

@@ -114,6 +114,8 @@ struct CycleState {
     left_out: Vec<bool>,
     /// Where the current phase began, for [`super::PhaseTimes`].
     mark: Instant,
+    /// `namespace/name` of the pod, to tell a plugin failing for one pod from one failing for all.
+    pod_key: String,
 }
 
 /// The nodes the filters will look at, and what the plans said about the others.
@@ -162,6 +164,7 @@ impl Profile {
             explain,
             left_out: vec![false; self.slots.len()],
             mark: Instant::now(),
+            pod_key: format!("{}/{}", pod.namespace, pod.name),
         };
         let outcome = self
             .run_stages(cache, pod, &mut cycle)
@@ -233,7 +236,7 @@ impl Profile {
             return Ok(());
         }
         let slot = &mut self.slots[i];
-        slot.record_failure(error, cycle.now);
+        slot.record_failure(error, cycle.now, Some(&cycle.pod_key));
         match slot.spec.policy.on_failure {
             OnFailure::Fail => Err(Outcome::error(reasons::plugin_failed(
                 &slot.spec.name,
@@ -1321,8 +1324,12 @@ mod stage_tests {
     fn a_quarantined_plugin_ends_every_cycle_under_fail_and_is_left_out_under_ignore() {
         let policy = |on_failure| plugin("Broken", failing_in("filter"), on_failure);
         let mut failing = scheduler(2, vec![policy(OnFailure::Fail)], vec![]);
-        for _ in 0..super::super::DEFAULT_QUARANTINE_AFTER {
-            failing.schedule(&pod(), false);
+        let numbered = |k: u32| sdk::Pod {
+            name: format!("p{k}"),
+            ..pod()
+        };
+        for k in 0..super::super::DEFAULT_QUARANTINE_AFTER {
+            failing.schedule(&numbered(k), false);
         }
         let outcome = failing.schedule(&pod(), false).expect("profile");
         let message = outcome.message.expect("quarantined");
@@ -1331,14 +1338,47 @@ mod stage_tests {
             "plugin Broken is quarantined for 60s more after 5 consecutive failures (last: filter: boom)"
         );
         let mut ignoring = scheduler(2, vec![policy(OnFailure::Ignore)], vec![]);
-        for _ in 0..=super::super::DEFAULT_QUARANTINE_AFTER {
-            let outcome = ignoring.schedule(&pod(), false).expect("profile");
+        for k in 0..=super::super::DEFAULT_QUARANTINE_AFTER {
+            let outcome = ignoring.schedule(&numbered(k), false).expect("profile");
             assert!(outcome.node.is_some());
         }
         assert_eq!(
             ignoring.plugin_health()[0].failures,
             u64::from(super::super::DEFAULT_QUARANTINE_AFTER),
             "once quarantined it is not called"
+        );
+    }
+
+    #[test]
+    fn one_pod_failing_a_plugin_again_and_again_fails_only_its_own_cycles() {
+        let mut scheduler = scheduler(
+            2,
+            vec![plugin("Broken", failing_in("set-pod"), OnFailure::Fail)],
+            vec![],
+        );
+        let named = |name: &str| sdk::Pod {
+            name: name.into(),
+            ..pod()
+        };
+        for _ in 0..10 {
+            let outcome = scheduler
+                .schedule(&named("hostile"), false)
+                .expect("profile");
+            assert_eq!(
+                outcome.message.as_deref(),
+                Some("plugin Broken failed in set-pod: boom"),
+                "the pod's own cycle fails, the plugin is not quarantined"
+            );
+        }
+        let health = &scheduler.plugin_health()[0];
+        assert_eq!((health.failures, health.consecutive_failures), (10, 1));
+        for k in 1..super::super::DEFAULT_QUARANTINE_AFTER {
+            scheduler.schedule(&named(&format!("other-{k}")), false);
+        }
+        let health = &scheduler.plugin_health()[0];
+        assert!(
+            health.quarantined_until.is_some(),
+            "failing for five different pods in a row is the plugin's failure"
         );
     }
 

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use crate::cache::Cache;
 use crate::clock::{Clock, SystemClock};
 use crate::metrics::{ExtensionPoint, PluginCallStats};
-use crate::runtime::{CallError, LoadError, PluginFactory, PluginInstance};
+use crate::runtime::{CallError, FailureKind, LoadError, PluginFactory, PluginInstance};
 use crate::util::Rng;
 
 pub use cycle::{NodeReport, Outcome};
@@ -289,7 +289,14 @@ struct Slot {
     consecutive_failures: u32,
     quarantined_until: Option<Duration>,
     last_error: Option<String>,
+    /// The pods whose cycles the plugin failed since its last success (see
+    /// [`Slot::record_failure`]); at most `quarantine_after` long.
+    pods_failed_in_a_row: Vec<String>,
 }
+
+/// The calls whose input is the pod of the cycle: a failure in one of them may be that pod's
+/// doing (a pod too large or too odd for the plugin), not the plugin's for every pod.
+const POD_CALLS: [&str; 4] = ["set-pod", "filter", "score", "normalize"];
 
 impl Slot {
     fn new(spec: PluginSpec) -> Result<Slot, LoadError> {
@@ -304,6 +311,7 @@ impl Slot {
             consecutive_failures: 0,
             quarantined_until: None,
             last_error: None,
+            pods_failed_in_a_row: Vec::new(),
         })
     }
 
@@ -318,22 +326,36 @@ impl Slot {
     }
 
     /// Records a failure: the instance is dropped (a fresh one replaces it at the next sync) and
-    /// the plugin quarantined once it failed too often in a row.
-    fn record_failure(&mut self, error: &CallError, now: Duration) {
+    /// the plugin quarantined once it failed too often in a row. `pod` is the key of the pod whose
+    /// cycle it failed in: a failure in a call that reads the pod counts toward the quarantine
+    /// only for a pod that has not failed it since its last success, so that one pod, retried
+    /// with backoff, fails its own cycles but cannot quarantine the plugin for every other pod.
+    fn record_failure(&mut self, error: &CallError, now: Duration, pod: Option<&str>) {
         self.discard();
         self.failures += 1;
-        self.consecutive_failures += 1;
+        self.spec.stats.failed(error.kind);
         self.last_error = Some(error.to_string());
+        let pod = pod.filter(|_| POD_CALLS.contains(&error.call));
+        if let Some(pod) = pod {
+            if self.pods_failed_in_a_row.iter().any(|p| p == pod) {
+                tracing::warn!(plugin = %self.spec.name, call = error.call, pod, "plugin failed again on the same pod (not counted toward quarantine): {}", error.message);
+                return;
+            }
+            self.pods_failed_in_a_row.push(pod.to_string());
+        }
+        self.consecutive_failures += 1;
         let policy = self.spec.policy;
         tracing::warn!(plugin = %self.spec.name, call = error.call, consecutive = self.consecutive_failures, "plugin failed: {}", error.message);
         if policy.quarantine_after > 0 && self.consecutive_failures >= policy.quarantine_after {
             self.quarantined_until = Some(now + policy.quarantine_for);
+            self.spec.stats.quarantined_for(policy.quarantine_for);
             tracing::warn!(plugin = %self.spec.name, seconds = policy.quarantine_for.as_secs(), "plugin quarantined");
         }
     }
 
     fn record_success(&mut self) {
         self.consecutive_failures = 0;
+        self.pods_failed_in_a_row.clear();
     }
 
     /// True while quarantined at `now`.
@@ -375,7 +397,7 @@ fn catch_up(
         *synced = None;
         let fresh = spec
             .instantiate()
-            .map_err(|e| CallError::new("init", e.0))?;
+            .map_err(|e| CallError::of_kind(FailureKind::Init, "init", e.0))?;
         *instance = Some(fresh);
     }
     let live = instance.as_mut().expect("made above");
@@ -683,7 +705,7 @@ impl Scheduler {
                     );
                 }
                 if let Err(e) = result {
-                    slot.record_failure(&e, profile.clock.now());
+                    slot.record_failure(&e, profile.clock.now(), None);
                     return Err(LoadError(format!(
                         "plugin {} failed in {e}",
                         slot.spec.name

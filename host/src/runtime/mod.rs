@@ -12,6 +12,43 @@ pub mod wasm;
 
 use wasched_sdk::{Descriptor, FilterResults, NodeInfo, NodeUsage, Pod, PodPlan};
 
+/// How a call into a plugin failed, for the counts operators read (`plugin list`, `/metrics`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The guest trapped (a panic, `unreachable`, an out-of-bounds access).
+    Trap,
+    /// The call ran past its deadline.
+    Deadline,
+    /// The instance hit its memory (or table) limit.
+    Memory,
+    /// The call returned, but its answer was not valid (wrong length, a verdict past its
+    /// failures, a score out of range, a malformed plan).
+    InvalidResult,
+    /// A fresh instance could not be made.
+    Init,
+}
+
+impl FailureKind {
+    pub const ALL: [FailureKind; 5] = [
+        FailureKind::Trap,
+        FailureKind::Deadline,
+        FailureKind::Memory,
+        FailureKind::InvalidResult,
+        FailureKind::Init,
+    ];
+
+    /// The label value in `/metrics` and the key in `/admin/plugins`.
+    pub fn name(self) -> &'static str {
+        match self {
+            FailureKind::Trap => "trap",
+            FailureKind::Deadline => "deadline",
+            FailureKind::Memory => "memory",
+            FailureKind::InvalidResult => "invalid_result",
+            FailureKind::Init => "init",
+        }
+    }
+}
+
 /// A failed call into a plugin instance.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{call}: {message}")]
@@ -20,13 +57,20 @@ pub struct CallError {
     pub call: &'static str,
     /// What went wrong: the trap, the deadline, or what was invalid about the result.
     pub message: String,
+    pub kind: FailureKind,
 }
 
 impl CallError {
+    /// A call whose answer was not valid.
     pub fn new(call: &'static str, message: impl Into<String>) -> Self {
+        Self::of_kind(FailureKind::InvalidResult, call, message)
+    }
+
+    pub fn of_kind(kind: FailureKind, call: &'static str, message: impl Into<String>) -> Self {
         CallError {
             call,
             message: message.into(),
+            kind,
         }
     }
 }

@@ -15,7 +15,7 @@ use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
 
 use wasched_sdk as sdk;
 
-use super::{check_len, CallError, LoadError, PluginFactory, PluginInstance};
+use super::{check_len, CallError, FailureKind, LoadError, PluginFactory, PluginInstance};
 
 mod bindings {
     wasmtime::component::bindgen!({
@@ -33,6 +33,12 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(1);
 /// batch in the slowest guest languages measured (Python ~3 µs per node), far below what would
 /// stall the scheduler.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(20);
+/// Default deadline of one call into an embedded default plugin, before the per-node allowance.
+/// They are built from this repository and answer in microseconds, so their deadline only has to
+/// catch a bug; 20 ms was missed three times by NodeResourcesFit in one replay on a busy 2-core
+/// machine, where the scheduling thread itself waited that long for a core, and five misses in a
+/// row would quarantine a plugin every pod needs.
+pub const BUILT_IN_CALL_TIMEOUT: Duration = Duration::from_secs(1);
 /// Deadline of instantiation and `init`: an interpreter-based component (Python, JavaScript) runs
 /// its runtime's start-up there, measured at 6 ms on an idle machine and several times that on a
 /// loaded one. It runs when a plugin is loaded, not in a cycle, and a start that loops is still cut
@@ -41,6 +47,11 @@ pub const INSTANTIATE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Extra time a call gets per node in its batch (filter, score, mirror updates): a batch of
 /// 5,000 nodes may take 20 ms + 50 ms.
 pub const PER_NODE_ALLOWANCE: Duration = Duration::from_micros(10);
+/// Extra time `set-pod` gets per item of the pod it sends (a label, a toleration, a container, a
+/// value of a node selector requirement): a pod's own size is the plugin's input there, and a pod
+/// with tens of thousands of affinity expressions (still under an API server's object limit) is
+/// not the plugin's fault.
+pub const SET_POD_PER_ITEM_ALLOWANCE: Duration = Duration::from_micros(2);
 /// Extra time a mirror update gets per node sent: more than a filter's, because a plugin may index
 /// what it is sent (labels, taint sets).
 pub const SYNC_PER_NODE_ALLOWANCE: Duration = Duration::from_micros(50);
@@ -409,15 +420,24 @@ struct ComponentInstance {
 
 fn trapped(call: &'static str, error: wasmtime::Error) -> CallError {
     let root = error.root_cause().to_string();
-    let message = match error.downcast_ref::<wasmtime::Trap>() {
-        Some(wasmtime::Trap::Interrupt) => "deadline exceeded (the call ran too long)".to_string(),
-        Some(trap) => trap.to_string(),
+    let (kind, message) = match error.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::Interrupt) => (
+            FailureKind::Deadline,
+            "deadline exceeded (the call ran too long)".to_string(),
+        ),
+        Some(trap) => (FailureKind::Trap, trap.to_string()),
         // StoreLimits refuses the growth and, with `trap_on_grow_failure`, fails the call.
-        None if root.contains("growing memory") => format!("memory limit exceeded ({root})"),
-        None if root.contains("growing table") => format!("table limit exceeded ({root})"),
-        None => format!("failed: {root}"),
+        None if root.contains("growing memory") => (
+            FailureKind::Memory,
+            format!("memory limit exceeded ({root})"),
+        ),
+        None if root.contains("growing table") => (
+            FailureKind::Memory,
+            format!("table limit exceeded ({root})"),
+        ),
+        None => (FailureKind::Trap, format!("failed: {root}")),
     };
-    CallError::new(call, message)
+    CallError::of_kind(kind, call, message)
 }
 
 impl ComponentInstance {
@@ -479,7 +499,8 @@ impl PluginInstance for ComponentInstance {
     }
 
     fn set_pod(&mut self, pod: &sdk::Pod) -> Result<sdk::PodPlan, CallError> {
-        self.arm(0);
+        let items = pod_items(pod, self.descriptor.reads_pod);
+        self.arm_for(SET_POD_PER_ITEM_ALLOWANCE * items as u32);
         let plan = self
             .world
             .call_set_pod(&mut self.store, &wit_pod(pod, self.descriptor.reads_pod))
@@ -739,6 +760,46 @@ fn code(c: wit::Code) -> sdk::Code {
         wit::Code::UnschedulableAndUnresolvable => sdk::Code::UnschedulableAndUnresolvable,
         wit::Code::Error => sdk::Code::Error,
     }
+}
+
+/// How many items of `pod` a plugin reading `parts` is sent, for its deadline.
+fn pod_items(pod: &sdk::Pod, parts: sdk::PodParts) -> usize {
+    let terms = |terms: &[sdk::NodeSelectorTerm]| -> usize {
+        terms
+            .iter()
+            .flat_map(|t| t.match_expressions.iter().chain(&t.match_fields))
+            .map(|r| 1 + r.values.len())
+            .sum()
+    };
+    let has = |part| parts.contains(part);
+    let mut items = 0;
+    if has(sdk::PodParts::LABELS) {
+        items += pod.labels.len();
+    }
+    if has(sdk::PodParts::ANNOTATIONS) {
+        items += pod.annotations.len();
+    }
+    if has(sdk::PodParts::NODE_SELECTION) {
+        items += pod.node_selector.len();
+        if let Some(affinity) = &pod.node_affinity {
+            items += affinity.required.as_deref().map_or(0, terms);
+            items += affinity
+                .preferred
+                .iter()
+                .map(|p| terms(std::slice::from_ref(&p.preference)))
+                .sum::<usize>();
+        }
+    }
+    if has(sdk::PodParts::TOLERATIONS) {
+        items += pod.tolerations.len();
+    }
+    if has(sdk::PodParts::VOLUME_CLAIMS) {
+        items += pod.volume_claims.len();
+    }
+    if has(sdk::PodParts::CONTAINERS) {
+        items += pod.containers.len();
+    }
+    items
 }
 
 fn failure(f: wit::Failure) -> sdk::Failure {

@@ -798,6 +798,12 @@ async fn list_plugins(State(server): State<Shared>) -> Result<Response, ApiError
                 "usedBy": policy.usage.get(name).cloned().unwrap_or_default(),
                 "calls": stats.calls(),
                 "errors": stats.errors(),
+                "failures": stats
+                    .failures_by_kind()
+                    .into_iter()
+                    .map(|(kind, n)| (kind.name().to_string(), json!(n)))
+                    .collect::<serde_json::Map<String, Value>>(),
+                "quarantineSecondsLeft": stats.quarantine_left().map(|d| d.as_secs()),
                 "p99Seconds": p99,
             });
             let fields = entry.as_object_mut().expect("an object");
