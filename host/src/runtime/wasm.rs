@@ -169,7 +169,7 @@ impl WasmRuntime {
         // file may be any file a configuration named.
         if !bytes.starts_with(b"\0asm") {
             return Err(LoadError(format!(
-                "plugin {name}: not a WebAssembly component (it does not start with \\0asm)"
+                "plugin {name}: not a valid WebAssembly component: it does not start with \\0asm"
             )));
         }
         let sha256 = sha256_hex(bytes);
