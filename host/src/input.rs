@@ -212,7 +212,11 @@ fn add_object(
         .to_string();
     let error = |message: String| InputError {
         location: match &kind {
-            Some(kind) if !name.is_empty() => format!("{origin} ({kind} {name})"),
+            // A name that is refused may hold a newline or be 100,000 characters long.
+            Some(kind) if !name.is_empty() => {
+                let shown: String = name.chars().take(64).collect();
+                format!("{origin} ({kind} {})", shown.escape_debug())
+            }
             Some(kind) => format!("{origin} ({kind})"),
             None => origin.to_string(),
         },
@@ -240,6 +244,7 @@ fn add_object(
     if name.is_empty() {
         return Err(error("object has no `metadata.name`".to_string()));
     }
+    k8s::validation::object_meta(&value).map_err(|e| error(e.to_string()))?;
     if let Some(size) = oversized(&value) {
         return Err(error(format!(
             "the object is {size} bytes or more as JSON, past the {MAX_OBJECT_BYTES} bytes an API server accepts"
@@ -447,5 +452,79 @@ mod tests {
                 .len(),
             1
         );
+    }
+
+    #[test]
+    fn names_the_api_server_refuses_are_refused_with_their_field() {
+        for (name, shown) in [
+            ("../../etc/passwd", "../../etc/passwd"),
+            ("x/y", "x/y"),
+            ("a\nb", "a\\nb"),
+            ("Upper", "Upper"),
+        ] {
+            let text = format!(
+                "{{\"kind\":\"Node\",\"metadata\":{{\"name\":{}}}}}",
+                serde_json::to_string(name).unwrap()
+            );
+            let error = parse_text(&text, true, Path::new("n.json")).unwrap_err();
+            assert_eq!(error.location, format!("n.json: document 1 (Node {shown})"));
+            assert!(
+                error.message.starts_with("metadata.name: Invalid value"),
+                "{error}"
+            );
+            assert!(!error.to_string().contains('\n'), "{error}");
+        }
+        let namespaced = "kind: Pod\nmetadata: {name: p, namespace: x/y}\nspec: {containers: []}\n";
+        let error = parse_text(namespaced, false, Path::new("p.yaml")).unwrap_err();
+        assert!(
+            error
+                .message
+                .starts_with("metadata.namespace: Invalid value: \"x/y\""),
+            "{error}"
+        );
+    }
+
+    proptest::proptest! {
+        /// Any name and cpu quantity either round-trips exactly through a file or is refused
+        /// with an error naming its field.
+        #[test]
+        fn names_and_quantities_round_trip_or_are_refused_by_field(
+            name in "[a-zA-Z0-9./_\n-]{0,70}",
+            cores in proptest::prop_oneof![0i64..1_000_000, proptest::num::i64::ANY],
+            unit in proptest::sample::select(vec!["", "m", "k", "M", "Ki", "e3", "E"]),
+        ) {
+            let node = serde_json::json!({
+                "kind": "Node",
+                "metadata": {"name": name},
+                "status": {"allocatable": {"cpu": format!("{cores}{unit}")}},
+            });
+            let result = parse_text(&node.to_string(), true, Path::new("p.json"));
+            let scale: i128 = match unit {
+                "" => 1_000, "m" => 1, "k" => 1_000_000, "M" => 1_000_000_000,
+                "Ki" => 1_024_000, "e3" => 1_000_000, _ => 1_000_000_000_000_000_000_000,
+            };
+            let milli = i128::from(cores).checked_mul(scale);
+            let fits = milli.is_some_and(|m| (0..=i128::from(i64::MAX)).contains(&m));
+            let name_ok = crate::k8s::validation::dns1123_subdomain("metadata.name", &name).is_ok();
+            match result {
+                Ok(cluster) => {
+                    proptest::prop_assert!(name_ok && fits);
+                    let info = crate::k8s::node_info(&cluster.nodes[0]).unwrap();
+                    proptest::prop_assert_eq!(&info.name, &name);
+                    proptest::prop_assert_eq!(Some(i128::from(info.allocatable.milli_cpu)), milli);
+                }
+                Err(error) => {
+                    let field = if !name.is_empty() && !name_ok {
+                        "metadata.name"
+                    } else {
+                        "status.allocatable.cpu"
+                    };
+                    proptest::prop_assert!(
+                        error.message.starts_with(field) || (name.is_empty() && error.message.contains("metadata.name")),
+                        "{} for {:?} {}{}", error, name, cores, unit
+                    );
+                }
+            }
+        }
     }
 }

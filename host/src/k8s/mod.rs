@@ -1,6 +1,7 @@
 //! From Kubernetes API objects (as `kubectl get -o yaml/json` prints them) to the plugin model.
 
 pub mod quantity;
+pub mod validation;
 
 use std::collections::BTreeMap;
 

@@ -74,6 +74,24 @@ fn server_url(server: &str) -> String {
     }
 }
 
+/// `text` as one URL path segment: everything but RFC 3986's unreserved characters
+/// percent-encoded, so that `-n 'x/y'` asks for namespace `x/y` (which does not exist) rather than
+/// another path.
+fn path_segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    // `.` and `..` alone would be read as dot-segments and remove path parts.
+    let dot_segment = text == "." || text == "..";
+    for byte in text.bytes() {
+        let unreserved = byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~');
+        if unreserved && !(dot_segment && byte == b'.') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
 impl Client {
     /// A client of `connection`.
     ///
@@ -245,7 +263,7 @@ pub fn plugin_list(client: &Client) -> anyhow::Result<String> {
 /// The server refused or cannot be reached.
 pub fn get_pods(client: &Client, namespace: Option<&str>) -> anyhow::Result<String> {
     let path = match namespace {
-        Some(ns) => format!("/v1/namespaces/{ns}/pods"),
+        Some(ns) => format!("/v1/namespaces/{}/pods", path_segment(ns)),
         None => "/v1/pods".to_string(),
     };
     let reply = client.request("GET", &path, None)?.ok_json()?;
@@ -352,6 +370,14 @@ pub fn apply(client: &Client, files: &[std::path::PathBuf]) -> anyhow::Result<St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_namespace_is_one_path_segment() {
+        assert_eq!(path_segment("team-a"), "team-a");
+        assert_eq!(path_segment("x/y"), "x%2Fy");
+        assert_eq!(path_segment("../a b"), "..%2Fa%20b");
+        assert_eq!(path_segment(".."), "%2E%2E");
+    }
 
     #[test]
     fn a_server_without_a_scheme_is_reached_over_http() {
