@@ -105,7 +105,7 @@ impl Outcome {
 }
 
 /// What one cycle carries from stage to stage besides the profile.
-struct CycleState {
+struct CycleState<'p> {
     /// The scheduler clock's reading when the cycle began (quarantines are timed with it).
     now: Duration,
     explain: bool,
@@ -114,8 +114,8 @@ struct CycleState {
     left_out: Vec<bool>,
     /// Where the current phase began, for [`super::PhaseTimes`].
     mark: Instant,
-    /// `namespace/name` of the pod, to tell a plugin failing for one pod from one failing for all.
-    pod_key: String,
+    /// The pod, to tell a plugin failing for one pod from one failing for all.
+    pod: &'p sdk::Pod,
 }
 
 /// The nodes the filters will look at, and what the plans said about the others.
@@ -164,7 +164,7 @@ impl Profile {
             explain,
             left_out: vec![false; self.slots.len()],
             mark: Instant::now(),
-            pod_key: format!("{}/{}", pod.namespace, pod.name),
+            pod,
         };
         let outcome = self
             .run_stages(cache, pod, &mut cycle)
@@ -236,7 +236,8 @@ impl Profile {
             return Ok(());
         }
         let slot = &mut self.slots[i];
-        slot.record_failure(error, cycle.now, Some(&cycle.pod_key));
+        let pod_key = format!("{}/{}", cycle.pod.namespace, cycle.pod.name);
+        slot.record_failure(error, cycle.now, Some(&pod_key));
         match slot.spec.policy.on_failure {
             OnFailure::Fail => Err(Outcome::error(reasons::plugin_failed(
                 &slot.spec.name,
