@@ -119,7 +119,12 @@ fn build_python(dir: &Path, output: Option<&Path>) -> anyhow::Result<Built> {
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tool = find_tool("WASCHED_COMPONENTIZE_PY", &["componentize-py"]).with_context(|| {
+    let tool = find_tool(
+        "WASCHED_COMPONENTIZE_PY",
+        &["componentize-py"],
+        &["python/bin/componentize-py"],
+    )
+    .with_context(|| {
         format!(
             "componentize-py is not installed: run `pip install {COMPONENTIZE_PY}` (or set \
              WASCHED_COMPONENTIZE_PY to its path)"
@@ -208,7 +213,12 @@ fn build_javascript(dir: &Path, output: Option<&Path>) -> anyhow::Result<Built> 
         "export function init",
         "`export function init`",
     )?;
-    let tool = find_tool("WASCHED_COMPONENTIZE_JS", &["componentize-js"]).with_context(|| {
+    let tool = find_tool(
+        "WASCHED_COMPONENTIZE_JS",
+        &["componentize-js"],
+        &["js/node_modules/.bin/componentize-js"],
+    )
+    .with_context(|| {
         format!(
             "componentize-js is not installed: run `npm install {COMPONENTIZE_JS}` (or set \
              WASCHED_COMPONENTIZE_JS to node_modules/.bin/componentize-js)"
@@ -241,8 +251,10 @@ fn first_runnable(candidates: &[PathBuf]) -> Option<PathBuf> {
     candidates.iter().find(|tool| runs(tool)).cloned()
 }
 
-/// A tool from `env` (when set) or the first of `names` that runs.
-fn find_tool(env: &str, names: &[&str]) -> Option<PathBuf> {
+/// A tool from `env` (when set) or the first of `names` that runs, on the PATH, in
+/// `~/.cargo/bin`, or where `scripts/setup` installs guest tools (`installed`, relative to
+/// `target/guest-tools` of the current directory or of the build this binary came from).
+fn find_tool(env: &str, names: &[&str], installed: &[&str]) -> Option<PathBuf> {
     match std::env::var_os(env) {
         Some(path) => first_runnable(&[PathBuf::from(path)]),
         None => {
@@ -254,9 +266,25 @@ fn find_tool(env: &str, names: &[&str]) -> Option<PathBuf> {
                         .map(|n| Path::new(&home).join(".cargo/bin").join(n)),
                 );
             }
+            for dir in guest_tool_dirs() {
+                candidates.extend(installed.iter().map(|tool| dir.join(tool)));
+            }
             first_runnable(&candidates)
         }
     }
+}
+
+/// Where `scripts/setup` puts the guest toolchains: `target/guest-tools` of the checkout the
+/// command runs in, and of the one whose `target/release/wasched` this is.
+fn guest_tool_dirs() -> Vec<PathBuf> {
+    let mut dirs = vec![PathBuf::from("target/guest-tools")];
+    if let Some(target) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent()?.parent().map(Path::to_path_buf))
+    {
+        dirs.push(target.join("guest-tools"));
+    }
+    dirs
 }
 
 /// Runs a build step, printing it first.
@@ -282,10 +310,10 @@ fn build_c(dir: &Path, output: Option<&Path>) -> anyhow::Result<Built> {
         .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("c"))
         .collect();
     sources.sort();
-    let bindgen = find_tool("WASCHED_WIT_BINDGEN", &["wit-bindgen"]).with_context(|| {
+    let bindgen = find_tool("WASCHED_WIT_BINDGEN", &["wit-bindgen"], &[]).with_context(|| {
         format!("wit-bindgen is not installed: run `cargo install --locked {WIT_BINDGEN}`")
     })?;
-    let clang = find_tool("WASCHED_CLANG", &["clang-14", "clang"]).context(
+    let clang = find_tool("WASCHED_CLANG", &["clang-14", "clang"], &[]).context(
         "clang is not installed: C plugins need clang with the wasm32-wasi target and wasi-libc \
          (Debian: `apt-get install clang-14 lld-14 wasi-libc libclang-rt-14-dev-wasm32`), or set \
          WASCHED_CLANG",

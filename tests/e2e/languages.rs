@@ -106,6 +106,27 @@ fn the_python_gpu_model_filter_is_built_loaded_and_decides_placements() {
     );
 }
 
+#[cfg(wasched_python_plugins)]
+#[test]
+fn plugin_build_finds_the_python_toolchain_where_setup_installed_it() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let output = std::env::temp_dir().join(format!("wasched-found-{}.wasm", std::process::id()));
+    let build = Command::new(env!("CARGO_BIN_EXE_wasched"))
+        .args(["plugin", "build", "examples/plugins/python/gpu-model", "-o"])
+        .arg(&output)
+        .current_dir(root)
+        .env_remove("WASCHED_COMPONENTIZE_PY")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&build.stderr);
+    assert!(build.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("guest-tools/python/bin/componentize-py"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_file(output);
+}
+
 #[cfg(wasched_javascript_plugins)]
 #[test]
 fn the_javascript_rack_spread_scorer_is_built_loaded_and_spreads_pods_over_racks() {
