@@ -327,8 +327,11 @@ pub struct RunReport {
     pub pods_per_second: f64,
     pub p50_cycle_us: f64,
     pub p99_cycle_us: f64,
-    /// Peak resident memory of the process when the run ended.
+    /// Peak resident memory of the process during the run.
     pub peak_rss_mb: f64,
+    /// What the run added to resident memory: its peak over the RSS when it started (the cache,
+    /// the plugin instances and their mirrors).
+    pub rss_growth_mb: f64,
     /// Mean time per pod in each host phase (µs), in cycle order.
     pub phases_us: Vec<(&'static str, f64)>,
     /// Mean time per pod in each plugin's calls (µs), by plugin then extension point.
@@ -358,12 +361,12 @@ pub struct Report {
     /// The same WASM run with call deadlines (epoch interruption) off, with `--without-deadlines`.
     pub wasm_without_deadlines: Option<RunReport>,
     pub native: RunReport,
-    /// WASM throughput over native throughput.
-    pub wasm_native_ratio: f64,
+    /// WASM throughput over native throughput (none when either scheduled nothing).
+    pub wasm_native_ratio: Option<f64>,
     /// How much slower WASM runs with deadlines than without, in percent of throughput.
     pub deadline_overhead_percent: Option<f64>,
-    /// Peak RSS of the WASM run per 1,000 nodes.
-    pub wasm_mb_per_1000_nodes: f64,
+    /// What the WASM run added to resident memory, per 1,000 nodes (none without nodes).
+    pub wasm_mb_per_1000_nodes: Option<f64>,
     /// The configuration file, when not the default profile.
     pub config: Option<String>,
 }
@@ -388,6 +391,8 @@ pub fn run_once(
     config.default_plugins = runtime;
     config.deadlines = deadlines;
     config.parallelism = threads;
+    reset_peak_rss();
+    let rss_before = proc_status_mb("VmRSS");
     let profiles = config.profiles()?;
     let mut scheduler = Scheduler::new(&profiles, seed)?;
     cluster.load_into(&mut scheduler.cache);
@@ -475,6 +480,7 @@ pub fn run_once(
         p50_cycle_us: percentile(0.50),
         p99_cycle_us: percentile(0.99),
         peak_rss_mb: peak_rss_mb(),
+        rss_growth_mb: (peak_rss_mb() - rss_before).max(0.0),
         phases_us: Phase::ALL
             .iter()
             .map(|&p| (p.name(), per_pod(phases.get(p))))
@@ -552,6 +558,26 @@ pub fn event_throughput(cluster: &Synthetic, count: usize) -> anyhow::Result<f64
         .map_err(|_| anyhow::anyhow!("event producer panicked"))?;
     service.apply_events();
     Ok(count as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Starts a new peak for [`peak_rss_mb`] (Linux: writing 5 to `/proc/self/clear_refs`), so that
+/// each run's peak is its own and not the largest of every run before it in this process.
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// `part / whole`, when both are positive and finite.
+fn ratio(part: f64, whole: f64) -> Option<f64> {
+    (part.is_finite() && whole.is_finite() && part > 0.0 && whole > 0.0).then(|| part / whole)
+}
+
+/// `megabytes` per 1,000 of `nodes`, when there are nodes.
+fn per_thousand_nodes(megabytes: f64, nodes: usize) -> Option<f64> {
+    (nodes > 0).then(|| megabytes * 1000.0 / nodes as f64)
+}
+
+fn or_na(value: Option<f64>, decimals: usize) -> String {
+    value.map_or_else(|| "n/a".to_string(), |v| format!("{v:.decimals$}"))
 }
 
 /// The process's peak resident set size in MB (Linux `VmHWM`), or 0 where unavailable.
@@ -681,11 +707,12 @@ fn run_scenario(
         threads,
         wasm_speedup_over_one_thread: None,
         native_speedup_over_one_thread: None,
-        wasm_native_ratio: wasm.pods_per_second / native.pods_per_second,
+        wasm_native_ratio: ratio(wasm.pods_per_second, native.pods_per_second),
         deadline_overhead_percent: wasm_without_deadlines
             .as_ref()
-            .map(|nodl| 100.0 * (1.0 - wasm.pods_per_second / nodl.pods_per_second)),
-        wasm_mb_per_1000_nodes: wasm.peak_rss_mb * 1000.0 / nodes.max(1) as f64,
+            .and_then(|nodl| ratio(wasm.pods_per_second, nodl.pods_per_second))
+            .map(|r| 100.0 * (1.0 - r)),
+        wasm_mb_per_1000_nodes: per_thousand_nodes(wasm.rss_growth_mb, nodes),
         config: args.config.as_ref().map(|p| p.display().to_string()),
         wasm,
         wasm_without_deadlines,
@@ -738,8 +765,10 @@ fn print_table(r: &Report) {
         );
     }
     println!(
-        "wasm/native throughput ratio: {:.2}; WASM peak RSS {:.1} MB per 1,000 nodes",
-        r.wasm_native_ratio, r.wasm_mb_per_1000_nodes
+        "wasm/native throughput ratio: {}; the WASM run added {:.1} MB of RSS, {} MB per 1,000 nodes",
+        or_na(r.wasm_native_ratio, 2),
+        r.wasm.rss_growth_mb,
+        or_na(r.wasm_mb_per_1000_nodes, 1)
     );
     if let Some(overhead) = r.deadline_overhead_percent {
         println!("call deadlines cost {overhead:.1}% of WASM throughput (wasm vs wasm-nodl)");
@@ -772,4 +801,20 @@ fn print_table(r: &Report) {
         );
     }
     println!();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratios_and_memory_per_node_are_not_made_up_without_pods_or_nodes() {
+        assert_eq!(ratio(10.0, 20.0), Some(0.5));
+        assert_eq!(ratio(0.0, 0.0), None, "0/0 pods per second is no ratio");
+        assert_eq!(ratio(5.0, f64::NAN), None);
+        assert_eq!(per_thousand_nodes(30.0, 5000), Some(6.0));
+        assert_eq!(per_thousand_nodes(21_695.0, 0), None);
+        assert_eq!(or_na(None, 2), "n/a");
+        assert_eq!(or_na(Some(0.704), 2), "0.70");
+    }
 }
