@@ -721,6 +721,60 @@ fn a_plugin_answering_invalid_scores_shows_its_failures_and_quarantine_where_ope
 }
 
 #[test]
+fn the_cluster_api_refuses_what_an_api_server_refuses_and_skips_kinds_it_does_not_keep() {
+    let dir = temp_dir("hostile");
+    let server = Server::start(&dir, &[]);
+    let client = server.admin();
+    let post = |body: Vec<u8>| {
+        client
+            .request("POST", "/v1/objects", Some(("application/yaml", body)))
+            .unwrap()
+    };
+    let refused = [
+        (
+            b"kind: Node\nmetadata: {name: ../../etc/passwd}\n".to_vec(),
+            "metadata.name: Invalid value",
+        ),
+        (
+            b"kind: Pod\nmetadata: {name: p, namespace: x/y}\nspec: {containers: []}\n".to_vec(),
+            "metadata.namespace: Invalid value",
+        ),
+        (
+            format!("kind: Node\nmetadata: {{name: n}}\nx: {}", "[".repeat(100_000)).into_bytes(),
+            "nested deeper than 256 levels",
+        ),
+        (
+            b"kind: Node\nmetadata: {name: n}\nstatus: {allocatable: {memory: 100Ei}}\n".to_vec(),
+            "status.allocatable.memory",
+        ),
+        (
+            b"kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, resources: {requests: {cpu: '-1'}}}]}\n"
+                .to_vec(),
+            "must be greater than or equal to 0",
+        ),
+    ];
+    for (body, expected) in refused {
+        let reply = post(body);
+        assert_eq!(reply.status, 400, "{}", reply.body);
+        assert!(reply.body.contains(expected), "{expected}: {}", reply.body);
+    }
+    let manifests = b"kind: Service\nmetadata: {name: web}\n---\n\
+                      kind: Node\nmetadata: {name: n1}\nstatus: {capacity: {cpu: '4', pods: '10'}}\n"
+        .to_vec();
+    let applied = ok(post(manifests));
+    assert_eq!(applied["items"][0]["name"], "n1", "{applied}");
+    assert_eq!(applied["skipped"]["Service"], 1, "{applied}");
+    let nodes = ok(client.request("GET", "/v1/nodes", None).unwrap());
+    let names: Vec<&str> = nodes["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(names, ["n1"], "nothing refused was written");
+}
+
+#[test]
 fn refuses_a_non_loopback_admin_api_without_a_token() {
     let dir = temp_dir("exposed");
     let output = Command::new(env!("CARGO_BIN_EXE_wasched"))

@@ -349,6 +349,17 @@ pub fn apply(client: &Client, files: &[std::path::PathBuf]) -> anyhow::Result<St
             .request("POST", "/v1/objects", Some((content_type, bytes)))?
             .ok_json()
             .with_context(|| format!("applying {}", file.display()))?;
+        if let Some(skipped) = reply["skipped"].as_object().filter(|s| !s.is_empty()) {
+            let kinds: Vec<String> = skipped
+                .iter()
+                .map(|(kind, n)| format!("{n} {kind}"))
+                .collect();
+            eprintln!(
+                "warning: {}: skipped {} (wasched keeps Node, Pod, PersistentVolume, PersistentVolumeClaim, StorageClass)",
+                file.display(),
+                kinds.join(", ")
+            );
+        }
         for item in reply["items"].as_array().into_iter().flatten() {
             let namespace = item["namespace"].as_str().unwrap_or("");
             let name = item["name"].as_str().unwrap_or("");

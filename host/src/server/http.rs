@@ -3,7 +3,7 @@
 //! Every error is a Kubernetes `Status` object (`{"kind":"Status","status":"Failure","message":...,
 //! "reason":...,"code":...}`), so `kubectl`-minded clients and scripts read one shape.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::path::Path as FsPath;
@@ -261,13 +261,21 @@ fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Vec<Value>, ApiError> 
     Ok(documents.into_iter().filter(|d| !d.is_null()).collect())
 }
 
-/// Turns JSON documents (objects or lists) into checked objects.
-fn objects_of(documents: Vec<Value>) -> Result<Vec<Object>, ApiError> {
+/// Turns JSON documents (objects or lists) into checked objects, and the kinds wasched does not
+/// keep, counted: a file of manifests holds Services and Deployments beside the Pods, and `simulate`
+/// skips them too. A request with nothing but such kinds is refused, since it changes nothing.
+fn objects_of(documents: Vec<Value>) -> Result<(Vec<Object>, BTreeMap<String, usize>), ApiError> {
     let text = json!({"kind": "List", "apiVersion": "v1", "items": documents}).to_string();
-    let cluster = input::parse_text(&text, true, FsPath::new("request body"))
+    let mut cluster = input::parse_text(&text, true, FsPath::new("request body"))
         .map_err(|e| ApiError::new(400, e.to_string().replace("request body: document 1, ", "")))?;
-    if !cluster.skipped.is_empty() {
-        let kinds: Vec<&str> = cluster.skipped.keys().map(String::as_str).collect();
+    let skipped = std::mem::take(&mut cluster.skipped);
+    let kept = cluster.nodes.len()
+        + cluster.pods.len()
+        + cluster.volumes.len()
+        + cluster.claims.len()
+        + cluster.classes.len();
+    if kept == 0 && !skipped.is_empty() {
+        let kinds: Vec<&str> = skipped.keys().map(String::as_str).collect();
         return Err(ApiError::new(
             400,
             format!(
@@ -313,7 +321,7 @@ fn objects_of(documents: Vec<Value>) -> Result<Vec<Object>, ApiError> {
             metadata.namespace = None;
         }
     }
-    Ok(objects)
+    Ok((objects, skipped))
 }
 
 /// One object of `kind` from a resource endpoint's body, with the path's namespace and name.
@@ -371,7 +379,7 @@ fn one_object(
             }
         }
     }
-    let mut objects = objects_of(documents)?;
+    let (mut objects, _) = objects_of(documents)?;
     Ok(objects.remove(0))
 }
 
@@ -515,7 +523,7 @@ async fn apply_objects(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body?;
-    let objects = objects_of(parse_body(&headers, &body)?)?;
+    let (objects, skipped) = objects_of(parse_body(&headers, &body)?)?;
     let written = write(server, objects, WriteMode::Upsert).await?;
     let items: Vec<Value> = written
         .iter()
@@ -530,7 +538,7 @@ async fn apply_objects(
             })
         })
         .collect();
-    Ok(Json(json!({ "items": items })).into_response())
+    Ok(Json(json!({ "items": items, "skipped": skipped })).into_response())
 }
 
 async fn list(
