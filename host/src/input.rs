@@ -52,9 +52,31 @@ pub struct Cluster {
     pub classes: Vec<StorageClass>,
     /// Objects of other kinds that were skipped, counted by kind.
     pub skipped: BTreeMap<String, usize>,
+    /// Files that held no object at all (empty, or only comments): most likely the wrong file.
+    pub empty_files: Vec<PathBuf>,
 }
 
 impl Cluster {
+    /// Objects of every kind, skipped ones included.
+    fn object_count(&self) -> usize {
+        self.nodes.len()
+            + self.pods.len()
+            + self.volumes.len()
+            + self.claims.len()
+            + self.classes.len()
+            + self.skipped.values().sum::<usize>()
+    }
+
+    /// One line naming the files that held no object, if any did.
+    pub fn empty_files_warning(&self) -> Option<String> {
+        let files: Vec<String> = self
+            .empty_files
+            .iter()
+            .map(|f| f.display().to_string())
+            .collect();
+        (!files.is_empty()).then(|| format!("warning: no objects in {}", files.join(", ")))
+    }
+
     /// One line naming what was skipped, if anything was.
     pub fn skipped_warning(&self) -> Option<String> {
         if self.skipped.is_empty() {
@@ -92,7 +114,12 @@ fn load_file(path: &Path, cluster: &mut Cluster) -> Result<(), InputError> {
     let is_json = path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("json"));
-    parse_into(&text, is_json, path, cluster)
+    let before = cluster.object_count();
+    parse_into(&text, is_json, path, cluster)?;
+    if cluster.object_count() == before {
+        cluster.empty_files.push(path.to_path_buf());
+    }
+    Ok(())
 }
 
 /// Reads objects from text (JSON, or YAML with any number of documents); `source` names the text
@@ -347,6 +374,13 @@ mod tests {
         );
         assert_eq!(cluster.skipped.get("Service"), Some(&1));
         assert!(cluster.skipped_warning().unwrap().contains("1 Service"));
+        assert_eq!(cluster.empty_files_warning(), None);
+        let empty = write(&dir, "empty.yaml", "# nothing here\n---\n");
+        let cluster = load_files(std::slice::from_ref(&empty)).unwrap();
+        assert_eq!(
+            cluster.empty_files_warning(),
+            Some(format!("warning: no objects in {}", empty.display()))
+        );
     }
 
     #[test]

@@ -202,7 +202,10 @@ fn run(command: Command) -> anyhow::Result<()> {
                 config.default_plugins = runtime;
             }
             let cluster = input::load_files(&cluster)?;
-            if let Some(warning) = cluster.skipped_warning() {
+            for warning in [cluster.empty_files_warning(), cluster.skipped_warning()]
+                .into_iter()
+                .flatten()
+            {
                 eprintln!("{warning}");
             }
             let options = simulate::Options {
