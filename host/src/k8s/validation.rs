@@ -34,14 +34,41 @@ fn too_long(field: &str, value: &str, max: usize) -> FieldError {
     )
 }
 
-fn is_label_body(part: &str) -> bool {
+/// True when `part` is not empty, starts and ends with an ASCII letter or digit, and holds only
+/// bytes that `allowed` accepts.
+fn is_word(part: &str, allowed: impl Fn(u8) -> bool) -> bool {
     let bytes = part.as_bytes();
-    !bytes.is_empty()
-        && bytes[0].is_ascii_alphanumeric()
-        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
-        && bytes
-            .iter()
-            .all(|&b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    match (bytes.first(), bytes.last()) {
+        (Some(first), Some(last)) => {
+            first.is_ascii_alphanumeric()
+                && last.is_ascii_alphanumeric()
+                && bytes.iter().all(|&b| allowed(b))
+        }
+        _ => false,
+    }
+}
+
+fn is_label_body(part: &str) -> bool {
+    is_word(part, |b| {
+        b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'
+    })
+}
+
+fn is_qualified_name_part(part: &str) -> bool {
+    is_word(part, |b| {
+        b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')
+    })
+}
+
+/// The length check, then the pattern check, with the API server's messages.
+fn check(field: &str, value: &str, max: usize, valid: bool, rule: &str) -> Result<(), FieldError> {
+    if value.len() > max {
+        return Err(too_long(field, value, max));
+    }
+    if !valid {
+        return Err(invalid(field, value, rule));
+    }
+    Ok(())
 }
 
 /// A DNS-1123 label: a namespace.
@@ -49,13 +76,13 @@ fn is_label_body(part: &str) -> bool {
 /// # Errors
 /// The API server's message, naming `field`.
 pub fn dns1123_label(field: &str, value: &str) -> Result<(), FieldError> {
-    if value.len() > DNS1123_LABEL_MAX {
-        return Err(too_long(field, value, DNS1123_LABEL_MAX));
-    }
-    if !is_label_body(value) {
-        return Err(invalid(field, value, LABEL_RULE));
-    }
-    Ok(())
+    check(
+        field,
+        value,
+        DNS1123_LABEL_MAX,
+        is_label_body(value),
+        LABEL_RULE,
+    )
 }
 
 /// A DNS-1123 subdomain: the name of a Node, Pod, PersistentVolume(Claim) or StorageClass.
@@ -63,23 +90,8 @@ pub fn dns1123_label(field: &str, value: &str) -> Result<(), FieldError> {
 /// # Errors
 /// The API server's message, naming `field`.
 pub fn dns1123_subdomain(field: &str, value: &str) -> Result<(), FieldError> {
-    if value.len() > DNS1123_SUBDOMAIN_MAX {
-        return Err(too_long(field, value, DNS1123_SUBDOMAIN_MAX));
-    }
-    if !value.split('.').all(is_label_body) {
-        return Err(invalid(field, value, SUBDOMAIN_RULE));
-    }
-    Ok(())
-}
-
-fn is_qualified_name_part(part: &str) -> bool {
-    let bytes = part.as_bytes();
-    !bytes.is_empty()
-        && bytes[0].is_ascii_alphanumeric()
-        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
-        && bytes
-            .iter()
-            .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    let valid = value.split('.').all(is_label_body);
+    check(field, value, DNS1123_SUBDOMAIN_MAX, valid, SUBDOMAIN_RULE)
 }
 
 /// A label (or annotation) key: an optional DNS-1123 subdomain prefix and `/`, then a name of at
@@ -103,10 +115,13 @@ pub fn qualified_name(field: &str, key: &str) -> Result<(), FieldError> {
             format_args!("name part must be no more than {DNS1123_LABEL_MAX} characters"),
         ));
     }
-    if !is_qualified_name_part(name) {
-        return Err(invalid(field, key, QUALIFIED_NAME_RULE));
-    }
-    Ok(())
+    check(
+        field,
+        key,
+        usize::MAX,
+        is_qualified_name_part(name),
+        QUALIFIED_NAME_RULE,
+    )
 }
 
 /// A label value: empty, or at most 63 characters of the qualified-name alphabet.
@@ -114,13 +129,8 @@ pub fn qualified_name(field: &str, key: &str) -> Result<(), FieldError> {
 /// # Errors
 /// The API server's message, naming `field`.
 pub fn label_value(field: &str, value: &str) -> Result<(), FieldError> {
-    if value.len() > DNS1123_LABEL_MAX {
-        return Err(too_long(field, value, DNS1123_LABEL_MAX));
-    }
-    if !value.is_empty() && !is_qualified_name_part(value) {
-        return Err(invalid(field, value, LABEL_VALUE_RULE));
-    }
-    Ok(())
+    let valid = value.is_empty() || is_qualified_name_part(value);
+    check(field, value, DNS1123_LABEL_MAX, valid, LABEL_VALUE_RULE)
 }
 
 /// Checks an object's `metadata`: its name (a DNS-1123 subdomain), its namespace (a DNS-1123
