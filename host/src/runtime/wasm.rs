@@ -771,35 +771,28 @@ fn pod_items(pod: &sdk::Pod, parts: sdk::PodParts) -> usize {
             .map(|r| 1 + r.values.len())
             .sum()
     };
-    let has = |part| parts.contains(part);
-    let mut items = 0;
-    if has(sdk::PodParts::LABELS) {
-        items += pod.labels.len();
-    }
-    if has(sdk::PodParts::ANNOTATIONS) {
-        items += pod.annotations.len();
-    }
-    if has(sdk::PodParts::NODE_SELECTION) {
-        items += pod.node_selector.len();
-        if let Some(affinity) = &pod.node_affinity {
-            items += affinity.required.as_deref().map_or(0, terms);
-            items += affinity
-                .preferred
+    let affinity = pod.node_affinity.as_ref().map_or(0, |a| {
+        a.required.as_deref().map_or(0, terms)
+            + a.preferred
                 .iter()
                 .map(|p| terms(std::slice::from_ref(&p.preference)))
-                .sum::<usize>();
-        }
-    }
-    if has(sdk::PodParts::TOLERATIONS) {
-        items += pod.tolerations.len();
-    }
-    if has(sdk::PodParts::VOLUME_CLAIMS) {
-        items += pod.volume_claims.len();
-    }
-    if has(sdk::PodParts::CONTAINERS) {
-        items += pod.containers.len();
-    }
-    items
+                .sum::<usize>()
+    });
+    [
+        (sdk::PodParts::LABELS, pod.labels.len()),
+        (sdk::PodParts::ANNOTATIONS, pod.annotations.len()),
+        (
+            sdk::PodParts::NODE_SELECTION,
+            pod.node_selector.len() + affinity,
+        ),
+        (sdk::PodParts::TOLERATIONS, pod.tolerations.len()),
+        (sdk::PodParts::VOLUME_CLAIMS, pod.volume_claims.len()),
+        (sdk::PodParts::CONTAINERS, pod.containers.len()),
+    ]
+    .iter()
+    .filter(|(part, _)| parts.contains(*part))
+    .map(|&(_, items)| items)
+    .sum()
 }
 
 fn failure(f: wit::Failure) -> sdk::Failure {
@@ -851,6 +844,41 @@ impl From<wit::Descriptor> for sdk::Descriptor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn set_pod_deadline_items_count_only_the_parts_a_plugin_reads() {
+        let requirement = |key: &str| sdk::NodeSelectorRequirement {
+            key: key.into(),
+            operator: "In".into(),
+            values: vec!["a".into(), "b".into(), "c".into()],
+        };
+        let pod = sdk::Pod {
+            labels: [("app", "web"), ("tier", "front")]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            tolerations: vec![sdk::Toleration::default()],
+            node_affinity: Some(sdk::NodeAffinity {
+                required: Some(vec![sdk::NodeSelectorTerm {
+                    match_expressions: vec![requirement("zone"), requirement("disk")],
+                    match_fields: Vec::new(),
+                }]),
+                preferred: Vec::new(),
+            }),
+            ..sdk::Pod::default()
+        };
+        assert_eq!(
+            pod_items(&pod, sdk::PodParts::NODE_SELECTION),
+            8,
+            "2 x (1 + 3)"
+        );
+        assert_eq!(
+            pod_items(&pod, sdk::PodParts::LABELS | sdk::PodParts::NODE_SELECTION),
+            10
+        );
+        assert_eq!(pod_items(&pod, sdk::PodParts::ALL), 11);
+        assert_eq!(pod_items(&pod, sdk::PodParts::NONE), 0);
+    }
 
     #[test]
     fn set_pod_sends_only_the_declared_parts() {
