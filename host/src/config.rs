@@ -929,4 +929,48 @@ mod tests {
             "no byte of the file either: {error}"
         );
     }
+
+    fn config_fragment() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::strategy::Strategy;
+        let pieces = vec![
+            "[[profiles]]\n",
+            "[runtime]\n",
+            "[plugins.X]\n",
+            "filters = [",
+            "scores = [",
+            "{ plugin = \"NodeName\", weight = ",
+            "\"NodeName\"",
+            "\"X\"",
+            "]",
+            "}",
+            ",",
+            "\n",
+            "weight = 0",
+            "500",
+            "-1",
+            "parallelism = ",
+            "default_plugins = \"native\"\n",
+            "component = \"/dev/zero\"\n",
+            "call_timeout_ms = 99999999\n",
+            "quarantine_after = ",
+            "percentage_of_nodes_to_score = 101\n",
+            "scheduler_name = \"\"\n",
+            "\"",
+            "=",
+            "#",
+        ];
+        proptest::collection::vec(proptest::sample::select(pieces), 0..40).prop_map(|p| p.concat())
+    }
+
+    proptest::proptest! {
+        /// Any mix of configuration pieces parses to a configuration or an error with a line,
+        /// never a panic; what parses builds its profiles natively or says why not.
+        #[test]
+        fn any_configuration_is_read_or_refused_without_a_panic(text in config_fragment()) {
+            let text = format!("{text}\n[runtime]\ndefault_plugins = \"native\"\n");
+            if let Ok(config) = parse(&text) {
+                let _ = config.profiles();
+            }
+        }
+    }
 }

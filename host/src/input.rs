@@ -561,4 +561,60 @@ mod tests {
             }
         }
     }
+
+    /// Pieces of Kubernetes YAML and JSON, and the odd bytes hostile documents are made of.
+    fn fragment() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::strategy::Strategy;
+        let pieces = vec![
+            "kind: Node\n",
+            "kind: Pod\n",
+            "kind: List\nitems:\n",
+            "metadata:\n",
+            "  name: n1\n",
+            "  namespace: a/b\n",
+            "spec: {containers: [{name: c}]}\n",
+            "status: {allocatable: {cpu: ",
+            "1e30",
+            "-1",
+            "9Ei",
+            "'",
+            "\"",
+            "[",
+            "]",
+            "{",
+            "}",
+            "- ",
+            ": ",
+            "---\n",
+            "&a ",
+            "*a ",
+            "!!binary ",
+            "<<: *a\n",
+            "\u{feff}",
+            "\0",
+            "\t",
+            "\n",
+            "  ",
+            "~",
+            "null",
+            "{\"kind\":",
+            "\"Pod\"",
+            ",",
+            "é",
+            "\u{202e}",
+        ];
+        proptest::collection::vec(proptest::sample::select(pieces), 0..60).prop_map(|p| p.concat())
+    }
+
+    proptest::proptest! {
+        /// The corpus of this fuzz test is its generator: any mix of the pieces above is read,
+        /// as YAML and as JSON, to an answer or an error, never a panic (regressions are kept in
+        /// tests/proptest-regressions).
+        #[test]
+        fn any_document_is_read_or_refused_without_a_panic(text in fragment()) {
+            let _ = parse_text(&text, false, Path::new("fuzz.yaml"));
+            let _ = parse_text(&text, true, Path::new("fuzz.json"));
+            let _ = yaml_documents(&text);
+        }
+    }
 }
