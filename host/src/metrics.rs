@@ -250,6 +250,9 @@ impl PluginCallStats {
                 kind.name()
             );
         }
+    }
+
+    fn render_quarantine(&self, out: &mut String, plugin: &str) {
         let left = self.quarantine_left().map_or(0.0, |d| d.as_secs_f64());
         let _ = writeln!(
             out,
@@ -322,6 +325,15 @@ impl PluginStatsRegistry {
         );
         for (name, stats) in plugins.iter() {
             stats.render_failures(out, name);
+        }
+        // Each family's samples stay together, as the text format requires.
+        let _ = writeln!(
+            out,
+            "# HELP wasched_plugin_quarantine_seconds_left Seconds until the plugin's quarantine ends (0 when it is not quarantined).\n\
+             # TYPE wasched_plugin_quarantine_seconds_left gauge"
+        );
+        for (name, stats) in plugins.iter() {
+            stats.render_quarantine(out, name);
         }
     }
 }
@@ -399,5 +411,27 @@ mod tests {
             .and_then(|v| v.parse().ok())
             .expect("the quarantine gauge");
         assert!((50.0..=60.0).contains(&left), "{out}");
+        let other = registry.get("Q");
+        other.failed(FailureKind::Trap);
+        let mut out = String::new();
+        registry.render(&mut out);
+        let families: Vec<&str> = out
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| l.split(['{', ' ']).next().unwrap_or(""))
+            .map(|name| {
+                name.trim_end_matches("_bucket")
+                    .trim_end_matches("_sum")
+                    .trim_end_matches("_count")
+            })
+            .collect();
+        let mut seen: Vec<&str> = Vec::new();
+        for family in families {
+            if seen.last() != Some(&family) {
+                assert!(!seen.contains(&family), "{family} is split in two: {out}");
+                seen.push(family);
+            }
+        }
+        assert!(out.contains("# TYPE wasched_plugin_quarantine_seconds_left gauge"));
     }
 }
