@@ -465,6 +465,7 @@ pub fn run_once(
             }
         }
     }
+    let peak = peak_rss_mb();
     Ok(RunReport {
         runtime: match (runtime, deadlines) {
             (DefaultPluginRuntime::Wasm, true) => "wasm",
@@ -479,8 +480,8 @@ pub fn run_once(
         pods_per_second: cluster.pods.len() as f64 / elapsed.as_secs_f64(),
         p50_cycle_us: percentile(0.50),
         p99_cycle_us: percentile(0.99),
-        peak_rss_mb: peak_rss_mb(),
-        rss_growth_mb: (peak_rss_mb() - rss_before).max(0.0),
+        peak_rss_mb: peak,
+        rss_growth_mb: (peak - rss_before).max(0.0),
         phases_us: Phase::ALL
             .iter()
             .map(|&p| (p.name(), per_pod(phases.get(p))))

@@ -260,7 +260,7 @@ impl Config {
     ) -> Result<Config, ConfigError> {
         let raw: RawConfig = toml::from_str(&text).map_err(|e| ConfigError {
             file: file.to_string(),
-            line: e.span().map(|s| line_of(&text, s.start)),
+            line: e.span().map(|s| crate::util::line_of(&text, s.start)),
             message: e.message().trim().to_string(),
         })?;
         let config = Config {
@@ -282,7 +282,7 @@ impl Config {
     fn error(&self, span: std::ops::Range<usize>, message: impl Into<String>) -> ConfigError {
         ConfigError {
             file: self.file.clone(),
-            line: (span != (0..0)).then(|| line_of(&self.text, span.start)),
+            line: (span != (0..0)).then(|| crate::util::line_of(&self.text, span.start)),
             message: message.into(),
         }
     }
@@ -728,10 +728,6 @@ fn default_names() -> String {
         .map(|p| p.name)
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-fn line_of(text: &str, offset: usize) -> usize {
-    text[..offset.min(text.len())].matches('\n').count() + 1
 }
 
 #[cfg(test)]

@@ -57,14 +57,18 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Objects of every kind, skipped ones included.
-    fn object_count(&self) -> usize {
+    /// Objects of the kinds wasched keeps.
+    pub fn kept_objects(&self) -> usize {
         self.nodes.len()
             + self.pods.len()
             + self.volumes.len()
             + self.claims.len()
             + self.classes.len()
-            + self.skipped.values().sum::<usize>()
+    }
+
+    /// Objects of every kind, skipped ones included.
+    fn object_count(&self) -> usize {
+        self.kept_objects() + self.skipped.values().sum::<usize>()
     }
 
     /// One line naming the files that held no object, if any did.
@@ -204,11 +208,7 @@ fn check_nesting(text: &str) -> Result<(), String> {
             b'[' | b'{' => {
                 depth += 1;
                 if depth > MAX_YAML_NESTING {
-                    let line = text.as_bytes()[..offset]
-                        .iter()
-                        .filter(|&&b| b == b'\n')
-                        .count()
-                        + 1;
+                    let line = crate::util::line_of(text, offset);
                     return Err(format!(
                         "line {line}: collections nested deeper than {MAX_YAML_NESTING} levels"
                     ));

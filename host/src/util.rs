@@ -31,6 +31,15 @@ impl Rng {
     }
 }
 
+/// The 1-based line of byte `offset` in `text` (offsets past the end count as the last line).
+pub fn line_of(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -238,6 +238,7 @@ pub fn router(server: Shared) -> Router {
 fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Vec<Value>, ApiError> {
     let text = std::str::from_utf8(body)
         .map_err(|_| ApiError::new(400, "the request body is not UTF-8"))?;
+    let text = input::without_bom(text);
     if text.trim().is_empty() {
         return Err(ApiError::new(400, "the request body is empty"));
     }
@@ -250,10 +251,10 @@ fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Vec<Value>, ApiError> 
     } else if content_type.contains("yaml") {
         false
     } else {
-        input::without_bom(text).trim_start().starts_with('{')
+        text.trim_start().starts_with('{')
     };
     if json {
-        let value: Value = serde_json::from_str(input::without_bom(text))
+        let value: Value = serde_json::from_str(text)
             .map_err(|e| ApiError::new(400, format!("invalid JSON: {e}")))?;
         return Ok(vec![value]);
     }
@@ -269,12 +270,7 @@ fn objects_of(documents: Vec<Value>) -> Result<(Vec<Object>, BTreeMap<String, us
     let mut cluster = input::parse_text(&text, true, FsPath::new("request body"))
         .map_err(|e| ApiError::new(400, e.to_string().replace("request body: document 1, ", "")))?;
     let skipped = std::mem::take(&mut cluster.skipped);
-    let kept = cluster.nodes.len()
-        + cluster.pods.len()
-        + cluster.volumes.len()
-        + cluster.claims.len()
-        + cluster.classes.len();
-    if kept == 0 && !skipped.is_empty() {
+    if cluster.kept_objects() == 0 && !skipped.is_empty() {
         let kinds: Vec<&str> = skipped.keys().map(String::as_str).collect();
         return Err(ApiError::new(
             400,
