@@ -188,8 +188,8 @@ pub fn yaml_documents(text: &str) -> Result<Vec<Value>, String> {
     let text = without_bom(text);
     check_nesting(text)?;
     let mut documents = Vec::new();
-    for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let yaml: serde_yaml::Value = serde::Deserialize::deserialize(document)
+    for (index, document) in yaml_serde::Deserializer::from_str(text).enumerate() {
+        let yaml: yaml_serde::Value = serde::Deserialize::deserialize(document)
             .map_err(|e| format!("document {}: invalid YAML: {e}", index + 1))?;
         let json =
             serde_json::to_value(&yaml).map_err(|e| format!("document {}: {e}", index + 1))?;

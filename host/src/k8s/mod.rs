@@ -316,7 +316,7 @@ mod tests {
     use super::*;
 
     fn pod_from_yaml(yaml: &str) -> core::Pod {
-        serde_yaml::from_str(yaml).unwrap()
+        yaml_serde::from_str(yaml).unwrap()
     }
 
     #[test]
@@ -411,7 +411,7 @@ spec:
 
     #[test]
     fn a_node_without_allocatable_has_its_capacity_as_the_api_server_defaults_it() {
-        let node = |yaml: &str| -> core::Node { serde_yaml::from_str(yaml).unwrap() };
+        let node = |yaml: &str| -> core::Node { yaml_serde::from_str(yaml).unwrap() };
         let capacity_only = node_info(&node(
             "metadata: {name: n}\nstatus: {capacity: {cpu: '4', memory: 32Gi, pods: '110'}}",
         ))
@@ -455,7 +455,7 @@ spec:
             9_223_372_036_854_775_000
         );
         let node: core::Node =
-            serde_yaml::from_str("metadata: {name: n}\nstatus: {allocatable: {memory: 100Ei}}")
+            yaml_serde::from_str("metadata: {name: n}\nstatus: {allocatable: {memory: 100Ei}}")
                 .unwrap();
         assert_eq!(
             node_info(&node).unwrap_err().field,
