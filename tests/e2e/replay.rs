@@ -180,6 +180,66 @@ fn rows_of_every_shape_convert_and_bad_rows_are_reported_by_line() {
     );
 }
 
+#[test]
+fn resource_only_lists_arrive_in_row_order_and_stay_and_duplicate_names_are_refused() {
+    let dir = std::env::temp_dir().join(format!("wasched-replay-lists-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let nodes = dir.join("nodes.csv");
+    std::fs::write(
+        &nodes,
+        "sn,cpu_milli,memory_mib,gpu,model\nn-0,4000,8192,0,\nn-0,64000,262144,0,\nn-1,4000,8192,0,\n",
+    )
+    .unwrap();
+    let pods = dir.join("pods.csv");
+    std::fs::write(
+        &pods,
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n\
+         b,3000,1024,0,0\n\
+         a,3000,1024,0,0\n\
+         b,1000,1024,0,0\n\
+         c,3000,1024,0,0\n",
+    )
+    .unwrap();
+    let (nodes, skipped_nodes) = replay::read_nodes(&nodes).unwrap();
+    assert_eq!(nodes.len(), 2);
+    assert_eq!(nodes[0].cpu_milli, 4000, "the first row of a name is kept");
+    assert_eq!(
+        (skipped_nodes[0].line, skipped_nodes[0].reason.as_str()),
+        (3, "duplicate node name \"n-0\" (first on line 2)")
+    );
+    let (pods, skipped_pods) = replay::read_pods(&pods).unwrap();
+    let rows: Vec<(&str, u64, Option<u64>)> = pods
+        .iter()
+        .map(|p| (p.name.as_str(), p.creation, p.deletion))
+        .collect();
+    assert_eq!(rows, [("b", 0, None), ("a", 0, None), ("c", 0, None)]);
+    assert_eq!(
+        (skipped_pods[0].line, skipped_pods[0].reason.as_str()),
+        (4, "duplicate pod name \"b\" (first on line 2)")
+    );
+
+    let mut config = Config::default();
+    config.default_plugins = DefaultPluginRuntime::Native;
+    let options = replay::Options {
+        seed: 3,
+        samples: 4,
+        ignore_deletions: false,
+        speed: None,
+    };
+    let summary = replay::replay(&config, &nodes, &pods, Vec::new(), &options).unwrap();
+    check_conservation(&summary);
+    assert_eq!(
+        (summary.placed, summary.never_placed),
+        (2, 1),
+        "two 3-CPU pods fill two 4-CPU nodes and nothing is ever deleted"
+    );
+    assert_eq!(
+        summary.never_placed_reasons.get("Insufficient cpu"),
+        Some(&1)
+    );
+    assert_eq!(summary.series.last().unwrap().deleted, 0);
+}
+
 /// `wasched replay` on the excerpt with `args`, writing to `out`.
 fn replay_command(args: &[&std::ffi::OsStr], out: &Path) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_wasched"))

@@ -50,7 +50,8 @@ pub struct Args {
     /// The node list (`sn,cpu_milli,memory_mib,gpu,model`).
     #[arg(long)]
     pub nodes: PathBuf,
-    /// The pod list (`name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,...,creation_time,deletion_time,...`).
+    /// The pod list (`name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec][,creation_time][,deletion_time],...`);
+    /// without times, pods arrive in row order and stay.
     #[arg(long)]
     pub pods: PathBuf,
     /// Scheduler configuration (TOML); without it, the default profile.
@@ -132,7 +133,8 @@ pub struct TracePod {
     pub gpu_milli: i64,
     pub gpu_spec: Vec<String>,
     pub creation: u64,
-    pub deletion: u64,
+    /// `None` for a list without `deletion_time`: the pod stays until the replay ends.
+    pub deletion: Option<u64>,
     /// 1-based line in the file.
     pub line: usize,
 }
@@ -234,10 +236,11 @@ fn number(row: &HashMap<&str, &str>, column: &str) -> Result<i64, String> {
 /// # Errors
 /// The file cannot be read or lacks a column.
 pub fn read_nodes(path: &Path) -> anyhow::Result<(Vec<TraceNode>, Vec<SkippedRow>)> {
+    let mut first_lines = HashMap::new();
     read_csv(
         path,
         &["sn", "cpu_milli", "memory_mib", "gpu", "model"],
-        |row, _| {
+        |row, line| {
             let name = row["sn"].to_string();
             if name.is_empty() {
                 return Err("empty node name".into());
@@ -247,10 +250,13 @@ pub fn read_nodes(path: &Path) -> anyhow::Result<(Vec<TraceNode>, Vec<SkippedRow
             if gpu > 0 && model.is_none() {
                 return Err(format!("{gpu} GPUs without a model"));
             }
+            let cpu_milli = number(row, "cpu_milli")?;
+            let memory_mib = number(row, "memory_mib")?;
+            first_seen(&mut first_lines, &name, line, "node")?;
             Ok(TraceNode {
                 name,
-                cpu_milli: number(row, "cpu_milli")?,
-                memory_mib: number(row, "memory_mib")?,
+                cpu_milli,
+                memory_mib,
                 gpu,
                 model,
             })
@@ -258,21 +264,37 @@ pub fn read_nodes(path: &Path) -> anyhow::Result<(Vec<TraceNode>, Vec<SkippedRow
     )
 }
 
+/// Records `name` as seen on `line`, or says where it was first seen: a second row of one name
+/// would replace the first in the cluster, so it is refused rather than silently lost.
+fn first_seen(
+    first_lines: &mut HashMap<String, usize>,
+    name: &str,
+    line: usize,
+    what: &str,
+) -> Result<(), String> {
+    match first_lines.entry(name.to_string()) {
+        std::collections::hash_map::Entry::Occupied(first) => Err(format!(
+            "duplicate {what} name {name:?} (first on line {})",
+            first.get()
+        )),
+        std::collections::hash_map::Entry::Vacant(slot) => {
+            slot.insert(line);
+            Ok(())
+        }
+    }
+}
+
 /// Reads the pod list, in creation order.
+///
+/// `gpu_spec`, `creation_time` and `deletion_time` may be missing, as in the trace's
+/// resource-only lists (`name,cpu_milli,memory_mib,num_gpu,gpu_milli`): then any model will do,
+/// pods arrive in row order at time 0, and they stay until the replay ends.
 ///
 /// # Errors
 /// The file cannot be read or lacks a column.
 pub fn read_pods(path: &Path) -> anyhow::Result<(Vec<TracePod>, Vec<SkippedRow>)> {
-    let columns = [
-        "name",
-        "cpu_milli",
-        "memory_mib",
-        "num_gpu",
-        "gpu_milli",
-        "gpu_spec",
-        "creation_time",
-        "deletion_time",
-    ];
+    let columns = ["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"];
+    let mut first_lines = HashMap::new();
     let (mut pods, skipped) = read_csv(path, &columns, |row, line| {
         let name = row["name"].to_string();
         if name.is_empty() {
@@ -291,20 +313,30 @@ pub fn read_pods(path: &Path) -> anyhow::Result<(Vec<TracePod>, Vec<SkippedRow>)
         if num_gpu > 0 && gpu_milli == 0 {
             return Err(format!("{num_gpu} GPUs with gpu_milli 0"));
         }
-        let creation = number(row, "creation_time")? as u64;
-        let deletion = number(row, "deletion_time")? as u64;
-        if deletion < creation {
+        let optional = |column: &str| {
+            row.contains_key(column)
+                .then(|| number(row, column).map(|n| n as u64))
+                .transpose()
+        };
+        let creation = optional("creation_time")?.unwrap_or(0);
+        let deletion = optional("deletion_time")?;
+        if let Some(deletion) = deletion.filter(|&d| d < creation) {
             return Err(format!(
                 "deleted at {deletion}, before its creation at {creation}"
             ));
         }
+        let cpu_milli = number(row, "cpu_milli")?;
+        let memory_mib = number(row, "memory_mib")?;
+        first_seen(&mut first_lines, &name, line, "pod")?;
         Ok(TracePod {
             name,
-            cpu_milli: number(row, "cpu_milli")?,
-            memory_mib: number(row, "memory_mib")?,
+            cpu_milli,
+            memory_mib,
             num_gpu,
             gpu_milli: if num_gpu == 0 { 0 } else { gpu_milli },
-            gpu_spec: row["gpu_spec"]
+            gpu_spec: row
+                .get("gpu_spec")
+                .unwrap_or(&"")
                 .split('|')
                 .filter(|m| !m.is_empty())
                 .map(str::to_string)
@@ -609,9 +641,9 @@ pub fn replay(
     let mut events: Vec<(u64, u8, usize)> = Vec::with_capacity(pods.len() * 2);
     for (i, pod) in pods.iter().enumerate() {
         events.push((pod.creation, CREATE, i));
-        if !options.ignore_deletions {
-            let order = if pod.deletion == pod.creation { 2 } else { 0 };
-            events.push((pod.deletion, order, i));
+        if let Some(deletion) = pod.deletion.filter(|_| !options.ignore_deletions) {
+            let order = if deletion == pod.creation { 2 } else { 0 };
+            events.push((deletion, order, i));
         }
     }
     events.sort_unstable();
