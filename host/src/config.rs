@@ -150,6 +150,9 @@ pub struct Config {
     pub parallelism: usize,
     /// Largest component file a `component` path may name; a larger one is refused unread.
     pub max_component_bytes: usize,
+    /// When set, a `component` path must lead (after symbolic links) into this directory:
+    /// `serve --plugin-dir`, so that an admin cannot make the server read its other files.
+    pub plugin_dir: Option<PathBuf>,
     /// Components uploaded to a server's plugin store, by name: a profile may use them without a
     /// `[plugins.NAME]` table, or configure them in one without `component`.
     uploaded: BTreeMap<String, Arc<Vec<u8>>>,
@@ -168,6 +171,7 @@ impl Default for Config {
             deadlines: true,
             parallelism: 1,
             max_component_bytes: DEFAULT_MAX_COMPONENT_BYTES,
+            plugin_dir: None,
             uploaded: BTreeMap::new(),
             stats: Arc::default(),
         }
@@ -181,9 +185,17 @@ pub const DEFAULT_MAX_COMPONENT_BYTES: usize = 64 << 20;
 /// Reads a component file named in a configuration, which may come from a remote admin: only a
 /// regular file (a FIFO would hang the reader, `/dev/zero` would fill memory), at most `limit`
 /// bytes (checked before reading and while reading, should the file grow).
-fn read_component_file(path: &Path, limit: usize) -> Result<Vec<u8>, String> {
+fn read_component_file(
+    path: &Path,
+    limit: usize,
+    plugin_dir: Option<&Path>,
+) -> Result<Vec<u8>, String> {
     use std::io::Read as _;
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot read: {e}"))?;
+    let path = match plugin_dir {
+        None => path.to_path_buf(),
+        Some(dir) => confined(path, dir)?,
+    };
+    let file = std::fs::File::open(&path).map_err(|e| format!("cannot read: {e}"))?;
     let metadata = file.metadata().map_err(|e| format!("cannot read: {e}"))?;
     if !metadata.is_file() {
         return Err("not a regular file".to_string());
@@ -200,6 +212,45 @@ fn read_component_file(path: &Path, limit: usize) -> Result<Vec<u8>, String> {
         return Err(too_large());
     }
     Ok(bytes)
+}
+
+/// `path` with every symbolic link resolved, if that lies inside `dir`: the file then opened is
+/// the one checked, not one a link swapped in between.
+fn confined(path: &Path, dir: &Path) -> Result<PathBuf, String> {
+    let outside = || format!("outside the plugin directory {}", dir.display());
+    let dir = dir
+        .canonicalize()
+        .map_err(|e| format!("the plugin directory {}: {e}", dir.display()))?;
+    let resolved = path.canonicalize().map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => format!("cannot read: {e}"),
+        _ => outside(),
+    })?;
+    if resolved.starts_with(&dir) {
+        Ok(resolved)
+    } else {
+        Err(outside())
+    }
+}
+
+/// Refuses `bytes` when the configuration pins another sha256; `what` says where they came from.
+fn check_pin(
+    name: &str,
+    what: &str,
+    bytes: &[u8],
+    pin: Option<&Spanned<String>>,
+) -> Result<(), (std::ops::Range<usize>, String)> {
+    let Some(pin) = pin else { return Ok(()) };
+    let actual = sha256_hex(bytes);
+    if actual.eq_ignore_ascii_case(pin.get_ref()) {
+        return Ok(());
+    }
+    Err((
+        pin.span(),
+        format!(
+            "plugin {name}: {what} has sha256 {actual}, but the config pins {}",
+            pin.get_ref()
+        ),
+    ))
 }
 
 /// The configuration in force when none is given, as TOML that [`Config::parse`] reads back to
@@ -270,6 +321,7 @@ impl Config {
             deadlines: true,
             parallelism: raw.runtime.parallelism.as_ref().map_or(1, |p| *p.get_ref()),
             max_component_bytes: DEFAULT_MAX_COMPONENT_BYTES,
+            plugin_dir: None,
             text,
             raw,
             uploaded,
@@ -625,18 +677,9 @@ impl Config {
         let factory: Arc<dyn PluginFactory> = match raw.as_ref().and_then(|r| r.component.clone()) {
             None if uploaded.is_some() => {
                 let bytes = uploaded.expect("checked by the guard");
-                if let Some(pin) = raw.as_ref().and_then(|r| r.sha256.clone()) {
-                    let actual = sha256_hex(bytes);
-                    if !actual.eq_ignore_ascii_case(pin.get_ref()) {
-                        return Err(self.error(
-                            pin.span(),
-                            format!(
-                                "plugin {name}: the uploaded component has sha256 {actual}, but the config pins {}",
-                                pin.get_ref()
-                            ),
-                        ));
-                    }
-                }
+                let pin = raw.as_ref().and_then(|r| r.sha256.as_ref());
+                check_pin(name, "the uploaded component", bytes, pin)
+                    .map_err(|(span, message)| self.error(span, message))?;
                 let span = definition.map(Spanned::span).unwrap_or(0..0);
                 let factory = WasmRuntime::shared_with(self.deadlines)
                     .load(name, bytes, limits)
@@ -645,27 +688,20 @@ impl Config {
             }
             Some(component) => {
                 let path = self.dir.join(component.get_ref());
-                let bytes =
-                    read_component_file(&path, self.max_component_bytes).map_err(|why| {
-                        self.error(
-                            component.span(),
-                            format!("plugin {name}: {}: {why}", path.display()),
-                        )
-                    })?;
-                let pin = raw.as_ref().and_then(|r| r.sha256.clone());
-                if let Some(pin) = pin {
-                    let actual = sha256_hex(&bytes);
-                    if !actual.eq_ignore_ascii_case(pin.get_ref()) {
-                        return Err(self.error(
-                            pin.span(),
-                            format!(
-                                "plugin {name}: {} has sha256 {actual}, but the config pins {}",
-                                path.display(),
-                                pin.get_ref()
-                            ),
-                        ));
-                    }
-                }
+                let bytes = read_component_file(
+                    &path,
+                    self.max_component_bytes,
+                    self.plugin_dir.as_deref(),
+                )
+                .map_err(|why| {
+                    self.error(
+                        component.span(),
+                        format!("plugin {name}: {}: {why}", path.display()),
+                    )
+                })?;
+                let pin = raw.as_ref().and_then(|r| r.sha256.as_ref());
+                check_pin(name, &path.display().to_string(), &bytes, pin)
+                    .map_err(|(span, message)| self.error(span, message))?;
                 let factory = WasmRuntime::shared_with(self.deadlines)
                     .load(name, &bytes, limits)
                     .map_err(|e| self.error(component.span(), e.0))?;
@@ -898,17 +934,17 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let small = dir.join("small.wasm");
         std::fs::write(&small, b"\0asm\x0d\0\x01\0").unwrap();
-        assert_eq!(read_component_file(&small, 8).unwrap().len(), 8);
+        assert_eq!(read_component_file(&small, 8, None).unwrap().len(), 8);
         assert_eq!(
-            read_component_file(&small, 7).unwrap_err(),
+            read_component_file(&small, 7, None).unwrap_err(),
             "larger than the 7 bytes a component may have"
         );
         assert_eq!(
-            read_component_file(&dir, 1 << 20).unwrap_err(),
+            read_component_file(&dir, 1 << 20, None).unwrap_err(),
             "not a regular file"
         );
         assert_eq!(
-            read_component_file(Path::new("/dev/zero"), 1 << 20).unwrap_err(),
+            read_component_file(Path::new("/dev/zero"), 1 << 20, None).unwrap_err(),
             "not a regular file",
             "a device is never read"
         );
@@ -924,6 +960,49 @@ mod tests {
             !error.message.contains("0x70"),
             "no byte of the file either: {error}"
         );
+    }
+
+    #[test]
+    fn a_plugin_directory_confines_component_paths_through_links() {
+        let root = std::env::temp_dir().join(format!("wasched-plugin-dir-{}", std::process::id()));
+        let plugins = root.join("plugins");
+        std::fs::create_dir_all(&plugins).unwrap();
+        let inside = plugins.join("ok.wasm");
+        std::fs::write(&inside, b"\0asm\x0d\0\x01\0").unwrap();
+        let outside = root.join("elsewhere.wasm");
+        std::fs::write(&outside, b"\0asm\x0d\0\x01\0").unwrap();
+        let link = plugins.join("link.wasm");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&outside, &link).unwrap();
+
+        let read = |path: &Path| read_component_file(path, 1 << 20, Some(&plugins));
+        assert_eq!(read(&inside).unwrap().len(), 8);
+        assert_eq!(read(&plugins.join("../plugins/ok.wasm")).unwrap().len(), 8);
+        let refused = format!("outside the plugin directory {}", plugins.display());
+        assert_eq!(read(&outside).unwrap_err(), refused);
+        assert_eq!(
+            read(&plugins.join("../elsewhere.wasm")).unwrap_err(),
+            refused
+        );
+        assert_eq!(
+            read(&link).unwrap_err(),
+            refused,
+            "a link out is followed, then refused"
+        );
+        assert_eq!(read_component_file(&link, 1 << 20, None).unwrap().len(), 8);
+        assert!(read(&plugins.join("missing.wasm"))
+            .unwrap_err()
+            .starts_with("cannot read"));
+
+        let mut config = parse(&format!(
+            "[plugins.Far]\ncomponent = {:?}\n[[profiles]]\nfilters = [\"Far\"]\nscores = []\n",
+            outside.display().to_string()
+        ))
+        .unwrap();
+        config.plugin_dir = Some(plugins.clone());
+        let error = config.profiles().err().expect("refused");
+        assert!(error.message.contains(&refused), "{error}");
+        assert_eq!(error.line, Some(2), "the `component` line is named");
     }
 
     fn config_fragment() -> impl proptest::strategy::Strategy<Value = String> {

@@ -788,6 +788,44 @@ fn refuses_a_non_loopback_admin_api_without_a_token() {
     assert!(stderr.contains("without a token"), "{stderr}");
 }
 
+#[test]
+fn a_plugin_directory_confines_the_components_a_configuration_names() {
+    let dir = temp_dir("plugin-dir");
+    let plugins = dir.join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::copy(pool_v1(), plugins.join("pool.wasm")).unwrap();
+    let server = Server::start(&dir, &["--plugin-dir", plugins.to_str().unwrap()]);
+    let admin = server.admin();
+    let config = |component: &Path| {
+        format!(
+            "[plugins.PoolPreference]\ncomponent = {:?}\n{POOL_CONFIG}",
+            component.display().to_string()
+        )
+        .into_bytes()
+    };
+    let put = |text: Vec<u8>| {
+        admin
+            .request("PUT", "/admin/config", Some(("application/toml", text)))
+            .unwrap()
+    };
+    for outside in [
+        pool_v1(),
+        PathBuf::from("/etc/passwd"),
+        plugins.join("../token"),
+    ] {
+        let reply = put(config(&outside));
+        assert_eq!(reply.status, 400, "{}: {}", outside.display(), reply.body);
+        assert!(
+            reply.body.contains("outside the plugin directory"),
+            "{}",
+            reply.body
+        );
+        assert!(!reply.body.contains(TOKEN), "no byte of the file is echoed");
+    }
+    let inside = put(config(&plugins.join("pool.wasm")));
+    assert_eq!(inside.status, 200, "{}", inside.body);
+}
+
 fn wasched(args: &[&str], server: Option<&Server>) -> String {
     let mut command = Command::new(env!("CARGO_BIN_EXE_wasched"));
     command.args(args).env_remove(wasched::server::TOKEN_ENV);

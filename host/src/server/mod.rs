@@ -75,6 +75,10 @@ pub struct ServeArgs {
     /// Largest plugin upload, in bytes (Python and JavaScript components are 12-18 MB).
     #[arg(long, default_value_t = crate::config::DEFAULT_MAX_COMPONENT_BYTES)]
     pub max_component_bytes: usize,
+    /// Confine `component` paths in configurations to this directory (symbolic links resolved):
+    /// without it, any regular file the server can read may be named.
+    #[arg(long)]
+    pub plugin_dir: Option<PathBuf>,
     /// How long a placement may wait for its binding to be written before it is undone.
     #[arg(long, default_value_t = 30)]
     pub assume_ttl_seconds: u64,
@@ -387,6 +391,7 @@ fn parse_and_load(
         config.default_plugins = runtime;
     }
     config.max_component_bytes = args.max_component_bytes;
+    config.plugin_dir = args.plugin_dir.clone();
     let specs = config.profiles()?;
     Ok((config, specs))
 }
