@@ -780,12 +780,12 @@ fn refuses_a_non_loopback_admin_api_without_a_token() {
     let output = Command::new(env!("CARGO_BIN_EXE_wasched"))
         .args(["serve", "--listen", "0.0.0.0:0", "--data-dir"])
         .arg(dir.join("data"))
-        .env_remove(wasched::server::TOKEN_ENV)
+        .env_remove(wasched::server::auth::ADMIN_TOKEN_ENV)
         .output()
         .unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("without a token"), "{stderr}");
+    assert!(stderr.contains("without an admin token"), "{stderr}");
 }
 
 #[test]
@@ -828,7 +828,10 @@ fn a_plugin_directory_confines_the_components_a_configuration_names() {
 
 fn wasched(args: &[&str], server: Option<&Server>) -> String {
     let mut command = Command::new(env!("CARGO_BIN_EXE_wasched"));
-    command.args(args).env_remove(wasched::server::TOKEN_ENV);
+    command
+        .args(args)
+        .env_remove(wasched::server::auth::ADMIN_TOKEN_ENV)
+        .env_remove(wasched::server::client::TOKEN_ENV);
     if let Some(server) = server {
         command
             .env("WASCHED_SERVER", &server.url)

@@ -7,7 +7,10 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use serde_json::Value;
 
-use super::TOKEN_ENV;
+use super::auth::ADMIN_TOKEN_ENV;
+
+/// The environment variable holding the token a client sends when `--token-file` is not given.
+pub const TOKEN_ENV: &str = "WASCHED_TOKEN";
 
 /// Where the server is and how to authenticate.
 #[derive(clap::Args, Debug, Clone)]
@@ -20,7 +23,8 @@ pub struct Connection {
         global = true
     )]
     pub server: String,
-    /// A file holding the admin bearer token (else $WASCHED_ADMIN_TOKEN).
+    /// A file holding the bearer token to send: admin, write or read, as the command needs
+    /// (else $WASCHED_TOKEN, else $WASCHED_ADMIN_TOKEN).
     #[arg(long, global = true)]
     pub token_file: Option<std::path::PathBuf>,
 }
@@ -105,7 +109,10 @@ impl Client {
                     .trim()
                     .to_string(),
             ),
-            None => std::env::var(TOKEN_ENV).ok(),
+            None => [TOKEN_ENV, ADMIN_TOKEN_ENV]
+                .iter()
+                .find_map(|name| std::env::var(name).ok().filter(|t| !t.trim().is_empty()))
+                .map(|t| t.trim().to_string()),
         };
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)

@@ -5,6 +5,7 @@
 //! compilation and profile building for a hot load run on tokio's blocking pool, so a cycle never
 //! waits for them. Changes to the policy (plugins, configuration) are serialized by one lock.
 
+pub mod auth;
 pub mod client;
 pub mod engine;
 mod http;
@@ -27,14 +28,13 @@ use crate::framework::{Profile, ProfileSpec, Scheduler};
 use crate::metrics::PluginStatsRegistry;
 use crate::runtime::wasm::{sha256_hex, Limits, WasmRuntime};
 use crate::service::Service;
+use auth::Tokens;
 use engine::{DeferredBinder, Engine, EngineMetrics};
 use store::{PluginRecord, Store};
 use watch::WatchLog;
 
 /// The default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
-/// The environment variable that may hold the admin token.
-pub const TOKEN_ENV: &str = "WASCHED_ADMIN_TOKEN";
 
 /// A listen address as `IP:PORT` or `HOST:PORT` (`localhost:7878`), the host resolved now; of
 /// several addresses the first IPv4 one, as most clients try it first.
@@ -60,15 +60,25 @@ pub struct ServeArgs {
     /// Without it, the configuration put through the admin API, else the default profile.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Address to listen on. A non-loopback address requires an admin token.
+    /// Address to listen on. A non-loopback address requires an admin token, which then also
+    /// guards the cluster API unless a write or read token is set.
     #[arg(long, default_value = DEFAULT_LISTEN, value_parser = listen_address)]
     pub listen: SocketAddr,
     /// Where the store (objects, uploaded plugins, configuration) lives.
     #[arg(long, default_value_os_t = default_data_dir())]
     pub data_dir: PathBuf,
-    /// A file holding the bearer token the admin API requires (else $WASCHED_ADMIN_TOKEN).
+    /// A file holding the admin token: the admin API and every cluster API call
+    /// (else $WASCHED_ADMIN_TOKEN).
     #[arg(long)]
     pub token_file: Option<PathBuf>,
+    /// A file holding the write token: reading and changing cluster objects
+    /// (else $WASCHED_WRITE_TOKEN). Setting it or a read token guards the cluster API on loopback.
+    #[arg(long)]
+    pub write_token_file: Option<PathBuf>,
+    /// A file holding the read token: listing objects, the watch and /metrics
+    /// (else $WASCHED_READ_TOKEN).
+    #[arg(long)]
+    pub read_token_file: Option<PathBuf>,
     /// Largest cluster API request body, in bytes.
     #[arg(long, default_value_t = 8 << 20)]
     pub max_request_bytes: usize,
@@ -141,7 +151,7 @@ pub struct Server {
     pub service_stats: Arc<crate::service::ServiceStats>,
     pub plugin_stats: Arc<PluginStatsRegistry>,
     pub policy: Arc<tokio::sync::Mutex<Policy>>,
-    pub token: Option<String>,
+    pub tokens: Tokens,
     pub args: ServeArgs,
     pub clock: Arc<dyn Clock>,
     pub plugin_loads: [std::sync::atomic::AtomicU64; 2],
@@ -396,19 +406,13 @@ fn parse_and_load(
     Ok((config, specs))
 }
 
-fn read_token(args: &ServeArgs) -> anyhow::Result<Option<String>> {
-    let token = match &args.token_file {
-        Some(path) => Some(
-            std::fs::read_to_string(path)
-                .with_context(|| format!("reading the token file {}", path.display()))?,
-        ),
-        None => std::env::var(TOKEN_ENV).ok(),
-    };
-    let token = token.map(|t| t.trim().to_string());
-    if token.as_deref() == Some("") {
-        anyhow::bail!("the admin token is empty");
-    }
-    Ok(token)
+fn read_tokens(args: &ServeArgs) -> anyhow::Result<Tokens> {
+    Tokens::new(
+        Tokens::read(args.token_file.as_deref(), auth::ADMIN_TOKEN_ENV)?,
+        Tokens::read(args.write_token_file.as_deref(), auth::WRITE_TOKEN_ENV)?,
+        Tokens::read(args.read_token_file.as_deref(), auth::READ_TOKEN_ENV)?,
+        args.listen.ip(),
+    )
 }
 
 /// Runs the server until SIGINT or SIGTERM.
@@ -416,108 +420,7 @@ fn read_token(args: &ServeArgs) -> anyhow::Result<Option<String>> {
 /// # Errors
 /// It cannot start: a bad configuration or token, an unusable store, a busy address.
 pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let token = read_token(&args)?;
-    if token.is_none() && !args.listen.ip().is_loopback() {
-        anyhow::bail!(
-            "refusing to serve the admin API on {} without a token: set --token-file or ${TOKEN_ENV}",
-            args.listen
-        );
-    }
-    if token.is_none() {
-        tracing::warn!(
-            "no admin token: the admin API is open to anyone who can reach {}",
-            args.listen
-        );
-    }
-    let store_path = args.data_dir.join("wasched.redb");
-    let store = Store::open(&store_path)?;
-    let plugin_stats = Arc::new(PluginStatsRegistry::default());
-
-    // The policy: uploaded components, then the configuration that may use them.
-    let mut uploaded = BTreeMap::new();
-    let mut records = BTreeMap::new();
-    for (record, bytes) in store.plugins()? {
-        uploaded.insert(record.name.clone(), Arc::new(bytes));
-        records.insert(record.name.clone(), record);
-    }
-    let (source, text) = match &args.config {
-        Some(path) => (
-            ConfigSource::File(path.clone()),
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
-        ),
-        None => match store.config()? {
-            Some(text) => (ConfigSource::Store, text),
-            None => (ConfigSource::Default, String::new()),
-        },
-    };
-    let (label, dir) = match &source {
-        ConfigSource::File(path) => (
-            path.display().to_string(),
-            path.parent().map(Path::to_path_buf).unwrap_or_default(),
-        ),
-        _ => ("<admin config>".to_string(), args.data_dir.clone()),
-    };
-    let (config, specs) = parse_and_load(&label, &dir, &text, &uploaded, &plugin_stats, &args)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock::default());
-    let scheduler = Scheduler::with_clock(&specs, args.seed, clock.clone())
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let service = Service::new(scheduler, DeferredBinder, clock.clone())
-        .with_assume_ttl(Duration::from_secs(args.assume_ttl_seconds));
-    let pipeline = service.pipeline();
-    let service_stats = service.stats.clone();
-
-    // What was acknowledged before a restart comes back as events, nodes and storage first.
-    let (version, mut objects) = store.list_objects(None, None)?;
-    objects.sort_by_key(|o| o.kind() == Kind::Pod);
-    let restored = objects.len();
-    for object in objects {
-        let object_version = object.resource_version().unwrap_or(0);
-        pipeline.submit(Event::with_version(
-            crate::events::Action::Upsert,
-            object,
-            object_version,
-        ));
-    }
-    let watch = Arc::new(WatchLog::new(version));
-    let engine_metrics = Arc::new(EngineMetrics::default());
-    let engine = Engine::start(
-        service,
-        store.clone(),
-        watch.clone(),
-        engine_metrics.clone(),
-    )?;
-
-    let (shutdown, _) = tokio::sync::watch::channel(false);
-    let server = Arc::new(Server {
-        store,
-        pipeline,
-        watch,
-        engine,
-        engine_metrics,
-        service_stats,
-        plugin_stats,
-        policy: Arc::new(tokio::sync::Mutex::new(Policy {
-            source,
-            text,
-            uploaded,
-            records,
-            usage: config.usage(),
-        })),
-        token,
-        args: args.clone(),
-        clock,
-        plugin_loads: Default::default(),
-        uids: std::sync::Mutex::new(crate::util::Rng::new(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64)
-                ^ u64::from(std::process::id()),
-        )),
-        shutdown,
-    });
-
+    let (server, restored) = Server::open(args)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -528,6 +431,115 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     server.engine.shutdown();
     tracing::info!("stopped");
     result
+}
+
+impl Server {
+    /// Everything but the listener: tokens checked, store opened, policy loaded, the stored
+    /// objects submitted as events, the engine's threads started. Returns the server and how many
+    /// objects were restored.
+    ///
+    /// # Errors
+    /// As [`serve`], but for the address.
+    pub fn open(args: ServeArgs) -> anyhow::Result<(Arc<Server>, usize)> {
+        let tokens = read_tokens(&args)?;
+        for part in tokens.open_parts() {
+            tracing::warn!(
+            "{part} is open to anyone who can reach {}: see --token-file, --write-token-file and --read-token-file",
+            args.listen
+        );
+        }
+        let store_path = args.data_dir.join("wasched.redb");
+        let store = Store::open(&store_path)?;
+        let plugin_stats = Arc::new(PluginStatsRegistry::default());
+
+        // The policy: uploaded components, then the configuration that may use them.
+        let mut uploaded = BTreeMap::new();
+        let mut records = BTreeMap::new();
+        for (record, bytes) in store.plugins()? {
+            uploaded.insert(record.name.clone(), Arc::new(bytes));
+            records.insert(record.name.clone(), record);
+        }
+        let (source, text) = match &args.config {
+            Some(path) => (
+                ConfigSource::File(path.clone()),
+                std::fs::read_to_string(path)
+                    .with_context(|| format!("reading {}", path.display()))?,
+            ),
+            None => match store.config()? {
+                Some(text) => (ConfigSource::Store, text),
+                None => (ConfigSource::Default, String::new()),
+            },
+        };
+        let (label, dir) = match &source {
+            ConfigSource::File(path) => (
+                path.display().to_string(),
+                path.parent().map(Path::to_path_buf).unwrap_or_default(),
+            ),
+            _ => ("<admin config>".to_string(), args.data_dir.clone()),
+        };
+        let (config, specs) = parse_and_load(&label, &dir, &text, &uploaded, &plugin_stats, &args)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock::default());
+        let scheduler = Scheduler::with_clock(&specs, args.seed, clock.clone())
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let service = Service::new(scheduler, DeferredBinder, clock.clone())
+            .with_assume_ttl(Duration::from_secs(args.assume_ttl_seconds));
+        let pipeline = service.pipeline();
+        let service_stats = service.stats.clone();
+
+        // What was acknowledged before a restart comes back as events, nodes and storage first.
+        let (version, mut objects) = store.list_objects(None, None)?;
+        objects.sort_by_key(|o| o.kind() == Kind::Pod);
+        let restored = objects.len();
+        for object in objects {
+            let object_version = object.resource_version().unwrap_or(0);
+            pipeline.submit(Event::with_version(
+                crate::events::Action::Upsert,
+                object,
+                object_version,
+            ));
+        }
+        let watch = Arc::new(WatchLog::new(version));
+        let engine_metrics = Arc::new(EngineMetrics::default());
+        let engine = Engine::start(
+            service,
+            store.clone(),
+            watch.clone(),
+            engine_metrics.clone(),
+        )?;
+
+        let (shutdown, _) = tokio::sync::watch::channel(false);
+        let server = Arc::new(Server {
+            store,
+            pipeline,
+            watch,
+            engine,
+            engine_metrics,
+            service_stats,
+            plugin_stats,
+            policy: Arc::new(tokio::sync::Mutex::new(Policy {
+                source,
+                text,
+                uploaded,
+                records,
+                usage: config.usage(),
+            })),
+            tokens,
+            args: args.clone(),
+            clock,
+            plugin_loads: Default::default(),
+            uids: std::sync::Mutex::new(crate::util::Rng::new(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64)
+                    ^ u64::from(std::process::id()),
+            )),
+            shutdown,
+        });
+
+        Ok((server, restored))
+    }
 }
 
 async fn run_http(server: Arc<Server>, restored: usize) -> anyhow::Result<()> {

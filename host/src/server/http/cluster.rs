@@ -1,108 +1,29 @@
-//! The HTTP API: cluster objects under `/v1`, the watch, `/admin`, health and metrics.
-//!
-//! Every error is a Kubernetes `Status` object (`{"kind":"Status","status":"Failure","message":...,
-//! "reason":...,"code":...}`), so `kubectl`-minded clients and scripts read one shape.
+//! Cluster objects under `/v1` (list, get, create, replace, delete, apply many) and the watch of
+//! scheduling events.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
-use std::fmt::Write as _;
 use std::path::Path as FsPath;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Multipart, Path, Query, Request, State};
-use axum::http::{header, HeaderMap, StatusCode};
-use axum::middleware::{self, Next};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, put};
+use axum::routing::get;
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::store::{kind_name, object_json, Rejection, WriteMode};
-use super::watch::{WatchEvent, WatchLog};
-use super::{PolicyError, Server};
+use super::{guard, limit_bodies, ApiError, Shared};
 use crate::events::{Action, Event, Kind, Object, ObjectKey};
 use crate::input;
-use crate::metrics::ExtensionPoint;
-use crate::runtime::defaults;
-use crate::runtime::wasm::sha256_hex;
-
-type Shared = Arc<Server>;
-
-/// An API error as a Kubernetes `Status`.
-#[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
-    message: String,
-}
-
-impl ApiError {
-    fn new(status: u16, message: impl Into<String>) -> Self {
-        ApiError {
-            status: StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            message: message.into(),
-        }
-    }
-}
-
-impl From<PolicyError> for ApiError {
-    fn from(e: PolicyError) -> Self {
-        ApiError::new(e.status, e.message)
-    }
-}
-
-impl From<super::store::StoreError> for ApiError {
-    fn from(e: super::store::StoreError) -> Self {
-        ApiError::new(500, e.to_string())
-    }
-}
-
-impl From<BytesRejection> for ApiError {
-    fn from(e: BytesRejection) -> Self {
-        let status = e.status();
-        let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
-            "request body too large (see --max-request-bytes / --max-component-bytes)".to_string()
-        } else {
-            e.body_text()
-        };
-        ApiError { status, message }
-    }
-}
-
-fn reason(status: StatusCode) -> &'static str {
-    match status.as_u16() {
-        400 => "BadRequest",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "NotFound",
-        405 => "MethodNotAllowed",
-        409 => "AlreadyExists",
-        410 => "Expired",
-        413 => "RequestEntityTooLarge",
-        415 => "UnsupportedMediaType",
-        422 => "Invalid",
-        503 => "ServiceUnavailable",
-        _ => "InternalError",
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = json!({
-            "kind": "Status",
-            "apiVersion": "v1",
-            "status": "Failure",
-            "message": self.message,
-            "reason": reason(self.status),
-            "code": self.status.as_u16(),
-        });
-        (self.status, Json(body)).into_response()
-    }
-}
+use crate::server::auth::Access;
+use crate::server::store::{kind_name, object_json, Rejection, WriteMode, Written};
+use crate::server::watch::{WatchEvent, WatchLog};
+use crate::server::Server;
 
 /// A resource path segment, its kind and whether it lives in a namespace.
 const RESOURCES: &[(&str, Kind, bool)] = &[
@@ -113,8 +34,16 @@ const RESOURCES: &[(&str, Kind, bool)] = &[
     ("persistentvolumeclaims", Kind::PersistentVolumeClaim, true),
 ];
 
-/// The routes.
-pub fn router(server: Shared) -> Router {
+/// Reads need a read token, changes a write token (when the cluster API is guarded).
+fn needs(method: &Method) -> Access {
+    match *method {
+        Method::GET | Method::HEAD => Access::Read,
+        _ => Access::Write,
+    }
+}
+
+/// The cluster API's routes.
+pub(super) fn routes(server: &Shared) -> Router<Shared> {
     let mut cluster = Router::new()
         .route("/v1/objects", axum::routing::post(apply_objects))
         .route("/v1/watch", get(watch_events));
@@ -193,46 +122,12 @@ pub fn router(server: Shared) -> Router {
                 );
         }
     }
-    let request_limit = server.args.max_request_bytes;
-    let cluster = cluster
-        .layer(DefaultBodyLimit::max(request_limit))
-        .layer(middleware::from_fn(move |request: Request, next: Next| {
-            refuse_oversized(request_limit, request, next)
-        }));
-    let component_limit = server.args.max_component_bytes;
-    let admin = Router::new()
-        .route("/admin/plugins", get(list_plugins).post(upload_multipart))
-        .route(
-            "/admin/plugins/{name}",
-            put(upload_raw).delete(remove_plugin),
-        )
-        .route("/admin/config", get(get_config).put(put_config))
-        .layer(DefaultBodyLimit::max(component_limit))
-        .layer(middleware::from_fn(move |request: Request, next: Next| {
-            refuse_oversized(component_limit, request, next)
-        }))
-        .route_layer(middleware::from_fn_with_state(
-            server.clone(),
-            require_token,
-        ));
-    Router::new()
-        .merge(cluster)
-        .merge(admin)
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/openapi.json", get(openapi))
-        .fallback(|| async { ApiError::new(404, "no such endpoint (see /openapi.json)") })
-        .method_not_allowed_fallback(|| async {
-            ApiError::new(
-                405,
-                "method not allowed on this endpoint (see /openapi.json)",
-            )
-        })
-        .with_state(server)
+    guard(
+        limit_bodies(cluster, server.args.max_request_bytes),
+        server,
+        needs,
+    )
 }
-
-// ----- cluster objects -------------------------------------------------------------------------
 
 /// Parses a request body (JSON, or YAML by `Content-Type` or by its first character).
 fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Vec<Value>, ApiError> {
@@ -404,7 +299,7 @@ fn merge(server: &Server, stored: Option<&Object>, incoming: &mut Object) -> Res
     let metadata = metadata_mut(incoming);
     metadata.uid = stored_uid.or_else(|| metadata.uid.take()).or_else(|| {
         let mut rng = server.uids.lock().unwrap_or_else(|e| e.into_inner());
-        Some(super::engine::new_uid(&mut rng))
+        Some(crate::server::engine::new_uid(&mut rng))
     });
     if let (Some(Object::Pod(old)), Object::Pod(new)) = (stored, incoming) {
         let bound = old
@@ -431,7 +326,7 @@ fn merge(server: &Server, stored: Option<&Object>, incoming: &mut Object) -> Res
     Ok(())
 }
 
-fn submit_written(server: &Server, written: &[super::store::Written]) {
+fn submit_written(server: &Server, written: &[Written]) {
     for w in written {
         server.pipeline.submit(Event::with_version(
             Action::Upsert,
@@ -445,7 +340,7 @@ async fn write(
     server: Shared,
     objects: Vec<Object>,
     mode: WriteMode,
-) -> Result<Vec<super::store::Written>, ApiError> {
+) -> Result<Vec<Written>, ApiError> {
     let keys: Vec<ObjectKey> = objects.iter().map(Object::key).collect();
     let s = server.clone();
     let outcome = tokio::task::spawn_blocking(move || {
@@ -709,310 +604,4 @@ async fn watch_events(
     Ok(Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response())
-}
-
-// ----- admin -----------------------------------------------------------------------------------
-
-/// The most of an oversized body read and dropped before answering 413.
-const DRAIN_AT_MOST: u64 = 256 << 20;
-
-/// Answers 413 to a body declared larger than `limit`. Unless the client asked to be told first
-/// (`Expect: 100-continue`, which then gets no `100 Continue`), the body is read and dropped before
-/// the answer: a client still sending it would otherwise see the connection reset (a broken pipe)
-/// instead of the refusal.
-async fn refuse_oversized(limit: usize, request: Request, next: Next) -> Response {
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    let Some(length) = declared.filter(|&l| l > limit as u64) else {
-        return next.run(request).await;
-    };
-    let waits_for_continue = request
-        .headers()
-        .get(header::EXPECT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"));
-    if !waits_for_continue && length <= DRAIN_AT_MOST {
-        use futures_util::StreamExt as _;
-        let mut body = request.into_body().into_data_stream();
-        while let Some(chunk) = body.next().await {
-            if chunk.is_err() {
-                break;
-            }
-        }
-    }
-    ApiError::new(
-        413,
-        format!(
-            "request body too large: {length} bytes, at most {limit} (see --max-request-bytes / --max-component-bytes)"
-        ),
-    )
-    .into_response()
-}
-
-async fn require_token(State(server): State<Shared>, request: Request, next: Next) -> Response {
-    let Some(token) = &server.token else {
-        return next.run(request).await;
-    };
-    let given = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match given {
-        None => ApiError::new(
-            401,
-            "the admin API needs a bearer token: Authorization: Bearer <token>",
-        )
-        .into_response(),
-        Some(given) if !constant_time_eq(given.trim().as_bytes(), token.as_bytes()) => {
-            ApiError::new(403, "wrong bearer token").into_response()
-        }
-        Some(_) => next.run(request).await,
-    }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-async fn list_plugins(State(server): State<Shared>) -> Result<Response, ApiError> {
-    let policy = server.policy.lock().await;
-    let mut names: Vec<String> = defaults::DEFAULT_PLUGINS
-        .iter()
-        .map(|p| p.name.to_string())
-        .collect();
-    for name in policy.records.keys().chain(policy.usage.keys()) {
-        if !names.contains(name) {
-            names.push(name.clone());
-        }
-    }
-    let plugins: Vec<Value> = names
-        .iter()
-        .map(|name| {
-            let stats = server.plugin_stats.get(name);
-            let p99: serde_json::Map<String, Value> = ExtensionPoint::ALL
-                .iter()
-                .filter_map(|&p| stats.p99(p).map(|v| (p.name().to_string(), json!(v))))
-                .collect();
-            let mut entry = json!({
-                "name": name,
-                "usedBy": policy.usage.get(name).cloned().unwrap_or_default(),
-                "calls": stats.calls(),
-                "errors": stats.errors(),
-                "failures": stats
-                    .failures_by_kind()
-                    .into_iter()
-                    .map(|(kind, n)| (kind.name().to_string(), json!(n)))
-                    .collect::<serde_json::Map<String, Value>>(),
-                "quarantineSecondsLeft": stats.quarantine_left().map(|d| d.as_secs()),
-                "p99Seconds": p99,
-            });
-            let fields = entry.as_object_mut().expect("an object");
-            if let Some(record) = policy.records.get(name) {
-                fields.insert("source".into(), "uploaded".into());
-                fields.insert("version".into(), record.version.clone().into());
-                fields.insert("sha256".into(), record.sha256.clone().into());
-                fields.insert("size".into(), record.size.into());
-                fields.insert("uploadedAt".into(), record.uploaded_at.into());
-            } else if let Some(default) = defaults::find(name) {
-                fields.insert("source".into(), "default".into());
-                fields.insert("version".into(), env!("CARGO_PKG_VERSION").into());
-                fields.insert("sha256".into(), sha256_hex(default.component).into());
-                fields.insert("size".into(), default.component.len().into());
-            } else {
-                fields.insert("source".into(), "config".into());
-            }
-            entry
-        })
-        .collect();
-    Ok(Json(json!({ "plugins": plugins })).into_response())
-}
-
-#[derive(Deserialize)]
-struct UploadQuery {
-    sha256: Option<String>,
-}
-
-async fn load(
-    server: Shared,
-    name: String,
-    bytes: Vec<u8>,
-    sha256: Option<String>,
-) -> Result<Response, ApiError> {
-    if bytes.is_empty() {
-        return Err(ApiError::new(
-            400,
-            "the upload is empty: send the component's bytes",
-        ));
-    }
-    let mut policy = server.policy.clone().lock_owned().await;
-    let s = server.clone();
-    let (record, replaced, active) = tokio::task::spawn_blocking(move || {
-        s.load_plugin(&mut policy, &name, bytes, sha256.as_deref())
-    })
-    .await
-    .map_err(|e| ApiError::new(500, e.to_string()))??;
-    let status = if replaced {
-        StatusCode::OK
-    } else {
-        StatusCode::CREATED
-    };
-    let mut body = serde_json::to_value(&record).expect("records serialize");
-    body["active"] = active.into();
-    body["replaced"] = replaced.into();
-    Ok((status, Json(body)).into_response())
-}
-
-/// `PUT /admin/plugins/{name}?sha256=...` with the component as the body.
-async fn upload_raw(
-    State(server): State<Shared>,
-    Path(name): Path<String>,
-    Query(query): Query<UploadQuery>,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let body = body?;
-    load(server, name, body.to_vec(), query.sha256).await
-}
-
-/// `POST /admin/plugins` as `multipart/form-data` with fields `name`, `sha256` (optional) and
-/// `component` (the file).
-async fn upload_multipart(
-    State(server): State<Shared>,
-    mut multipart: Multipart,
-) -> Result<Response, ApiError> {
-    let (mut name, mut sha256, mut component) = (None, None, None);
-    let bad = |e: axum::extract::multipart::MultipartError| {
-        let status = e.status().as_u16();
-        ApiError::new(
-            status,
-            format!("reading the multipart body: {}", e.body_text()),
-        )
-    };
-    while let Some(field) = multipart.next_field().await.map_err(bad)? {
-        match field.name().unwrap_or("") {
-            "name" => name = Some(field.text().await.map_err(bad)?),
-            "sha256" => sha256 = Some(field.text().await.map_err(bad)?),
-            "component" => component = Some(field.bytes().await.map_err(bad)?.to_vec()),
-            other => {
-                return Err(ApiError::new(
-                    400,
-                    format!("unexpected form field {other:?} (expected name, sha256, component)"),
-                ))
-            }
-        }
-    }
-    let name = name.ok_or_else(|| ApiError::new(400, "missing form field `name`"))?;
-    let component =
-        component.ok_or_else(|| ApiError::new(400, "missing form field `component`"))?;
-    load(server, name, component, sha256.filter(|s| !s.is_empty())).await
-}
-
-async fn remove_plugin(
-    State(server): State<Shared>,
-    Path(name): Path<String>,
-) -> Result<Response, ApiError> {
-    let mut policy = server.policy.lock().await;
-    server.remove_plugin(&mut policy, &name)?;
-    Ok(Json(json!({ "removed": name })).into_response())
-}
-
-async fn get_config(State(server): State<Shared>) -> Response {
-    let policy = server.policy.lock().await;
-    let source = match &policy.source {
-        super::ConfigSource::File(path) => path.display().to_string(),
-        super::ConfigSource::Store => "store".to_string(),
-        super::ConfigSource::Default => "default".to_string(),
-    };
-    (
-        [
-            (header::CONTENT_TYPE, "application/toml".to_string()),
-            (
-                header::HeaderName::from_static("x-wasched-config-source"),
-                source,
-            ),
-        ],
-        match policy.source {
-            super::ConfigSource::Default => crate::config::default_text(),
-            _ => policy.text.clone(),
-        },
-    )
-        .into_response()
-}
-
-async fn put_config(
-    State(server): State<Shared>,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let body = body?;
-    let text = String::from_utf8(body.to_vec())
-        .map_err(|_| ApiError::new(400, "the configuration is not UTF-8"))?;
-    let mut policy = server.policy.clone().lock_owned().await;
-    let s = server.clone();
-    tokio::task::spawn_blocking(move || s.apply_config(&mut policy, text, true))
-        .await
-        .map_err(|e| ApiError::new(500, e.to_string()))??;
-    Ok(Json(json!({ "applied": true })).into_response())
-}
-
-// ----- operations ------------------------------------------------------------------------------
-
-async fn healthz(State(server): State<Shared>) -> Response {
-    let beat = server.engine.heartbeat.load(Ordering::Relaxed);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    if now.saturating_sub(beat) > 30 {
-        return ApiError::new(
-            503,
-            format!("the scheduling thread has not looped for {}s", now - beat),
-        )
-        .into_response();
-    }
-    "ok".into_response()
-}
-
-async fn readyz(State(server): State<Shared>) -> Response {
-    if server.engine.ready.load(Ordering::Acquire) {
-        "ok".into_response()
-    } else {
-        ApiError::new(503, "loading the stored objects and syncing the plugins").into_response()
-    }
-}
-
-async fn metrics(State(server): State<Shared>) -> Response {
-    let mut out = String::new();
-    server.engine_metrics.render(&mut out);
-    server.plugin_stats.render(&mut out);
-    let pipeline = &server.pipeline.stats;
-    let service = &server.service_stats;
-    let counters = [
-        ("wasched_plugin_loads_total{result=\"success\"}", server.plugin_loads[0].load(Ordering::Relaxed), "Plugin uploads, by result."),
-        ("wasched_plugin_loads_total{result=\"failure\"}", server.plugin_loads[1].load(Ordering::Relaxed), ""),
-        ("wasched_events_submitted_total", pipeline.submitted.load(Ordering::Relaxed), "Cluster events offered to the pipeline."),
-        ("wasched_events_dropped_total{reason=\"stale\"}", pipeline.stale.load(Ordering::Relaxed), "Events dropped: older than what was applied or waiting (stale), or replaced by a newer event of the same object before being applied (collapsed)."),
-        ("wasched_events_dropped_total{reason=\"collapsed\"}", pipeline.collapsed.load(Ordering::Relaxed), ""),
-        ("wasched_events_dropped_total{reason=\"invalid\"}", service.events_invalid.load(Ordering::Relaxed), ""),
-        ("wasched_events_applied_total", service.events_applied.load(Ordering::Relaxed), "Events applied to the scheduler's cache and queue."),
-        ("wasched_assumed_expired_total", service.assumed_expired.load(Ordering::Relaxed), "Placements undone because their binding was not confirmed in time."),
-    ];
-    for (series, value, help) in counters {
-        let name = series.split('{').next().unwrap_or(series);
-        if !help.is_empty() {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} counter");
-        }
-        let _ = writeln!(out, "{series} {value}");
-    }
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
-}
-
-async fn openapi() -> Response {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        include_str!("openapi.json"),
-    )
-        .into_response()
 }

@@ -1,0 +1,188 @@
+//! The HTTP API, split by concern: [`cluster`] (objects under `/v1` and the watch), [`admin`]
+//! (plugins and configuration) and [`operations`] (health, readiness, metrics, the API
+//! description). This module assembles them, with what they share: the error shape, body limits
+//! and the token checks.
+//!
+//! Every error is a Kubernetes `Status` object (`{"kind":"Status","status":"Failure","message":...,
+//! "reason":...,"code":...}`), so `kubectl`-minded clients and scripts read one shape.
+
+mod admin;
+mod cluster;
+mod operations;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::{Json, Router};
+use serde_json::json;
+
+use super::auth::Access;
+use super::{PolicyError, Server};
+
+type Shared = Arc<Server>;
+/// An API error as a Kubernetes `Status`.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: u16, message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            message: message.into(),
+        }
+    }
+}
+
+impl From<PolicyError> for ApiError {
+    fn from(e: PolicyError) -> Self {
+        ApiError::new(e.status, e.message)
+    }
+}
+
+impl From<super::store::StoreError> for ApiError {
+    fn from(e: super::store::StoreError) -> Self {
+        ApiError::new(500, e.to_string())
+    }
+}
+
+impl From<BytesRejection> for ApiError {
+    fn from(e: BytesRejection) -> Self {
+        let status = e.status();
+        let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            "request body too large (see --max-request-bytes / --max-component-bytes)".to_string()
+        } else {
+            e.body_text()
+        };
+        ApiError { status, message }
+    }
+}
+
+fn reason(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 => "BadRequest",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "NotFound",
+        405 => "MethodNotAllowed",
+        409 => "AlreadyExists",
+        410 => "Expired",
+        413 => "RequestEntityTooLarge",
+        415 => "UnsupportedMediaType",
+        422 => "Invalid",
+        503 => "ServiceUnavailable",
+        _ => "InternalError",
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Failure",
+            "message": self.message,
+            "reason": reason(self.status),
+            "code": self.status.as_u16(),
+        });
+        (self.status, Json(body)).into_response()
+    }
+}
+
+/// The routes.
+pub fn router(server: Shared) -> Router {
+    Router::new()
+        .merge(cluster::routes(&server))
+        .merge(admin::routes(&server))
+        .merge(operations::routes(&server))
+        .fallback(|| async { ApiError::new(404, "no such endpoint (see /openapi.json)") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                405,
+                "method not allowed on this endpoint (see /openapi.json)",
+            )
+        })
+        .with_state(server)
+}
+
+/// `routes` with bodies limited to `limit` bytes.
+fn limit_bodies(routes: Router<Shared>, limit: usize) -> Router<Shared> {
+    routes
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(middleware::from_fn(move |request: Request, next: Next| {
+            refuse_oversized(limit, request, next)
+        }))
+}
+
+/// What a request needs, from its method.
+type Needs = fn(&Method) -> Access;
+
+/// `routes` answering only requests whose token grants what `needs` says.
+fn guard(routes: Router<Shared>, server: &Shared, needs: Needs) -> Router<Shared> {
+    routes.route_layer(middleware::from_fn_with_state(
+        (server.clone(), needs),
+        require,
+    ))
+}
+
+async fn require(
+    State((server, needs)): State<(Shared, Needs)>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let authorization = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    match server.tokens.check(needs(request.method()), authorization) {
+        Ok(()) => next.run(request).await,
+        Err(refusal) => ApiError::new(refusal.status, refusal.message).into_response(),
+    }
+}
+
+/// The most of an oversized body read and dropped before answering 413.
+const DRAIN_AT_MOST: u64 = 256 << 20;
+
+/// Answers 413 to a body declared larger than `limit`. Unless the client asked to be told first
+/// (`Expect: 100-continue`, which then gets no `100 Continue`), the body is read and dropped before
+/// the answer: a client still sending it would otherwise see the connection reset (a broken pipe)
+/// instead of the refusal.
+async fn refuse_oversized(limit: usize, request: Request, next: Next) -> Response {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let Some(length) = declared.filter(|&l| l > limit as u64) else {
+        return next.run(request).await;
+    };
+    let waits_for_continue = request
+        .headers()
+        .get(header::EXPECT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"));
+    if !waits_for_continue && length <= DRAIN_AT_MOST {
+        use futures_util::StreamExt as _;
+        let mut body = request.into_body().into_data_stream();
+        while let Some(chunk) = body.next().await {
+            if chunk.is_err() {
+                break;
+            }
+        }
+    }
+    ApiError::new(
+        413,
+        format!(
+            "request body too large: {length} bytes, at most {limit} (see --max-request-bytes / --max-component-bytes)"
+        ),
+    )
+    .into_response()
+}
