@@ -1037,6 +1037,42 @@ mod tests {
         proptest::collection::vec(proptest::sample::select(pieces), 0..40).prop_map(|p| p.concat())
     }
 
+    /// The committed seeds of the configuration parser's mutation fuzzing.
+    const CONFIG_SEEDS: &[&str] = &[
+        include_str!("../../examples/configs/bin-packing.toml"),
+        include_str!("../../examples/configs/gpu-model.toml"),
+        include_str!("../../examples/configs/gpu-packing.toml"),
+        include_str!("../../examples/configs/maintenance.toml"),
+        include_str!("../../examples/configs/rack-spread.toml"),
+        include_str!("../../examples/configs/team-affinity.toml"),
+        include_str!("../../tests/fuzz-corpus/strange.toml"),
+    ];
+
+    #[test]
+    fn the_strange_but_valid_configuration_seed_is_read() {
+        let config = parse(CONFIG_SEEDS[6]).unwrap();
+        assert_eq!(config.parallelism, 2);
+        let profiles = config.profiles().unwrap();
+        assert_eq!(profiles[0].scheduler_name, "strange");
+        assert_eq!(profiles[0].scores[0].1, 10);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+        /// Example configurations cut and spliced (see tests/fuzz-corpus/README.md) parse to a
+        /// configuration or an error with a line, never a panic. Their plugins' component paths
+        /// do not resolve from here, so building profiles stops at the first; that path is the
+        /// other fuzz test's.
+        #[test]
+        fn mutated_configurations_are_read_or_refused_without_a_panic(
+            text in crate::util::fuzz::mutated(CONFIG_SEEDS)
+        ) {
+            if let Ok(config) = parse(&text) {
+                let _ = config.profiles();
+            }
+        }
+    }
+
     proptest::proptest! {
         /// Any mix of configuration pieces parses to a configuration or an error with a line,
         /// never a panic; what parses builds its profiles natively or says why not.

@@ -606,10 +606,45 @@ mod tests {
         proptest::collection::vec(proptest::sample::select(pieces), 0..60).prop_map(|p| p.concat())
     }
 
+    /// The committed seeds of the object parser's mutation fuzzing.
+    const OBJECT_SEEDS: &[&str] = &[
+        include_str!("../../examples/clusters/demo.yaml"),
+        include_str!("../../examples/clusters/gpu-models.yaml"),
+        include_str!("../../examples/clusters/maintenance.yaml"),
+        include_str!("../../examples/clusters/racks.yaml"),
+        include_str!("../../examples/clusters/teams.yaml"),
+        include_str!("../../tests/fuzz-corpus/aliases.yaml"),
+        include_str!("../../tests/fuzz-corpus/list.json"),
+        include_str!("../../tests/fuzz-corpus/tricky.yaml"),
+    ];
+
+    #[test]
+    fn the_object_seeds_are_read() {
+        let seeds = &OBJECT_SEEDS[..5];
+        for seed in seeds {
+            parse_text(seed, false, Path::new("seed.yaml")).unwrap();
+        }
+        let list = parse_text(OBJECT_SEEDS[6], true, Path::new("list.json")).unwrap();
+        assert_eq!(list.kept_objects(), 5, "one of each kind");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+        /// Realistic documents cut and spliced (see tests/fuzz-corpus/README.md) are read, as
+        /// YAML and as JSON, to an answer or an error, never a panic.
+        #[test]
+        fn mutated_documents_are_read_or_refused_without_a_panic(
+            text in crate::util::fuzz::mutated(OBJECT_SEEDS)
+        ) {
+            let _ = parse_text(&text, false, Path::new("fuzz.yaml"));
+            let _ = parse_text(&text, true, Path::new("fuzz.json"));
+        }
+    }
+
     proptest::proptest! {
         /// The corpus of this fuzz test is its generator: any mix of the pieces above is read,
         /// as YAML and as JSON, to an answer or an error, never a panic (regressions are kept in
-        /// tests/proptest-regressions).
+        /// host/proptest-regressions).
         #[test]
         fn any_document_is_read_or_refused_without_a_panic(text in fragment()) {
             let _ = parse_text(&text, false, Path::new("fuzz.yaml"));

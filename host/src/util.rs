@@ -40,6 +40,49 @@ pub fn line_of(text: &str, offset: usize) -> usize {
         + 1
 }
 
+/// Mutation fuzzing over a committed corpus (`tests/fuzz-corpus/` and the examples).
+#[cfg(test)]
+pub(crate) mod fuzz {
+    use proptest::prelude::*;
+    use proptest::sample::Index;
+
+    /// One of `seeds` with up to eight edits: a cut, a piece of itself repeated, or a piece of
+    /// another seed spliced in, each at most 64 bytes at a random place (UTF-8 broken by a cut
+    /// is replaced, so the parsers see text).
+    pub fn mutated(seeds: &'static [&'static str]) -> impl Strategy<Value = String> {
+        let edit = (
+            0..3u8,
+            any::<Index>(),
+            any::<Index>(),
+            0..64usize,
+            any::<Index>(),
+        );
+        (any::<Index>(), proptest::collection::vec(edit, 0..8)).prop_map(move |(seed, edits)| {
+            let mut text = seeds[seed.index(seeds.len())].as_bytes().to_vec();
+            for (op, at, from, len, donor) in edits {
+                let at = at.index(text.len() + 1);
+                let end = (at + len).min(text.len());
+                match op {
+                    0 => {
+                        text.drain(at..end);
+                    }
+                    1 => {
+                        let piece = text[at..end].to_vec();
+                        text.splice(at..at, piece);
+                    }
+                    _ => {
+                        let donor = seeds[donor.index(seeds.len())].as_bytes();
+                        let start = from.index(donor.len() + 1);
+                        let piece = donor[start..(start + len).min(donor.len())].to_vec();
+                        text.splice(at..at, piece);
+                    }
+                }
+            }
+            String::from_utf8_lossy(&text).into_owned()
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
