@@ -373,6 +373,17 @@ async fn write(
     }
 }
 
+/// Runs `parse` on the blocking pool: parsing and checking a body of several megabytes takes
+/// hundreds of milliseconds, which on one of the two HTTP workers would hold up `/healthz` and
+/// every other request behind it.
+async fn off_the_workers<T: Send + 'static>(
+    parse: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(parse)
+        .await
+        .map_err(|e| ApiError::new(500, e.to_string()))?
+}
+
 async fn create(
     State(server): State<Shared>,
     kind: Kind,
@@ -381,7 +392,9 @@ async fn create(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body?;
-    let object = one_object(kind, namespace.as_deref(), None, &headers, &body)?;
+    let object =
+        off_the_workers(move || one_object(kind, namespace.as_deref(), None, &headers, &body))
+            .await?;
     let written = write(server, vec![object], WriteMode::Create).await?;
     Ok((StatusCode::CREATED, Json(object_json(&written[0].object))).into_response())
 }
@@ -395,8 +408,11 @@ async fn replace(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body?;
-    let namespace = (!namespace.is_empty()).then_some(namespace.as_str());
-    let object = one_object(kind, namespace, Some(&name), &headers, &body)?;
+    let object = off_the_workers(move || {
+        let namespace = (!namespace.is_empty()).then_some(namespace.as_str());
+        one_object(kind, namespace, Some(&name), &headers, &body)
+    })
+    .await?;
     let written = write(server, vec![object], WriteMode::Upsert).await?;
     let status = if written[0].created {
         StatusCode::CREATED
@@ -414,7 +430,8 @@ async fn apply_objects(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body?;
-    let (objects, skipped) = objects_of(parse_body(&headers, &body)?)?;
+    let (objects, skipped) =
+        off_the_workers(move || objects_of(parse_body(&headers, &body)?)).await?;
     let written = write(server, objects, WriteMode::Upsert).await?;
     let items: Vec<Value> = written
         .iter()
