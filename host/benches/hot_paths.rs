@@ -151,7 +151,7 @@ fn snapshot_update(c: &mut Criterion) {
                 let since = cache.generation();
                 let node = &cluster.nodes[next % NODES].name;
                 next += 1;
-                cache.place_pod(&pod, node);
+                cache.assume_pod(&pod, node);
                 cache.refresh_listing();
                 let delta = cache.delta_since(since);
                 let usage: Vec<(u32, &wasched_sdk::NodeUsage)> = delta

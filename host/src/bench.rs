@@ -395,7 +395,7 @@ pub fn run_once(
     let rss_before = proc_status_mb("VmRSS");
     let profiles = config.profiles()?;
     let mut scheduler = Scheduler::new(&profiles, seed)?;
-    cluster.load_into(&mut scheduler.cache);
+    cluster.load_into(scheduler.cache_mut());
     let setup = Instant::now();
     scheduler.warm_up()?;
     let setup = setup.elapsed();
@@ -413,21 +413,25 @@ pub fn run_once(
             // Between cycles, as the event pipeline applies changes in the service.
             if i % 10 == 0 && !placed.is_empty() {
                 let victim = placed.swap_remove(churn.below(placed.len() as u64) as usize);
-                scheduler.cache.remove_pod(&victim);
+                scheduler.cache_mut().remove_pod(&victim);
             }
             if i % 100 == 0 && !cluster.nodes.is_empty() {
                 let gone = &cluster.nodes[churn.below(cluster.nodes.len() as u64) as usize];
-                scheduler.cache.remove_node(&gone.name);
+                scheduler.cache_mut().remove_node(&gone.name);
                 let mut fresh = gone.clone();
                 fresh.name = format!("node-{next_node:05}");
                 next_node += 1;
-                scheduler.cache.upsert_node(fresh);
+                scheduler.cache_mut().upsert_node(fresh);
             }
         }
         let cycle = Instant::now();
         let outcome = scheduler
             .schedule(pod, false)
             .expect("bench pods use the default profile");
+        if let Some(node) = &outcome.node {
+            // What the service does next; no binder here, so the pod stays assumed.
+            scheduler.assume(pod, node);
+        }
         latencies.push(cycle.elapsed());
         match (&outcome.node, outcome.error) {
             (Some(_), _) => {

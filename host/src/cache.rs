@@ -26,6 +26,9 @@ struct PlacedPod {
     node: String,
     requests: sdk::Resources,
     non_zero_requests: sdk::Resources,
+    /// Placed by this scheduler and not yet seen bound: [`Cache::forget_pod`] may release it,
+    /// [`Cache::add_pod`] on the same node confirms it.
+    assumed: bool,
 }
 
 /// A change to one node, as recorded in the log.
@@ -184,15 +187,41 @@ impl Cache {
         true
     }
 
-    /// Records that `pod` holds its requests on `node` (running there, or just placed by us).
-    /// Placing a pod that is already placed moves it.
-    pub fn place_pod(&mut self, pod: &sdk::Pod, node: &str) {
+    /// Records that `pod` runs on `node`, as the cluster says. A pod assumed on that node is
+    /// confirmed (its requests are already held); a pod placed elsewhere moves.
+    pub fn add_pod(&mut self, pod: &sdk::Pod, node: &str) {
         let key = format!("{}/{}", pod.namespace, pod.name);
+        if let Some(placed) = self.pods.get_mut(&key).filter(|p| p.node == node) {
+            placed.assumed = false;
+            return;
+        }
+        self.place(key, pod, node, false);
+    }
+
+    /// Holds `pod`'s requests on `node`, which this scheduler chose, until the binding is seen
+    /// ([`Cache::add_pod`]) or given up ([`Cache::forget_pod`]).
+    pub fn assume_pod(&mut self, pod: &sdk::Pod, node: &str) {
+        self.place(format!("{}/{}", pod.namespace, pod.name), pod, node, true);
+    }
+
+    /// Releases an assumed pod. Returns false, changing nothing, when the pod is not placed or
+    /// was seen bound since: a binding that failed late must not free a pod the cluster runs.
+    pub fn forget_pod(&mut self, key: &str) -> bool {
+        self.is_assumed(key) && self.remove_pod(key)
+    }
+
+    /// Whether the pod is placed by this scheduler and not yet seen bound.
+    pub fn is_assumed(&self, key: &str) -> bool {
+        self.pods.get(key).is_some_and(|p| p.assumed)
+    }
+
+    fn place(&mut self, key: String, pod: &sdk::Pod, node: &str, assumed: bool) {
         self.remove_pod(&key);
         let placed = PlacedPod {
             node: node.to_string(),
             requests: pod.requests.clone(),
             non_zero_requests: pod.non_zero_requests.clone(),
+            assumed,
         };
         match self.by_name.get(node) {
             Some(&id) => {
@@ -212,7 +241,7 @@ impl Cache {
         self.pods.insert(key, placed);
     }
 
-    /// Releases a pod's resources. Returns false if the pod was not placed.
+    /// Releases a pod's resources, assumed or observed. Returns false if the pod was not placed.
     pub fn remove_pod(&mut self, key: &str) -> bool {
         let Some(placed) = self.pods.remove(key) else {
             return false;
@@ -397,8 +426,8 @@ mod tests {
     fn placing_and_removing_pods_updates_usage() {
         let mut cache = Cache::default();
         cache.upsert_node(node("n1", "a"));
-        cache.place_pod(&pod("p1", 500), "n1");
-        cache.place_pod(&pod("p2", 250), "n1");
+        cache.add_pod(&pod("p1", 500), "n1");
+        cache.add_pod(&pod("p2", 250), "n1");
         let id = cache.node_id("n1").unwrap();
         assert_eq!(cache.node(id).unwrap().info.usage.requested.milli_cpu, 750);
         assert_eq!(cache.node(id).unwrap().info.usage.pod_count, 2);
@@ -411,9 +440,49 @@ mod tests {
     }
 
     #[test]
+    fn an_assumed_pod_is_confirmed_by_its_binding_and_only_then_safe_from_forgetting() {
+        let mut cache = Cache::default();
+        cache.upsert_node(node("n1", "a"));
+        cache.upsert_node(node("n2", "a"));
+        let cpu_on = |cache: &Cache, name: &str| {
+            let id = cache.node_id(name).unwrap();
+            cache.node(id).unwrap().info.usage.requested.milli_cpu
+        };
+        cache.assume_pod(&pod("p", 500), "n1");
+        assert!(cache.is_assumed("default/p"));
+        cache.add_pod(&pod("p", 500), "n1");
+        assert!(
+            !cache.is_assumed("default/p"),
+            "seen bound where assumed: confirmed"
+        );
+        assert_eq!(cpu_on(&cache, "n1"), 500, "held once, not twice");
+        assert!(
+            !cache.forget_pod("default/p"),
+            "a late bind failure frees nothing"
+        );
+        assert_eq!(cpu_on(&cache, "n1"), 500);
+
+        cache.assume_pod(&pod("q", 200), "n1");
+        cache.add_pod(&pod("q", 200), "n2");
+        assert_eq!(
+            (cpu_on(&cache, "n1"), cpu_on(&cache, "n2")),
+            (500, 200),
+            "bound elsewhere: moved"
+        );
+        cache.assume_pod(&pod("r", 100), "n2");
+        assert!(cache.forget_pod("default/r"));
+        assert_eq!(cpu_on(&cache, "n2"), 200);
+        assert!(
+            cache.remove_pod("default/p"),
+            "an observed pod is removed when it goes"
+        );
+        assert_eq!(cpu_on(&cache, "n1"), 0);
+    }
+
+    #[test]
     fn pods_on_an_unknown_node_count_once_it_arrives() {
         let mut cache = Cache::default();
-        cache.place_pod(&pod("early", 300), "late-node");
+        cache.add_pod(&pod("early", 300), "late-node");
         let id = cache.upsert_node(node("late-node", "a"));
         assert_eq!(cache.node(id).unwrap().info.usage.requested.milli_cpu, 300);
         assert_eq!(cache.pod_node("default/early"), Some("late-node"));
@@ -424,7 +493,7 @@ mod tests {
         let mut cache = Cache::default();
         cache.upsert_node(node("n1", "a"));
         cache.upsert_node(node("n2", "a"));
-        cache.place_pod(&pod("p", 100), "n1");
+        cache.add_pod(&pod("p", 100), "n1");
         let id = cache.upsert_node(node("n1", "b"));
         assert_eq!(cache.node(id).unwrap().info.usage.requested.milli_cpu, 100);
         cache.refresh_listing();
@@ -438,9 +507,9 @@ mod tests {
         let a = cache.upsert_node(node("a", "z"));
         let b = cache.upsert_node(node("b", "z"));
         let since = cache.generation();
-        cache.place_pod(&pod("p1", 1), "a");
-        cache.place_pod(&pod("p2", 1), "a");
-        cache.place_pod(&pod("p3", 1), "b");
+        cache.add_pod(&pod("p1", 1), "a");
+        cache.add_pod(&pod("p2", 1), "a");
+        cache.add_pod(&pod("p3", 1), "b");
         cache.upsert_node(node("b", "z"));
         cache.remove_node("a");
         let delta = cache.delta_since(since);
@@ -449,7 +518,7 @@ mod tests {
         assert!(delta.usage.is_empty(), "{delta:?}");
 
         let since = cache.generation();
-        cache.place_pod(&pod("p4", 1), "b");
+        cache.add_pod(&pod("p4", 1), "b");
         assert_eq!(cache.delta_since(since).usage, vec![b]);
         cache.compact(since);
         assert_eq!(

@@ -4,7 +4,8 @@
 //! pods, and is driven by one thread: [`Service::apply_events`] drains the [`EventPipeline`]
 //! (which any thread may feed), [`Service::schedule_one`] runs one cycle, assumes the pod on its
 //! node at once and asks the [`Binder`] to bind it; a binding not confirmed (by a pod update with
-//! `spec.nodeName`) within the TTL expires, frees the node and requeues the pod.
+//! `spec.nodeName`, which the cache then counts as observed) within the TTL expires, is forgotten
+//! and requeues the pod. The service alone assumes and forgets.
 //!
 //! Events are only applied between cycles, on the same thread, so the cache a cycle reads cannot
 //! change under it; the cycle's first stage brings every plugin instance to that cache generation.
@@ -94,7 +95,7 @@ pub enum PodState {
 
 /// The scheduler core.
 pub struct Service<B: Binder> {
-    pub scheduler: Scheduler,
+    scheduler: Scheduler,
     queue: SchedulingQueue,
     pipeline: Arc<EventPipeline>,
     binder: B,
@@ -145,6 +146,21 @@ impl<B: Binder> Service<B> {
         self
     }
 
+    /// The scheduler: its cache and profiles, to read.
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.scheduler
+    }
+
+    /// Stops being a service: the scheduler, with the cache as the applied events left it.
+    pub fn into_scheduler(self) -> Scheduler {
+        self.scheduler
+    }
+
+    /// The scheduler, to warm up or swap profiles in; its cache is fed by events only.
+    pub(crate) fn scheduler_mut(&mut self) -> &mut Scheduler {
+        &mut self.scheduler
+    }
+
     /// The pipeline producers submit events to.
     pub fn pipeline(&self) -> Arc<EventPipeline> {
         self.pipeline.clone()
@@ -189,7 +205,7 @@ impl<B: Binder> Service<B> {
     }
 
     fn apply_upsert(&mut self, object: &Object) -> Result<(), k8s::FieldError> {
-        let cache = &mut self.scheduler.cache;
+        let cache = self.scheduler.cache_mut();
         match object {
             Object::Node(node) => {
                 let info = k8s::node_info(node)?;
@@ -220,9 +236,9 @@ impl<B: Binder> Service<B> {
                     // Bound, by us (this confirms the assumption) or by someone else.
                     self.assumed.remove(&key);
                     self.queue.delete(&key);
-                    if cache.pod_node(&key) != Some(model.node_name.as_str()) {
-                        let node = model.node_name.clone();
-                        cache.place_pod(&model, &node);
+                    let arrived = cache.pod_node(&key) != Some(model.node_name.as_str());
+                    cache.add_pod(&model, &model.node_name);
+                    if arrived {
                         self.queue.on_event(ClusterEvent::AssignedPodAdded);
                     }
                 } else if !self.assumed.contains_key(&key) {
@@ -252,13 +268,13 @@ impl<B: Binder> Service<B> {
     fn forget_pod(&mut self, key: &str) {
         self.assumed.remove(key);
         self.queue.delete(key);
-        if self.scheduler.cache.remove_pod(key) {
+        if self.scheduler.cache_mut().remove_pod(key) {
             self.queue.on_event(ClusterEvent::AssignedPodDeleted);
         }
     }
 
     fn apply_delete(&mut self, key: &ObjectKey) {
-        let cache = &mut self.scheduler.cache;
+        let cache = self.scheduler.cache_mut();
         match key.kind {
             Kind::Node => {
                 if cache.remove_node(&key.name) {
@@ -335,8 +351,9 @@ impl<B: Binder> Service<B> {
             .collect();
         for key in &expired {
             let assumed = self.assumed.remove(key).expect("listed above");
-            self.scheduler.cache.remove_pod(key);
-            self.queue.on_event(ClusterEvent::AssignedPodDeleted);
+            if self.scheduler.forget(key) {
+                self.queue.on_event(ClusterEvent::AssignedPodDeleted);
+            }
             tracing::warn!(pod = %key, node = %assumed.node, "binding not confirmed in time; the pod is scheduled again");
             self.stats.assumed_expired.fetch_add(1, Ordering::Relaxed);
             let message = format!(
@@ -393,7 +410,7 @@ impl<B: Binder> Service<B> {
                 no_profile: false,
             });
         };
-        // The scheduler placed the pod in the cache: it is assumed from here on.
+        self.scheduler.assume(&pod, &node);
         self.queue.done(&key);
         self.assumed.insert(
             key.clone(),
@@ -423,7 +440,7 @@ impl<B: Binder> Service<B> {
             }
             Err(e) => {
                 self.assumed.remove(&key);
-                self.scheduler.cache.remove_pod(&key);
+                self.scheduler.forget(&key);
                 self.stats.binds_failed.fetch_add(1, Ordering::Relaxed);
                 let message = format!("binding to {node} failed: {e}");
                 let scheduler_name = pod.scheduler_name.clone();
@@ -459,7 +476,7 @@ impl<B: Binder> Service<B> {
             });
         }
         self.scheduler
-            .cache
+            .cache()
             .pod_node(key)
             .map(|node| PodState::Bound {
                 node: node.to_string(),

@@ -28,19 +28,19 @@ fn sampling_stops_at_the_percentage_and_the_next_cycle_starts_where_it_stopped()
     for runtime in [DefaultPluginRuntime::Wasm, DefaultPluginRuntime::Native] {
         let mut s = scheduler(toml, runtime, 1);
         for i in 0..300 {
-            s.cache.upsert_node(node(&format!("n{i:03}")));
+            s.cache_mut().upsert_node(node(&format!("n{i:03}")));
         }
-        let first = s.schedule(&cpu_pod("a", 0), true).unwrap();
+        let first = schedule_and_assume(&mut s, &cpu_pod("a", 0), true);
         let names = examined(&first);
         assert_eq!(names.len(), 120, "40% of 300 nodes");
         assert_eq!(names.first().unwrap(), "n000");
-        let second = s.schedule(&cpu_pod("b", 0), true).unwrap();
+        let second = schedule_and_assume(&mut s, &cpu_pod("b", 0), true);
         assert_eq!(
             examined(&second).first().unwrap(),
             "n120",
             "{runtime:?}: starts after the last examined node"
         );
-        let third = s.schedule(&cpu_pod("c", 0), true).unwrap();
+        let third = schedule_and_assume(&mut s, &cpu_pod("c", 0), true);
         let names = examined(&third);
         assert_eq!(names.first().unwrap(), "n240");
         assert_eq!(names.last().unwrap(), "n059", "wraps around");
@@ -51,10 +51,13 @@ fn sampling_stops_at_the_percentage_and_the_next_cycle_starts_where_it_stopped()
 fn without_score_plugins_the_first_feasible_node_wins() {
     let toml = "[[profiles]]\nfilters = [\"NodeResourcesFit\"]\nscores = []\n";
     let mut s = scheduler(toml, DefaultPluginRuntime::Wasm, 1);
-    s.cache.upsert_node(NodeInfoBuilder::cpu("small", 500));
-    s.cache.upsert_node(NodeInfoBuilder::cpu("big-1", 4000));
-    s.cache.upsert_node(NodeInfoBuilder::cpu("big-2", 4000));
-    let outcome = s.schedule(&cpu_pod("p", 1000), true).unwrap();
+    s.cache_mut()
+        .upsert_node(NodeInfoBuilder::cpu("small", 500));
+    s.cache_mut()
+        .upsert_node(NodeInfoBuilder::cpu("big-1", 4000));
+    s.cache_mut()
+        .upsert_node(NodeInfoBuilder::cpu("big-2", 4000));
+    let outcome = schedule_and_assume(&mut s, &cpu_pod("p", 1000), true);
     assert_eq!(outcome.node.as_deref(), Some("big-1"));
     assert_eq!(
         examined(&outcome),
@@ -76,17 +79,18 @@ impl NodeInfoBuilder {
 #[test]
 fn each_placement_takes_its_resources_before_the_next_pod() {
     let mut s = scheduler("", DefaultPluginRuntime::Wasm, 1);
-    s.cache.upsert_node(NodeInfoBuilder::cpu("only", 4000));
-    let first = s.schedule(&cpu_pod("a", 3000), false).unwrap();
+    s.cache_mut()
+        .upsert_node(NodeInfoBuilder::cpu("only", 4000));
+    let first = schedule_and_assume(&mut s, &cpu_pod("a", 3000), false);
     assert_eq!(first.node.as_deref(), Some("only"));
-    let second = s.schedule(&cpu_pod("b", 3000), false).unwrap();
+    let second = schedule_and_assume(&mut s, &cpu_pod("b", 3000), false);
     assert_eq!(second.node, None);
     assert_eq!(
         second.message.as_deref(),
         Some("0/1 nodes are available: 1 Insufficient cpu.")
     );
-    assert!(s.cache.remove_pod("default/a"));
-    let third = s.schedule(&cpu_pod("b", 3000), false).unwrap();
+    assert!(s.cache_mut().remove_pod("default/a"));
+    let third = schedule_and_assume(&mut s, &cpu_pod("b", 3000), false);
     assert_eq!(
         third.node.as_deref(),
         Some("only"),
@@ -98,7 +102,7 @@ fn each_placement_takes_its_resources_before_the_next_pod() {
 fn nodes_outside_a_prefilter_result_are_counted_in_the_message() {
     let mut s = scheduler("", DefaultPluginRuntime::Wasm, 1);
     for name in ["a", "b", "c"] {
-        s.cache.upsert_node(NodeInfoBuilder::cpu(name, 1000));
+        s.cache_mut().upsert_node(NodeInfoBuilder::cpu(name, 1000));
     }
     let mut p = cpu_pod("p", 2000);
     p.node_affinity = Some(NodeAffinity {
@@ -108,7 +112,7 @@ fn nodes_outside_a_prefilter_result_are_counted_in_the_message() {
         }]),
         preferred: Vec::new(),
     });
-    let outcome = s.schedule(&p, false).unwrap();
+    let outcome = schedule_and_assume(&mut s, &p, false);
     assert_eq!(
         outcome.message.as_deref(),
         Some("0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't satisfy plugin(s) [NodeAffinity].")
@@ -120,13 +124,13 @@ fn ties_are_broken_at_random_and_reproducibly() {
     let chosen = |seed: u64| -> Vec<String> {
         let mut s = scheduler("", DefaultPluginRuntime::Native, seed);
         for i in 0..20 {
-            s.cache.upsert_node(node(&format!("n{i:02}")));
+            s.cache_mut().upsert_node(node(&format!("n{i:02}")));
         }
         (0..5)
             .map(|i| {
-                let outcome = s.schedule(&cpu_pod(&format!("p{i}"), 0), false).unwrap();
+                let outcome = schedule_and_assume(&mut s, &cpu_pod(&format!("p{i}"), 0), false);
                 // Remove the pod again so every cycle sees twenty identical nodes.
-                s.cache.remove_pod(&format!("default/p{i}"));
+                s.cache_mut().remove_pod(&format!("default/p{i}"));
                 outcome.node.unwrap()
             })
             .collect()
@@ -146,12 +150,12 @@ fn wasm_and_native_place_a_synthetic_cluster_identically() {
     let cluster = synthetic(bench::Scenario::Mixed, 400, 600, 7);
     let place = |runtime| -> Vec<(Option<String>, Option<String>)> {
         let mut s = scheduler("", runtime, 3);
-        cluster.load_into(&mut s.cache);
+        cluster.load_into(s.cache_mut());
         cluster
             .pods
             .iter()
             .map(|p| {
-                let o = s.schedule(p, false).unwrap();
+                let o = schedule_and_assume(&mut s, p, false);
                 (o.node, o.message)
             })
             .collect()
@@ -253,12 +257,12 @@ fn two_filter_and_score_threads_place_pods_exactly_like_one() {
         |runtime: DefaultPluginRuntime, threads: usize| -> Vec<(Option<String>, Option<String>)> {
             let toml = format!("[runtime]\nparallelism = {threads}\n");
             let mut scheduler = scheduler(&toml, runtime, 11);
-            cluster.load_into(&mut scheduler.cache);
+            cluster.load_into(scheduler.cache_mut());
             cluster
                 .pods
                 .iter()
                 .map(|pod| {
-                    let outcome = scheduler.schedule(pod, false).expect("default profile");
+                    let outcome = schedule_and_assume(&mut scheduler, pod, false);
                     assert!(!outcome.error, "{:?}", outcome.message);
                     (outcome.node, outcome.message)
                 })

@@ -47,13 +47,13 @@ fn cluster(scheduler: &mut Scheduler) {
     for (name, cpu) in [("small", 1000), ("big", 8000)] {
         let mut n = node(name);
         n.allocatable.milli_cpu = cpu;
-        scheduler.cache.upsert_node(n);
+        scheduler.cache_mut().upsert_node(n);
     }
 }
 
 fn timed(scheduler: &mut Scheduler, pod: &Pod) -> Outcome {
     let start = Instant::now();
-    let outcome = scheduler.schedule(pod, false).unwrap();
+    let outcome = schedule_and_assume(scheduler, pod, false);
     assert!(
         start.elapsed() < Duration::from_secs(2),
         "a cycle took {:?}",
@@ -100,7 +100,7 @@ fn each_hostile_plugin_fails_its_cycle_with_its_name_and_failure() {
         cluster(&mut scheduler);
         let mut boom = node("boom");
         boom.labels = labels(&[("explode", "true")]);
-        scheduler.cache.upsert_node(boom);
+        scheduler.cache_mut().upsert_node(boom);
         let outcome = timed(&mut scheduler, &cpu_pod("p", 500));
         assert!(outcome.error, "{plugin}: {outcome:?}");
         let message = outcome.message.unwrap_or_default();
@@ -120,9 +120,9 @@ fn a_fresh_instance_takes_over_once_the_cause_is_gone() {
     cluster(&mut scheduler);
     let mut boom = node("boom");
     boom.labels = labels(&[("explode", "true")]);
-    scheduler.cache.upsert_node(boom);
+    scheduler.cache_mut().upsert_node(boom);
     assert!(timed(&mut scheduler, &cpu_pod("p", 500)).error);
-    scheduler.cache.remove_node("boom");
+    scheduler.cache_mut().remove_node("boom");
     let outcome = timed(&mut scheduler, &cpu_pod("p", 500));
     assert_eq!(outcome.node.as_deref(), Some("big"), "{outcome:?}");
     let health = scheduler.plugin_health();
@@ -144,11 +144,7 @@ fn with_the_ignore_policy_the_other_plugins_decide_as_if_it_were_absent() {
         let mut s = Scheduler::new(&c.profiles().unwrap(), 1).unwrap();
         cluster(&mut s);
         (0..4)
-            .map(|i| {
-                s.schedule(&cpu_pod(&format!("p{i}"), 900), false)
-                    .unwrap()
-                    .node
-            })
+            .map(|i| schedule_and_assume(&mut s, &cpu_pod(&format!("p{i}"), 900), false).node)
             .collect::<Vec<_>>()
     };
     for (plugin, file, as_filter) in [("Spin", "spin", true), ("BadScore", "bad_score", false)] {
@@ -190,7 +186,7 @@ fn repeated_failures_quarantine_the_plugin_until_it_is_tried_again() {
     cluster(&mut s);
     let mut boom = node("boom");
     boom.labels = labels(&[("explode", "true")]);
-    s.cache.upsert_node(boom);
+    s.cache_mut().upsert_node(boom);
     // Two different pods: one pod failing a plugin again and again only fails its own cycles.
     for i in 0..2 {
         assert!(timed(&mut s, &cpu_pod(&format!("p{i}"), 500))
@@ -198,7 +194,7 @@ fn repeated_failures_quarantine_the_plugin_until_it_is_tried_again() {
             .unwrap()
             .contains("failed in filter"));
     }
-    s.cache.remove_node("boom");
+    s.cache_mut().remove_node("boom");
     let quarantined = timed(&mut s, &cpu_pod("p", 500));
     let message = quarantined.message.unwrap();
     assert!(
@@ -236,15 +232,15 @@ fn a_thousand_cycles_with_the_leaking_plugin_keep_memory_bounded() {
     for i in 0..50 {
         let mut n: NodeInfo = node(&format!("n{i}"));
         n.allocatable.pods = 10_000;
-        s.cache.upsert_node(n);
+        s.cache_mut().upsert_node(n);
     }
     let mut cycle = |i: usize| {
-        let outcome = s.schedule(&cpu_pod(&format!("p{i}"), 1), false).unwrap();
+        let outcome = schedule_and_assume(&mut s, &cpu_pod(&format!("p{i}"), 1), false);
         assert!(
             outcome.node.is_some(),
             "placed despite the hog: {outcome:?}"
         );
-        s.cache.remove_pod(&format!("default/p{i}"));
+        s.cache_mut().remove_pod(&format!("default/p{i}"));
     };
     for i in 0..50 {
         cycle(i);
@@ -363,7 +359,7 @@ fn a_plugin_flooding_its_output_is_rate_limited_and_keeps_working() {
     cluster(&mut s);
     let start = Instant::now();
     for i in 0..20 {
-        let outcome = s.schedule(&cpu_pod(&format!("p{i}"), 100), false).unwrap();
+        let outcome = schedule_and_assume(&mut s, &cpu_pod(&format!("p{i}"), 100), false);
         assert!(!outcome.error, "{outcome:?}");
         assert!(outcome.node.is_some());
     }
@@ -394,7 +390,7 @@ fn a_hot_swap_keeps_the_instance_and_health_of_an_unchanged_plugin_only() {
     cluster(&mut s);
     let mut boom = node("boom");
     boom.labels = labels(&[("explode", "true")]);
-    s.cache.upsert_node(boom);
+    s.cache_mut().upsert_node(boom);
     timed(&mut s, &cpu_pod("p", 500));
     let health = |s: &Scheduler| {
         s.plugin_health()
@@ -437,7 +433,7 @@ fn a_hot_swap_keeps_the_instance_and_health_of_an_unchanged_plugin_only() {
     drop(s.swap_profiles(profiles));
     let fresh = health(&s);
     assert_eq!((fresh.failures, fresh.quarantined_until), (0, None));
-    s.cache.remove_node("boom");
+    s.cache_mut().remove_node("boom");
     let placed = timed(&mut s, &cpu_pod("q", 500));
     assert_eq!(placed.node.as_deref(), Some("big"), "{placed:?}");
 }

@@ -145,8 +145,8 @@ fn a_confirmed_binding_is_counted_once() {
         0,
         "confirmed: never expires"
     );
-    let id = s.scheduler.cache.node_id("n1").unwrap();
-    let usage = &s.scheduler.cache.node(id).unwrap().info.usage;
+    let id = s.scheduler().cache().node_id("n1").unwrap();
+    let usage = &s.scheduler().cache().node(id).unwrap().info.usage;
     assert_eq!(
         (usage.requested.milli_cpu, usage.pod_count),
         (600, 1),
@@ -178,9 +178,9 @@ fn a_failed_binding_frees_the_node_and_retries_after_backoff() {
         status.message.as_deref(),
         Some("binding to n1 failed: the API server said no")
     );
-    let id = s.scheduler.cache.node_id("n1").unwrap();
+    let id = s.scheduler().cache().node_id("n1").unwrap();
     assert_eq!(
-        s.scheduler.cache.node(id).unwrap().info.usage.pod_count,
+        s.scheduler().cache().node(id).unwrap().info.usage.pod_count,
         0,
         "un-assumed"
     );
@@ -280,7 +280,7 @@ fn stale_and_late_events_are_dropped() {
         "an update older than the delete does not resurrect the node"
     );
     s.apply_events();
-    assert_eq!(s.scheduler.cache.node_count(), 0);
+    assert_eq!(s.scheduler().cache().node_count(), 0);
 }
 
 #[test]
@@ -300,17 +300,23 @@ fn resync_repairs_drift_and_counts_it() {
     ];
     assert_eq!(s.resync(truth.clone()), 3);
     let names: Vec<String> = s
-        .scheduler
-        .cache
+        .scheduler()
+        .cache()
         .nodes()
         .map(|(_, n)| n.info.name.clone())
         .collect();
     let mut sorted = names.clone();
     sorted.sort();
     assert_eq!(sorted, vec!["changed", "kept", "missed"]);
-    let id = s.scheduler.cache.node_id("changed").unwrap();
+    let id = s.scheduler().cache().node_id("changed").unwrap();
     assert_eq!(
-        s.scheduler.cache.node(id).unwrap().info.labels.get("disk"),
+        s.scheduler()
+            .cache()
+            .node(id)
+            .unwrap()
+            .info
+            .labels
+            .get("disk"),
         Some("ssd")
     );
     assert_eq!(s.resync(truth), 0, "nothing left to repair");
@@ -364,8 +370,8 @@ type NodeState = BTreeMap<String, (String, u32, i64)>;
 /// Nodes with their label and usage, and every pod's state.
 fn final_state(s: &Service<RecordingBinder>, objects: usize) -> (NodeState, Vec<Option<PodState>>) {
     let nodes = s
-        .scheduler
-        .cache
+        .scheduler()
+        .cache()
         .nodes()
         .map(|(_, n)| {
             let usage = &n.info.usage;
@@ -384,8 +390,8 @@ fn final_state(s: &Service<RecordingBinder>, objects: usize) -> (NodeState, Vec<
 }
 
 fn final_nodes(s: &Service<RecordingBinder>) -> BTreeMap<String, String> {
-    s.scheduler
-        .cache
+    s.scheduler()
+        .cache()
         .nodes()
         .map(|(_, n)| {
             (
@@ -434,8 +440,10 @@ proptest! {
         }
         actual.apply_events();
         prop_assert_eq!(final_state(&actual, streams.len()), final_state(&expected, streams.len()));
-        actual.scheduler.cache.refresh_listing();
-        prop_assert_eq!(actual.scheduler.cache.listing().len(), actual.scheduler.cache.node_count());
+        let mut scheduler = actual.into_scheduler();
+        let cache = scheduler.cache_mut();
+        cache.refresh_listing();
+        prop_assert_eq!(cache.listing().len(), cache.node_count());
     }
 }
 
@@ -515,8 +523,9 @@ fn many_threads_feed_events_while_cycles_run() {
             .all(|(_, round)| round == "4"),
         "last round wins"
     );
-    s.scheduler.cache.refresh_listing();
-    let mut listing = s.scheduler.cache.listing().to_vec();
+    let mut scheduler = s.into_scheduler();
+    scheduler.cache_mut().refresh_listing();
+    let mut listing = scheduler.cache().listing().to_vec();
     listing.sort_unstable();
     listing.dedup();
     assert_eq!(listing.len(), nodes.len(), "every node listed exactly once");

@@ -14,6 +14,22 @@ use wasched_sdk::{
 
 pub const GI: i64 = 1 << 30;
 
+/// One cycle and what the service does after a placement: the pod's requests held on its node
+/// (assumed; there is no binder here to confirm it).
+pub fn schedule_and_assume(
+    scheduler: &mut wasched::framework::Scheduler,
+    pod: &Pod,
+    explain: bool,
+) -> wasched::framework::Outcome {
+    let outcome = scheduler
+        .schedule(pod, explain)
+        .expect("the pod's scheduler name has a profile");
+    if let Some(node) = &outcome.node {
+        scheduler.assume(pod, node);
+    }
+    outcome
+}
+
 pub fn node(name: &str) -> NodeInfo {
     NodeInfo {
         name: name.into(),

@@ -1251,7 +1251,7 @@ mod stage_tests {
         let clock = Arc::new(crate::clock::FakeClock::default());
         let mut scheduler = Scheduler::with_clock(&[profile], 7, clock).expect("profile");
         for k in 1..=nodes {
-            scheduler.cache.upsert_node(sdk::NodeInfo {
+            scheduler.cache_mut().upsert_node(sdk::NodeInfo {
                 name: format!("n{k}"),
                 ..sdk::NodeInfo::default()
             });

@@ -578,8 +578,12 @@ impl Profile {
 }
 
 /// The cache and the profiles: everything needed to place pods.
+///
+/// [`Scheduler::schedule`] only decides; the caller owns what follows: [`Scheduler::assume`] to
+/// hold the pod's requests on the chosen node while it binds, [`Scheduler::forget`] when the
+/// binding fails. [`crate::service::Service`] does both, and feeds the cache from events.
 pub struct Scheduler {
-    pub cache: Cache,
+    cache: Cache,
     profiles: Vec<Profile>,
 }
 
@@ -717,8 +721,9 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Schedules one pod with the profile of its scheduler name and, when a node is found, places
-    /// the pod there in the cache. Returns `None` when no profile serves the pod's scheduler name.
+    /// Chooses a node for one pod with the profile of its scheduler name, changing nothing in the
+    /// cache (see [`Scheduler::assume`]). Returns `None` when no profile serves the pod's
+    /// scheduler name.
     pub fn schedule(&mut self, pod: &sdk::Pod, explain: bool) -> Option<Outcome> {
         let index = self
             .profiles
@@ -726,15 +731,41 @@ impl Scheduler {
             .position(|p| p.scheduler_name == pod.scheduler_name)?;
         let mut pod = pod.clone();
         self.cache.resolve_claims(&mut pod);
-        let profile = &mut self.profiles[index];
-        let outcome = profile.schedule(&mut self.cache, &pod, explain);
-        if let Some(node) = &outcome.node {
-            let mut mark = Instant::now();
-            self.cache.place_pod(&pod, node);
-            profile.phases.lap(Phase::Assume, &mut mark);
-        }
+        let outcome = self.profiles[index].schedule(&mut self.cache, &pod, explain);
         self.trim_log();
         Some(outcome)
+    }
+
+    /// Holds `pod`'s requests on `node` until its binding is seen (an observed pod on that node
+    /// confirms it) or [`Scheduler::forget`] releases it.
+    pub fn assume(&mut self, pod: &sdk::Pod, node: &str) {
+        let mut mark = Instant::now();
+        self.cache.assume_pod(pod, node);
+        if let Some(profile) = self
+            .profiles
+            .iter_mut()
+            .find(|p| p.scheduler_name == pod.scheduler_name)
+        {
+            profile.phases.lap(Phase::Assume, &mut mark);
+        }
+    }
+
+    /// Releases an assumed pod whose binding failed or was not confirmed in time. Returns false
+    /// when there is nothing to release (never assumed, or seen bound since).
+    pub fn forget(&mut self, key: &str) -> bool {
+        self.cache.forget_pod(key)
+    }
+
+    /// The cluster as this scheduler knows it.
+    pub fn cache(&self) -> &Cache {
+        &self.cache
+    }
+
+    /// The cache to feed directly: nodes, observed pods and storage objects, for users of the
+    /// library without the event pipeline (and for tests and `bench`, which measure this layer).
+    /// [`crate::service::Service`] feeds it from events instead.
+    pub fn cache_mut(&mut self) -> &mut Cache {
+        &mut self.cache
     }
 
     /// Time spent in each phase, over every profile, since the scheduler was built.

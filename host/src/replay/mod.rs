@@ -749,7 +749,7 @@ pub fn replay(
     while e < events.len() {
         let time = events[e].0;
         if taken < samples && sample_time(taken) <= time {
-            mismatches += cache_mismatches(&service.scheduler.cache, pods, nodes, &placed_on);
+            mismatches += cache_mismatches(service.scheduler().cache(), pods, nodes, &placed_on);
         }
         while taken < samples && sample_time(taken) <= time {
             let totals = (created_total, deleted_total);
@@ -835,7 +835,7 @@ pub fn replay(
             }
         }
     }
-    mismatches += cache_mismatches(&service.scheduler.cache, pods, nodes, &placed_on);
+    mismatches += cache_mismatches(service.scheduler().cache(), pods, nodes, &placed_on);
     series.push(sample(
         end,
         &usage,

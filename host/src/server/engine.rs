@@ -214,7 +214,7 @@ impl Engine {
                 .name("wasched-scheduler".into())
                 .spawn(move || {
                     service.apply_events();
-                    if let Err(e) = service.scheduler.warm_up() {
+                    if let Err(e) = service.scheduler_mut().warm_up() {
                         tracing::warn!("warming up the plugins: {e}");
                     }
                     ready.store(true, Ordering::Release);
@@ -224,7 +224,7 @@ impl Engine {
                             match message {
                                 Control::Swap { profiles, done } => {
                                     let started = Instant::now();
-                                    let old = service.scheduler.swap_profiles(profiles);
+                                    let old = service.scheduler_mut().swap_profiles(profiles);
                                     metrics.swap_pause.0.observe(started.elapsed());
                                     metrics.hot_swaps.fetch_add(1, Ordering::Relaxed);
                                     let _ = done.send(old);
