@@ -325,74 +325,64 @@ pub struct Pod {
     pub containers: Vec<Container>,
 }
 
-impl Pod {
-    /// A copy of the parts of this pod that `parts` names; the others are left empty. This is the
-    /// pod a plugin sees, native or WASM, so a plugin that reads a part it did not declare fails the
-    /// same way in both (and in the host's tests).
-    pub fn with_parts(&self, parts: PodParts) -> Pod {
-        let take = |part: PodParts| parts.contains(part);
-        let mut pod = Pod {
-            priority: self.priority,
-            ..Pod::default()
-        };
-        if take(PodParts::IDENTITY) {
-            pod.namespace.clone_from(&self.namespace);
-            pod.name.clone_from(&self.name);
-            pod.uid.clone_from(&self.uid);
-            pod.scheduler_name.clone_from(&self.scheduler_name);
+/// The one place that says which fields of [`Pod`] each [`PodParts`] part holds (and its bit and
+/// its name in `wit/plugin.wit`): the part constants, [`Pod::with_parts`], [`Pod::same_parts`]
+/// and [`PodParts::names`] are written from it. A new pod field is one line here, plus its place
+/// in the WIT record and in the two conversions across the boundary.
+macro_rules! pod_parts {
+    ($($(#[$doc:meta])* $part:ident = $bit:literal, $wit:literal => [$($field:ident),+];)+) => {
+        impl PodParts {
+            $($(#[$doc])* pub const $part: PodParts = PodParts(1 << $bit);)+
+            /// Every part.
+            pub const ALL: PodParts = PodParts(0 $(| (1 << $bit))+);
+            const NAMES: &'static [(PodParts, &'static str)] = &[$((PodParts::$part, $wit)),+];
         }
-        if take(PodParts::LABELS) {
-            pod.labels = self.labels.clone();
-        }
-        if take(PodParts::ANNOTATIONS) {
-            pod.annotations = self.annotations.clone();
-        }
-        if take(PodParts::NODE_NAME) {
-            pod.node_name.clone_from(&self.node_name);
-        }
-        if take(PodParts::NODE_SELECTION) {
-            pod.node_selector = self.node_selector.clone();
-            pod.node_affinity.clone_from(&self.node_affinity);
-        }
-        if take(PodParts::TOLERATIONS) {
-            pod.tolerations.clone_from(&self.tolerations);
-        }
-        if take(PodParts::REQUESTS) {
-            pod.requests = self.requests.clone();
-            pod.non_zero_requests = self.non_zero_requests.clone();
-        }
-        if take(PodParts::VOLUME_CLAIMS) {
-            pod.volume_claims.clone_from(&self.volume_claims);
-        }
-        if take(PodParts::CONTAINERS) {
-            pod.containers.clone_from(&self.containers);
-        }
-        pod
-    }
 
-    /// Whether `other` is the same pod as far as `parts` (and the priority, always sent) go: a
-    /// plugin that reads only `parts` cannot tell the two apart.
-    pub fn same_parts(&self, other: &Pod, parts: PodParts) -> bool {
-        let take = |part: PodParts| parts.contains(part);
-        self.priority == other.priority
-            && (!take(PodParts::IDENTITY)
-                || (self.namespace == other.namespace
-                    && self.name == other.name
-                    && self.uid == other.uid
-                    && self.scheduler_name == other.scheduler_name))
-            && (!take(PodParts::LABELS) || self.labels == other.labels)
-            && (!take(PodParts::ANNOTATIONS) || self.annotations == other.annotations)
-            && (!take(PodParts::NODE_NAME) || self.node_name == other.node_name)
-            && (!take(PodParts::NODE_SELECTION)
-                || (self.node_selector == other.node_selector
-                    && self.node_affinity == other.node_affinity))
-            && (!take(PodParts::TOLERATIONS) || self.tolerations == other.tolerations)
-            && (!take(PodParts::REQUESTS)
-                || (self.requests == other.requests
-                    && self.non_zero_requests == other.non_zero_requests))
-            && (!take(PodParts::VOLUME_CLAIMS) || self.volume_claims == other.volume_claims)
-            && (!take(PodParts::CONTAINERS) || self.containers == other.containers)
-    }
+        impl Pod {
+            /// A copy of the parts of this pod that `parts` names; the others are left empty. This
+            /// is the pod a plugin sees, native or WASM, so a plugin that reads a part it did not
+            /// declare fails the same way in both (and in the host's tests).
+            pub fn with_parts(&self, parts: PodParts) -> Pod {
+                let mut pod = Pod {
+                    priority: self.priority,
+                    ..Pod::default()
+                };
+                $(if parts.contains(PodParts::$part) {
+                    $(pod.$field.clone_from(&self.$field);)+
+                })+
+                pod
+            }
+
+            /// Whether `other` is the same pod as far as `parts` (and the priority, always sent)
+            /// go: a plugin that reads only `parts` cannot tell the two apart.
+            pub fn same_parts(&self, other: &Pod, parts: PodParts) -> bool {
+                self.priority == other.priority
+                    $(&& (!parts.contains(PodParts::$part)
+                        || (true $(&& self.$field == other.$field)+)))+
+            }
+        }
+    };
+}
+
+pod_parts! {
+    /// `namespace`, `name`, `uid` and `scheduler_name`.
+    IDENTITY = 0, "identity" => [namespace, name, uid, scheduler_name];
+    /// `labels`.
+    LABELS = 1, "labels" => [labels];
+    /// `annotations`.
+    ANNOTATIONS = 2, "annotations" => [annotations];
+    /// `node_name`.
+    NODE_NAME = 3, "node-name" => [node_name];
+    /// `node_selector` and `node_affinity`.
+    NODE_SELECTION = 4, "node-selection" => [node_selector, node_affinity];
+    /// `tolerations`.
+    TOLERATIONS = 5, "tolerations" => [tolerations];
+    /// `requests` and `non_zero_requests`.
+    REQUESTS = 6, "requests" => [requests, non_zero_requests];
+    /// `volume_claims`.
+    VOLUME_CLAIMS = 7, "volume-claims" => [volume_claims];
+    /// `containers`.
+    CONTAINERS = 8, "containers" => [containers];
 }
 
 /// The parts of a [`Pod`] a plugin reads (`reads-pod` in `wit/plugin.wit`). The host sends a WASM
@@ -403,26 +393,6 @@ pub struct PodParts(u16);
 impl PodParts {
     /// Nothing but the priority.
     pub const NONE: PodParts = PodParts(0);
-    /// `namespace`, `name`, `uid` and `scheduler_name`.
-    pub const IDENTITY: PodParts = PodParts(1);
-    /// `labels`.
-    pub const LABELS: PodParts = PodParts(1 << 1);
-    /// `annotations`.
-    pub const ANNOTATIONS: PodParts = PodParts(1 << 2);
-    /// `node_name`.
-    pub const NODE_NAME: PodParts = PodParts(1 << 3);
-    /// `node_selector` and `node_affinity`.
-    pub const NODE_SELECTION: PodParts = PodParts(1 << 4);
-    /// `tolerations`.
-    pub const TOLERATIONS: PodParts = PodParts(1 << 5);
-    /// `requests` and `non_zero_requests`.
-    pub const REQUESTS: PodParts = PodParts(1 << 6);
-    /// `volume_claims`.
-    pub const VOLUME_CLAIMS: PodParts = PodParts(1 << 7);
-    /// `containers`.
-    pub const CONTAINERS: PodParts = PodParts(1 << 8);
-    /// Every part.
-    pub const ALL: PodParts = PodParts((1 << 9) - 1);
 
     /// Every part in `self` or `other` (usable in a `const`).
     pub const fn and(self, other: PodParts) -> PodParts {
@@ -441,20 +411,10 @@ impl PodParts {
 
     /// The parts' names as `wit/plugin.wit` spells them, in its order.
     pub fn names(self) -> Vec<&'static str> {
-        const NAMES: [&str; 9] = [
-            "identity",
-            "labels",
-            "annotations",
-            "node-name",
-            "node-selection",
-            "tolerations",
-            "requests",
-            "volume-claims",
-            "containers",
-        ];
-        (0..NAMES.len())
-            .filter(|&bit| self.0 & (1 << bit) != 0)
-            .map(|bit| NAMES[bit])
+        PodParts::NAMES
+            .iter()
+            .filter(|(part, _)| self.contains(*part))
+            .map(|&(_, name)| name)
             .collect()
     }
 
