@@ -374,42 +374,48 @@ impl<B: Binder> Service<B> {
         let pod = self.queue.pop()?;
         let key = key_of(&pod);
         let attempts = self.queue.status(&key).map_or(1, |s| s.attempts);
+        let mut result = CycleResult {
+            pod: key.clone(),
+            node: None,
+            message: None,
+            nodes: Vec::new(),
+            scheduler_name: pod.scheduler_name.clone(),
+            attempts,
+            error: false,
+            no_profile: false,
+        };
         let Some(outcome) = self.scheduler.schedule(&pod, self.explain) else {
             // No profile for its scheduler name: another scheduler's pod.
             self.queue.delete(&key);
-            return Some(CycleResult {
-                pod: key,
-                node: None,
-                message: Some(format!(
-                    "no profile for schedulerName {:?}; kube-scheduler would leave this pod to that scheduler",
-                    pod.scheduler_name
-                )),
-                nodes: Vec::new(),
-                scheduler_name: pod.scheduler_name.clone(),
-                attempts,
-                error: false,
-                no_profile: true,
-            });
+            result.no_profile = true;
+            result.message = Some(format!(
+                "no profile for schedulerName {:?}; kube-scheduler would leave this pod to that scheduler",
+                pod.scheduler_name
+            ));
+            return Some(result);
         };
-        let Some(node) = outcome.node else {
-            let message = outcome.message.unwrap_or_default();
-            if outcome.error {
-                self.queue.failed(&key, message.clone());
-            } else {
-                self.stats.unschedulable.fetch_add(1, Ordering::Relaxed);
-                self.queue.unschedulable(&key, message.clone());
+        result.nodes = outcome.nodes;
+        match outcome.node {
+            Some(node) => self.assume_and_bind(pod, node, &mut result),
+            None => {
+                let message = outcome.message.unwrap_or_default();
+                if outcome.error {
+                    self.queue.failed(&key, message.clone());
+                } else {
+                    self.stats.unschedulable.fetch_add(1, Ordering::Relaxed);
+                    self.queue.unschedulable(&key, message.clone());
+                }
+                result.error = outcome.error;
+                result.message = Some(message);
             }
-            return Some(CycleResult {
-                pod: key,
-                node: None,
-                message: Some(message),
-                nodes: outcome.nodes,
-                scheduler_name: pod.scheduler_name.clone(),
-                attempts,
-                error: outcome.error,
-                no_profile: false,
-            });
-        };
+        }
+        Some(result)
+    }
+
+    /// Assumes `pod` on `node` and asks the binder to bind it; a refused binding is forgotten at
+    /// once and the pod retried after backoff.
+    fn assume_and_bind(&mut self, pod: sdk::Pod, node: String, result: &mut CycleResult) {
+        let key = result.pod.clone();
         self.scheduler.assume(&pod, &node);
         self.queue.done(&key);
         self.assumed.insert(
@@ -427,34 +433,16 @@ impl<B: Binder> Service<B> {
                     a.deadline = Some(deadline);
                 }
                 self.stats.scheduled.fetch_add(1, Ordering::Relaxed);
-                Some(CycleResult {
-                    pod: key,
-                    node: Some(node),
-                    message: None,
-                    nodes: outcome.nodes,
-                    scheduler_name: pod.scheduler_name.clone(),
-                    attempts,
-                    error: false,
-                    no_profile: false,
-                })
+                result.node = Some(node);
             }
             Err(e) => {
                 self.assumed.remove(&key);
                 self.scheduler.forget(&key);
                 self.stats.binds_failed.fetch_add(1, Ordering::Relaxed);
                 let message = format!("binding to {node} failed: {e}");
-                let scheduler_name = pod.scheduler_name.clone();
-                self.queue.requeue(pod, attempts, message.clone());
-                Some(CycleResult {
-                    pod: key,
-                    node: None,
-                    message: Some(message),
-                    nodes: outcome.nodes,
-                    scheduler_name,
-                    attempts,
-                    error: true,
-                    no_profile: false,
-                })
+                self.queue.requeue(pod, result.attempts, message.clone());
+                result.message = Some(message);
+                result.error = true;
             }
         }
     }
