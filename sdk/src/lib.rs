@@ -37,7 +37,7 @@
 //! ```
 //!
 //! Core types: [`Pod`], [`NodeInfo`], [`Verdict`] / [`Failure`], [`PodPlan`] / [`FilterPlan`],
-//! [`Normalize`]; the engine underneath is [`Driver`].
+//! [`Normalize`]; the engine underneath is [`Driver`]. To test a plugin natively, see [`testing`].
 
 #![deny(missing_docs)]
 
@@ -47,6 +47,8 @@ mod driver;
 pub mod guest;
 pub mod helpers;
 mod mirror;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod testing;
 #[allow(missing_docs)]
 mod types;
 
@@ -161,6 +163,10 @@ pub trait Exported: Plugin {
     fn filter_nodes(&mut self, pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut FilterResults);
     fn score_nodes(&mut self, pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut Vec<i64>);
     fn normalize_scores(&self, pod: &Pod, scores: &mut [i64]);
+    /// [`FilterPlugin::filter`] for one node (a pass when the plugin does not filter).
+    fn filter_one(&self, pod: &Pod, node: &NodeInfo) -> Verdict;
+    /// [`ScorePlugin::score`] for one node (0 when the plugin does not score).
+    fn score_one(&self, pod: &Pod, node: &NodeInfo) -> i64;
 }
 
 /// Exports a plugin type: `export_plugin!(MyPlugin: filter)`, `export_plugin!(MyPlugin: score)` or
@@ -202,6 +208,12 @@ macro_rules! __export_plugin {
             }
             fn normalize_scores(&self, pod: &$crate::Pod, scores: &mut [i64]) {
                 $crate::__if!($score, <$ty as $crate::ScorePlugin>::normalize(self, pod, scores), { let _ = (pod, scores); })
+            }
+            fn filter_one(&self, pod: &$crate::Pod, node: &$crate::NodeInfo) -> $crate::Verdict {
+                $crate::__if!($filter, <$ty as $crate::FilterPlugin>::filter(self, pod, node), { let _ = (pod, node); Ok(()) })
+            }
+            fn score_one(&self, pod: &$crate::Pod, node: &$crate::NodeInfo) -> i64 {
+                $crate::__if!($score, <$ty as $crate::ScorePlugin>::score(self, pod, node), { let _ = (pod, node); 0 })
             }
         }
 

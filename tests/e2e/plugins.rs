@@ -7,18 +7,6 @@ use wasched_sdk::{
 
 use crate::support::*;
 
-fn pass() -> Option<(Code, Vec<String>)> {
-    None
-}
-
-fn fail(code: Code, reasons: &[&str]) -> Option<(Code, Vec<String>)> {
-    Some((code, reasons.iter().map(|r| r.to_string()).collect()))
-}
-
-fn unresolvable(reason: &str) -> Option<(Code, Vec<String>)> {
-    fail(Code::UnschedulableAndUnresolvable, &[reason])
-}
-
 struct FilterCase {
     name: &'static str,
     pod: Pod,
@@ -33,62 +21,28 @@ fn check_filters(plugin: &str, config: &str, cases: Vec<FilterCase>) {
     }
 }
 
+/// The tables that live in the plugins' own crates (run natively there), through the WebAssembly
+/// build and natively: `support::run` fails a row when the two builds disagree, and both must
+/// answer as the row says.
 #[test]
-fn node_unschedulable_keeps_pods_off_cordoned_nodes_unless_tolerated() {
-    let cordoned = || NodeInfo {
-        unschedulable: true,
-        ..node("cordoned")
-    };
-    let reason = "node(s) were unschedulable";
-    let tolerating = |t| Pod {
-        tolerations: vec![t],
-        ..pod("p")
-    };
-    check_filters(
-        "NodeUnschedulable",
-        "{}",
-        vec![
-            FilterCase {
-                name: "a plain pod fits a schedulable node but not a cordoned one",
-                pod: pod("p"),
-                nodes: vec![node("ok"), cordoned()],
-                expected: vec![pass(), unresolvable(reason)],
-            },
-            FilterCase {
-                name: "tolerating the unschedulable taint lets the pod in",
-                pod: tolerating(toleration(
-                    "node.kubernetes.io/unschedulable",
-                    "Exists",
-                    "",
-                    "NoSchedule",
-                )),
-                nodes: vec![cordoned()],
-                expected: vec![pass()],
-            },
-            FilterCase {
-                name: "a toleration with an empty effect also matches",
-                pod: tolerating(toleration(
-                    "node.kubernetes.io/unschedulable",
-                    "Exists",
-                    "",
-                    "",
-                )),
-                nodes: vec![cordoned()],
-                expected: vec![pass()],
-            },
-            FilterCase {
-                name: "a NoExecute toleration does not match the NoSchedule taint",
-                pod: tolerating(toleration(
-                    "node.kubernetes.io/unschedulable",
-                    "Exists",
-                    "",
-                    "NoExecute",
-                )),
-                nodes: vec![cordoned()],
-                expected: vec![unresolvable(reason)],
-            },
-        ],
-    );
+fn each_plugin_crate_table_holds_for_its_component_too() {
+    let tables = [
+        (
+            wasched_node_unschedulable::NAME,
+            wasched_node_unschedulable::cases(),
+        ),
+        (
+            wasched_taint_toleration::NAME,
+            wasched_taint_toleration::cases(),
+        ),
+    ];
+    for (plugin, cases) in tables {
+        assert!(!cases.is_empty(), "{plugin} has a table");
+        for case in cases {
+            let answers = run(case.name, plugin, &case.config, &case.nodes, &case.pod);
+            case.assert_answered(plugin, &answers);
+        }
+    }
 }
 
 #[test]
@@ -112,215 +66,6 @@ fn node_name_pins_a_pod_to_its_node() {
         run.plan.filter,
         FilterPlan::Skip,
         "a pod without spec.nodeName skips the filter"
-    );
-}
-
-/// What `plugin` (default config) plans for `pod`'s filter on `nodes`.
-fn filter_plan(plugin: &str, nodes: &[NodeInfo], pod: &Pod) -> FilterPlan {
-    run("plan", plugin, "{}", nodes, pod).plan.filter
-}
-
-/// The plan that lists `failing` (ids as `support::run` gives them: node `i` is `3 i + 7`), all
-/// failing with the one reason `reason`.
-fn failing_plan(failing: &[u32], reason: &'static str) -> FilterPlan {
-    FilterPlan::FailingNodes {
-        nodes: failing.iter().map(|i| i * 3 + 7).collect(),
-        results: wasched_sdk::FilterResults {
-            verdicts: vec![1; failing.len()],
-            failures: vec![wasched_sdk::Failure::unresolvable(reason)],
-        },
-    }
-}
-
-#[test]
-fn node_unschedulable_lists_the_cordoned_nodes_instead_of_filtering() {
-    let plan = |nodes: &[NodeInfo], pod: &Pod| filter_plan("NodeUnschedulable", nodes, pod);
-    let cordoned = NodeInfo {
-        unschedulable: true,
-        ..node("cordoned")
-    };
-    assert_eq!(plan(&[node("a"), node("b")], &pod("p")), FilterPlan::Skip);
-    assert_eq!(
-        plan(&[node("a"), cordoned.clone(), node("b")], &pod("p")),
-        failing_plan(&[1], "node(s) were unschedulable")
-    );
-    let tolerating = Pod {
-        tolerations: vec![toleration(
-            "node.kubernetes.io/unschedulable",
-            "Exists",
-            "",
-            "NoSchedule",
-        )],
-        ..pod("p")
-    };
-    assert_eq!(plan(&[node("a"), cordoned], &tolerating), FilterPlan::Skip);
-}
-
-#[test]
-fn taint_toleration_lists_a_minority_of_untolerated_nodes_and_skips_when_all_are_tolerated() {
-    let plan = |nodes: &[NodeInfo], pod: &Pod| filter_plan("TaintToleration", nodes, pod);
-    let gpu = with_taints(node("gpu"), &[("dedicated", "gpu", "NoSchedule")]);
-    let soft = with_taints(node("soft"), &[("spot", "", "PreferNoSchedule")]);
-    assert_eq!(
-        plan(&[node("plain"), soft.clone()], &pod("p")),
-        FilterPlan::Skip,
-        "PreferNoSchedule taints never filter"
-    );
-    assert_eq!(
-        plan(&[node("plain"), gpu.clone()], &pod("p")),
-        FilterPlan::Run,
-        "half the nodes fail: filtering the examined ones costs less than listing them"
-    );
-    let mut mostly_plain: Vec<NodeInfo> = (0..7).map(|i| node(&format!("n{i}"))).collect();
-    mostly_plain.insert(3, gpu.clone());
-    assert_eq!(
-        plan(&mostly_plain, &pod("p")),
-        failing_plan(&[3], "node(s) had untolerated taint {dedicated: gpu}")
-    );
-    let tolerating = Pod {
-        tolerations: vec![toleration("dedicated", "Equal", "gpu", "NoSchedule")],
-        ..pod("p")
-    };
-    let skipped = run(
-        "tolerated",
-        "TaintToleration",
-        "{}",
-        &[gpu, soft],
-        &tolerating,
-    );
-    assert_eq!(skipped.plan.filter, FilterPlan::Skip);
-    assert_eq!(
-        skipped.scores,
-        [100, 0],
-        "the PreferNoSchedule score is still given"
-    );
-}
-
-#[test]
-fn taint_toleration_filter_follows_kubernetes() {
-    let gpu = || with_taints(node("gpu"), &[("dedicated", "gpu", "NoSchedule")]);
-    let tolerating = |tolerations| Pod {
-        tolerations,
-        ..pod("p")
-    };
-    check_filters(
-        "TaintToleration",
-        "{}",
-        vec![
-            FilterCase {
-                name: "an untolerated NoSchedule taint is named in the reason",
-                pod: pod("p"),
-                nodes: vec![node("plain"), gpu()],
-                expected: vec![
-                    pass(),
-                    unresolvable("node(s) had untolerated taint {dedicated: gpu}"),
-                ],
-            },
-            FilterCase {
-                name: "a taint without a value prints as {key: }",
-                pod: pod("p"),
-                nodes: vec![with_taints(node("n"), &[("maintenance", "", "NoExecute")])],
-                expected: vec![unresolvable(
-                    "node(s) had untolerated taint {maintenance: }",
-                )],
-            },
-            FilterCase {
-                name: "PreferNoSchedule never filters",
-                pod: pod("p"),
-                nodes: vec![with_taints(
-                    node("n"),
-                    &[("spot", "true", "PreferNoSchedule")],
-                )],
-                expected: vec![pass()],
-            },
-            FilterCase {
-                name: "the first untolerated taint is the one named",
-                pod: tolerating(vec![toleration("a", "Exists", "", "")]),
-                nodes: vec![with_taints(
-                    node("n"),
-                    &[
-                        ("a", "1", "NoSchedule"),
-                        ("b", "2", "NoExecute"),
-                        ("c", "3", "NoSchedule"),
-                    ],
-                )],
-                expected: vec![unresolvable("node(s) had untolerated taint {b: 2}")],
-            },
-            FilterCase {
-                name: "Equal needs the same value",
-                pod: tolerating(vec![toleration("dedicated", "Equal", "cpu", "NoSchedule")]),
-                nodes: vec![gpu()],
-                expected: vec![unresolvable(
-                    "node(s) had untolerated taint {dedicated: gpu}",
-                )],
-            },
-            FilterCase {
-                name: "Equal with the same value, and an empty operator, tolerate",
-                pod: tolerating(vec![toleration("dedicated", "", "gpu", "NoSchedule")]),
-                nodes: vec![gpu()],
-                expected: vec![pass()],
-            },
-            FilterCase {
-                name: "an empty key with Exists tolerates everything",
-                pod: tolerating(vec![toleration("", "Exists", "", "")]),
-                nodes: vec![gpu(), with_taints(node("x"), &[("x", "y", "NoExecute")])],
-                expected: vec![pass(), pass()],
-            },
-        ],
-    );
-}
-
-#[test]
-fn taint_toleration_score_counts_untolerated_prefer_no_schedule_taints() {
-    let nodes = vec![
-        node("clean"),
-        with_taints(node("one"), &[("spot", "true", "PreferNoSchedule")]),
-        with_taints(
-            node("two"),
-            &[
-                ("spot", "true", "PreferNoSchedule"),
-                ("old", "", "PreferNoSchedule"),
-                ("x", "", "NoSchedule"),
-            ],
-        ),
-    ];
-    let run1 = run("plain pod", "TaintToleration", "{}", &nodes, &pod("p"));
-    assert_eq!(
-        run1.scores,
-        vec![100, 50, 0],
-        "reverse-normalized counts 0, 1, 2"
-    );
-
-    let tolerant = Pod {
-        tolerations: vec![toleration("spot", "Exists", "", "PreferNoSchedule")],
-        ..pod("p")
-    };
-    let run2 = run("tolerates spot", "TaintToleration", "{}", &nodes, &tolerant);
-    assert_eq!(run2.scores, vec![100, 100, 0], "counts 0, 0, 1");
-
-    let no_schedule_only = Pod {
-        tolerations: vec![toleration("spot", "Exists", "", "NoSchedule")],
-        ..pod("p")
-    };
-    let run3 = run(
-        "NoSchedule toleration",
-        "TaintToleration",
-        "{}",
-        &nodes,
-        &no_schedule_only,
-    );
-    assert_eq!(
-        run3.scores,
-        vec![100, 50, 0],
-        "a NoSchedule toleration does not count when scoring"
-    );
-
-    let clean = vec![node("a"), node("b")];
-    let run4 = run("all zero", "TaintToleration", "{}", &clean, &pod("p"));
-    assert_eq!(
-        run4.scores,
-        vec![100, 100],
-        "all-zero counts become 100 with reverse"
     );
 }
 

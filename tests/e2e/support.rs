@@ -1,5 +1,6 @@
-//! Builders for pods and nodes, and a runner that puts one default plugin through the same cycle
-//! as a WebAssembly component and natively, insisting both give the same answers.
+//! The SDK's builders for pods and nodes (`wasched_sdk::testing`), and a runner that puts one
+//! default plugin through the same cycle as a WebAssembly component and natively, insisting both
+//! give the same answers.
 
 use std::sync::Arc;
 
@@ -7,12 +8,9 @@ use wasched::config::{default_factory, DefaultPluginRuntime};
 use wasched::runtime::defaults;
 use wasched::runtime::wasm::Limits;
 use wasched::runtime::PluginFactory;
-use wasched_sdk::{
-    Code, FilterPlan, FilterResults, Labels, NodeInfo, NodeSelectorRequirement, NodeSelectorTerm,
-    Normalize, Pod, PodPlan, Resources, Taint, Toleration,
-};
+use wasched_sdk::{FilterPlan, FilterResults, NodeInfo, Normalize, Pod};
 
-pub const GI: i64 = 1 << 30;
+pub use wasched_sdk::testing::*;
 
 /// One cycle and what the service does after a placement: the pod's requests held on its node
 /// (assumed; there is no binder here to confirm it).
@@ -30,99 +28,6 @@ pub fn schedule_and_assume(
     outcome
 }
 
-pub fn node(name: &str) -> NodeInfo {
-    NodeInfo {
-        name: name.into(),
-        allocatable: Resources {
-            milli_cpu: 4000,
-            memory: 8 * GI,
-            ephemeral_storage: 100 * GI,
-            pods: 110,
-            scalar: Vec::new(),
-        },
-        ..NodeInfo::default()
-    }
-}
-
-pub fn with_labels(mut node: NodeInfo, labels: &[(&str, &str)]) -> NodeInfo {
-    node.labels = labels.iter().copied().collect();
-    node
-}
-
-pub fn with_taints(mut node: NodeInfo, taints: &[(&str, &str, &str)]) -> NodeInfo {
-    node.taints = taints
-        .iter()
-        .map(|(key, value, effect)| Taint {
-            key: key.to_string(),
-            value: value.to_string(),
-            effect: effect.to_string(),
-        })
-        .collect();
-    node
-}
-
-pub fn pod(name: &str) -> Pod {
-    Pod {
-        namespace: "default".into(),
-        name: name.into(),
-        scheduler_name: "default-scheduler".into(),
-        ..Pod::default()
-    }
-}
-
-/// A pod requesting only cpu (scoring sees the same request).
-pub fn cpu_pod(name: &str, milli_cpu: i64) -> Pod {
-    let r = Resources {
-        milli_cpu,
-        ..Resources::default()
-    };
-    Pod {
-        requests: r.clone(),
-        non_zero_requests: r,
-        ..pod(name)
-    }
-}
-
-pub fn toleration(key: &str, operator: &str, value: &str, effect: &str) -> Toleration {
-    Toleration {
-        key: key.into(),
-        operator: operator.into(),
-        value: value.into(),
-        effect: effect.into(),
-        toleration_seconds: None,
-    }
-}
-
-pub fn requirement(key: &str, operator: &str, values: &[&str]) -> NodeSelectorRequirement {
-    NodeSelectorRequirement {
-        key: key.into(),
-        operator: operator.into(),
-        values: values.iter().map(|v| v.to_string()).collect(),
-    }
-}
-
-pub fn term(expressions: Vec<NodeSelectorRequirement>) -> NodeSelectorTerm {
-    NodeSelectorTerm {
-        match_expressions: expressions,
-        match_fields: Vec::new(),
-    }
-}
-
-pub fn labels(pairs: &[(&str, &str)]) -> Labels {
-    pairs.iter().copied().collect()
-}
-
-/// What one plugin made of one pod over a list of nodes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Run {
-    pub plan: PodPlan,
-    /// Per node: `None` when it passes, else the failure's code and reasons. All passes when the
-    /// plan was `Skip`; empty when it was `Reject`, or the plugin has no filter.
-    pub verdicts: Vec<Option<(Code, Vec<String>)>>,
-    /// Normalized scores per node; empty when the plugin has no score or no opinion.
-    pub scores: Vec<i64>,
-}
-
 fn factory(name: &str, runtime: DefaultPluginRuntime) -> Arc<dyn PluginFactory> {
     let plugin = defaults::find(name).unwrap_or_else(|| panic!("{name} is a default plugin"));
     default_factory(plugin, runtime, Limits::default()).expect("default plugin loads")
@@ -134,13 +39,12 @@ fn run_with(
     runtime: DefaultPluginRuntime,
     nodes: &[NodeInfo],
     pod: &Pod,
-) -> Run {
+) -> Answers {
     let mut instance = factory(name, runtime)
         .instantiate(config)
         .expect("instantiates");
     let descriptor = instance.descriptor().clone();
-    // Ids deliberately not starting at 0, to catch a plugin indexing by position.
-    let ids: Vec<u32> = (0..nodes.len() as u32).map(|i| i * 3 + 7).collect();
+    let ids = node_ids(nodes.len());
     let entries: Vec<(u32, &NodeInfo)> = ids.iter().copied().zip(nodes).collect();
     instance.upsert_nodes(&entries).expect("upsert-nodes");
     let plan = instance.set_pod(pod).expect("set-pod");
@@ -193,7 +97,7 @@ fn run_with(
             Normalize::Custom => instance.normalize(&mut scores).expect("normalize"),
         }
     }
-    Run {
+    Answers {
         plan,
         verdicts,
         scores,
@@ -202,7 +106,7 @@ fn run_with(
 
 /// Runs the default plugin `name` (with JSON `config`) natively and as a component and returns the
 /// result after checking both agree exactly.
-pub fn run(case: &str, name: &str, config: &str, nodes: &[NodeInfo], pod: &Pod) -> Run {
+pub fn run(case: &str, name: &str, config: &str, nodes: &[NodeInfo], pod: &Pod) -> Answers {
     let descriptor = |runtime| {
         let instance = factory(name, runtime)
             .instantiate(config)

@@ -82,3 +82,70 @@ impl FilterPlugin for NodeUnschedulable {
 }
 
 wasched_sdk::export_plugin!(NodeUnschedulable: filter);
+
+/// kube-scheduler's behaviour as a table: run natively by this crate's tests and through the
+/// WebAssembly build by the host's (`tests/e2e/plugins.rs`), which insists both builds agree.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn cases() -> Vec<wasched_sdk::testing::Case> {
+    use wasched_sdk::testing::{node, pass, pod, toleration, unresolvable, Case};
+
+    let cordoned = || NodeInfo {
+        unschedulable: true,
+        ..node("cordoned")
+    };
+    let tolerating = |effect: &str| Pod {
+        tolerations: vec![toleration(UNSCHEDULABLE_TAINT_KEY, "Exists", "", effect)],
+        ..pod("p")
+    };
+    // The cordoned node is the second, whose mirror id is 3 * 1 + 7.
+    let second_listed = FilterPlan::FailingNodes {
+        nodes: vec![wasched_sdk::testing::node_ids(2)[1]],
+        results: FilterResults {
+            verdicts: vec![1],
+            failures: vec![Failure::unresolvable(REASON)],
+        },
+    };
+    vec![
+        Case::filter(
+            "a plain pod fits a schedulable node but not a cordoned one, listed in the plan",
+            pod("p"),
+            vec![node("ok"), cordoned()],
+            vec![pass(), unresolvable(REASON)],
+        )
+        .with_plan(second_listed),
+        Case::filter(
+            "without a cordoned node nothing is filtered",
+            pod("p"),
+            vec![node("a"), node("b")],
+            vec![pass(), pass()],
+        )
+        .with_plan(FilterPlan::Skip),
+        Case::filter(
+            "tolerating the unschedulable taint lets the pod in",
+            tolerating(effect::NO_SCHEDULE),
+            vec![node("a"), cordoned()],
+            vec![pass(), pass()],
+        )
+        .with_plan(FilterPlan::Skip),
+        Case::filter(
+            "a toleration with an empty effect also matches",
+            tolerating(""),
+            vec![cordoned()],
+            vec![pass()],
+        ),
+        Case::filter(
+            "a NoExecute toleration does not match the NoSchedule taint",
+            tolerating(effect::NO_EXECUTE),
+            vec![cordoned()],
+            vec![unresolvable(REASON)],
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn answers_as_kube_scheduler() {
+        wasched_sdk::testing::check::<super::NodeUnschedulable>(&super::cases());
+    }
+}

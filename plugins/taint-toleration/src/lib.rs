@@ -178,3 +178,142 @@ impl ScorePlugin for TaintToleration {
 }
 
 wasched_sdk::export_plugin!(TaintToleration: filter, score);
+
+/// kube-scheduler's behaviour as a table: run natively by this crate's tests and through the
+/// WebAssembly build by the host's (`tests/e2e/plugins.rs`), which insists both builds agree.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn cases() -> Vec<wasched_sdk::testing::Case> {
+    use wasched_sdk::testing::{
+        node, node_ids, pass, pod, toleration, unresolvable, with_taints, Case,
+    };
+
+    let gpu = || with_taints(node("gpu"), &[("dedicated", "gpu", effect::NO_SCHEDULE)]);
+    let soft = || with_taints(node("soft"), &[("spot", "", effect::PREFER_NO_SCHEDULE)]);
+    let tolerating = |tolerations| Pod {
+        tolerations,
+        ..pod("p")
+    };
+    let gpu_reason = "node(s) had untolerated taint {dedicated: gpu}";
+    let mut mostly_plain: Vec<NodeInfo> = (0..7).map(|i| node(&format!("n{i}"))).collect();
+    mostly_plain.insert(3, gpu());
+    let mut mostly_plain_verdicts = vec![pass(); 8];
+    mostly_plain_verdicts[3] = unresolvable(gpu_reason);
+    let fourth_listed = FilterPlan::FailingNodes {
+        nodes: vec![node_ids(8)[3]],
+        results: FilterResults {
+            verdicts: vec![1],
+            failures: vec![Failure::unresolvable(gpu_reason)],
+        },
+    };
+    let spotty = vec![
+        node("clean"),
+        with_taints(node("one"), &[("spot", "true", effect::PREFER_NO_SCHEDULE)]),
+        with_taints(
+            node("two"),
+            &[
+                ("spot", "true", effect::PREFER_NO_SCHEDULE),
+                ("old", "", effect::PREFER_NO_SCHEDULE),
+                ("x", "", effect::NO_SCHEDULE),
+            ],
+        ),
+    ];
+    vec![
+        Case::filter(
+            "an untolerated NoSchedule taint is named in the reason; half the nodes failing is filtered, not listed",
+            pod("p"),
+            vec![node("plain"), gpu()],
+            vec![pass(), unresolvable(gpu_reason)],
+        )
+        .with_plan(FilterPlan::Run),
+        Case::filter(
+            "a minority of untolerated nodes is listed in the plan",
+            pod("p"),
+            mostly_plain,
+            mostly_plain_verdicts,
+        )
+        .with_plan(fourth_listed),
+        Case::filter(
+            "a taint without a value prints as {key: }",
+            pod("p"),
+            vec![with_taints(node("n"), &[("maintenance", "", effect::NO_EXECUTE)])],
+            vec![unresolvable("node(s) had untolerated taint {maintenance: }")],
+        ),
+        Case::filter(
+            "PreferNoSchedule never filters",
+            pod("p"),
+            vec![node("plain"), soft()],
+            vec![pass(), pass()],
+        )
+        .with_plan(FilterPlan::Skip),
+        Case::filter(
+            "the first untolerated taint is the one named",
+            tolerating(vec![toleration("a", "Exists", "", "")]),
+            vec![with_taints(
+                node("n"),
+                &[
+                    ("a", "1", effect::NO_SCHEDULE),
+                    ("b", "2", effect::NO_EXECUTE),
+                    ("c", "3", effect::NO_SCHEDULE),
+                ],
+            )],
+            vec![unresolvable("node(s) had untolerated taint {b: 2}")],
+        ),
+        Case::filter(
+            "Equal needs the same value",
+            tolerating(vec![toleration("dedicated", "Equal", "cpu", effect::NO_SCHEDULE)]),
+            vec![gpu()],
+            vec![unresolvable(gpu_reason)],
+        ),
+        Case::filter(
+            "Equal with the same value, and an empty operator, tolerate",
+            tolerating(vec![toleration("dedicated", "", "gpu", effect::NO_SCHEDULE)]),
+            vec![gpu()],
+            vec![pass()],
+        ),
+        Case::filter(
+            "an empty key with Exists tolerates everything",
+            tolerating(vec![toleration("", "Exists", "", "")]),
+            vec![gpu(), with_taints(node("x"), &[("x", "y", effect::NO_EXECUTE)])],
+            vec![pass(), pass()],
+        ),
+        Case::score(
+            "every node tolerated: nothing to filter, and the PreferNoSchedule score is still given",
+            tolerating(vec![toleration("dedicated", "Equal", "gpu", effect::NO_SCHEDULE)]),
+            vec![gpu(), soft()],
+            vec![100, 0],
+        )
+        .with_plan(FilterPlan::Skip),
+        Case::score(
+            "untolerated PreferNoSchedule taints counted 0, 1, 2 and reverse-normalized",
+            pod("p"),
+            spotty.clone(),
+            vec![100, 50, 0],
+        ),
+        Case::score(
+            "a tolerated PreferNoSchedule taint does not count",
+            tolerating(vec![toleration("spot", "Exists", "", effect::PREFER_NO_SCHEDULE)]),
+            spotty.clone(),
+            vec![100, 100, 0],
+        ),
+        Case::score(
+            "a NoSchedule toleration does not count when scoring",
+            tolerating(vec![toleration("spot", "Exists", "", effect::NO_SCHEDULE)]),
+            spotty,
+            vec![100, 50, 0],
+        ),
+        Case::score(
+            "all-zero counts become 100 with reverse",
+            pod("p"),
+            vec![node("a"), node("b")],
+            vec![100, 100],
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn answers_as_kube_scheduler() {
+        wasched_sdk::testing::check::<super::TaintToleration>(&super::cases());
+    }
+}

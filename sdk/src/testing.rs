@@ -1,0 +1,472 @@
+//! Testing a plugin natively, the way the host runs it.
+//!
+//! [`answers`] puts one pod through a plugin over a list of nodes, as the host would: the nodes
+//! into the plugin's mirror (under ids that are not positions), the pod reduced to the parts the
+//! plugin declares ([`crate::Plugin::READS_POD`]), its plan, the filter and the scores in batches.
+//! On the way it fails the test when the plugin's paths disagree: the batch methods against the
+//! per-node ones, one batch against another split, a `FailingNodes` plan against the filter, and
+//! when a normalized score leaves 0..=100. A table of [`Case`]s checks the answers; the host runs
+//! the same tables through the plugin's WebAssembly build to insist both builds agree.
+//!
+//! ```
+//! use wasched_sdk::testing::{self, node, pod, with_labels, Case};
+//! use wasched_sdk::{Failure, FilterPlugin, NodeInfo, Plugin, Pod, Verdict};
+//!
+//! pub struct Maintenance;
+//! impl Plugin for Maintenance {
+//!     const NAME: &'static str = "Maintenance";
+//!     fn new(_config: &str) -> Result<Self, String> {
+//!         Ok(Maintenance)
+//!     }
+//! }
+//! impl FilterPlugin for Maintenance {
+//!     fn filter(&self, _pod: &Pod, node: &NodeInfo) -> Verdict {
+//!         match node.labels.get("maintenance") {
+//!             Some("true") => Err(Failure::unresolvable("node(s) were under maintenance")),
+//!             _ => Ok(()),
+//!         }
+//!     }
+//! }
+//! wasched_sdk::export_plugin!(Maintenance: filter);
+//!
+//! let case = Case::filter(
+//!     "a node under maintenance is ruled out",
+//!     pod("p"),
+//!     vec![node("ok"), with_labels(node("down"), &[("maintenance", "true")])],
+//!     vec![testing::pass(), testing::unresolvable("node(s) were under maintenance")],
+//! );
+//! testing::check::<Maintenance>(&[case]);
+//! ```
+
+use crate::helpers::default_normalize;
+use crate::{
+    Code, Driver, Exported, Failure, FilterPlan, FilterResults, Labels, NodeInfo,
+    NodeSelectorRequirement, NodeSelectorTerm, Normalize, Pod, PodPlan, Resources, Taint,
+    Toleration,
+};
+
+/// One gibibyte.
+pub const GI: i64 = 1 << 30;
+
+/// A node with 4 CPUs, 8 GiB of memory, 100 GiB of ephemeral storage and room for 110 pods.
+pub fn node(name: &str) -> NodeInfo {
+    NodeInfo {
+        name: name.into(),
+        allocatable: Resources {
+            milli_cpu: 4000,
+            memory: 8 * GI,
+            ephemeral_storage: 100 * GI,
+            pods: 110,
+            scalar: Vec::new(),
+        },
+        ..NodeInfo::default()
+    }
+}
+
+/// `node` with these labels.
+pub fn with_labels(mut node: NodeInfo, labels: &[(&str, &str)]) -> NodeInfo {
+    node.labels = labels.iter().copied().collect();
+    node
+}
+
+/// `node` with these taints, each `(key, value, effect)`.
+pub fn with_taints(mut node: NodeInfo, taints: &[(&str, &str, &str)]) -> NodeInfo {
+    node.taints = taints
+        .iter()
+        .map(|(key, value, effect)| Taint {
+            key: key.to_string(),
+            value: value.to_string(),
+            effect: effect.to_string(),
+        })
+        .collect();
+    node
+}
+
+/// A pod in `default` for the default scheduler, requesting nothing.
+pub fn pod(name: &str) -> Pod {
+    Pod {
+        namespace: "default".into(),
+        name: name.into(),
+        scheduler_name: "default-scheduler".into(),
+        ..Pod::default()
+    }
+}
+
+/// A pod requesting only CPU (scoring sees the same request).
+pub fn cpu_pod(name: &str, milli_cpu: i64) -> Pod {
+    let requests = Resources {
+        milli_cpu,
+        ..Resources::default()
+    };
+    Pod {
+        requests: requests.clone(),
+        non_zero_requests: requests,
+        ..pod(name)
+    }
+}
+
+/// A toleration without `tolerationSeconds`.
+pub fn toleration(key: &str, operator: &str, value: &str, effect: &str) -> Toleration {
+    Toleration {
+        key: key.into(),
+        operator: operator.into(),
+        value: value.into(),
+        effect: effect.into(),
+        toleration_seconds: None,
+    }
+}
+
+/// A node selector requirement.
+pub fn requirement(key: &str, operator: &str, values: &[&str]) -> NodeSelectorRequirement {
+    NodeSelectorRequirement {
+        key: key.into(),
+        operator: operator.into(),
+        values: values.iter().map(|v| v.to_string()).collect(),
+    }
+}
+
+/// A node selector term of `expressions` (no fields).
+pub fn term(expressions: Vec<NodeSelectorRequirement>) -> NodeSelectorTerm {
+    NodeSelectorTerm {
+        match_expressions: expressions,
+        match_fields: Vec::new(),
+    }
+}
+
+/// Labels from pairs.
+pub fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs.iter().copied().collect()
+}
+
+/// A node's verdict as tables write it: `None` when it passes, else the failure's code and
+/// reasons.
+pub type Expected = Option<(Code, Vec<String>)>;
+
+/// A pass.
+pub fn pass() -> Expected {
+    None
+}
+
+/// A failure with `code` and `reasons`.
+pub fn fail(code: Code, reasons: &[&str]) -> Expected {
+    Some((code, reasons.iter().map(|r| r.to_string()).collect()))
+}
+
+/// A failure no change to the node's pods would help (`UnschedulableAndUnresolvable`).
+pub fn unresolvable(reason: &str) -> Expected {
+    fail(Code::UnschedulableAndUnresolvable, &[reason])
+}
+
+/// What a plugin made of one pod over a list of nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answers {
+    /// The plan `set-pod` gave.
+    pub plan: PodPlan,
+    /// Per node, in the order given: the verdict the host takes. All passes when the plan was
+    /// `Skip`; empty when it was `Reject`, or the plugin does not filter.
+    pub verdicts: Vec<Expected>,
+    /// Normalized scores per node; empty when the plugin does not score or has no opinion.
+    pub scores: Vec<i64>,
+}
+
+/// One row of a plugin's table: a pod, nodes, and what the plugin must answer.
+#[derive(Debug, Clone)]
+pub struct Case {
+    /// What the row shows, printed when it fails.
+    pub name: &'static str,
+    /// The plugin's configuration as JSON.
+    pub config: String,
+    /// The pod.
+    pub pod: Pod,
+    /// The nodes.
+    pub nodes: Vec<NodeInfo>,
+    /// The verdict per node, when the row checks them.
+    pub verdicts: Option<Vec<Expected>>,
+    /// The normalized score per node, when the row checks them.
+    pub scores: Option<Vec<i64>>,
+    /// The filter plan, when the row checks it.
+    pub plan: Option<FilterPlan>,
+}
+
+impl Case {
+    /// A row checking the verdicts, with the default configuration.
+    pub fn filter(
+        name: &'static str,
+        pod: Pod,
+        nodes: Vec<NodeInfo>,
+        verdicts: Vec<Expected>,
+    ) -> Case {
+        Case {
+            name,
+            config: "{}".into(),
+            pod,
+            nodes,
+            verdicts: Some(verdicts),
+            scores: None,
+            plan: None,
+        }
+    }
+
+    /// A row checking the normalized scores, with the default configuration.
+    pub fn score(name: &'static str, pod: Pod, nodes: Vec<NodeInfo>, scores: Vec<i64>) -> Case {
+        Case {
+            name,
+            config: "{}".into(),
+            pod,
+            nodes,
+            verdicts: None,
+            scores: Some(scores),
+            plan: None,
+        }
+    }
+
+    /// This row with the plugin configured by `config` (JSON).
+    pub fn with_config(mut self, config: &str) -> Case {
+        self.config = config.into();
+        self
+    }
+
+    /// This row also checking the filter plan.
+    pub fn with_plan(mut self, plan: FilterPlan) -> Case {
+        self.plan = Some(plan);
+        self
+    }
+
+    /// Panics, naming the row and `plugin`, when `answers` differ from what the row expects.
+    pub fn assert_answered(&self, plugin: &str, answers: &Answers) {
+        if let Some(verdicts) = &self.verdicts {
+            assert_eq!(
+                &answers.verdicts, verdicts,
+                "{plugin}: {}: verdicts",
+                self.name
+            );
+        }
+        if let Some(scores) = &self.scores {
+            assert_eq!(&answers.scores, scores, "{plugin}: {}: scores", self.name);
+        }
+        if let Some(plan) = &self.plan {
+            assert_eq!(&answers.plan.filter, plan, "{plugin}: {}: plan", self.name);
+        }
+    }
+}
+
+/// Runs every row through `P` natively ([`answers`]) and checks its answers.
+pub fn check<P: Exported>(cases: &[Case]) {
+    for case in cases {
+        case.assert_answered(P::NAME, &answers::<P>(case));
+    }
+}
+
+/// The ids the nodes get in the mirror: not their positions, to catch a plugin indexing by
+/// position.
+pub fn node_ids(count: usize) -> Vec<u32> {
+    (0..count as u32).map(|i| i * 3 + 7).collect()
+}
+
+fn expected(failure: Option<&Failure>) -> Expected {
+    failure.map(|f| (f.code, f.reasons.iter().map(|r| r.to_string()).collect()))
+}
+
+/// What `P`, configured by the case, answers for its pod over its nodes; panics when two paths of
+/// the plugin disagree (see the module documentation).
+pub fn answers<P: Exported>(case: &Case) -> Answers {
+    let mut driver = Driver::<P>::new(&case.config).unwrap_or_else(|e| {
+        panic!(
+            "{}: {}: the configuration is refused: {e}",
+            P::NAME,
+            case.name
+        )
+    });
+    let ids = node_ids(case.nodes.len());
+    driver.upsert_nodes(ids.iter().copied().zip(case.nodes.iter().cloned()));
+    let seen = case.pod.with_parts(P::READS_POD);
+    let plan = driver.set_pod(seen.clone());
+    let what = |path: &str| format!("{}: {}: {path}", P::NAME, case.name);
+
+    let verdicts = if !P::FILTER {
+        Vec::new()
+    } else {
+        let in_two = |driver: &mut Driver<P>| {
+            let mut results = FilterResults::default();
+            let split = ids.len() / 2;
+            driver.filter(&ids[..split], &mut results);
+            driver.filter(&ids[split..], &mut results);
+            (0..ids.len())
+                .map(|i| expected(results.failure(i)))
+                .collect::<Vec<_>>()
+        };
+        let batched = in_two(&mut driver);
+        let one_by_one: Vec<Expected> = case
+            .nodes
+            .iter()
+            .map(|node| match driver.plugin().filter_one(&seen, node) {
+                Ok(()) => None,
+                Err(f) => expected(Some(&f)),
+            })
+            .collect();
+        assert_eq!(batched, one_by_one, "{}", what("filter_batch vs filter"));
+        match &plan.filter {
+            FilterPlan::Skip => {
+                assert!(
+                    batched.iter().all(Option::is_none),
+                    "{}",
+                    what("a Skip plan, but the filter fails nodes")
+                );
+                vec![None; ids.len()]
+            }
+            FilterPlan::Run | FilterPlan::OnlyNodes(_) => batched,
+            FilterPlan::Reject(_) => Vec::new(),
+            FilterPlan::FailingNodes { nodes, results } => {
+                let planned: Vec<Expected> = ids
+                    .iter()
+                    .map(|id| {
+                        let listed = nodes.iter().position(|n| n == id);
+                        expected(listed.and_then(|k| results.failure(k)))
+                    })
+                    .collect();
+                assert_eq!(planned, batched, "{}", what("failing-nodes plan vs filter"));
+                planned
+            }
+        }
+    };
+
+    let mut scores = Vec::new();
+    if P::SCORE && plan.score {
+        let split = ids.len() / 2;
+        driver.score(&ids[..split], &mut scores);
+        driver.score(&ids[split..], &mut scores);
+        let one_by_one: Vec<i64> = case
+            .nodes
+            .iter()
+            .map(|node| driver.plugin().score_one(&seen, node))
+            .collect();
+        assert_eq!(scores, one_by_one, "{}", what("score_batch vs score"));
+        match P::NORMALIZE {
+            Normalize::None => {}
+            Normalize::Scale => default_normalize(&mut scores, false),
+            Normalize::Reverse => default_normalize(&mut scores, true),
+            Normalize::Custom => driver.normalize(&mut scores),
+        }
+        assert!(
+            scores
+                .iter()
+                .all(|s| (0..=crate::helpers::MAX_NODE_SCORE).contains(s)),
+            "{}: {scores:?}",
+            what("normalized scores outside 0..=100")
+        );
+    }
+    Answers {
+        plan,
+        verdicts,
+        scores,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{FilterPlugin, Nodes, Plugin, ScorePlugin, Verdict};
+
+    /// Fails nodes named `bad` and scores by name length; its batch, its plan and its scores can
+    /// be told to go wrong.
+    struct Liar {
+        batch_lies: bool,
+        plan_lies: bool,
+        scores_too_high: bool,
+    }
+
+    impl Plugin for Liar {
+        const NAME: &'static str = "Liar";
+        fn new(config: &str) -> Result<Self, String> {
+            Ok(Liar {
+                batch_lies: config.contains("batch"),
+                plan_lies: config.contains("plan"),
+                scores_too_high: config.contains("high"),
+            })
+        }
+        fn prepare_with_nodes(&mut self, _pod: &Pod, nodes: &Nodes) -> PodPlan {
+            let mut plan = PodPlan::default();
+            if self.plan_lies {
+                plan.filter = FilterPlan::FailingNodes {
+                    nodes: node_ids(nodes.len()).into_iter().take(1).collect(),
+                    results: FilterResults {
+                        verdicts: vec![1],
+                        failures: vec![Failure::unresolvable("bad")],
+                    },
+                };
+            }
+            plan
+        }
+    }
+
+    impl FilterPlugin for Liar {
+        fn filter(&self, _pod: &Pod, node: &NodeInfo) -> Verdict {
+            match node.name.as_str() {
+                "bad" => Err(Failure::unresolvable("bad")),
+                _ => Ok(()),
+            }
+        }
+        fn filter_batch(&mut self, pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut FilterResults) {
+            for &id in ids {
+                let verdict = self.filter(pod, nodes.get(id).expect("mirrored"));
+                out.push(if self.batch_lies { Ok(()) } else { verdict });
+            }
+        }
+    }
+
+    impl ScorePlugin for Liar {
+        fn score(&self, _pod: &Pod, node: &NodeInfo) -> i64 {
+            let per_letter = if self.scores_too_high { 60 } else { 10 };
+            node.name.len() as i64 * per_letter
+        }
+    }
+
+    crate::export_plugin!(Liar: filter, score);
+
+    fn case(config: &str) -> Case {
+        Case::filter(
+            "a good and a bad node",
+            pod("p"),
+            vec![node("ok"), node("bad")],
+            vec![pass(), unresolvable("bad")],
+        )
+        .with_config(config)
+    }
+
+    #[test]
+    #[should_panic(expected = "filter_batch vs filter")]
+    fn a_batch_that_disagrees_with_filter_fails_the_test() {
+        answers::<Liar>(&case("batch"));
+    }
+
+    #[test]
+    #[should_panic(expected = "failing-nodes plan vs filter")]
+    fn a_plan_that_names_the_wrong_nodes_fails_the_test() {
+        answers::<Liar>(&case("plan"));
+    }
+
+    #[test]
+    #[should_panic(expected = "normalized scores outside 0..=100")]
+    fn scores_past_100_fail_the_test() {
+        answers::<Liar>(&case("high"));
+    }
+
+    #[test]
+    fn an_honest_plugin_answers_as_its_table_says() {
+        let row = Case::score(
+            "name lengths",
+            pod("p"),
+            vec![node("ok"), node("bad")],
+            vec![20, 30],
+        );
+        check::<Liar>(&[case(""), row]);
+    }
+
+    #[test]
+    #[should_panic(expected = "Liar: a good and a bad node: verdicts")]
+    fn a_row_that_expects_otherwise_names_itself() {
+        let mut wrong = case("");
+        wrong.verdicts = Some(vec![pass(), pass()]);
+        check::<Liar>(&[wrong]);
+    }
+}
