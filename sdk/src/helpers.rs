@@ -57,22 +57,13 @@ pub fn default_normalize(scores: &mut [i64], reverse: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::toleration;
 
     fn taint(key: &str, value: &str, effect: &str) -> Taint {
         Taint {
             key: key.into(),
             value: value.into(),
             effect: effect.into(),
-        }
-    }
-
-    fn toleration(key: &str, operator: &str, value: &str, effect: &str) -> Toleration {
-        Toleration {
-            key: key.into(),
-            operator: operator.into(),
-            value: value.into(),
-            effect: effect.into(),
-            toleration_seconds: None,
         }
     }
 

@@ -263,8 +263,44 @@ pub fn node_ids(count: usize) -> Vec<u32> {
     (0..count as u32).map(|i| i * 3 + 7).collect()
 }
 
-fn expected(failure: Option<&Failure>) -> Expected {
+/// A failure as tables write it.
+pub fn verdict_of(failure: Option<&Failure>) -> Expected {
     failure.map(|f| (f.code, f.reasons.iter().map(|r| r.to_string()).collect()))
+}
+
+/// The verdicts the host takes for the nodes `ids` under `plan`, given `filter`, which runs the
+/// plugin's filter over `ids` in order. Panics, naming `what`, when a `Skip` plan or a
+/// `FailingNodes` plan disagrees with the filter: the host never calls the filter then, so the
+/// plan must say exactly what it would.
+pub fn verdicts_under_plan(
+    plan: &FilterPlan,
+    ids: &[u32],
+    filter: impl FnOnce() -> Vec<Expected>,
+    what: &str,
+) -> Vec<Expected> {
+    match plan {
+        FilterPlan::Skip => {
+            let filtered = filter();
+            assert!(
+                filtered.iter().all(Option::is_none),
+                "{what}: a Skip plan, but the filter fails nodes: {filtered:?}"
+            );
+            vec![None; ids.len()]
+        }
+        FilterPlan::Run | FilterPlan::OnlyNodes(_) => filter(),
+        FilterPlan::Reject(_) => Vec::new(),
+        FilterPlan::FailingNodes { nodes, results } => {
+            let planned: Vec<Expected> = ids
+                .iter()
+                .map(|id| {
+                    let listed = nodes.iter().position(|n| n == id);
+                    verdict_of(listed.and_then(|k| results.failure(k)))
+                })
+                .collect();
+            assert_eq!(planned, filter(), "{what}: failing-nodes plan vs filter");
+            planned
+        }
+    }
 }
 
 /// What `P`, configured by the case, answers for its pod over its nodes; panics when two paths of
@@ -292,7 +328,7 @@ pub fn answers<P: Exported>(case: &Case) -> Answers {
             driver.filter(&ids[..split], &mut results);
             driver.filter(&ids[split..], &mut results);
             (0..ids.len())
-                .map(|i| expected(results.failure(i)))
+                .map(|i| verdict_of(results.failure(i)))
                 .collect::<Vec<_>>()
         };
         let batched = in_two(&mut driver);
@@ -301,33 +337,11 @@ pub fn answers<P: Exported>(case: &Case) -> Answers {
             .iter()
             .map(|node| match driver.plugin().filter_one(&seen, node) {
                 Ok(()) => None,
-                Err(f) => expected(Some(&f)),
+                Err(f) => verdict_of(Some(&f)),
             })
             .collect();
         assert_eq!(batched, one_by_one, "{}", what("filter_batch vs filter"));
-        match &plan.filter {
-            FilterPlan::Skip => {
-                assert!(
-                    batched.iter().all(Option::is_none),
-                    "{}",
-                    what("a Skip plan, but the filter fails nodes")
-                );
-                vec![None; ids.len()]
-            }
-            FilterPlan::Run | FilterPlan::OnlyNodes(_) => batched,
-            FilterPlan::Reject(_) => Vec::new(),
-            FilterPlan::FailingNodes { nodes, results } => {
-                let planned: Vec<Expected> = ids
-                    .iter()
-                    .map(|id| {
-                        let listed = nodes.iter().position(|n| n == id);
-                        expected(listed.and_then(|k| results.failure(k)))
-                    })
-                    .collect();
-                assert_eq!(planned, batched, "{}", what("failing-nodes plan vs filter"));
-                planned
-            }
-        }
+        verdicts_under_plan(&plan.filter, &ids, || batched, &what("plan"))
     };
 
     let mut scores = Vec::new();

@@ -8,7 +8,7 @@ use wasched::config::{default_factory, DefaultPluginRuntime};
 use wasched::runtime::defaults;
 use wasched::runtime::wasm::Limits;
 use wasched::runtime::PluginFactory;
-use wasched_sdk::{FilterPlan, FilterResults, NodeInfo, Normalize, Pod};
+use wasched_sdk::{FilterResults, NodeInfo, Normalize, Pod};
 
 pub use wasched_sdk::testing::*;
 
@@ -48,10 +48,7 @@ fn run_with(
     let entries: Vec<(u32, &NodeInfo)> = ids.iter().copied().zip(nodes).collect();
     instance.upsert_nodes(&entries).expect("upsert-nodes");
     let plan = instance.set_pod(pod).expect("set-pod");
-    let as_verdict = |f: Option<&wasched_sdk::Failure>| {
-        f.map(|f| (f.code, f.reasons.iter().map(|r| r.to_string()).collect()))
-    };
-    let mut filtered = || {
+    let filtered = || {
         let mut results = FilterResults::default();
         // Two batches, as the host's growing chunks would send them.
         let split = ids.len() / 2;
@@ -62,30 +59,13 @@ fn run_with(
             .filter(&ids[split..], &mut results)
             .expect("filter");
         (0..ids.len())
-            .map(|i| as_verdict(results.failure(i)))
+            .map(|i| verdict_of(results.failure(i)))
             .collect::<Vec<_>>()
     };
-    let verdicts = match &plan.filter {
-        _ if !descriptor.filter => Vec::new(),
-        // Skip means every node passes, which is what the host makes of it.
-        FilterPlan::Skip => vec![None; ids.len()],
-        FilterPlan::Run | FilterPlan::OnlyNodes(_) => filtered(),
-        FilterPlan::Reject(_) => Vec::new(),
-        FilterPlan::FailingNodes {
-            nodes: failing,
-            results,
-        } => {
-            let planned: Vec<_> = ids
-                .iter()
-                .map(|id| {
-                    let listed = failing.iter().position(|f| f == id);
-                    as_verdict(listed.and_then(|k| results.failure(k)))
-                })
-                .collect();
-            // The plan stands in for the filter: both must give every node the same verdict.
-            assert_eq!(planned, filtered(), "{name}: failing-nodes plan vs filter");
-            planned
-        }
+    let verdicts = if descriptor.filter {
+        verdicts_under_plan(&plan.filter, &ids, filtered, name)
+    } else {
+        Vec::new()
     };
     let mut scores = Vec::new();
     if descriptor.score && plan.score {
