@@ -105,6 +105,33 @@ pub fn cpu_pod(name: &str, milli_cpu: i64) -> Pod {
     }
 }
 
+/// A pod requesting `milli_cpu` and `memory` bytes (scoring sees the same requests).
+pub fn requesting(milli_cpu: i64, memory: i64) -> Pod {
+    let requests = Resources {
+        milli_cpu,
+        memory,
+        ..Resources::default()
+    };
+    Pod {
+        requests: requests.clone(),
+        non_zero_requests: requests,
+        ..pod("p")
+    }
+}
+
+/// `node` with `pods` pods requesting `milli_cpu` and `memory` bytes in all.
+pub fn with_usage(mut node: NodeInfo, milli_cpu: i64, memory: i64, pods: u32) -> NodeInfo {
+    for requested in [
+        &mut node.usage.requested,
+        &mut node.usage.non_zero_requested,
+    ] {
+        requested.milli_cpu = milli_cpu;
+        requested.memory = memory;
+    }
+    node.usage.pod_count = pods;
+    node
+}
+
 /// A toleration without `tolerationSeconds`.
 pub fn toleration(key: &str, operator: &str, value: &str, effect: &str) -> Toleration {
     Toleration {
@@ -261,6 +288,19 @@ pub fn check<P: Exported>(cases: &[Case]) {
 /// position.
 pub fn node_ids(count: usize) -> Vec<u32> {
     (0..count as u32).map(|i| i * 3 + 7).collect()
+}
+
+/// The `FailingNodes` plan naming the nodes at `positions` of a table's `count` nodes (by their
+/// mirror ids, see [`node_ids`]), each failing with `failure`.
+pub fn failing_plan(count: usize, positions: &[usize], failure: Failure) -> FilterPlan {
+    let ids = node_ids(count);
+    FilterPlan::FailingNodes {
+        nodes: positions.iter().map(|&p| ids[p]).collect(),
+        results: FilterResults {
+            verdicts: vec![1; positions.len()],
+            failures: vec![failure],
+        },
+    }
 }
 
 /// A failure as tables write it.

@@ -1,9 +1,7 @@
 //! The default plugins' Kubernetes semantics, each case run as a WebAssembly component and natively
 //! (`support::run` fails a case when the two disagree on any verdict, reason or score).
 
-use wasched_sdk::{
-    Code, FilterPlan, NodeAffinity, NodeInfo, Pod, PreferredSchedulingTerm, Resources,
-};
+use wasched_sdk::{Code, FilterPlan, NodeAffinity, NodeInfo, Pod, PreferredSchedulingTerm};
 
 use crate::support::*;
 
@@ -43,30 +41,6 @@ fn each_plugin_crate_table_holds_for_its_component_too() {
             case.assert_answered(plugin, &answers);
         }
     }
-}
-
-#[test]
-fn node_name_pins_a_pod_to_its_node() {
-    let reason = "node(s) didn't match the requested node name";
-    check_filters(
-        "NodeName",
-        "{}",
-        vec![FilterCase {
-            name: "only the named node passes",
-            pod: Pod {
-                node_name: "b".into(),
-                ..pod("p")
-            },
-            nodes: vec![node("a"), node("b"), node("c")],
-            expected: vec![unresolvable(reason), pass(), unresolvable(reason)],
-        }],
-    );
-    let run = run("no node name", "NodeName", "{}", &[node("a")], &pod("p"));
-    assert_eq!(
-        run.plan.filter,
-        FilterPlan::Skip,
-        "a pod without spec.nodeName skips the filter"
-    );
 }
 
 fn affinity_pod(required: Option<Vec<wasched_sdk::NodeSelectorTerm>>) -> Pod {
@@ -287,34 +261,12 @@ fn pod_without_affinity() -> Pod {
     pod("plain")
 }
 
-fn requesting(cpu: i64, memory: i64) -> Pod {
-    let r = Resources {
-        milli_cpu: cpu,
-        memory,
-        ..Resources::default()
-    };
-    Pod {
-        requests: r.clone(),
-        non_zero_requests: r,
-        ..pod("p")
-    }
-}
-
-fn used(mut node: NodeInfo, cpu: i64, memory: i64, pods: u32) -> NodeInfo {
-    node.usage.requested.milli_cpu = cpu;
-    node.usage.requested.memory = memory;
-    node.usage.non_zero_requested.milli_cpu = cpu;
-    node.usage.non_zero_requested.memory = memory;
-    node.usage.pod_count = pods;
-    node
-}
-
 #[test]
 fn node_resources_fit_filter_reports_every_resource_short() {
     let full_pods = || {
         let mut n = node("full");
         n.allocatable.pods = 3;
-        used(n, 0, 0, 3)
+        with_usage(n, 0, 0, 3)
     };
     let mut gpu_pod = requesting(100, GI);
     gpu_pod.requests.set("nvidia.com/gpu", 2);
@@ -337,9 +289,9 @@ fn node_resources_fit_filter_reports_every_resource_short() {
                 pod: requesting(1000, 2 * GI),
                 nodes: vec![
                     node("empty"),
-                    used(node("busy-cpu"), 3500, 0, 1),
-                    used(node("busy-mem"), 0, 7 * GI, 1),
-                    used(node("busy"), 3500, 7 * GI, 1),
+                    with_usage(node("busy-cpu"), 3500, 0, 1),
+                    with_usage(node("busy-mem"), 0, 7 * GI, 1),
+                    with_usage(node("busy"), 3500, 7 * GI, 1),
                 ],
                 expected: vec![
                     pass(),
@@ -375,7 +327,7 @@ fn node_resources_fit_filter_reports_every_resource_short() {
             FilterCase {
                 name: "a pod requesting nothing fits a node whose cpu is over-committed",
                 pod: requesting(0, 0),
-                nodes: vec![used(node("over"), 9000, 0, 1)],
+                nodes: vec![with_usage(node("over"), 9000, 0, 1)],
                 expected: vec![pass()],
             },
         ],
@@ -413,8 +365,8 @@ fn node_resources_fit_scores_with_each_strategy() {
     // Nodes: 4000m / 8Gi. Pod: 1000m / 2Gi.
     let nodes = vec![
         node("empty"),
-        used(node("half"), 1000, 2 * GI, 1),
-        used(node("over"), 8000, 16 * GI, 2),
+        with_usage(node("half"), 1000, 2 * GI, 1),
+        with_usage(node("over"), 8000, 16 * GI, 2),
     ];
     let one_cpu = requesting(1000, 2 * GI);
     let least = run("least", "NodeResourcesFit", "{}", &nodes, &one_cpu);
@@ -445,7 +397,7 @@ fn node_resources_fit_scores_with_each_strategy() {
         "weights",
         "NodeResourcesFit",
         r#"{"scoringStrategy":{"type":"LeastAllocated","resources":[{"name":"cpu","weight":3},{"name":"memory","weight":1}]}}"#,
-        &[used(node("n"), 2000, 0, 1)],
+        &[with_usage(node("n"), 2000, 0, 1)],
         &one_cpu,
     );
     // cpu (4000-3000)*100/4000 = 25 (x3), memory 75 (x1): (75 + 75) / 4 = 37.
@@ -464,33 +416,6 @@ fn node_resources_fit_scores_with_each_strategy() {
     );
     let expected = ((4000 - 100) * 100 / 4000 + (8 * GI - (200 << 20)) * 100 / (8 * GI)) / 2;
     assert_eq!(defaults.scores, vec![expected]);
-}
-
-#[test]
-fn balanced_allocation_prefers_even_use_and_ignores_best_effort_pods() {
-    // Pod 1000m/1Gi on 4000m/8Gi: fractions 0.25/0.125 -> std 0.0625 -> 93.
-    // On a node using 2000m/6Gi: fractions 0.75/0.875 -> 93 as well; on 3000m/0: 1.0/0.125 -> 56.
-    let nodes = vec![
-        node("empty"),
-        used(node("mixed"), 2000, 6 * GI, 1),
-        used(node("cpu-heavy"), 3000, 0, 1),
-    ];
-    let run1 = run(
-        "balanced",
-        "NodeResourcesBalancedAllocation",
-        "{}",
-        &nodes,
-        &requesting(1000, GI),
-    );
-    assert_eq!(run1.scores, vec![93, 93, 56]);
-    let run2 = run(
-        "best effort",
-        "NodeResourcesBalancedAllocation",
-        "{}",
-        &nodes,
-        &pod("be"),
-    );
-    assert!(!run2.plan.score, "a pod with no requests gets no opinion");
 }
 
 fn claim(name: &str, info: Option<wasched_sdk::ClaimInfo>) -> wasched_sdk::VolumeClaim {

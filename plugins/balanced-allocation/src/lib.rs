@@ -209,3 +209,40 @@ impl ScorePlugin for BalancedAllocation {
 }
 
 wasched_sdk::export_plugin!(BalancedAllocation: score);
+
+/// kube-scheduler's behaviour as a table: run natively by this crate's tests and through the
+/// WebAssembly build by the host's (`tests/e2e/plugins.rs`), which insists both builds agree.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn cases() -> Vec<wasched_sdk::testing::Case> {
+    use wasched_sdk::testing::{node, pod, requesting, with_usage, Case, GI};
+
+    // A 1000m/1Gi pod on a 4000m/8Gi node: fractions 0.25/0.125, std 0.0625, score 93. On a node
+    // using 2000m/6Gi: 0.75/0.875, 93 as well; on one using 3000m/0: 1.0/0.125, 56.
+    let nodes = vec![
+        node("empty"),
+        with_usage(node("mixed"), 2000, 6 * GI, 1),
+        with_usage(node("cpu-heavy"), 3000, 0, 1),
+    ];
+    vec![
+        Case::score(
+            "even use of cpu and memory scores higher",
+            requesting(1000, GI),
+            nodes.clone(),
+            vec![93, 93, 56],
+        ),
+        Case::score(
+            "a pod with no requests gets no opinion: no scores",
+            pod("best-effort"),
+            nodes,
+            vec![],
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn answers_as_kube_scheduler() {
+        wasched_sdk::testing::check::<super::BalancedAllocation>(&super::cases());
+    }
+}

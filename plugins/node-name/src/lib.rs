@@ -43,3 +43,44 @@ impl FilterPlugin for NodeName {
 }
 
 wasched_sdk::export_plugin!(NodeName: filter);
+
+/// kube-scheduler's behaviour as a table: run natively by this crate's tests and through the
+/// WebAssembly build by the host's (`tests/e2e/plugins.rs`), which insists both builds agree.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn cases() -> Vec<wasched_sdk::testing::Case> {
+    use wasched_sdk::testing::{node, pass, pod, unresolvable, Case};
+
+    let named = |node_name: &str| Pod {
+        node_name: node_name.into(),
+        ..pod("p")
+    };
+    vec![
+        Case::filter(
+            "only the named node passes",
+            named("b"),
+            vec![node("a"), node("b"), node("c")],
+            vec![unresolvable(REASON), pass(), unresolvable(REASON)],
+        ),
+        Case::filter(
+            "a pod without spec.nodeName skips the filter",
+            pod("p"),
+            vec![node("a")],
+            vec![pass()],
+        )
+        .with_plan(FilterPlan::Skip),
+        Case::filter(
+            "a pod naming a node that is not there fits nowhere",
+            named("gone"),
+            vec![node("a"), node("b")],
+            vec![unresolvable(REASON), unresolvable(REASON)],
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn answers_as_kube_scheduler() {
+        wasched_sdk::testing::check::<super::NodeName>(&super::cases());
+    }
+}

@@ -87,7 +87,7 @@ wasched_sdk::export_plugin!(NodeUnschedulable: filter);
 /// WebAssembly build by the host's (`tests/e2e/plugins.rs`), which insists both builds agree.
 #[cfg(not(target_arch = "wasm32"))]
 pub fn cases() -> Vec<wasched_sdk::testing::Case> {
-    use wasched_sdk::testing::{node, pass, pod, toleration, unresolvable, Case};
+    use wasched_sdk::testing::{failing_plan, node, pass, pod, toleration, unresolvable, Case};
 
     let cordoned = || NodeInfo {
         unschedulable: true,
@@ -97,14 +97,7 @@ pub fn cases() -> Vec<wasched_sdk::testing::Case> {
         tolerations: vec![toleration(UNSCHEDULABLE_TAINT_KEY, "Exists", "", effect)],
         ..pod("p")
     };
-    // The cordoned node is the second, whose mirror id is 3 * 1 + 7.
-    let second_listed = FilterPlan::FailingNodes {
-        nodes: vec![wasched_sdk::testing::node_ids(2)[1]],
-        results: FilterResults {
-            verdicts: vec![1],
-            failures: vec![Failure::unresolvable(REASON)],
-        },
-    };
+    let second_listed = failing_plan(2, &[1], Failure::unresolvable(REASON));
     vec![
         Case::filter(
             "a plain pod fits a schedulable node but not a cordoned one, listed in the plan",

@@ -184,7 +184,7 @@ wasched_sdk::export_plugin!(TaintToleration: filter, score);
 #[cfg(not(target_arch = "wasm32"))]
 pub fn cases() -> Vec<wasched_sdk::testing::Case> {
     use wasched_sdk::testing::{
-        node, node_ids, pass, pod, toleration, unresolvable, with_taints, Case,
+        failing_plan, node, pass, pod, toleration, unresolvable, with_taints, Case,
     };
 
     let gpu = || with_taints(node("gpu"), &[("dedicated", "gpu", effect::NO_SCHEDULE)]);
@@ -198,13 +198,7 @@ pub fn cases() -> Vec<wasched_sdk::testing::Case> {
     mostly_plain.insert(3, gpu());
     let mut mostly_plain_verdicts = vec![pass(); 8];
     mostly_plain_verdicts[3] = unresolvable(gpu_reason);
-    let fourth_listed = FilterPlan::FailingNodes {
-        nodes: vec![node_ids(8)[3]],
-        results: FilterResults {
-            verdicts: vec![1],
-            failures: vec![Failure::unresolvable(gpu_reason)],
-        },
-    };
+    let fourth_listed = failing_plan(8, &[3], Failure::unresolvable(gpu_reason));
     let spotty = vec![
         node("clean"),
         with_taints(node("one"), &[("spot", "true", effect::PREFER_NO_SCHEDULE)]),
