@@ -25,6 +25,7 @@ fn check_filters(plugin: &str, config: &str, cases: Vec<FilterCase>) {
 #[test]
 fn each_plugin_crate_table_holds_for_its_component_too() {
     let tables = [
+        (wasched_node_name::NAME, wasched_node_name::cases()),
         (
             wasched_node_unschedulable::NAME,
             wasched_node_unschedulable::cases(),
@@ -32,6 +33,10 @@ fn each_plugin_crate_table_holds_for_its_component_too() {
         (
             wasched_taint_toleration::NAME,
             wasched_taint_toleration::cases(),
+        ),
+        (
+            wasched_balanced_allocation::NAME,
+            wasched_balanced_allocation::cases(),
         ),
     ];
     for (plugin, cases) in tables {
