@@ -228,3 +228,192 @@ impl ScorePlugin for NodeAffinity {
 }
 
 wasched_sdk::export_plugin!(NodeAffinity: filter, score);
+
+/// kube-scheduler's behaviour as a table: run natively by this crate's tests and through the
+/// WebAssembly build by the host's (`tests/e2e/plugins.rs`), which insists both builds agree.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn cases() -> Vec<wasched_sdk::testing::Case> {
+    use wasched_sdk::testing::{
+        labels, node, pass, pod, requirement, term, unresolvable, with_labels, Case,
+    };
+    use wasched_sdk::{NodeAffinity as Affinity, NodeSelectorTerm, PreferredSchedulingTerm};
+
+    let reason = "node(s) didn't match Pod's node affinity/selector";
+    let zone = |z: &str| with_labels(node(&format!("n-{z}")), &[("zone", z), ("cores", "8")]);
+    let bare = || node("bare");
+    let requiring = |required: Vec<NodeSelectorTerm>| Pod {
+        node_affinity: Some(Affinity {
+            required: Some(required),
+            preferred: Vec::new(),
+        }),
+        ..pod("p")
+    };
+    let fields_term = |operator: &str, values: &[&str]| NodeSelectorTerm {
+        match_expressions: Vec::new(),
+        match_fields: vec![requirement(NAME_FIELD, operator, values)],
+    };
+    let preferring = Pod {
+        node_affinity: Some(Affinity {
+            required: None,
+            preferred: vec![
+                PreferredSchedulingTerm {
+                    weight: 30,
+                    preference: term(vec![requirement("disk", "In", &["ssd"])]),
+                },
+                PreferredSchedulingTerm {
+                    weight: 10,
+                    preference: term(vec![requirement("zone", "In", &["a"])]),
+                },
+                PreferredSchedulingTerm {
+                    weight: 50,
+                    preference: term(vec![]),
+                },
+            ],
+        }),
+        ..pod("p")
+    };
+    let preference_nodes = vec![
+        with_labels(node("both"), &[("disk", "ssd"), ("zone", "a")]),
+        with_labels(node("ssd"), &[("disk", "ssd")]),
+        with_labels(node("zone"), &[("zone", "a")]),
+        node("none"),
+    ];
+    vec![
+        Case::filter(
+            "nodeSelector needs every pair",
+            Pod {
+                node_selector: labels(&[("zone", "a"), ("cores", "8")]),
+                ..pod("p")
+            },
+            vec![zone("a"), zone("b"), bare()],
+            vec![pass(), unresolvable(reason), unresolvable(reason)],
+        ),
+        Case::filter(
+            "In and NotIn; NotIn matches a node without the key",
+            requiring(vec![term(vec![requirement("zone", "NotIn", &["b"])])]),
+            vec![zone("a"), zone("b"), bare()],
+            vec![pass(), unresolvable(reason), pass()],
+        ),
+        Case::filter(
+            "terms are ORed, expressions inside a term ANDed",
+            requiring(vec![
+                term(vec![
+                    requirement("zone", "In", &["a"]),
+                    requirement("cores", "In", &["16"]),
+                ]),
+                term(vec![requirement("zone", "In", &["b"])]),
+            ]),
+            vec![zone("a"), zone("b")],
+            vec![unresolvable(reason), pass()],
+        ),
+        Case::filter(
+            "Exists and DoesNotExist",
+            requiring(vec![term(vec![
+                requirement("zone", "Exists", &[]),
+                requirement("gpu", "DoesNotExist", &[]),
+            ])]),
+            vec![
+                zone("a"),
+                bare(),
+                with_labels(node("g"), &[("zone", "a"), ("gpu", "t4")]),
+            ],
+            vec![pass(), unresolvable(reason), unresolvable(reason)],
+        ),
+        Case::filter(
+            "Gt and Lt compare integers; a non-integer label never matches",
+            requiring(vec![term(vec![
+                requirement("cores", "Gt", &["4"]),
+                requirement("cores", "Lt", &["10"]),
+            ])]),
+            vec![
+                zone("a"),
+                with_labels(node("big"), &[("cores", "12")]),
+                with_labels(node("odd"), &[("cores", "eight")]),
+            ],
+            vec![pass(), unresolvable(reason), unresolvable(reason)],
+        ),
+        Case::filter(
+            "an empty list of terms matches nothing",
+            requiring(vec![]),
+            vec![zone("a")],
+            vec![unresolvable(reason)],
+        ),
+        Case::filter(
+            "an empty term matches nothing, but the other terms still count",
+            requiring(vec![term(vec![]), term(vec![requirement("zone", "In", &["a"])])]),
+            vec![zone("a"), zone("b")],
+            vec![pass(), unresolvable(reason)],
+        ),
+        Case::filter(
+            "an invalid value (even under NotIn) makes its whole term match nothing",
+            requiring(vec![term(vec![requirement("zone", "NotIn", &["not a valid value"])])]),
+            vec![zone("a"), bare()],
+            vec![unresolvable(reason), unresolvable(reason)],
+        ),
+        Case::filter(
+            "metadata.name in matchExpressions is an ordinary label key",
+            requiring(vec![term(vec![requirement(NAME_FIELD, "In", &["bare"])])]),
+            vec![bare(), with_labels(node("x"), &[(NAME_FIELD, "bare")])],
+            vec![unresolvable(reason), pass()],
+        ),
+        Case::filter(
+            "nodeSelector and required affinity must both hold",
+            Pod {
+                node_selector: labels(&[("cores", "8")]),
+                ..requiring(vec![term(vec![requirement("zone", "In", &["b"])])])
+            },
+            vec![zone("a"), zone("b")],
+            vec![unresolvable(reason), pass()],
+        ),
+        Case::filter(
+            "matchFields In narrows the candidates to the named nodes",
+            requiring(vec![fields_term("In", &["b"])]),
+            vec![node("a"), node("b")],
+            vec![unresolvable(reason), pass()],
+        )
+        .with_plan(FilterPlan::OnlyNodes(vec!["b".into()])),
+        Case::filter(
+            "matchFields NotIn is filtered node by node",
+            requiring(vec![fields_term("NotIn", &["b"])]),
+            vec![node("a"), node("b")],
+            vec![pass(), unresolvable(reason)],
+        )
+        .with_plan(FilterPlan::Run),
+        Case::filter(
+            "two matchFields naming different nodes in one term conflict: rejected before filtering",
+            requiring(vec![NodeSelectorTerm {
+                match_expressions: Vec::new(),
+                match_fields: vec![
+                    requirement(NAME_FIELD, "In", &["a"]),
+                    requirement(NAME_FIELD, "In", &["b"]),
+                ],
+            }]),
+            vec![node("a"), node("b")],
+            vec![],
+        )
+        .with_plan(FilterPlan::Reject(Failure::unresolvable(
+            "pod affinity terms conflict",
+        ))),
+        Case::score(
+            "matching preferred weights summed (40, 30, 10, 0) and scaled; an empty term counts for nothing",
+            preferring.clone(),
+            preference_nodes.clone(),
+            vec![100, 75, 25, 0],
+        )
+        .with_plan(FilterPlan::Skip),
+        Case::score(
+            "no preferred terms: no opinion, no scores",
+            pod("plain"),
+            preference_nodes,
+            vec![],
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod table_tests {
+    #[test]
+    fn answers_as_kube_scheduler() {
+        wasched_sdk::testing::check::<super::NodeAffinity>(&super::cases());
+    }
+}

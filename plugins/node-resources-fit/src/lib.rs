@@ -346,3 +346,151 @@ impl ScorePlugin for NodeResourcesFit {
 }
 
 wasched_sdk::export_plugin!(NodeResourcesFit: filter, score);
+
+/// kube-scheduler's behaviour as a table: run natively by this crate's tests and through the
+/// WebAssembly build by the host's (`tests/e2e/plugins.rs`), which insists both builds agree.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn cases() -> Vec<wasched_sdk::testing::Case> {
+    use wasched_sdk::testing::{fail, node, pass, pod, requesting, with_usage, Case, GI};
+    use wasched_sdk::Code;
+
+    let short = |reasons: &[&str]| fail(Code::Unschedulable, reasons);
+    let full_pods = || {
+        let mut n = node("full");
+        n.allocatable.pods = 3;
+        with_usage(n, 0, 0, 3)
+    };
+    let mut gpu_pod = requesting(100, GI);
+    gpu_pod.requests.set("nvidia.com/gpu", 2);
+    let mut zero_gpu_pod = requesting(100, GI);
+    zero_gpu_pod.requests.set("nvidia.com/gpu", 0);
+    let mut gpu_node = node("gpu");
+    gpu_node.allocatable.set("nvidia.com/gpu", 1);
+    let mut overcommitted_gpu_node = node("over");
+    overcommitted_gpu_node.allocatable.set("nvidia.com/gpu", 1);
+    overcommitted_gpu_node
+        .usage
+        .requested
+        .set("nvidia.com/gpu", 4);
+    let mut ignoring = requesting(100, GI);
+    ignoring.requests.set("example.com/foo", 5);
+
+    // 4000m / 8Gi nodes; a 1000m / 2Gi pod.
+    let scored_nodes = vec![
+        node("empty"),
+        with_usage(node("half"), 1000, 2 * GI, 1),
+        with_usage(node("over"), 8000, 16 * GI, 2),
+    ];
+    let one_cpu = requesting(1000, 2 * GI);
+    // A pod without requests scores as if it asked for 100m cpu and 200Mi memory.
+    let mut best_effort = pod("be");
+    best_effort.non_zero_requests.milli_cpu = 100;
+    best_effort.non_zero_requests.memory = 200 << 20;
+    let best_effort_score =
+        ((4000 - 100) * 100 / 4000 + (8 * GI - (200 << 20)) * 100 / (8 * GI)) / 2;
+    vec![
+        Case::filter(
+            "fits, short of cpu, short of memory, short of both",
+            requesting(1000, 2 * GI),
+            vec![
+                node("empty"),
+                with_usage(node("busy-cpu"), 3500, 0, 1),
+                with_usage(node("busy-mem"), 0, 7 * GI, 1),
+                with_usage(node("busy"), 3500, 7 * GI, 1),
+            ],
+            vec![
+                pass(),
+                short(&["Insufficient cpu"]),
+                short(&["Insufficient memory"]),
+                short(&["Insufficient cpu", "Insufficient memory"]),
+            ],
+        ),
+        Case::filter(
+            "no pod slot left",
+            requesting(100, GI),
+            vec![full_pods()],
+            vec![short(&["Too many pods"])],
+        ),
+        Case::filter(
+            "an extended resource short, or missing from the node",
+            gpu_pod,
+            vec![gpu_node, node("no-gpu")],
+            vec![
+                short(&["Insufficient nvidia.com/gpu"]),
+                short(&["Insufficient nvidia.com/gpu"]),
+            ],
+        ),
+        Case::filter(
+            "a zero request of an extended resource fits an over-committed node",
+            zero_gpu_pod,
+            vec![overcommitted_gpu_node],
+            vec![pass()],
+        ),
+        Case::filter(
+            "a pod requesting nothing fits a node whose cpu is over-committed",
+            requesting(0, 0),
+            vec![with_usage(node("over"), 9000, 0, 1)],
+            vec![pass()],
+        ),
+        Case::filter(
+            "ignoredResources skips the check",
+            ignoring.clone(),
+            vec![node("n")],
+            vec![pass()],
+        )
+        .with_config(r#"{"ignoredResources":["example.com/foo"]}"#),
+        Case::filter(
+            "ignoredResourceGroups skips the check",
+            ignoring,
+            vec![node("n")],
+            vec![pass()],
+        )
+        .with_config(r#"{"ignoredResourceGroups":["example.com"]}"#),
+        Case::score(
+            "LeastAllocated: empty (75 + 75) / 2, half 50, over capacity 0",
+            one_cpu.clone(),
+            scored_nodes.clone(),
+            vec![75, 50, 0],
+        ),
+        Case::score(
+            "MostAllocated, requests above capacity capped",
+            one_cpu.clone(),
+            scored_nodes.clone(),
+            vec![25, 50, 100],
+        )
+        .with_config(r#"{"scoringStrategy":{"type":"MostAllocated"}}"#),
+        Case::score(
+            "RequestedToCapacityRatio on cpu with a 0..10 shape",
+            one_cpu.clone(),
+            scored_nodes,
+            vec![25, 50, 100],
+        )
+        .with_config(
+            r#"{"scoringStrategy":{"type":"RequestedToCapacityRatio","resources":[{"name":"cpu","weight":1}],
+                "requestedToCapacityRatio":{"shape":[{"utilization":0,"score":0},{"utilization":100,"score":10}]}}}"#,
+        ),
+        Case::score(
+            "weights: cpu 25 (x3) and memory 75 (x1) give (75 + 75) / 4 = 37",
+            one_cpu,
+            vec![with_usage(node("n"), 2000, 0, 1)],
+            vec![37],
+        )
+        .with_config(
+            r#"{"scoringStrategy":{"type":"LeastAllocated","resources":[{"name":"cpu","weight":3},{"name":"memory","weight":1}]}}"#,
+        ),
+        Case::score(
+            "a pod without requests scores with kube-scheduler's defaults",
+            best_effort,
+            vec![node("n")],
+            vec![best_effort_score],
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod table_tests {
+    #[test]
+    fn answers_as_kube_scheduler() {
+        wasched_sdk::testing::check::<super::NodeResourcesFit>(&super::cases());
+    }
+}

@@ -213,3 +213,140 @@ impl FilterPlugin for VolumeZone {
 }
 
 wasched_sdk::export_plugin!(VolumeZone: filter);
+
+/// kube-scheduler's behaviour as a table: run natively by this crate's tests and through the
+/// WebAssembly build by the host's (`tests/e2e/plugins.rs`), which insists both builds agree.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn cases() -> Vec<wasched_sdk::testing::Case> {
+    use wasched_sdk::testing::{labels, node, pass, pod, unresolvable, with_labels, Case};
+    use wasched_sdk::{ClaimInfo, StorageClassInfo, VolumeClaim, VolumeInfo};
+
+    const ZONE: &str = "topology.kubernetes.io/zone";
+    const REGION: &str = "topology.kubernetes.io/region";
+    const BETA_ZONE: &str = "failure-domain.beta.kubernetes.io/zone";
+    let reason = "node(s) had no available volume zone";
+    let in_zone = |label: &str, z: &str| with_labels(node(&format!("{label}-{z}")), &[(label, z)]);
+    let ga_zone = |z: &str| in_zone(ZONE, z);
+    let beta_zone = |z: &str| in_zone(BETA_ZONE, z);
+    let claiming = |info: Option<ClaimInfo>| Pod {
+        volume_claims: vec![VolumeClaim {
+            volume: "data".into(),
+            claim_name: "c".into(),
+            claim: info,
+        }],
+        ..pod("p")
+    };
+    let bound = |pv_labels: &[(&str, &str)]| {
+        claiming(Some(ClaimInfo {
+            volume_name: "pv-1".into(),
+            storage_class_name: "standard".into(),
+            storage_class: None,
+            volume: Some(VolumeInfo {
+                name: "pv-1".into(),
+                labels: labels(pv_labels),
+            }),
+        }))
+    };
+    let unbound = |mode: &str| {
+        claiming(Some(ClaimInfo {
+            volume_name: String::new(),
+            storage_class_name: "fast".into(),
+            storage_class: Some(StorageClassInfo {
+                name: "fast".into(),
+                volume_binding_mode: Some(mode.into()),
+            }),
+            volume: None,
+        }))
+    };
+    let rejected = |name, pod, why: &'static str| {
+        Case::filter(name, pod, vec![node("n")], vec![])
+            .with_plan(FilterPlan::Reject(Failure::unresolvable(why)))
+    };
+    vec![
+        Case::filter(
+            "a GA zone label on the volume; unlabelled nodes pass",
+            bound(&[(ZONE, "a")]),
+            vec![ga_zone("a"), ga_zone("b"), node("unlabelled")],
+            vec![pass(), unresolvable(reason), pass()],
+        ),
+        Case::filter(
+            "several zones separated by __",
+            bound(&[(ZONE, "a__b")]),
+            vec![ga_zone("a"), ga_zone("b"), ga_zone("c")],
+            vec![pass(), pass(), unresolvable(reason)],
+        ),
+        Case::filter(
+            "a beta label on the volume is satisfied by the node's GA label",
+            bound(&[(BETA_ZONE, "a")]),
+            vec![ga_zone("a"), beta_zone("a"), ga_zone("b")],
+            vec![pass(), pass(), unresolvable(reason)],
+        ),
+        Case::filter(
+            "a GA label on the volume is not satisfied by a beta-only node",
+            bound(&[(ZONE, "a")]),
+            vec![beta_zone("a")],
+            vec![unresolvable(reason)],
+        ),
+        Case::filter(
+            "every label of the volume must hold (zone and region)",
+            bound(&[(ZONE, "a"), (REGION, "r1")]),
+            vec![
+                with_labels(node("ok"), &[(ZONE, "a"), (REGION, "r1")]),
+                with_labels(node("bad"), &[(ZONE, "a"), (REGION, "r2")]),
+            ],
+            vec![pass(), unresolvable(reason)],
+        ),
+        rejected(
+            "a claim that does not exist",
+            Pod {
+                volume_claims: vec![VolumeClaim {
+                    volume: "data".into(),
+                    claim_name: "data".into(),
+                    claim: None,
+                }],
+                ..pod("p")
+            },
+            "persistentvolumeclaim \"data\" not found",
+        ),
+        rejected(
+            "an unbound claim of an Immediate class",
+            unbound("Immediate"),
+            "PersistentVolume had no name",
+        ),
+        rejected(
+            "an unbound claim whose class does not exist",
+            claiming(Some(ClaimInfo {
+                volume_name: String::new(),
+                storage_class_name: "fast".into(),
+                storage_class: None,
+                volume: None,
+            })),
+            "storageclass.storage.k8s.io \"fast\" not found",
+        ),
+        rejected(
+            "a claim bound to a volume that does not exist",
+            claiming(Some(ClaimInfo {
+                volume_name: "pv-9".into(),
+                storage_class_name: String::new(),
+                storage_class: None,
+                volume: None,
+            })),
+            "persistentvolume \"pv-9\" not found",
+        ),
+        Case::filter(
+            "an unbound WaitForFirstConsumer claim is skipped",
+            unbound("WaitForFirstConsumer"),
+            vec![node("n")],
+            vec![pass()],
+        )
+        .with_plan(FilterPlan::Skip),
+    ]
+}
+
+#[cfg(test)]
+mod table_tests {
+    #[test]
+    fn answers_as_kube_scheduler() {
+        wasched_sdk::testing::check::<super::VolumeZone>(&super::cases());
+    }
+}
