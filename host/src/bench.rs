@@ -437,7 +437,7 @@ pub fn run_once(
             (Some(_), _) => {
                 scheduled += 1;
                 if scenario == Scenario::Churn {
-                    placed.push(format!("{}/{}", pod.namespace, pod.name));
+                    placed.push(pod.key());
                 }
             }
             (None, true) => errors += 1,

@@ -190,7 +190,7 @@ impl Cache {
     /// Records that `pod` runs on `node`, as the cluster says. A pod assumed on that node is
     /// confirmed (its requests are already held); a pod placed elsewhere moves.
     pub fn add_pod(&mut self, pod: &sdk::Pod, node: &str) {
-        let key = format!("{}/{}", pod.namespace, pod.name);
+        let key = pod.key();
         if let Some(placed) = self.pods.get_mut(&key).filter(|p| p.node == node) {
             placed.assumed = false;
             return;
@@ -201,7 +201,7 @@ impl Cache {
     /// Holds `pod`'s requests on `node`, which this scheduler chose, until the binding is seen
     /// ([`Cache::add_pod`]) or given up ([`Cache::forget_pod`]).
     pub fn assume_pod(&mut self, pod: &sdk::Pod, node: &str) {
-        self.place(format!("{}/{}", pod.namespace, pod.name), pod, node, true);
+        self.place(pod.key(), pod, node, true);
     }
 
     /// Releases an assumed pod. Returns false, changing nothing, when the pod is not placed or

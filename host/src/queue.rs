@@ -105,11 +105,6 @@ pub struct SchedulingQueue {
     move_requests: u64,
 }
 
-/// The `namespace/name` key of a pod.
-pub fn key_of(pod: &sdk::Pod) -> String {
-    format!("{}/{}", pod.namespace, pod.name)
-}
-
 impl SchedulingQueue {
     pub fn new(clock: Arc<dyn Clock>) -> Self {
         SchedulingQueue {
@@ -159,7 +154,7 @@ impl SchedulingQueue {
 
     /// Adds a new pending pod to activeQ; a pod already queued is updated instead.
     pub fn add(&mut self, pod: sdk::Pod) {
-        let key = key_of(&pod);
+        let key = pod.key();
         if self.entries.contains_key(&key) {
             self.update(pod);
             return;
@@ -182,7 +177,7 @@ impl SchedulingQueue {
 
     /// Replaces a queued pod's spec. An unschedulable pod is retried, since the change may help.
     pub fn update(&mut self, pod: sdk::Pod) {
-        let key = key_of(&pod);
+        let key = pod.key();
         let Some(entry) = self.entries.get_mut(&key) else {
             self.add(pod);
             return;
@@ -290,7 +285,7 @@ impl SchedulingQueue {
     /// Puts back a pod that was placed but whose placement was undone (bind failed, assumption
     /// expired), keeping its attempt count, to retry after backoff.
     pub fn requeue(&mut self, pod: sdk::Pod, attempts: u32, message: String) {
-        let key = key_of(&pod);
+        let key = pod.key();
         self.add(pod);
         if let Some(entry) = self.entries.get_mut(&key) {
             entry.attempts = attempts.max(entry.attempts);

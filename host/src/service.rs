@@ -22,7 +22,7 @@ use crate::clock::Clock;
 use crate::events::{Action, Event, EventPipeline, Kind, Object, ObjectKey};
 use crate::framework::{NodeReport, Scheduler};
 use crate::k8s;
-use crate::queue::{key_of, ClusterEvent, PendingStatus, SchedulingQueue};
+use crate::queue::{ClusterEvent, PendingStatus, SchedulingQueue};
 
 /// How long a placement may wait for its binding to be confirmed.
 pub const DEFAULT_ASSUME_TTL: Duration = Duration::from_secs(30);
@@ -229,7 +229,7 @@ impl<B: Binder> Service<B> {
             }
             Object::Pod(pod) => {
                 let model = k8s::pod(pod)?;
-                let key = key_of(&model);
+                let key = model.key();
                 if k8s::is_terminated(pod) {
                     self.forget_pod(&key);
                 } else if !model.node_name.is_empty() {
@@ -372,7 +372,7 @@ impl<B: Binder> Service<B> {
         self.apply_events();
         self.expire_assumed();
         let pod = self.queue.pop()?;
-        let key = key_of(&pod);
+        let key = pod.key();
         let attempts = self.queue.status(&key).map_or(1, |s| s.attempts);
         let mut result = CycleResult {
             pod: key.clone(),

@@ -99,7 +99,7 @@ impl ConfirmingBinder {
 
 impl Binder for ConfirmingBinder {
     fn bind(&mut self, pod: &sdk::Pod, node: &str) -> Result<(), String> {
-        let key = format!("{}/{}", pod.namespace, pod.name);
+        let key = pod.key();
         let original = self.pods.get(&key).ok_or("unknown pod")?;
         let bound = bound_pod(original, node);
         self.pipeline

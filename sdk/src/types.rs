@@ -325,6 +325,13 @@ pub struct Pod {
     pub containers: Vec<Container>,
 }
 
+impl Pod {
+    /// `namespace/name`: how the host names a pod in its cache, queue and messages.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
 /// The one place that says which fields of [`Pod`] each [`PodParts`] part holds (and its bit and
 /// its name in `wit/plugin.wit`): the part constants, [`Pod::with_parts`], [`Pod::same_parts`]
 /// and [`PodParts::names`] are written from it. A new pod field is one line here, plus its place

@@ -236,7 +236,7 @@ impl Profile {
             return Ok(());
         }
         let slot = &mut self.slots[i];
-        let pod_key = format!("{}/{}", cycle.pod.namespace, cycle.pod.name);
+        let pod_key = cycle.pod.key();
         slot.record_failure(error, cycle.now, Some(&pod_key));
         match slot.spec.policy.on_failure {
             OnFailure::Fail => Err(Outcome::error(reasons::plugin_failed(

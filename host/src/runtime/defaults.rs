@@ -60,21 +60,21 @@ pub fn find(name: &str) -> Option<&'static DefaultPlugin> {
 
 /// kube-scheduler's default filter chain, restricted to the plugins wasched has.
 pub const DEFAULT_FILTERS: &[&str] = &[
-    "NodeUnschedulable",
-    "NodeName",
-    "TaintToleration",
-    "NodeAffinity",
-    "NodeResourcesFit",
-    "VolumeZone",
+    wasched_node_unschedulable::NAME,
+    wasched_node_name::NAME,
+    wasched_taint_toleration::NAME,
+    wasched_node_affinity::NAME,
+    wasched_node_resources_fit::NAME,
+    wasched_volume_zone::NAME,
 ];
 
 /// kube-scheduler's default score plugins and weights, restricted to the plugins wasched has
 /// (PodTopologySpread 2, InterPodAffinity 2 and ImageLocality 1 are not implemented yet).
 pub const DEFAULT_SCORES: &[(&str, i64)] = &[
-    ("TaintToleration", 3),
-    ("NodeAffinity", 2),
-    ("NodeResourcesFit", 1),
-    ("NodeResourcesBalancedAllocation", 1),
+    (wasched_taint_toleration::NAME, 3),
+    (wasched_node_affinity::NAME, 2),
+    (wasched_node_resources_fit::NAME, 1),
+    (wasched_balanced_allocation::NAME, 1),
 ];
 
 #[cfg(test)]
