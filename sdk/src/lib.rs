@@ -49,7 +49,6 @@ pub mod helpers;
 mod mirror;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod testing;
-#[allow(missing_docs)]
 mod types;
 
 pub use driver::Driver;

@@ -81,10 +81,12 @@ impl Labels {
             .map(|s| (self.key_at(s), self.value_at(s)))
     }
 
+    /// Number of pairs.
     pub fn len(&self) -> usize {
         self.spans.len()
     }
 
+    /// True when there is no pair.
     pub fn is_empty(&self) -> bool {
         self.spans.is_empty()
     }
@@ -111,9 +113,13 @@ impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for Labels {
 
 /// The standard resource names, as they appear in Kubernetes objects.
 pub mod resource {
+    /// CPU, in millicores in [`Resources::milli_cpu`].
     pub const CPU: &str = "cpu";
+    /// Memory, in bytes.
     pub const MEMORY: &str = "memory";
+    /// Local ephemeral storage, in bytes.
     pub const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
+    /// Pod slots.
     pub const PODS: &str = "pods";
 }
 
@@ -205,7 +211,9 @@ impl Resources {
 /// A node taint (`spec.taints[]`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Taint {
+    /// The taint key.
     pub key: String,
+    /// The taint value; may be empty.
     pub value: String,
     /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
     pub effect: String,
@@ -213,43 +221,55 @@ pub struct Taint {
 
 /// Taint effects, spelled as in Kubernetes.
 pub mod effect {
+    /// New pods that do not tolerate the taint are not placed on the node.
     pub const NO_SCHEDULE: &str = "NoSchedule";
+    /// The node is avoided, not ruled out (TaintToleration scores it lower).
     pub const PREFER_NO_SCHEDULE: &str = "PreferNoSchedule";
+    /// Like `NoSchedule` for placement (running pods are also evicted, which is not the scheduler's part).
     pub const NO_EXECUTE: &str = "NoExecute";
 }
 
 /// A pod toleration (`spec.tolerations[]`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Toleration {
+    /// The taint key it tolerates; empty with `Exists` tolerates every taint.
     pub key: String,
     /// `Equal`, `Exists`, or empty (`Equal`).
     pub operator: String,
+    /// The value compared under `Equal`.
     pub value: String,
     /// Empty matches every effect.
     pub effect: String,
+    /// How long a `NoExecute` taint is tolerated; placement ignores it.
     pub toleration_seconds: Option<i64>,
 }
 
 /// One `matchExpressions` / `matchFields` entry.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct NodeSelectorRequirement {
+    /// The label key (or, in `matchFields`, the field: only `metadata.name`).
     pub key: String,
     /// `In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt` or `Lt`.
     pub operator: String,
+    /// The values the operator compares with; empty for `Exists` and `DoesNotExist`.
     pub values: Vec<String>,
 }
 
 /// A node selector term: all its requirements must hold.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct NodeSelectorTerm {
+    /// Requirements on the node's labels.
     pub match_expressions: Vec<NodeSelectorRequirement>,
+    /// Requirements on the node's fields (`metadata.name`).
     pub match_fields: Vec<NodeSelectorRequirement>,
 }
 
 /// A preferred scheduling term and its weight.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct PreferredSchedulingTerm {
+    /// Added to the score of every node matching `preference` (1..=100).
     pub weight: i32,
+    /// The term a node must match to get the weight.
     pub preference: NodeSelectorTerm,
 }
 
@@ -258,20 +278,25 @@ pub struct PreferredSchedulingTerm {
 pub struct NodeAffinity {
     /// `None` when the pod has no required node affinity; `Some(vec![])` matches no node.
     pub required: Option<Vec<NodeSelectorTerm>>,
+    /// `preferredDuringSchedulingIgnoredDuringExecution`.
     pub preferred: Vec<PreferredSchedulingTerm>,
 }
 
 /// A StorageClass named by a claim.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct StorageClassInfo {
+    /// The class name.
     pub name: String,
+    /// `Immediate` or `WaitForFirstConsumer`; `None` means `Immediate`.
     pub volume_binding_mode: Option<String>,
 }
 
 /// A PersistentVolume a claim is bound to.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct VolumeInfo {
+    /// The volume name.
     pub name: String,
+    /// Its labels (the zone and region labels VolumeZone reads).
     pub labels: Labels,
 }
 
@@ -282,14 +307,18 @@ pub struct ClaimInfo {
     pub volume_name: String,
     /// The class from the beta annotation or `spec.storageClassName`; empty when neither is set.
     pub storage_class_name: String,
+    /// The class, when it exists.
     pub storage_class: Option<StorageClassInfo>,
+    /// The bound volume, when the claim is bound and the volume exists.
     pub volume: Option<VolumeInfo>,
 }
 
 /// A pod volume backed by a claim.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct VolumeClaim {
+    /// The pod volume's name.
     pub volume: String,
+    /// The claim it names, in the pod's namespace.
     pub claim_name: String,
     /// `None` when the claim does not exist in the pod's namespace.
     pub claim: Option<ClaimInfo>,
@@ -298,30 +327,44 @@ pub struct VolumeClaim {
 /// A container of the pod.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Container {
+    /// The container name.
     pub name: String,
+    /// The image reference.
     pub image: String,
 }
 
 /// The pod being scheduled.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Pod {
+    /// `metadata.namespace`.
     pub namespace: String,
+    /// `metadata.name`.
     pub name: String,
+    /// `metadata.uid`; may be empty outside a server.
     pub uid: String,
+    /// `metadata.labels`.
     pub labels: Labels,
+    /// `metadata.annotations`.
     pub annotations: Labels,
+    /// `spec.schedulerName`: which profile schedules it.
     pub scheduler_name: String,
+    /// `spec.priority` (0 when unset); always sent, whatever the plugin reads.
     pub priority: i32,
     /// `spec.nodeName` when set, else empty.
     pub node_name: String,
+    /// `spec.nodeSelector`.
     pub node_selector: Labels,
+    /// `spec.affinity.nodeAffinity`.
     pub node_affinity: Option<NodeAffinity>,
+    /// `spec.tolerations`.
     pub tolerations: Vec<Toleration>,
     /// Effective request (containers, init containers, sidecars, overhead).
     pub requests: Resources,
     /// The same with missing cpu/memory container requests counted as 100m / 200Mi.
     pub non_zero_requests: Resources,
+    /// The pod's volumes backed by claims, with the claims resolved.
     pub volume_claims: Vec<VolumeClaim>,
+    /// `spec.containers` (names and images).
     pub containers: Vec<Container>,
 }
 
@@ -448,26 +491,37 @@ impl std::ops::BitOr for PodParts {
 /// What is in use on a node.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct NodeUsage {
+    /// The summed requests of the pods on the node.
     pub requested: Resources,
+    /// The same, counting missing cpu/memory requests as 100m / 200Mi (as scoring does).
     pub non_zero_requested: Resources,
+    /// Pods on the node.
     pub pod_count: u32,
 }
 
 /// A node as plugins see it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct NodeInfo {
+    /// `metadata.name`.
     pub name: String,
+    /// `metadata.labels`.
     pub labels: Labels,
+    /// `metadata.annotations`.
     pub annotations: Labels,
+    /// `spec.taints`.
     pub taints: Vec<Taint>,
+    /// `spec.unschedulable`: cordoned.
     pub unschedulable: bool,
+    /// `status.allocatable` (its capacity when allocatable is not given).
     pub allocatable: Resources,
+    /// What the pods placed on it request (only kept current for plugins that set `READS_USAGE`).
     pub usage: NodeUsage,
 }
 
 /// Kubernetes' filter status codes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Code {
+    /// The node passes.
     Success,
     /// Preemption could help.
     Unschedulable,
@@ -480,6 +534,7 @@ pub enum Code {
 /// Why a pod cannot go to a node, or anywhere.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Failure {
+    /// How final the failure is.
     pub code: Code,
     /// Reasons as printed in "0/N nodes are available: ..." (aggregated by equal text).
     pub reasons: Vec<Cow<'static, str>>,
@@ -529,7 +584,9 @@ pub enum FilterPlan {
     /// Exactly `nodes` fail, each with its entry of `results.verdicts`; every other node passes
     /// and `filter` is not called.
     FailingNodes {
+        /// The failing nodes' mirror ids.
         nodes: Vec<u32>,
+        /// One verdict per id of `nodes`, in order.
         results: FilterResults,
     },
 }
@@ -537,6 +594,7 @@ pub enum FilterPlan {
 /// What a plugin makes of a pod; returned by [`crate::Plugin::prepare`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodPlan {
+    /// What the host does about the filter for this pod.
     pub filter: FilterPlan,
     /// False when the plugin has no opinion on this pod: it contributes 0 to every node.
     pub score: bool,
@@ -568,12 +626,19 @@ pub enum Normalize {
 /// What a plugin instance does.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Descriptor {
+    /// [`crate::Plugin::NAME`].
     pub name: String,
+    /// The crate version the component was built from.
     pub version: String,
+    /// It exports a filter.
     pub filter: bool,
+    /// It exports a score.
     pub score: bool,
+    /// How its scores are normalized.
     pub normalize: Normalize,
+    /// [`crate::Plugin::READS_USAGE`].
     pub reads_usage: bool,
+    /// [`crate::Plugin::READS_POD`].
     pub reads_pod: PodParts,
 }
 
@@ -582,6 +647,7 @@ pub struct Descriptor {
 pub struct FilterResults {
     /// Per node: 0 = passes, otherwise 1 + index into `failures`.
     pub verdicts: Vec<u32>,
+    /// The distinct failures the verdicts point at.
     pub failures: Vec<Failure>,
 }
 
