@@ -1,7 +1,7 @@
 //! The `wasched` command line.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -193,60 +193,19 @@ fn run(command: Command) -> anyhow::Result<()> {
             seed,
             runtime,
             cluster,
-        } => {
-            let mut config = match &config {
-                Some(path) => Config::load(path)?,
-                None => Config::default(),
-            };
-            if let Some(runtime) = runtime {
-                config.default_plugins = runtime;
-            }
-            let cluster = input::load_files(&cluster)?;
-            for warning in [cluster.empty_files_warning(), cluster.skipped_warning()]
-                .into_iter()
-                .flatten()
-            {
-                eprintln!("{warning}");
-            }
-            let options = simulate::Options {
+        } => simulate_files(
+            config.as_deref(),
+            runtime,
+            &cluster,
+            simulate::Options {
                 explain,
                 output,
                 seed,
-            };
-            let decisions = simulate::simulate(&config, &cluster, options)?;
-            let stdout = std::io::stdout();
-            let mut out = stdout.lock();
-            simulate::print(&decisions, options, &mut out)?;
-            out.flush()?;
-            Ok(())
-        }
+            },
+        ),
         Command::Bench(args) => bench::run(&args),
         Command::Serve(args) => wasched::server::serve(*args),
-        Command::Replay(args) => {
-            let runs = wasched::replay::run(&args)?;
-            // The series and the histogram go to --out; the terminal gets the series' last point.
-            let mut printed = Vec::new();
-            for mut run in runs {
-                let series = std::mem::take(&mut run.summary.series);
-                run.summary.latency_histogram.clear();
-                let mut json = serde_json::to_value(&run)?;
-                json["summary"]["series"] = serde_json::json!(series.last());
-                if let Some(map) = json["summary"].as_object_mut() {
-                    map.remove("latency_histogram");
-                }
-                printed.push(json);
-            }
-            let json = if args.compare.is_some() {
-                serde_json::json!({ "runs": printed })
-            } else {
-                printed.swap_remove(0)["summary"].take()
-            };
-            println!("{}", serde_json::to_string_pretty(&json)?);
-            if let Some(dir) = &args.out {
-                eprintln!("report: {}", dir.join("report.html").display());
-            }
-            Ok(())
-        }
+        Command::Replay(args) => replay(&args),
         Command::Apply { files, connection } => {
             print!("{}", client::apply(&Client::new(&connection)?, &files)?);
             Ok(())
@@ -316,72 +275,132 @@ fn run(command: Command) -> anyhow::Result<()> {
             println!("plugin {name} removed");
             Ok(())
         }
-        Command::Plugin(PluginCommand::Inspect { component }) => {
-            let bytes = std::fs::read(&component)
-                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", component.display()))?;
-            let report = wasched::runtime::wasm::WasmRuntime::shared().inspect(&bytes);
-            println!("file:     {}", component.display());
-            println!("size:     {} bytes", report.size);
-            println!("sha256:   {}", report.sha256);
-            println!("imports:  {}", list_or_none(&report.imports));
-            println!("exports:  {}", list_or_none(&report.exports));
-            match &report.verdict {
-                Ok(d) => {
-                    let mut does = Vec::new();
-                    if d.filter {
-                        does.push("filter");
-                    }
-                    if d.score {
-                        does.push("score");
-                    }
-                    println!("world:    wasched:plugin/plugin@0.1.0");
-                    println!("plugin:   {} {} ({})", d.name, d.version, does.join(", "));
-                    let parts = d.reads_pod.names();
-                    let mut reads = vec![if parts.is_empty() {
-                        "no part of the pod".to_string()
-                    } else {
-                        format!("pod {}", parts.join(", "))
-                    }];
-                    if d.reads_usage {
-                        reads.push("node usage".to_string());
-                    }
-                    println!("reads:    {}", reads.join("; "));
-                    println!("accepted: yes");
-                    Ok(())
-                }
-                Err(why) => {
-                    println!("accepted: no: {why}");
-                    anyhow::bail!("{} is not a plugin this host accepts", component.display())
-                }
-            }
+        Command::Plugin(PluginCommand::Inspect { component }) => inspect(&component),
+        Command::Plugin(PluginCommand::Encode { module, output }) => encode(&module, &output),
+    }
+}
+
+/// `wasched simulate`.
+fn simulate_files(
+    config: Option<&Path>,
+    runtime: Option<DefaultPluginRuntime>,
+    cluster: &[PathBuf],
+    options: simulate::Options,
+) -> anyhow::Result<()> {
+    let mut config = match config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    if let Some(runtime) = runtime {
+        config.default_plugins = runtime;
+    }
+    let cluster = input::load_files(cluster)?;
+    for warning in [cluster.empty_files_warning(), cluster.skipped_warning()]
+        .into_iter()
+        .flatten()
+    {
+        eprintln!("{warning}");
+    }
+    let decisions = simulate::simulate(&config, &cluster, options)?;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    simulate::print(&decisions, options, &mut out)?;
+    out.flush()?;
+    Ok(())
+}
+
+/// `wasched replay`.
+fn replay(args: &wasched::replay::Args) -> anyhow::Result<()> {
+    let runs = wasched::replay::run(args)?;
+    // The series and the histogram go to --out; the terminal gets the series' last point.
+    let mut printed = Vec::new();
+    for mut run in runs {
+        let series = std::mem::take(&mut run.summary.series);
+        run.summary.latency_histogram.clear();
+        let mut json = serde_json::to_value(&run)?;
+        json["summary"]["series"] = serde_json::json!(series.last());
+        if let Some(map) = json["summary"].as_object_mut() {
+            map.remove("latency_histogram");
         }
-        Command::Plugin(PluginCommand::Encode { module, output }) => {
-            let bytes = std::fs::read(&module)
-                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", module.display()))?;
-            let component = wit_component::ComponentEncoder::default()
-                .module(&bytes)
-                .and_then(|encoder| encoder.validate(true).encode())
-                .map_err(|e| {
-                    anyhow::anyhow!("{}: cannot make a component: {e:#}", module.display())
-                })?;
-            let name = module
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            wasched::runtime::wasm::WasmRuntime::shared().load(
-                &name,
-                &component,
-                wasched::runtime::wasm::Limits::default(),
-            )?;
-            std::fs::write(&output, &component)
-                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", output.display()))?;
-            println!(
-                "{}: {} bytes, sha256 {}",
-                output.display(),
-                component.len(),
-                wasched::runtime::wasm::sha256_hex(&component)
-            );
+        printed.push(json);
+    }
+    let json = if args.compare.is_some() {
+        serde_json::json!({ "runs": printed })
+    } else {
+        printed.swap_remove(0)["summary"].take()
+    };
+    println!("{}", serde_json::to_string_pretty(&json)?);
+    if let Some(dir) = &args.out {
+        eprintln!("report: {}", dir.join("report.html").display());
+    }
+    Ok(())
+}
+
+/// `wasched plugin inspect`.
+fn inspect(component: &Path) -> anyhow::Result<()> {
+    let bytes = std::fs::read(component)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", component.display()))?;
+    let report = wasched::runtime::wasm::WasmRuntime::shared().inspect(&bytes);
+    println!("file:     {}", component.display());
+    println!("size:     {} bytes", report.size);
+    println!("sha256:   {}", report.sha256);
+    println!("imports:  {}", list_or_none(&report.imports));
+    println!("exports:  {}", list_or_none(&report.exports));
+    match &report.verdict {
+        Ok(d) => {
+            let mut does = Vec::new();
+            if d.filter {
+                does.push("filter");
+            }
+            if d.score {
+                does.push("score");
+            }
+            println!("world:    wasched:plugin/plugin@0.1.0");
+            println!("plugin:   {} {} ({})", d.name, d.version, does.join(", "));
+            let parts = d.reads_pod.names();
+            let mut reads = vec![if parts.is_empty() {
+                "no part of the pod".to_string()
+            } else {
+                format!("pod {}", parts.join(", "))
+            }];
+            if d.reads_usage {
+                reads.push("node usage".to_string());
+            }
+            println!("reads:    {}", reads.join("; "));
+            println!("accepted: yes");
             Ok(())
         }
+        Err(why) => {
+            println!("accepted: no: {why}");
+            anyhow::bail!("{} is not a plugin this host accepts", component.display())
+        }
     }
+}
+
+/// `wasched plugin encode`.
+fn encode(module: &Path, output: &Path) -> anyhow::Result<()> {
+    let bytes = std::fs::read(module)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", module.display()))?;
+    let component = wit_component::ComponentEncoder::default()
+        .module(&bytes)
+        .and_then(|encoder| encoder.validate(true).encode())
+        .map_err(|e| anyhow::anyhow!("{}: cannot make a component: {e:#}", module.display()))?;
+    let name = module
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    wasched::runtime::wasm::WasmRuntime::shared().load(
+        &name,
+        &component,
+        wasched::runtime::wasm::Limits::default(),
+    )?;
+    std::fs::write(output, &component)
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", output.display()))?;
+    println!(
+        "{}: {} bytes, sha256 {}",
+        output.display(),
+        component.len(),
+        wasched::runtime::wasm::sha256_hex(&component)
+    );
+    Ok(())
 }
