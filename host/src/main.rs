@@ -379,21 +379,7 @@ fn inspect(component: &Path) -> anyhow::Result<()> {
 
 /// `wasched plugin encode`.
 fn encode(module: &Path, output: &Path) -> anyhow::Result<()> {
-    let bytes = std::fs::read(module)
-        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", module.display()))?;
-    let component = wit_component::ComponentEncoder::default()
-        .module(&bytes)
-        .and_then(|encoder| encoder.validate(true).encode())
-        .map_err(|e| anyhow::anyhow!("{}: cannot make a component: {e:#}", module.display()))?;
-    let name = module
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    wasched::runtime::wasm::WasmRuntime::shared().load(
-        &name,
-        &component,
-        wasched::runtime::wasm::Limits::default(),
-    )?;
+    let component = wasched::plugin_build::encode_module(module)?;
     std::fs::write(output, &component)
         .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", output.display()))?;
     println!(

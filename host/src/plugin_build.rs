@@ -362,6 +362,31 @@ fn build_c(dir: &Path, output: Option<&Path>) -> anyhow::Result<Built> {
     accept(output, &name)
 }
 
+/// The component of a core module built with the SDK, checked to be one this host accepts.
+///
+/// # Errors
+/// The module cannot be read, made into a component, or loaded.
+pub fn encode_module(module: &Path) -> anyhow::Result<Vec<u8>> {
+    let bytes = std::fs::read(module).with_context(|| format!("reading {}", module.display()))?;
+    let component = wit_component::ComponentEncoder::default()
+        .module(&bytes)
+        .and_then(|encoder| encoder.validate(true).encode())
+        .map_err(|e| anyhow::anyhow!("{}: cannot make a component: {e:#}", module.display()))?;
+    let stem = module_stem(module);
+    WasmRuntime::shared()
+        .load(&stem, &component, Limits::default())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(component)
+}
+
+/// The module's file name without `.wasm`: the name its component is checked under.
+fn module_stem(module: &Path) -> String {
+    module
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "plugin".into())
+}
+
 fn build_rust(dir: &Path, output: Option<&Path>) -> anyhow::Result<Built> {
     let installed = Command::new("rustc")
         .args(["--print", "sysroot"])
@@ -438,18 +463,8 @@ fn build_rust(dir: &Path, output: Option<&Path>) -> anyhow::Result<Built> {
             manifest.display()
         )
     })?;
-    let bytes = std::fs::read(&module).with_context(|| format!("reading {}", module.display()))?;
-    let component = wit_component::ComponentEncoder::default()
-        .module(&bytes)
-        .and_then(|encoder| encoder.validate(true).encode())
-        .map_err(|e| anyhow::anyhow!("{}: cannot make a component: {e:#}", module.display()))?;
-    let stem = module
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "plugin".into());
-    WasmRuntime::shared()
-        .load(&stem, &component, Limits::default())
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let component = encode_module(&module)?;
+    let stem = module_stem(&module);
     let output = match output {
         Some(path) => path.to_path_buf(),
         // <target>/wasm32-unknown-unknown/release/x.wasm -> <target>/plugins/x.wasm
