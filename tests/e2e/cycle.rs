@@ -4,9 +4,10 @@
 
 use std::path::Path;
 
-use wasched::bench::{self, synthetic};
+use wasched::bench;
 use wasched::config::{Config, DefaultPluginRuntime};
 use wasched::framework::{Outcome, Scheduler};
+use wasched::synthetic::{self, Scenario};
 use wasched_sdk::{NodeAffinity, NodeSelectorTerm};
 
 use crate::support::*;
@@ -147,7 +148,7 @@ fn ties_are_broken_at_random_and_reproducibly() {
 
 #[test]
 fn wasm_and_native_place_a_synthetic_cluster_identically() {
-    let cluster = synthetic(bench::Scenario::Mixed, 400, 600, 7);
+    let cluster = synthetic::cluster(Scenario::Mixed, 400, 600, 7);
     let place = |runtime| -> Vec<(Option<String>, Option<String>)> {
         let mut s = scheduler("", runtime, 3);
         cluster.load_into(s.cache_mut());
@@ -174,8 +175,7 @@ fn wasm_and_native_place_a_synthetic_cluster_identically() {
 
 #[test]
 fn bench_scenarios_exercise_only_their_features_and_report_where_time_goes() {
-    use bench::Scenario;
-    let basic = synthetic(Scenario::Basic, 300, 400, 5);
+    let basic = synthetic::cluster(Scenario::Basic, 300, 400, 5);
     assert!(basic
         .nodes
         .iter()
@@ -184,17 +184,17 @@ fn bench_scenarios_exercise_only_their_features_and_report_where_time_goes() {
         && p.node_affinity.is_none()
         && p.node_selector.is_empty()
         && p.volume_claims.is_empty()));
-    let taints = synthetic(Scenario::Taints, 300, 400, 5);
+    let taints = synthetic::cluster(Scenario::Taints, 300, 400, 5);
     assert!(taints.nodes.iter().any(|n| !n.taints.is_empty()));
     assert!(taints.pods.iter().any(|p| !p.tolerations.is_empty()));
     assert!(taints
         .pods
         .iter()
         .all(|p| p.node_affinity.is_none() && p.volume_claims.is_empty()));
-    let affinity = synthetic(Scenario::NodeAffinity, 300, 400, 5);
+    let affinity = synthetic::cluster(Scenario::NodeAffinity, 300, 400, 5);
     assert!(affinity.pods.iter().any(|p| p.node_affinity.is_some()));
     assert!(affinity.nodes.iter().all(|n| n.taints.is_empty()));
-    let volumes = synthetic(Scenario::VolumeZones, 300, 400, 5);
+    let volumes = synthetic::cluster(Scenario::VolumeZones, 300, 400, 5);
     assert!(volumes.pods.iter().any(|p| !p.volume_claims.is_empty()));
     assert_eq!(
         volumes.claims.len(),
@@ -205,7 +205,7 @@ fn bench_scenarios_exercise_only_their_features_and_report_where_time_goes() {
             .count()
     );
 
-    let churn = synthetic(Scenario::Churn, 300, 400, 5);
+    let churn = synthetic::cluster(Scenario::Churn, 300, 400, 5);
     let report = bench::run_once(
         &churn,
         Scenario::Churn,
@@ -252,7 +252,7 @@ fn bench_scenarios_exercise_only_their_features_and_report_where_time_goes() {
 /// place every pod exactly where one thread would, and explain failures the same way.
 #[test]
 fn two_filter_and_score_threads_place_pods_exactly_like_one() {
-    let cluster = synthetic(bench::Scenario::Mixed, 400, 300, 11);
+    let cluster = synthetic::cluster(Scenario::Mixed, 400, 300, 11);
     let run =
         |runtime: DefaultPluginRuntime, threads: usize| -> Vec<(Option<String>, Option<String>)> {
             let toml = format!("[runtime]\nparallelism = {threads}\n");

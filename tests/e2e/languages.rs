@@ -19,7 +19,7 @@ fn build_and_simulate(
     config: &str,
     cluster: &str,
 ) -> (String, u64, Vec<serde_json::Value>) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let root = &crate::support::repo_root();
     let dir = std::env::temp_dir().join(format!("wasched-{config}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = Path::new(example)
@@ -109,7 +109,7 @@ fn the_python_gpu_model_filter_is_built_loaded_and_decides_placements() {
 #[cfg(wasched_python_plugins)]
 #[test]
 fn plugin_build_finds_the_python_toolchain_where_setup_installed_it() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let root = &crate::support::repo_root();
     let output = std::env::temp_dir().join(format!("wasched-found-{}.wasm", std::process::id()));
     let build = Command::new(env!("CARGO_BIN_EXE_wasched"))
         .args(["plugin", "build", "examples/plugins/python/gpu-model", "-o"])

@@ -7,8 +7,8 @@ use wasched::k8s;
 use wasched::replay::{self, Summary, GPU, GPU_MILLI, GPU_MODEL_LABEL};
 
 fn fixture(file: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/alibaba-excerpt")
+    crate::support::repo_root()
+        .join("tests/fixtures/alibaba-excerpt")
         .join(file)
 }
 
@@ -295,10 +295,9 @@ fn the_command_writes_its_summary() {
 
 /// The GpuPacking example's configuration with the component the build made.
 fn gpu_packing_config(dir: &Path) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = crate::support::repo_root();
     let text = std::fs::read_to_string(root.join("examples/configs/gpu-packing.toml")).unwrap();
-    let component =
-        Path::new(env!("WASCHED_HOSTILE_COMPONENTS")).join("wasched_example_gpu_packing.wasm");
+    let component = wasched_test_programs::component("wasched_example_gpu_packing.wasm");
     let text = text.replace(
         "../../target/plugins/wasched_example_gpu_packing.wasm",
         component.to_str().unwrap(),
@@ -392,8 +391,7 @@ fn cycles_a_plugin_failed_are_counted_apart_from_unschedulable_ones() {
     );
     let (nodes, _) = replay::read_nodes(&fixture("nodes.csv")).unwrap();
     let (pods, _) = replay::read_pods(&fixture("pods.csv")).unwrap();
-    let component =
-        Path::new(env!("WASCHED_HOSTILE_COMPONENTS")).join("wasched_hostile_bad_score.wasm");
+    let component = wasched_test_programs::component("wasched_hostile_bad_score.wasm");
     let toml = format!(
         "[runtime]\ndefault_plugins = \"native\"\n\
          [plugins.BadScore]\ncomponent = {:?}\nquarantine_after = 0\n\

@@ -1,4 +1,4 @@
-//! Misbehaving plugins (built from `examples/hostile/`) never take the scheduler down: each call
+//! Misbehaving plugins (built from `tests/programs/`) never take the scheduler down: each call
 //! is bounded, the failure names the plugin and what it did, other plugins decide as before,
 //! repeated failures quarantine the plugin until it is tried again, and memory stays bounded.
 
@@ -14,7 +14,7 @@ use wasched_sdk::{NodeInfo, Pod};
 use crate::support::*;
 
 fn hostile(name: &str) -> PathBuf {
-    Path::new(env!("WASCHED_HOSTILE_COMPONENTS")).join(format!("wasched_hostile_{name}.wasm"))
+    wasched_test_programs::component(&format!("wasched_hostile_{name}.wasm"))
 }
 
 /// TOML for a profile with one hostile plugin (as a filter or a score) beside NodeResourcesFit.
@@ -272,7 +272,7 @@ fn a_thousand_cycles_with_the_leaking_plugin_keep_memory_bounded() {
 fn simulate_survives_every_hostile_plugin_and_names_it() {
     let dir = std::env::temp_dir().join(format!("wasched-sandbox-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/clusters/demo.yaml");
+    let demo = crate::support::repo_root().join("examples/clusters/demo.yaml");
     for (plugin, file, as_filter, extra) in [
         ("Spin", "spin", true, ""),
         ("Hog", "hog", true, "memory_limit_mib = 16"),
@@ -321,12 +321,8 @@ fn a_component_importing_a_forbidden_interface_is_refused_at_load_with_the_impor
     let load = |interface: &str| {
         let text = format!("(component (import \"{interface}\" (instance)))");
         let component = wat::parse_str(&text).unwrap();
-        wasched::runtime::wasm::WasmRuntime::shared()
-            .load(
-                "Greedy",
-                &component,
-                wasched::runtime::wasm::Limits::default(),
-            )
+        wasched::component::WasmRuntime::shared()
+            .load("Greedy", &component, wasched::component::Limits::default())
             .err()
             .expect("refused")
             .0

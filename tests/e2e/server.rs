@@ -14,7 +14,7 @@ use wasched::server::client::{Client, Connection, Reply};
 const TOKEN: &str = "test-token-5f1c";
 
 fn fixture(file: &str) -> PathBuf {
-    Path::new(env!("WASCHED_HOSTILE_COMPONENTS")).join(file)
+    wasched_test_programs::component(file)
 }
 
 fn pool_v1() -> PathBuf {
@@ -382,7 +382,7 @@ fn acknowledged_objects_plugins_and_config_survive_kill_9() {
     let server = Server::start(&dir, &[]);
     let admin = server.admin();
     let component = std::fs::read(pool_v1()).unwrap();
-    let sha256 = wasched::runtime::wasm::sha256_hex(&component);
+    let sha256 = wasched::component::sha256_hex(&component);
     let form = upload_form(
         &admin,
         &[
@@ -852,7 +852,7 @@ fn wasched(args: &[&str], server: Option<&Server>) -> String {
 /// the configuration to it, add a cluster, and read where the pods went.
 #[test]
 fn readme_flow_builds_loads_and_schedules_with_the_example_plugin() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let root = &crate::support::repo_root();
     let dir = temp_dir("readme");
     let component = dir.join("team_affinity.wasm");
     // Its own target directory: the one of this `cargo test` is locked while tests run.

@@ -1,13 +1,10 @@
 //! `wasched simulate` end to end: the real binary on YAML/JSON fixtures.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    crate::support::repo_root()
 }
 
 fn wasched(args: &[&str]) -> Output {
@@ -195,12 +192,11 @@ fn a_config_mistake_names_file_and_line() {
 
 #[test]
 fn a_plugin_component_from_a_file_is_loaded_and_its_pin_checked() {
-    let component = wasched::runtime::defaults::find("NodeName")
-        .unwrap()
-        .component;
+    let component =
+        wasched::embedded::component(wasched::runtime::defaults::find("NodeName").unwrap());
     let path = temp_file("node-name.wasm", "");
     std::fs::write(&path, component).unwrap();
-    let sha = wasched::runtime::wasm::sha256_hex(component);
+    let sha = wasched::component::sha256_hex(component);
     let cluster = temp_file(
         "pinned.yaml",
         "kind: Node\nmetadata: {name: a}\nstatus: {allocatable: {cpu: '1', pods: '5'}}\n---\nkind: Node\nmetadata: {name: b}\nstatus: {allocatable: {cpu: '1', pods: '5'}}\n---\nkind: Pod\nmetadata: {name: p}\nspec: {nodeName: '', containers: [{name: c}]}\n---\nkind: Pod\nmetadata: {name: q, namespace: default}\nspec:\n  affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchFields: [{key: metadata.name, operator: In, values: [b]}]}]}}}\n  containers: [{name: c}]\n",
@@ -261,17 +257,13 @@ fn a_plugin_component_from_a_file_is_loaded_and_its_pin_checked() {
 
 #[test]
 fn plugin_inspect_tells_what_a_component_is_and_whether_it_is_accepted() {
-    let component = wasched::runtime::defaults::find("TaintToleration")
-        .unwrap()
-        .component;
+    let component =
+        wasched::embedded::component(wasched::runtime::defaults::find("TaintToleration").unwrap());
     let path = temp_file("taint.wasm", "");
     std::fs::write(&path, component).unwrap();
     let output = stdout(&wasched(&["plugin", "inspect", path.to_str().unwrap()]));
     for line in [
-        format!(
-            "sha256:   {}",
-            wasched::runtime::wasm::sha256_hex(component)
-        ),
+        format!("sha256:   {}", wasched::component::sha256_hex(component)),
         "imports:  wasched:plugin/types@0.1.0".to_string(),
         "plugin:   TaintToleration 0.1.0 (filter, score)".to_string(),
         "reads:    pod tolerations".to_string(),

@@ -4,13 +4,18 @@
 
 use std::sync::Arc;
 
+use wasched::component::Limits;
 use wasched::config::{default_factory, DefaultPluginRuntime};
 use wasched::runtime::defaults;
-use wasched::runtime::wasm::Limits;
 use wasched::runtime::PluginFactory;
 use wasched_sdk::{FilterResults, NodeInfo, Normalize, Pod};
 
 pub use wasched_sdk::testing::*;
+
+/// The repository's root, where `examples/` and `tests/fixtures/` are.
+pub fn repo_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
 
 /// One cycle and what the service does after a placement: the pod's requests held on its node
 /// (assumed; there is no binder here to confirm it).

@@ -1,0 +1,565 @@
+//! `wasched bench`: a synthetic cluster scheduled with the default profile, once with the default
+//! plugins as WebAssembly components and once natively, in the same process.
+//!
+//! The cluster spreads nodes over three zones with instance-type and disk labels, some tainted
+//! (NoSchedule and PreferNoSchedule) and a few cordoned. Pods mix cpu/memory requests, tolerations,
+//! node selectors, required and preferred node affinity, and zonal PersistentVolumeClaims. The same
+//! seed gives the same cluster and the same pods.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1 as core;
+use serde::Serialize;
+use wasched_sdk as sdk;
+
+use crate::config::{Config, DefaultPluginRuntime, MAX_PARALLELISM};
+use crate::framework::{Phase, Scheduler};
+use crate::metrics::{ExtensionPoint, PluginStatsRegistry};
+use crate::synthetic::{self, Scenario, Synthetic};
+use crate::util::Rng;
+
+/// Command-line arguments of `wasched bench`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Cluster sizes to run, comma-separated (e.g. `500,5000,50000`).
+    #[arg(long, value_delimiter = ',', default_value = "5000")]
+    pub nodes: Vec<usize>,
+    /// Number of pods to schedule per run.
+    #[arg(long, default_value_t = 5000)]
+    pub pods: usize,
+    /// Workloads to run, comma-separated (basic, node-affinity, taints, volume-zones, mixed, churn),
+    /// or `all` (mirroring kube-scheduler's scheduler_perf).
+    #[arg(long, value_delimiter = ',', default_value = "mixed")]
+    pub scenario: Vec<Scenario>,
+    /// Seed of the synthetic cluster and of tie-breaking.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Print one JSON object per run instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Node-update events pushed through the event pipeline for its throughput figure (0 skips it).
+    #[arg(long, default_value_t = 200_000)]
+    pub events: usize,
+    /// Also run WASM with call deadlines off, to show what they cost.
+    #[arg(long)]
+    pub without_deadlines: bool,
+    /// Schedule with this configuration's `default-scheduler` profile instead of the default one
+    /// (its default plugins run as WASM, then natively): run it beside a plain run to see what an
+    /// added plugin costs per pod.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+    /// Threads that filter and score each cycle, comma-separated (e.g. `1,2`): each count is run,
+    /// and the speed-up over one thread is printed.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub threads: Vec<usize>,
+}
+
+/// Figures for one runtime.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    pub runtime: &'static str,
+    pub pods: usize,
+    pub scheduled: usize,
+    pub unschedulable: usize,
+    pub errors: usize,
+    /// Time to create plugin instances and send them every node.
+    pub setup_ms: f64,
+    pub pods_per_second: f64,
+    pub p50_cycle_us: f64,
+    pub p99_cycle_us: f64,
+    /// Peak resident memory of the process during the run.
+    pub peak_rss_mb: f64,
+    /// What the run added to resident memory: its peak over the RSS when it started (the cache,
+    /// the plugin instances and their mirrors).
+    pub rss_growth_mb: f64,
+    /// Mean time per pod in each host phase (µs), in cycle order.
+    pub phases_us: Vec<(&'static str, f64)>,
+    /// Mean time per pod in each plugin's calls (µs), by plugin then extension point.
+    pub plugins_us: Vec<PluginTime>,
+}
+
+/// Mean time per pod one plugin spent at one extension point.
+#[derive(Debug, Clone, Serialize)]
+pub struct PluginTime {
+    pub plugin: String,
+    pub extension_point: &'static str,
+    pub us_per_pod: f64,
+}
+
+/// One scenario at one size.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub scenario: Scenario,
+    pub nodes: usize,
+    pub pods: usize,
+    pub seed: u64,
+    pub threads: usize,
+    pub wasm: RunReport,
+    /// WASM and native throughput over the same run on one thread, when `--threads` had 1 too.
+    pub wasm_speedup_over_one_thread: Option<f64>,
+    pub native_speedup_over_one_thread: Option<f64>,
+    /// The same WASM run with call deadlines (epoch interruption) off, with `--without-deadlines`.
+    pub wasm_without_deadlines: Option<RunReport>,
+    pub native: RunReport,
+    /// WASM throughput over native throughput (none when either scheduled nothing).
+    pub wasm_native_ratio: Option<f64>,
+    /// How much slower WASM runs with deadlines than without, in percent of throughput.
+    pub deadline_overhead_percent: Option<f64>,
+    /// What the WASM run added to resident memory, per 1,000 nodes (none without nodes).
+    pub wasm_mb_per_1000_nodes: Option<f64>,
+    /// The configuration file, when not the default profile.
+    pub config: Option<String>,
+}
+
+/// Schedules the synthetic cluster with one runtime, with or without call deadlines.
+///
+/// # Errors
+/// The default plugins failed to load.
+pub fn run_once(
+    cluster: &Synthetic,
+    scenario: Scenario,
+    runtime: DefaultPluginRuntime,
+    deadlines: bool,
+    threads: usize,
+    seed: u64,
+    config_file: Option<&std::path::Path>,
+) -> anyhow::Result<RunReport> {
+    let mut config = match config_file {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    config.default_plugins = runtime;
+    config.deadlines = deadlines;
+    config.parallelism = threads;
+    reset_peak_rss();
+    let rss_before = proc_status_mb("VmRSS");
+    let profiles = config.profiles()?;
+    let mut scheduler = Scheduler::new(&profiles, seed)?;
+    cluster.load_into(scheduler.cache_mut());
+    let setup = Instant::now();
+    scheduler.warm_up()?;
+    let setup = setup.elapsed();
+    let stats = config.stats().clone();
+    let before: Vec<(String, Vec<Duration>)> = plugin_totals(&stats);
+
+    let mut latencies: Vec<Duration> = Vec::with_capacity(cluster.pods.len());
+    let (mut scheduled, mut unschedulable, mut errors) = (0, 0, 0);
+    let mut placed: Vec<String> = Vec::new();
+    let mut churn = Rng::new(seed ^ 0x5eed);
+    let mut next_node = cluster.nodes.len();
+    let start = Instant::now();
+    for (i, pod) in cluster.pods.iter().enumerate() {
+        if scenario == Scenario::Churn && i > 0 {
+            // Between cycles, as the event pipeline applies changes in the service.
+            if i % 10 == 0 && !placed.is_empty() {
+                let victim = placed.swap_remove(churn.below(placed.len() as u64) as usize);
+                scheduler.cache_mut().remove_pod(&victim);
+            }
+            if i % 100 == 0 && !cluster.nodes.is_empty() {
+                let gone = &cluster.nodes[churn.below(cluster.nodes.len() as u64) as usize];
+                scheduler.cache_mut().remove_node(&gone.name);
+                let mut fresh = gone.clone();
+                fresh.name = format!("node-{next_node:05}");
+                next_node += 1;
+                scheduler.cache_mut().upsert_node(fresh);
+            }
+        }
+        let cycle = Instant::now();
+        let outcome = scheduler
+            .schedule(pod, false)
+            .expect("bench pods use the default profile");
+        if let Some(node) = &outcome.node {
+            // What the service does next; no binder here, so the pod stays assumed.
+            scheduler.assume(pod, node);
+        }
+        latencies.push(cycle.elapsed());
+        match (&outcome.node, outcome.error) {
+            (Some(_), _) => {
+                scheduled += 1;
+                if scenario == Scenario::Churn {
+                    placed.push(pod.key());
+                }
+            }
+            (None, true) => errors += 1,
+            (None, false) => unschedulable += 1,
+        }
+    }
+    let elapsed = start.elapsed();
+    latencies.sort_unstable();
+    let percentile = |p: f64| -> f64 {
+        if latencies.is_empty() {
+            return 0.0;
+        }
+        let index = ((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1;
+        latencies[index].as_secs_f64() * 1e6
+    };
+    let per_pod = |d: Duration| d.as_secs_f64() * 1e6 / cluster.pods.len().max(1) as f64;
+    let phases = scheduler.phase_times();
+    let mut plugins_us = Vec::new();
+    for (plugin, totals) in plugin_totals(&stats) {
+        let earlier = before.iter().find(|(p, _)| *p == plugin).map(|(_, t)| t);
+        for (k, point) in ExtensionPoint::ALL.iter().enumerate() {
+            let spent = totals[k].saturating_sub(earlier.map_or(Duration::ZERO, |t| t[k]));
+            if spent > Duration::ZERO {
+                plugins_us.push(PluginTime {
+                    plugin: plugin.clone(),
+                    extension_point: point.name(),
+                    us_per_pod: per_pod(spent),
+                });
+            }
+        }
+    }
+    let peak = peak_rss_mb();
+    Ok(RunReport {
+        runtime: match (runtime, deadlines) {
+            (DefaultPluginRuntime::Wasm, true) => "wasm",
+            (DefaultPluginRuntime::Wasm, false) => "wasm-nodl",
+            (DefaultPluginRuntime::Native, _) => "native",
+        },
+        pods: cluster.pods.len(),
+        scheduled,
+        unschedulable,
+        errors,
+        setup_ms: setup.as_secs_f64() * 1e3,
+        pods_per_second: cluster.pods.len() as f64 / elapsed.as_secs_f64(),
+        p50_cycle_us: percentile(0.50),
+        p99_cycle_us: percentile(0.99),
+        peak_rss_mb: peak,
+        rss_growth_mb: (peak - rss_before).max(0.0),
+        phases_us: Phase::ALL
+            .iter()
+            .map(|&p| (p.name(), per_pod(phases.get(p))))
+            .collect(),
+        plugins_us,
+    })
+}
+
+/// Every plugin's time per extension point so far.
+fn plugin_totals(stats: &PluginStatsRegistry) -> Vec<(String, Vec<Duration>)> {
+    stats
+        .all()
+        .into_iter()
+        .map(|(name, s)| {
+            let totals = ExtensionPoint::ALL.iter().map(|&p| s.total(p)).collect();
+            (name, totals)
+        })
+        .collect()
+}
+
+/// Pushes `count` node-update events (labels changing, so each is relevant to the queue) through
+/// the pipeline from a producer thread while the scheduler thread drains and applies them; returns
+/// events per second.
+///
+/// # Errors
+/// The default plugins failed to load.
+pub fn event_throughput(cluster: &Synthetic, count: usize) -> anyhow::Result<f64> {
+    use crate::events::{Action, Event, Object};
+    use crate::service::{Binder, Service};
+
+    struct NoBinder;
+    impl Binder for NoBinder {
+        fn bind(&mut self, _: &sdk::Pod, _: &str) -> Result<(), String> {
+            Ok(())
+        }
+    }
+    if count == 0 || cluster.nodes.is_empty() {
+        return Ok(0.0);
+    }
+    let mut config = Config::default();
+    config.default_plugins = DefaultPluginRuntime::Native;
+    let scheduler = Scheduler::new(&config.profiles()?, 1)?;
+    let mut service = Service::new(
+        scheduler,
+        NoBinder,
+        std::sync::Arc::new(crate::clock::SystemClock::default()),
+    );
+    let pipeline = service.pipeline();
+    // Objects are built before the clock starts: four label revisions per node, cycled.
+    const REVISIONS: usize = 4;
+    let objects: Vec<Object> = (0..REVISIONS)
+        .flat_map(|rev| {
+            cluster.nodes.iter().map(move |n| {
+                let node: core::Node = serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": n.name, "labels": {"rev": rev.to_string()}},
+                    "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"}}
+                }))
+                .expect("valid Node");
+                Object::Node(Box::new(node))
+            })
+        })
+        .collect();
+    let start = Instant::now();
+    let producer = std::thread::spawn(move || {
+        for i in 0..count {
+            let object = objects[i % objects.len()].clone();
+            pipeline.submit(Event::with_version(Action::Upsert, object, i as u64 + 1));
+        }
+    });
+    while !producer.is_finished() {
+        service.apply_events();
+    }
+    producer
+        .join()
+        .map_err(|_| anyhow::anyhow!("event producer panicked"))?;
+    service.apply_events();
+    Ok(count as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Starts a new peak for [`peak_rss_mb`] (Linux: writing 5 to `/proc/self/clear_refs`), so that
+/// each run's peak is its own and not the largest of every run before it in this process.
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// `part / whole`, when both are positive and finite.
+fn ratio(part: f64, whole: f64) -> Option<f64> {
+    (part.is_finite() && whole.is_finite() && part > 0.0 && whole > 0.0).then(|| part / whole)
+}
+
+/// `megabytes` per 1,000 of `nodes`, when there are nodes.
+fn per_thousand_nodes(megabytes: f64, nodes: usize) -> Option<f64> {
+    (nodes > 0).then(|| megabytes * 1000.0 / nodes as f64)
+}
+
+fn or_na(value: Option<f64>, decimals: usize) -> String {
+    value.map_or_else(|| "n/a".to_string(), |v| format!("{v:.decimals$}"))
+}
+
+/// The process's peak resident set size in MB (Linux `VmHWM`), or 0 where unavailable.
+pub fn peak_rss_mb() -> f64 {
+    proc_status_mb("VmHWM")
+}
+
+/// A memory figure of this process from `/proc/self/status` (`VmRSS`, `VmHWM`, ...) in MB, or 0
+/// where unavailable.
+pub fn proc_status_mb(field: &str) -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status.lines().find_map(|line| {
+                let kb = line
+                    .strip_prefix(field)?
+                    .strip_prefix(':')?
+                    .trim()
+                    .strip_suffix("kB")?;
+                kb.trim().parse::<f64>().ok()
+            })
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// Runs every requested scenario at every requested size and prints the reports.
+///
+/// # Errors
+/// The default plugins failed to load.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let scenarios: Vec<Scenario> = if args.scenario.contains(&Scenario::All) {
+        Scenario::EACH.to_vec()
+    } else {
+        args.scenario.clone()
+    };
+    if let Some(&bad) = args
+        .threads
+        .iter()
+        .find(|&&t| !(1..=MAX_PARALLELISM).contains(&t))
+    {
+        anyhow::bail!("--threads {bad}: each count must be in 1..={MAX_PARALLELISM}");
+    }
+    for &nodes in &args.nodes {
+        for &scenario in &scenarios {
+            let mut one_thread: Option<Report> = None;
+            for &threads in &args.threads {
+                let mut report = run_scenario(args, scenario, nodes, threads)?;
+                if let Some(single) = &one_thread {
+                    report.wasm_speedup_over_one_thread =
+                        Some(report.wasm.pods_per_second / single.wasm.pods_per_second);
+                    report.native_speedup_over_one_thread =
+                        Some(report.native.pods_per_second / single.native.pods_per_second);
+                }
+                if args.json {
+                    println!("{}", serde_json::to_string(&report)?);
+                } else {
+                    print_table(&report);
+                }
+                if threads == 1 {
+                    one_thread = Some(report);
+                }
+            }
+        }
+    }
+    if args.events > 0 {
+        let nodes = args.nodes.first().copied().unwrap_or(5000);
+        let cluster = synthetic::cluster(Scenario::Basic, nodes, 0, args.seed);
+        let events_per_second = event_throughput(&cluster, args.events)?;
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({ "events_per_second": events_per_second, "nodes": nodes })
+            );
+        } else {
+            println!(
+                "event pipeline: {events_per_second:.0} node-update events/s submitted by one thread and applied by the scheduler thread ({nodes} nodes)"
+            );
+        }
+    }
+    Ok(())
+}
+
+fn run_scenario(
+    args: &Args,
+    scenario: Scenario,
+    nodes: usize,
+    threads: usize,
+) -> anyhow::Result<Report> {
+    let cluster = synthetic::cluster(scenario, nodes, args.pods, args.seed);
+    // WASM first, so its peak memory is not inflated by the native run.
+    let wasm = run_once(
+        &cluster,
+        scenario,
+        DefaultPluginRuntime::Wasm,
+        true,
+        threads,
+        args.seed,
+        args.config.as_deref(),
+    )?;
+    let wasm_without_deadlines = if args.without_deadlines {
+        Some(run_once(
+            &cluster,
+            scenario,
+            DefaultPluginRuntime::Wasm,
+            false,
+            threads,
+            args.seed,
+            args.config.as_deref(),
+        )?)
+    } else {
+        None
+    };
+    let native = run_once(
+        &cluster,
+        scenario,
+        DefaultPluginRuntime::Native,
+        true,
+        threads,
+        args.seed,
+        args.config.as_deref(),
+    )?;
+    Ok(Report {
+        scenario,
+        nodes,
+        pods: args.pods,
+        seed: args.seed,
+        threads,
+        wasm_speedup_over_one_thread: None,
+        native_speedup_over_one_thread: None,
+        wasm_native_ratio: ratio(wasm.pods_per_second, native.pods_per_second),
+        deadline_overhead_percent: wasm_without_deadlines
+            .as_ref()
+            .and_then(|nodl| ratio(wasm.pods_per_second, nodl.pods_per_second))
+            .map(|r| 100.0 * (1.0 - r)),
+        wasm_mb_per_1000_nodes: per_thousand_nodes(wasm.rss_growth_mb, nodes),
+        config: args.config.as_ref().map(|p| p.display().to_string()),
+        wasm,
+        wasm_without_deadlines,
+        native,
+    })
+}
+
+fn print_table(r: &Report) {
+    println!(
+        "wasched bench: scenario {}, {} nodes, {} pods, seed {}, {} profile, {} filter/score thread(s)",
+        r.scenario.name(),
+        r.nodes,
+        r.pods,
+        r.seed,
+        r.config.as_deref().unwrap_or("default"),
+        r.threads
+    );
+    println!(
+        "{:<9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>6} {:>8}",
+        "runtime",
+        "pods/s",
+        "p50 µs",
+        "p99 µs",
+        "setup ms",
+        "scheduled",
+        "unsched",
+        "errors",
+        "peak MB"
+    );
+    let runs: Vec<&RunReport> = [
+        Some(&r.wasm),
+        r.wasm_without_deadlines.as_ref(),
+        Some(&r.native),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    for run in &runs {
+        println!(
+            "{:<9} {:>9.0} {:>9.1} {:>9.1} {:>9.1} {:>9} {:>7} {:>6} {:>8.1}",
+            run.runtime,
+            run.pods_per_second,
+            run.p50_cycle_us,
+            run.p99_cycle_us,
+            run.setup_ms,
+            run.scheduled,
+            run.unschedulable,
+            run.errors,
+            run.peak_rss_mb
+        );
+    }
+    println!(
+        "wasm/native throughput ratio: {}; the WASM run added {:.1} MB of RSS, {} MB per 1,000 nodes",
+        or_na(r.wasm_native_ratio, 2),
+        r.wasm.rss_growth_mb,
+        or_na(r.wasm_mb_per_1000_nodes, 1)
+    );
+    if let Some(overhead) = r.deadline_overhead_percent {
+        println!("call deadlines cost {overhead:.1}% of WASM throughput (wasm vs wasm-nodl)");
+    }
+    if let (Some(wasm), Some(native)) = (
+        r.wasm_speedup_over_one_thread,
+        r.native_speedup_over_one_thread,
+    ) {
+        println!(
+            "speed-up from 1 to {} threads: wasm {wasm:.2}x, native {native:.2}x",
+            r.threads
+        );
+    }
+    print!("µs per pod by host phase (wasm | native):");
+    for ((name, wasm), (_, native)) in r.wasm.phases_us.iter().zip(&r.native.phases_us) {
+        print!(" {name} {wasm:.1} | {native:.1};");
+    }
+    println!();
+    print!("µs per pod inside plugins (wasm | native):");
+    for time in &r.wasm.plugins_us {
+        let native = r
+            .native
+            .plugins_us
+            .iter()
+            .find(|t| t.plugin == time.plugin && t.extension_point == time.extension_point)
+            .map_or(0.0, |t| t.us_per_pod);
+        print!(
+            " {}.{} {:.1} | {:.1};",
+            time.plugin, time.extension_point, time.us_per_pod, native
+        );
+    }
+    println!();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratios_and_memory_per_node_are_not_made_up_without_pods_or_nodes() {
+        assert_eq!(ratio(10.0, 20.0), Some(0.5));
+        assert_eq!(ratio(0.0, 0.0), None, "0/0 pods per second is no ratio");
+        assert_eq!(ratio(5.0, f64::NAN), None);
+        assert_eq!(per_thousand_nodes(30.0, 5000), Some(6.0));
+        assert_eq!(per_thousand_nodes(21_695.0, 0), None);
+        assert_eq!(or_na(None, 2), "n/a");
+        assert_eq!(or_na(Some(0.704), 2), "0.70");
+    }
+}

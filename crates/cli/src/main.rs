@@ -1,0 +1,392 @@
+//! The `wasched` command line.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use wasched::config::{Config, DefaultPluginRuntime};
+use wasched::server::client::{self, Client, Connection};
+use wasched::server::{LogFormat, ServeArgs};
+use wasched::{bench, input, simulate};
+
+/// A Kubernetes-compatible scheduler whose placement policy runs as WebAssembly components.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Schedule the pending pods of a cluster dump and print where each goes, or why it cannot.
+    Simulate {
+        /// Scheduler configuration (TOML); without it, kube-scheduler's default profile.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Show every examined node: why it was ruled out, or its scores.
+        #[arg(long)]
+        explain: bool,
+        #[arg(long, value_enum, default_value_t = simulate::Output::Json)]
+        output: simulate::Output,
+        /// Seed for breaking ties between equally good nodes.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Run the default plugins as WebAssembly components or natively (overrides the config).
+        #[arg(long, value_enum)]
+        runtime: Option<DefaultPluginRuntime>,
+        /// YAML or JSON files of Nodes, Pods, PersistentVolumes, PersistentVolumeClaims and
+        /// StorageClasses (`kubectl get nodes,pods,pv,pvc,storageclass -A -o yaml`).
+        #[arg(required = true)]
+        cluster: Vec<PathBuf>,
+    },
+    /// Schedule a synthetic cluster with the default plugins as WebAssembly and natively, and
+    /// print throughput, latency and memory.
+    Bench(bench::Args),
+    /// Work with plugin components, locally or on a running server.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+    /// Replay a cluster trace (Alibaba GPU v2023 CSVs) in logical time and report placements,
+    /// pending pods and why, latency, allocation and GPU fragmentation over time.
+    Replay(wasched::replay::Args),
+    /// Run the scheduler as a service: cluster API, admin API with hot plugin loads, watch and
+    /// metrics, state kept in an embedded store.
+    Serve(Box<ServeArgs>),
+    /// Read or replace a running server's configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Create or replace Nodes, Pods, PersistentVolumes, PersistentVolumeClaims and StorageClasses
+    /// on a running server, from YAML or JSON files.
+    Apply {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        #[command(flatten)]
+        connection: Connection,
+    },
+    /// List a running server's pods (with their node, or why they are pending) or nodes.
+    Get {
+        #[arg(value_enum)]
+        resource: Resource,
+        /// Only this namespace (pods).
+        #[arg(short, long)]
+        namespace: Option<String>,
+        #[command(flatten)]
+        connection: Connection,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Resource {
+    Pods,
+    Nodes,
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Validate a TOML configuration on the server and switch to it at the next cycle boundary.
+    Apply {
+        file: PathBuf,
+        #[command(flatten)]
+        connection: Connection,
+    },
+    /// Print the server's active configuration.
+    Show {
+        #[command(flatten)]
+        connection: Connection,
+    },
+}
+
+#[derive(Subcommand)]
+enum PluginCommand {
+    /// Show a component's size, sha256, imports and exports, and whether this host accepts it as a
+    /// plugin (and what it does).
+    Inspect {
+        /// The component file.
+        component: PathBuf,
+    },
+    /// Build a plugin folder (a Rust crate using the SDK) into a component and check this host
+    /// accepts it.
+    Build {
+        /// The plugin's folder.
+        #[arg(default_value = ".")]
+        path: PathBuf,
+        /// Where to write the component (default: <cargo target dir>/plugins/<crate>.wasm).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+    /// Upload a component to a running server (or replace the plugin of that name); profiles that
+    /// use the name switch to it at the next cycle boundary.
+    Load {
+        /// The name profiles refer to it by.
+        name: String,
+        /// The component file.
+        component: PathBuf,
+        /// Refuse the upload unless the file has this sha256.
+        #[arg(long)]
+        sha256: Option<String>,
+        #[command(flatten)]
+        connection: Connection,
+    },
+    /// List a running server's plugins with their use, calls, errors and p99 time.
+    List {
+        #[command(flatten)]
+        connection: Connection,
+    },
+    /// Remove an uploaded plugin from a running server (refused while a profile uses it).
+    Remove {
+        name: String,
+        #[command(flatten)]
+        connection: Connection,
+    },
+    /// Turn a core WebAssembly module built with the SDK (`cargo build --target
+    /// wasm32-unknown-unknown`) into a plugin component, and check this host accepts it.
+    Encode {
+        /// The module, e.g. target/wasm32-unknown-unknown/release/my_plugin.wasm.
+        module: PathBuf,
+        /// Where to write the component.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // A server logs what it does; one-shot commands only warn.
+    let (default_level, json) = match &cli.command {
+        Command::Serve(args) => ("info", args.log_format == LogFormat::Json),
+        _ => ("warn", false),
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WASCHED_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        logs.json().init();
+    } else {
+        logs.init();
+    }
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn list_or_none(items: &[String]) -> String {
+    if items.is_empty() {
+        "(none)".to_string()
+    } else {
+        items.join(", ")
+    }
+}
+
+fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Simulate {
+            config,
+            explain,
+            output,
+            seed,
+            runtime,
+            cluster,
+        } => simulate_files(
+            config.as_deref(),
+            runtime,
+            &cluster,
+            simulate::Options {
+                explain,
+                output,
+                seed,
+            },
+        ),
+        Command::Bench(args) => bench::run(&args),
+        Command::Serve(args) => wasched::server::serve(*args),
+        Command::Replay(args) => replay(&args),
+        Command::Apply { files, connection } => {
+            print!("{}", client::apply(&Client::new(&connection)?, &files)?);
+            Ok(())
+        }
+        Command::Get {
+            resource,
+            namespace,
+            connection,
+        } => {
+            let client = Client::new(&connection)?;
+            let table = match resource {
+                Resource::Pods => client::get_pods(&client, namespace.as_deref())?,
+                Resource::Nodes => client::get_nodes(&client)?,
+            };
+            print!("{table}");
+            Ok(())
+        }
+        Command::Config(ConfigCommand::Apply { file, connection }) => {
+            let text = std::fs::read(&file)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
+            Client::new(&connection)?
+                .request("PUT", "/admin/config", Some(("application/toml", text)))?
+                .ok_json()?;
+            println!("configuration {} applied", file.display());
+            Ok(())
+        }
+        Command::Config(ConfigCommand::Show { connection }) => {
+            let reply = Client::new(&connection)?.request("GET", "/admin/config", None)?;
+            if !(200..300).contains(&reply.status) {
+                reply.ok_json()?;
+            } else {
+                print!("{}", reply.body);
+            }
+            Ok(())
+        }
+        Command::Plugin(PluginCommand::Load {
+            name,
+            component,
+            sha256,
+            connection,
+        }) => {
+            let client = Client::new(&connection)?;
+            println!(
+                "{}",
+                client::plugin_load(&client, &name, &component, sha256.as_deref())?
+            );
+            Ok(())
+        }
+        Command::Plugin(PluginCommand::Build { path, output }) => {
+            let built = wasched::plugin_build::build(&path, output.as_deref())?;
+            println!(
+                "{}: {} bytes, sha256 {}",
+                built.component.display(),
+                built.size,
+                built.sha256
+            );
+            Ok(())
+        }
+        Command::Plugin(PluginCommand::List { connection }) => {
+            print!("{}", client::plugin_list(&Client::new(&connection)?)?);
+            Ok(())
+        }
+        Command::Plugin(PluginCommand::Remove { name, connection }) => {
+            Client::new(&connection)?
+                .request("DELETE", &format!("/admin/plugins/{name}"), None)?
+                .ok_json()?;
+            println!("plugin {name} removed");
+            Ok(())
+        }
+        Command::Plugin(PluginCommand::Inspect { component }) => inspect(&component),
+        Command::Plugin(PluginCommand::Encode { module, output }) => encode(&module, &output),
+    }
+}
+
+/// `wasched simulate`.
+fn simulate_files(
+    config: Option<&Path>,
+    runtime: Option<DefaultPluginRuntime>,
+    cluster: &[PathBuf],
+    options: simulate::Options,
+) -> anyhow::Result<()> {
+    let mut config = match config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    if let Some(runtime) = runtime {
+        config.default_plugins = runtime;
+    }
+    let cluster = input::load_files(cluster)?;
+    for warning in [cluster.empty_files_warning(), cluster.skipped_warning()]
+        .into_iter()
+        .flatten()
+    {
+        eprintln!("{warning}");
+    }
+    let decisions = simulate::simulate(&config, &cluster, options)?;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    simulate::print(&decisions, options, &mut out)?;
+    out.flush()?;
+    Ok(())
+}
+
+/// `wasched replay`.
+fn replay(args: &wasched::replay::Args) -> anyhow::Result<()> {
+    let runs = wasched::replay::run(args)?;
+    // The series and the histogram go to --out; the terminal gets the series' last point.
+    let mut printed = Vec::new();
+    for mut run in runs {
+        let series = std::mem::take(&mut run.summary.series);
+        run.summary.latency_histogram.clear();
+        let mut json = serde_json::to_value(&run)?;
+        json["summary"]["series"] = serde_json::json!(series.last());
+        if let Some(map) = json["summary"].as_object_mut() {
+            map.remove("latency_histogram");
+        }
+        printed.push(json);
+    }
+    let json = if args.compare.is_some() {
+        serde_json::json!({ "runs": printed })
+    } else {
+        printed.swap_remove(0)["summary"].take()
+    };
+    println!("{}", serde_json::to_string_pretty(&json)?);
+    if let Some(dir) = &args.out {
+        eprintln!("report: {}", dir.join("report.html").display());
+    }
+    Ok(())
+}
+
+/// `wasched plugin inspect`.
+fn inspect(component: &Path) -> anyhow::Result<()> {
+    let bytes = std::fs::read(component)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", component.display()))?;
+    let report = wasched::component::WasmRuntime::shared().inspect(&bytes);
+    println!("file:     {}", component.display());
+    println!("size:     {} bytes", report.size);
+    println!("sha256:   {}", report.sha256);
+    println!("imports:  {}", list_or_none(&report.imports));
+    println!("exports:  {}", list_or_none(&report.exports));
+    match &report.verdict {
+        Ok(d) => {
+            let mut does = Vec::new();
+            if d.filter {
+                does.push("filter");
+            }
+            if d.score {
+                does.push("score");
+            }
+            println!("world:    wasched:plugin/plugin@0.1.0");
+            println!("plugin:   {} {} ({})", d.name, d.version, does.join(", "));
+            let parts = d.reads_pod.names();
+            let mut reads = vec![if parts.is_empty() {
+                "no part of the pod".to_string()
+            } else {
+                format!("pod {}", parts.join(", "))
+            }];
+            if d.reads_usage {
+                reads.push("node usage".to_string());
+            }
+            println!("reads:    {}", reads.join("; "));
+            println!("accepted: yes");
+            Ok(())
+        }
+        Err(why) => {
+            println!("accepted: no: {why}");
+            anyhow::bail!("{} is not a plugin this host accepts", component.display())
+        }
+    }
+}
+
+/// `wasched plugin encode`.
+fn encode(module: &Path, output: &Path) -> anyhow::Result<()> {
+    let component = wasched::plugin_build::encode_module(module)?;
+    std::fs::write(output, &component)
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", output.display()))?;
+    println!(
+        "{}: {} bytes, sha256 {}",
+        output.display(),
+        component.len(),
+        wasched::component::sha256_hex(&component)
+    );
+    Ok(())
+}

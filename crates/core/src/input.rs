@@ -1,0 +1,655 @@
+//! Reading cluster dumps: multi-document YAML, `kind: List` (and `PodList`, `NodeList`, ...) and
+//! JSON files of Nodes, Pods, PersistentVolumes, PersistentVolumeClaims and StorageClasses, as
+//! `kubectl get ... -o yaml|json` prints them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::storage::v1::StorageClass;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::k8s;
+
+/// Where an object came from, for error messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub file: PathBuf,
+    /// 1-based document number in the file.
+    pub document: usize,
+    /// The index in a list's `items`, if the object came from a list.
+    pub item: Option<usize>,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: document {}", self.file.display(), self.document)?;
+        if let Some(item) = self.item {
+            write!(f, ", items[{item}]")?;
+        }
+        Ok(())
+    }
+}
+
+/// An input file or object that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{location}: {message}")]
+pub struct InputError {
+    /// File, document and object.
+    pub location: String,
+    pub message: String,
+}
+
+/// The objects read from the input files, in input order.
+#[derive(Debug, Default)]
+pub struct Cluster {
+    pub nodes: Vec<core::Node>,
+    pub pods: Vec<core::Pod>,
+    pub volumes: Vec<core::PersistentVolume>,
+    pub claims: Vec<core::PersistentVolumeClaim>,
+    pub classes: Vec<StorageClass>,
+    /// Objects of other kinds that were skipped, counted by kind.
+    pub skipped: BTreeMap<String, usize>,
+    /// Files that held no object at all (empty, or only comments): most likely the wrong file.
+    pub empty_files: Vec<PathBuf>,
+}
+
+impl Cluster {
+    /// Objects of the kinds wasched keeps.
+    pub fn kept_objects(&self) -> usize {
+        self.nodes.len()
+            + self.pods.len()
+            + self.volumes.len()
+            + self.claims.len()
+            + self.classes.len()
+    }
+
+    /// Objects of every kind, skipped ones included.
+    fn object_count(&self) -> usize {
+        self.kept_objects() + self.skipped.values().sum::<usize>()
+    }
+
+    /// One line naming the files that held no object, if any did.
+    pub fn empty_files_warning(&self) -> Option<String> {
+        let files: Vec<String> = self
+            .empty_files
+            .iter()
+            .map(|f| f.display().to_string())
+            .collect();
+        (!files.is_empty()).then(|| format!("warning: no objects in {}", files.join(", ")))
+    }
+
+    /// One line naming what was skipped, if anything was.
+    pub fn skipped_warning(&self) -> Option<String> {
+        if self.skipped.is_empty() {
+            return None;
+        }
+        let kinds: Vec<String> = self
+            .skipped
+            .iter()
+            .map(|(kind, n)| format!("{n} {kind}"))
+            .collect();
+        Some(format!(
+            "warning: skipped {} (wasched reads Node, Pod, PersistentVolume, PersistentVolumeClaim, StorageClass)",
+            kinds.join(", ")
+        ))
+    }
+}
+
+/// Reads every file into one cluster, checking every object before returning.
+///
+/// # Errors
+/// The first unreadable file, unparsable document or invalid object, with where it is.
+pub fn load_files(paths: &[PathBuf]) -> Result<Cluster, InputError> {
+    let mut cluster = Cluster::default();
+    for path in paths {
+        load_file(path, &mut cluster)?;
+    }
+    Ok(cluster)
+}
+
+fn load_file(path: &Path, cluster: &mut Cluster) -> Result<(), InputError> {
+    let text = std::fs::read_to_string(path).map_err(|e| InputError {
+        location: path.display().to_string(),
+        message: format!("cannot read: {e}"),
+    })?;
+    let is_json = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    let before = cluster.object_count();
+    parse_into(&text, is_json, path, cluster)?;
+    if cluster.object_count() == before {
+        cluster.empty_files.push(path.to_path_buf());
+    }
+    Ok(())
+}
+
+/// Reads objects from text (JSON, or YAML with any number of documents); `source` names the text
+/// in errors.
+///
+/// # Errors
+/// As [`load_files`].
+pub fn parse_text(text: &str, is_json: bool, source: &Path) -> Result<Cluster, InputError> {
+    let mut cluster = Cluster::default();
+    parse_into(text, is_json, source, &mut cluster)?;
+    Ok(cluster)
+}
+
+fn parse_into(
+    text: &str,
+    is_json: bool,
+    path: &Path,
+    cluster: &mut Cluster,
+) -> Result<(), InputError> {
+    let at_file = |message: String| InputError {
+        location: path.display().to_string(),
+        message,
+    };
+    let documents: Vec<Value> = if is_json {
+        let value: Value = serde_json::from_str(without_bom(text))
+            .map_err(|e| at_file(format!("invalid JSON: {e}")))?;
+        vec![value]
+    } else {
+        yaml_documents(text).map_err(at_file)?
+    };
+    for (index, document) in documents.into_iter().enumerate() {
+        if document.is_null() {
+            continue;
+        }
+        let origin = Origin {
+            file: path.to_path_buf(),
+            document: index + 1,
+            item: None,
+        };
+        add_object(document, None, origin, cluster)?;
+    }
+    Ok(())
+}
+
+/// Deepest nesting of flow collections (`[`, `{`) a YAML text may have. The parser refuses deep
+/// nesting itself only after time quadratic in the depth (100,000 `[` took 26 s), so the text is
+/// checked first, in one pass; Kubernetes objects nest a few levels, JSON in annotations a few more.
+pub const MAX_YAML_NESTING: usize = 256;
+
+/// The text without a leading UTF-8 byte order mark, which editors on Windows write.
+pub fn without_bom(text: &str) -> &str {
+    text.strip_prefix('\u{feff}').unwrap_or(text)
+}
+
+/// Splits YAML text into its documents as JSON values, an empty document as `null` (so that
+/// positions stay document numbers).
+///
+/// # Errors
+/// Nesting deeper than [`MAX_YAML_NESTING`], or the first document that is not valid YAML, as
+/// `document N: ...`.
+pub fn yaml_documents(text: &str) -> Result<Vec<Value>, String> {
+    let text = without_bom(text);
+    check_nesting(text)?;
+    let mut documents = Vec::new();
+    for (index, document) in yaml_serde::Deserializer::from_str(text).enumerate() {
+        let yaml: yaml_serde::Value = serde::Deserialize::deserialize(document)
+            .map_err(|e| format!("document {}: invalid YAML: {e}", index + 1))?;
+        let json =
+            serde_json::to_value(&yaml).map_err(|e| format!("document {}: {e}", index + 1))?;
+        documents.push(json);
+    }
+    Ok(documents)
+}
+
+/// Refuses text whose brackets nest deeper than [`MAX_YAML_NESTING`]. Brackets inside quoted
+/// strings count too: a balanced JSON string adds only its own depth, and a legitimate object
+/// does not come near the limit.
+fn check_nesting(text: &str) -> Result<(), String> {
+    let mut depth = 0usize;
+    for (offset, byte) in text.bytes().enumerate() {
+        match byte {
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_YAML_NESTING {
+                    let line = crate::util::line_of(text, offset);
+                    return Err(format!(
+                        "line {line}: collections nested deeper than {MAX_YAML_NESTING} levels"
+                    ));
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn add_object(
+    mut value: Value,
+    kind_from_list: Option<&str>,
+    origin: Origin,
+    cluster: &mut Cluster,
+) -> Result<(), InputError> {
+    let kind = value
+        .get("kind")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .or_else(|| kind_from_list.map(str::to_string));
+    let name = value
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let error = |message: String| InputError {
+        location: match &kind {
+            // A name that is refused may hold a newline or be 100,000 characters long.
+            Some(kind) if !name.is_empty() => {
+                let shown: String = name.chars().take(64).collect();
+                format!("{origin} ({kind} {})", shown.escape_debug())
+            }
+            Some(kind) => format!("{origin} ({kind})"),
+            None => origin.to_string(),
+        },
+        message,
+    };
+    let Some(kind) = kind.clone() else {
+        return Err(error("object has no `kind`".to_string()));
+    };
+    if let Some(item_kind) = kind.strip_suffix("List") {
+        let items = match value.get_mut("items").map(Value::take) {
+            Some(Value::Array(items)) => items,
+            Some(Value::Null) | None => Vec::new(),
+            Some(_) => return Err(error("`items` is not a list".to_string())),
+        };
+        let item_kind = (!item_kind.is_empty()).then_some(item_kind);
+        for (i, item) in items.into_iter().enumerate() {
+            let origin = Origin {
+                item: Some(i),
+                ..origin.clone()
+            };
+            add_object(item, item_kind, origin, cluster)?;
+        }
+        return Ok(());
+    }
+    if name.is_empty() {
+        return Err(error("object has no `metadata.name`".to_string()));
+    }
+    k8s::validation::object_meta(&value).map_err(|e| error(e.to_string()))?;
+    if let Some(size) = oversized(&value) {
+        return Err(error(format!(
+            "the object is {size} bytes or more as JSON, past the {MAX_OBJECT_BYTES} bytes an API server accepts"
+        )));
+    }
+    match kind.as_str() {
+        "Node" => {
+            let node: core::Node = typed(value).map_err(error)?;
+            k8s::node_info(&node).map_err(|e| error(e.to_string()))?;
+            cluster.nodes.push(node);
+        }
+        "Pod" => {
+            let pod: core::Pod = typed(value).map_err(error)?;
+            k8s::pod(&pod).map_err(|e| error(e.to_string()))?;
+            cluster.pods.push(pod);
+        }
+        "PersistentVolume" => cluster.volumes.push(typed(value).map_err(error)?),
+        "PersistentVolumeClaim" => cluster.claims.push(typed(value).map_err(error)?),
+        "StorageClass" => cluster.classes.push(typed(value).map_err(error)?),
+        other => *cluster.skipped.entry(other.to_string()).or_default() += 1,
+    }
+    Ok(())
+}
+
+/// Largest object, as JSON: what etcd accepts in one request by default (`--max-request-bytes`,
+/// 1.5 MiB), so the API server of a real cluster never holds a larger one. A larger pod would
+/// only cost every plugin that reads it time and memory (a 3.4 MB pod made NodeAffinity's
+/// `set-pod` miss its deadline).
+pub const MAX_OBJECT_BYTES: usize = 1_572_864;
+
+/// The object's size as JSON when it is past [`MAX_OBJECT_BYTES`], counted without building the
+/// text and stopping at the limit.
+fn oversized(value: &Value) -> Option<usize> {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            if self.0 > MAX_OBJECT_BYTES {
+                return Err(std::io::Error::other("too large"));
+            }
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    serde_json::to_writer(&mut counter, value)
+        .is_err()
+        .then_some(counter.0)
+}
+
+/// Deserializes a typed object, naming the field that is wrong.
+fn typed<T: DeserializeOwned>(value: Value) -> Result<T, String> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." {
+            e.inner().to_string()
+        } else {
+            format!("{path}: {}", e.inner())
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("wasched-input-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn reads_multi_document_yaml_lists_and_json() {
+        let dir = temp_dir("ok");
+        let yaml = write(
+            &dir,
+            "a.yaml",
+            "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n---\n---\napiVersion: v1\nkind: List\nitems:\n- kind: Pod\n  apiVersion: v1\n  metadata: {name: p1}\n  spec: {containers: [{name: c}]}\n- kind: Service\n  metadata: {name: s}\n",
+        );
+        let json = write(
+            &dir,
+            "b.json",
+            r#"{"kind":"PodList","apiVersion":"v1","items":[{"metadata":{"name":"p2"},"spec":{"containers":[]}}]}"#,
+        );
+        let cluster = load_files(&[yaml, json]).unwrap();
+        assert_eq!(cluster.nodes.len(), 1);
+        assert_eq!(
+            cluster.pods.len(),
+            2,
+            "the PodList item takes its kind from the list"
+        );
+        assert_eq!(cluster.skipped.get("Service"), Some(&1));
+        assert!(cluster.skipped_warning().unwrap().contains("1 Service"));
+        assert_eq!(cluster.empty_files_warning(), None);
+        let empty = write(&dir, "empty.yaml", "# nothing here\n---\n");
+        let cluster = load_files(std::slice::from_ref(&empty)).unwrap();
+        assert_eq!(
+            cluster.empty_files_warning(),
+            Some(format!("warning: no objects in {}", empty.display()))
+        );
+    }
+
+    #[test]
+    fn errors_name_the_file_document_object_and_field() {
+        let dir = temp_dir("bad");
+        let cases = [
+            (
+                "quantity",
+                "kind: Node\nmetadata: {name: n1}\n---\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n    resources: {requests: {cpu: lots}}\n",
+                vec!["document 2 (Pod p)", "spec.containers[0].resources.requests.cpu", "\"lots\""],
+            ),
+            (
+                "type",
+                "kind: Node\nmetadata: {name: n1}\nspec: {unschedulable: maybe}\n",
+                vec!["document 1 (Node n1)", "spec.unschedulable"],
+            ),
+            ("no kind", "metadata: {name: x}\n", vec!["document 1", "no `kind`"]),
+            ("yaml", "kind: [\n", vec!["invalid YAML"]),
+            (
+                "list item",
+                "kind: List\nitems:\n- kind: Pod\n  metadata: {}\n",
+                vec!["items[0]", "no `metadata.name`"],
+            ),
+        ];
+        for (name, text, expected) in cases {
+            let path = write(&dir, &format!("{}.yaml", name.replace(' ', "-")), text);
+            let error = load_files(&[path]).unwrap_err().to_string();
+            for fragment in expected {
+                assert!(
+                    error.contains(fragment),
+                    "{name}: {error:?} lacks {fragment:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_byte_order_mark_before_yaml_or_json_is_read_past() {
+        let yaml = parse_text(
+            "\u{feff}kind: Node\nmetadata: {name: n1}\n",
+            false,
+            Path::new("bom.yaml"),
+        )
+        .unwrap();
+        assert_eq!(yaml.nodes.len(), 1);
+        let json = parse_text(
+            "\u{feff}{\"kind\":\"Node\",\"metadata\":{\"name\":\"n1\"}}",
+            true,
+            Path::new("bom.json"),
+        )
+        .unwrap();
+        assert_eq!(json.nodes.len(), 1);
+    }
+
+    #[test]
+    fn nesting_past_the_limit_is_refused_before_parsing_and_at_the_limit_is_parsed() {
+        let deep = "[".repeat(100_000);
+        let error = parse_text(
+            &format!("kind: Node\nx: {deep}"),
+            false,
+            Path::new("deep.yaml"),
+        )
+        .unwrap_err();
+        assert_eq!(
+            error.message,
+            format!("line 2: collections nested deeper than {MAX_YAML_NESTING} levels")
+        );
+        // The parser's own refusal would say "recursion limit exceeded", after 26 s.
+        let nested = format!(
+            "kind: Node\nmetadata: {{name: n1, annotations: {{a: '{}{}'}}}}\n",
+            "[".repeat(MAX_YAML_NESTING - 2),
+            "]".repeat(MAX_YAML_NESTING - 2)
+        );
+        let cluster = parse_text(&nested, false, Path::new("ok.yaml")).unwrap();
+        assert_eq!(
+            cluster.nodes.len(),
+            1,
+            "brackets in a string count, within the limit"
+        );
+        let balanced = "{\"a\": [1]} ".repeat(10_000);
+        assert!(check_nesting(&balanced).is_ok(), "depth, not count");
+    }
+
+    #[test]
+    fn an_object_larger_than_an_api_server_accepts_is_refused() {
+        let expressions: Vec<String> = (0..40_000)
+            .map(|i| format!("{{\"key\":\"k{i}\",\"operator\":\"In\",\"values\":[\"v\"]}}"))
+            .collect();
+        let pod = format!(
+            "{{\"kind\":\"Pod\",\"metadata\":{{\"name\":\"huge\"}},\"spec\":{{\"containers\":[],\"affinity\":{{\"nodeAffinity\":{{\"requiredDuringSchedulingIgnoredDuringExecution\":{{\"nodeSelectorTerms\":[{{\"matchExpressions\":[{}]}}]}}}}}}}}}}",
+            expressions.join(",")
+        );
+        assert!(pod.len() > MAX_OBJECT_BYTES);
+        let error = parse_text(&pod, true, Path::new("huge.json")).unwrap_err();
+        assert_eq!(error.location, "huge.json: document 1 (Pod huge)");
+        assert!(error.message.contains("past the 1572864 bytes"), "{error}");
+        let fits: Vec<String> = expressions[..1000].to_vec();
+        let pod = pod.replace(&expressions.join(","), &fits.join(","));
+        assert_eq!(
+            parse_text(&pod, true, Path::new("ok.json"))
+                .unwrap()
+                .pods
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn names_the_api_server_refuses_are_refused_with_their_field() {
+        for (name, shown) in [
+            ("../../etc/passwd", "../../etc/passwd"),
+            ("x/y", "x/y"),
+            ("a\nb", "a\\nb"),
+            ("Upper", "Upper"),
+        ] {
+            let text = format!(
+                "{{\"kind\":\"Node\",\"metadata\":{{\"name\":{}}}}}",
+                serde_json::to_string(name).unwrap()
+            );
+            let error = parse_text(&text, true, Path::new("n.json")).unwrap_err();
+            assert_eq!(error.location, format!("n.json: document 1 (Node {shown})"));
+            assert!(
+                error.message.starts_with("metadata.name: Invalid value"),
+                "{error}"
+            );
+            assert!(!error.to_string().contains('\n'), "{error}");
+        }
+        let namespaced = "kind: Pod\nmetadata: {name: p, namespace: x/y}\nspec: {containers: []}\n";
+        let error = parse_text(namespaced, false, Path::new("p.yaml")).unwrap_err();
+        assert!(
+            error
+                .message
+                .starts_with("metadata.namespace: Invalid value: \"x/y\""),
+            "{error}"
+        );
+    }
+
+    proptest::proptest! {
+        /// Any name and cpu quantity either round-trips exactly through a file or is refused
+        /// with an error naming its field.
+        #[test]
+        fn names_and_quantities_round_trip_or_are_refused_by_field(
+            name in "[a-zA-Z0-9./_\n-]{0,70}",
+            cores in proptest::prop_oneof![0i64..1_000_000, proptest::num::i64::ANY],
+            unit in proptest::sample::select(vec!["", "m", "k", "M", "Ki", "e3", "E"]),
+        ) {
+            let node = serde_json::json!({
+                "kind": "Node",
+                "metadata": {"name": name},
+                "status": {"allocatable": {"cpu": format!("{cores}{unit}")}},
+            });
+            let result = parse_text(&node.to_string(), true, Path::new("p.json"));
+            let scale: i128 = match unit {
+                "" => 1_000, "m" => 1, "k" => 1_000_000, "M" => 1_000_000_000,
+                "Ki" => 1_024_000, "e3" => 1_000_000, _ => 1_000_000_000_000_000_000_000,
+            };
+            let milli = i128::from(cores).checked_mul(scale);
+            let fits = milli.is_some_and(|m| (0..=i128::from(i64::MAX)).contains(&m));
+            let name_ok = crate::k8s::validation::dns1123_subdomain("metadata.name", &name).is_ok();
+            match result {
+                Ok(cluster) => {
+                    proptest::prop_assert!(name_ok && fits);
+                    let info = crate::k8s::node_info(&cluster.nodes[0]).unwrap();
+                    proptest::prop_assert_eq!(&info.name, &name);
+                    proptest::prop_assert_eq!(Some(i128::from(info.allocatable.milli_cpu)), milli);
+                }
+                Err(error) => {
+                    let field = if !name.is_empty() && !name_ok {
+                        "metadata.name"
+                    } else {
+                        "status.allocatable.cpu"
+                    };
+                    proptest::prop_assert!(
+                        error.message.starts_with(field) || (name.is_empty() && error.message.contains("metadata.name")),
+                        "{} for {:?} {}{}", error, name, cores, unit
+                    );
+                }
+            }
+        }
+    }
+
+    /// Pieces of Kubernetes YAML and JSON, and the odd bytes hostile documents are made of.
+    fn fragment() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::strategy::Strategy;
+        let pieces = vec![
+            "kind: Node\n",
+            "kind: Pod\n",
+            "kind: List\nitems:\n",
+            "metadata:\n",
+            "  name: n1\n",
+            "  namespace: a/b\n",
+            "spec: {containers: [{name: c}]}\n",
+            "status: {allocatable: {cpu: ",
+            "1e30",
+            "-1",
+            "9Ei",
+            "'",
+            "\"",
+            "[",
+            "]",
+            "{",
+            "}",
+            "- ",
+            ": ",
+            "---\n",
+            "&a ",
+            "*a ",
+            "!!binary ",
+            "<<: *a\n",
+            "\u{feff}",
+            "\0",
+            "\t",
+            "\n",
+            "  ",
+            "~",
+            "null",
+            "{\"kind\":",
+            "\"Pod\"",
+            ",",
+            "é",
+            "\u{202e}",
+        ];
+        proptest::collection::vec(proptest::sample::select(pieces), 0..60).prop_map(|p| p.concat())
+    }
+
+    /// The committed seeds of the object parser's mutation fuzzing.
+    const OBJECT_SEEDS: &[&str] = &[
+        include_str!("../../../examples/clusters/demo.yaml"),
+        include_str!("../../../examples/clusters/gpu-models.yaml"),
+        include_str!("../../../examples/clusters/maintenance.yaml"),
+        include_str!("../../../examples/clusters/racks.yaml"),
+        include_str!("../../../examples/clusters/teams.yaml"),
+        include_str!("../../../tests/fuzz-corpus/aliases.yaml"),
+        include_str!("../../../tests/fuzz-corpus/list.json"),
+        include_str!("../../../tests/fuzz-corpus/tricky.yaml"),
+    ];
+
+    #[test]
+    fn the_object_seeds_are_read() {
+        let seeds = &OBJECT_SEEDS[..5];
+        for seed in seeds {
+            parse_text(seed, false, Path::new("seed.yaml")).unwrap();
+        }
+        let list = parse_text(OBJECT_SEEDS[6], true, Path::new("list.json")).unwrap();
+        assert_eq!(list.kept_objects(), 5, "one of each kind");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+        /// Realistic documents cut and spliced (see tests/fuzz-corpus/README.md) are read, as
+        /// YAML and as JSON, to an answer or an error, never a panic.
+        #[test]
+        fn mutated_documents_are_read_or_refused_without_a_panic(
+            text in crate::util::fuzz::mutated(OBJECT_SEEDS)
+        ) {
+            let _ = parse_text(&text, false, Path::new("fuzz.yaml"));
+            let _ = parse_text(&text, true, Path::new("fuzz.json"));
+        }
+    }
+
+    proptest::proptest! {
+        /// The corpus of this fuzz test is its generator: any mix of the pieces above is read,
+        /// as YAML and as JSON, to an answer or an error, never a panic (regressions are kept in
+        /// crates/core/proptest-regressions).
+        #[test]
+        fn any_document_is_read_or_refused_without_a_panic(text in fragment()) {
+            let _ = parse_text(&text, false, Path::new("fuzz.yaml"));
+            let _ = parse_text(&text, true, Path::new("fuzz.json"));
+            let _ = yaml_documents(&text);
+        }
+    }
+}

@@ -1,0 +1,517 @@
+//! The long-running scheduler core: events in, placements out.
+//!
+//! [`Service`] owns the [`Scheduler`] (cache + profiles), the [`SchedulingQueue`] and the assumed
+//! pods, and is driven by one thread: [`Service::apply_events`] drains the [`EventPipeline`]
+//! (which any thread may feed), [`Service::schedule_one`] runs one cycle, assumes the pod on its
+//! node at once and asks the [`Binder`] to bind it; a binding not confirmed (by a pod update with
+//! `spec.nodeName`, which the cache then counts as observed) within the TTL expires, is forgotten
+//! and requeues the pod. The service alone assumes and forgets.
+//!
+//! Events are only applied between cycles, on the same thread, so the cache a cycle reads cannot
+//! change under it; the cycle's first stage brings every plugin instance to that cache generation.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1 as core;
+use wasched_sdk as sdk;
+
+use crate::clock::Clock;
+use crate::events::{Action, Event, EventPipeline, Kind, Object, ObjectKey};
+use crate::framework::{NodeReport, Profile, Scheduler};
+use crate::k8s;
+use crate::queue::{ClusterEvent, PendingStatus, SchedulingQueue};
+use crate::runtime::LoadError;
+
+/// How long a placement may wait for its binding to be confirmed.
+pub const DEFAULT_ASSUME_TTL: Duration = Duration::from_secs(30);
+
+/// Binds placed pods to their nodes (the API server's `pods/binding` in a real cluster).
+pub trait Binder: Send {
+    /// Asks for `pod` to be bound to `node`. `Ok` means the request was accepted; the binding counts
+    /// as confirmed when the pod comes back as an update with `spec.nodeName` set.
+    ///
+    /// # Errors
+    /// Why the binding was refused; the pod is un-assumed and retried after backoff.
+    fn bind(&mut self, pod: &sdk::Pod, node: &str) -> Result<(), String>;
+}
+
+/// Counters of the core, for metrics and tests.
+#[derive(Debug, Default)]
+pub struct ServiceStats {
+    pub events_applied: AtomicU64,
+    pub events_invalid: AtomicU64,
+    pub resync_repairs: AtomicU64,
+    pub assumed_expired: AtomicU64,
+    pub binds_failed: AtomicU64,
+    pub scheduled: AtomicU64,
+    pub unschedulable: AtomicU64,
+}
+
+/// The result of one scheduling cycle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CycleResult {
+    /// `namespace/name`.
+    pub pod: String,
+    /// The node the pod was assumed on and sent to the binder.
+    pub node: Option<String>,
+    /// Why not.
+    pub message: Option<String>,
+    /// Every examined node, when the service explains its cycles.
+    pub nodes: Vec<NodeReport>,
+    /// The pod's scheduler name (its profile).
+    pub scheduler_name: String,
+    /// Scheduling attempts of the pod so far, this one included.
+    pub attempts: u32,
+    /// The cycle failed with an error (a plugin failed, a binding failed) rather than finding no
+    /// node: kube-scheduler's `error` result.
+    pub error: bool,
+    /// No profile serves the pod's scheduler name: the pod is another scheduler's and was left
+    /// alone.
+    pub no_profile: bool,
+}
+
+struct Assumed {
+    pod: sdk::Pod,
+    node: String,
+    /// When the assumption expires; `None` until the bind call returned.
+    deadline: Option<Duration>,
+}
+
+/// Where a pod stands, as far as the scheduler knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodState {
+    Pending(PendingStatus),
+    /// Placed by the scheduler, binding not yet confirmed.
+    Assumed {
+        node: String,
+    },
+    /// Running on (bound to) a node.
+    Bound {
+        node: String,
+    },
+}
+
+/// The scheduler core.
+pub struct Service<B: Binder> {
+    scheduler: Scheduler,
+    queue: SchedulingQueue,
+    pipeline: Arc<EventPipeline>,
+    binder: B,
+    clock: Arc<dyn Clock>,
+    assume_ttl: Duration,
+    assumed: HashMap<String, Assumed>,
+    /// The last applied version of every object, for resync.
+    objects: HashMap<ObjectKey, (u64, Object)>,
+    explain: bool,
+    pub stats: Arc<ServiceStats>,
+}
+
+impl<B: Binder> Service<B> {
+    pub fn new(scheduler: Scheduler, binder: B, clock: Arc<dyn Clock>) -> Self {
+        Self::with_pipeline(scheduler, binder, clock, Arc::new(EventPipeline::default()))
+    }
+
+    /// A service draining an existing pipeline (one its binder may also feed).
+    pub fn with_pipeline(
+        scheduler: Scheduler,
+        binder: B,
+        clock: Arc<dyn Clock>,
+        pipeline: Arc<EventPipeline>,
+    ) -> Self {
+        Service {
+            scheduler,
+            queue: SchedulingQueue::new(clock.clone()),
+            pipeline,
+            binder,
+            clock,
+            assume_ttl: DEFAULT_ASSUME_TTL,
+            assumed: HashMap::new(),
+            objects: HashMap::new(),
+            explain: false,
+            stats: Arc::new(ServiceStats::default()),
+        }
+    }
+
+    /// Sets how long a placement may wait for confirmation.
+    pub fn with_assume_ttl(mut self, ttl: Duration) -> Self {
+        self.assume_ttl = ttl;
+        self
+    }
+
+    /// Makes every cycle report each examined node (for `simulate --explain`).
+    pub fn with_explain(mut self, explain: bool) -> Self {
+        self.explain = explain;
+        self
+    }
+
+    /// The scheduler: its cache and profiles, to read.
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.scheduler
+    }
+
+    /// Stops being a service: the scheduler, with the cache as the applied events left it.
+    pub fn into_scheduler(self) -> Scheduler {
+        self.scheduler
+    }
+
+    /// Brings every plugin instance up to date with the cluster before it is needed (see
+    /// [`Scheduler::warm_up`]).
+    ///
+    /// # Errors
+    /// The first plugin that failed, by name.
+    pub fn warm_up(&mut self) -> Result<(), LoadError> {
+        self.scheduler.warm_up()
+    }
+
+    /// Puts new profiles in place and returns the old ones (see [`Scheduler::swap_profiles`]).
+    pub fn swap_profiles(&mut self, profiles: Vec<Profile>) -> Vec<Profile> {
+        self.scheduler.swap_profiles(profiles)
+    }
+
+    /// The pipeline producers submit events to.
+    pub fn pipeline(&self) -> Arc<EventPipeline> {
+        self.pipeline.clone()
+    }
+
+    /// Applies every waiting event. Returns how many were applied.
+    pub fn apply_events(&mut self) -> usize {
+        let events = self.pipeline.drain();
+        let count = events.len();
+        for event in events {
+            self.apply(event);
+        }
+        count
+    }
+
+    fn apply(&mut self, event: Event) {
+        let key = event.object.key();
+        let result = match event.action {
+            Action::Upsert => self.apply_upsert(&event.object),
+            Action::Delete => {
+                self.apply_delete(&key);
+                Ok(())
+            }
+        };
+        match result {
+            Ok(()) => {
+                self.stats.events_applied.fetch_add(1, Ordering::Relaxed);
+                match event.action {
+                    Action::Upsert => {
+                        self.objects.insert(key, (event.version, event.object));
+                    }
+                    Action::Delete => {
+                        self.objects.remove(&key);
+                    }
+                }
+            }
+            Err(e) => {
+                self.stats.events_invalid.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(kind = ?key.kind, namespace = %key.namespace, name = %key.name, "event ignored: {e}");
+            }
+        }
+    }
+
+    fn apply_upsert(&mut self, object: &Object) -> Result<(), k8s::FieldError> {
+        let cache = self.scheduler.cache_mut();
+        match object {
+            Object::Node(node) => {
+                let info = k8s::node_info(node)?;
+                let change = match cache.node_id(&info.name).and_then(|id| cache.node(id)) {
+                    None => ClusterEvent::NodeAdded,
+                    Some(old) => {
+                        let old = &old.info;
+                        if old.labels != info.labels
+                            || old.taints != info.taints
+                            || old.allocatable != info.allocatable
+                            || old.unschedulable != info.unschedulable
+                        {
+                            ClusterEvent::NodeChanged
+                        } else {
+                            ClusterEvent::NodeChangedIrrelevant
+                        }
+                    }
+                };
+                cache.upsert_node(info);
+                self.queue.on_event(change);
+            }
+            Object::Pod(pod) => {
+                let model = k8s::pod(pod)?;
+                let key = model.key();
+                if k8s::is_terminated(pod) {
+                    self.forget_pod(&key);
+                } else if !model.node_name.is_empty() {
+                    // Bound, by us (this confirms the assumption) or by someone else.
+                    self.assumed.remove(&key);
+                    self.queue.delete(&key);
+                    let arrived = cache.pod_node(&key) != Some(model.node_name.as_str());
+                    cache.add_pod(&model, &model.node_name);
+                    if arrived {
+                        self.queue.on_event(ClusterEvent::AssignedPodAdded);
+                    }
+                } else if !self.assumed.contains_key(&key) {
+                    // Not bound (any more): whatever it held is released before it queues.
+                    if cache.remove_pod(&key) {
+                        self.queue.on_event(ClusterEvent::AssignedPodDeleted);
+                    }
+                    self.queue.add(model);
+                }
+            }
+            Object::Volume(pv) => {
+                cache.upsert_volume((**pv).clone());
+                self.queue.on_event(ClusterEvent::StorageChanged);
+            }
+            Object::Claim(pvc) => {
+                cache.upsert_claim((**pvc).clone());
+                self.queue.on_event(ClusterEvent::StorageChanged);
+            }
+            Object::Class(class) => {
+                cache.upsert_class((**class).clone());
+                self.queue.on_event(ClusterEvent::StorageChanged);
+            }
+        }
+        Ok(())
+    }
+
+    fn forget_pod(&mut self, key: &str) {
+        self.assumed.remove(key);
+        self.queue.delete(key);
+        if self.scheduler.cache_mut().remove_pod(key) {
+            self.queue.on_event(ClusterEvent::AssignedPodDeleted);
+        }
+    }
+
+    fn apply_delete(&mut self, key: &ObjectKey) {
+        let cache = self.scheduler.cache_mut();
+        match key.kind {
+            Kind::Node => {
+                if cache.remove_node(&key.name) {
+                    self.queue.on_event(ClusterEvent::NodeDeleted);
+                }
+            }
+            Kind::Pod => self.forget_pod(&format!("{}/{}", key.namespace, key.name)),
+            Kind::PersistentVolume => {
+                cache.remove_volume(&key.name);
+                self.queue.on_event(ClusterEvent::StorageChanged);
+            }
+            Kind::PersistentVolumeClaim => {
+                cache.remove_claim(&key.namespace, &key.name);
+                self.queue.on_event(ClusterEvent::StorageChanged);
+            }
+            Kind::StorageClass => {
+                cache.remove_class(&key.name);
+                self.queue.on_event(ClusterEvent::StorageChanged);
+            }
+        }
+    }
+
+    /// Compares the cache with a full list of the objects that exist (the source of truth),
+    /// applies what differs or is missing, deletes what no longer exists, and returns how many
+    /// objects it repaired.
+    pub fn resync(&mut self, truth: Vec<Object>) -> usize {
+        self.apply_events();
+        let mut repairs = 0;
+        let mut seen = std::collections::HashSet::new();
+        for object in truth {
+            let key = object.key();
+            seen.insert(key.clone());
+            let same = self
+                .objects
+                .get(&key)
+                .is_some_and(|(_, known)| *known == object);
+            if !same {
+                let version = object
+                    .resource_version()
+                    .or_else(|| self.objects.get(&key).map(|(v, _)| v + 1))
+                    .unwrap_or(0);
+                repairs += 1;
+                self.apply(Event::with_version(Action::Upsert, object, version));
+            }
+        }
+        let gone: Vec<(ObjectKey, Object)> = self
+            .objects
+            .iter()
+            .filter(|(k, _)| !seen.contains(*k))
+            .map(|(k, (_, o))| (k.clone(), o.clone()))
+            .collect();
+        for (_, object) in gone {
+            repairs += 1;
+            self.apply(Event::with_version(Action::Delete, object, u64::MAX));
+        }
+        self.stats
+            .resync_repairs
+            .fetch_add(repairs as u64, Ordering::Relaxed);
+        if repairs > 0 {
+            tracing::info!(repairs, "resync repaired drift");
+        }
+        repairs
+    }
+
+    /// Frees the nodes of placements whose binding was not confirmed in time and requeues their
+    /// pods. Returns how many expired.
+    pub fn expire_assumed(&mut self) -> usize {
+        let now = self.clock.now();
+        let expired: Vec<String> = self
+            .assumed
+            .iter()
+            .filter(|(_, a)| a.deadline.is_some_and(|d| d <= now))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &expired {
+            let assumed = self.assumed.remove(key).expect("listed above");
+            if self.scheduler.forget(key) {
+                self.queue.on_event(ClusterEvent::AssignedPodDeleted);
+            }
+            tracing::warn!(pod = %key, node = %assumed.node, "binding not confirmed in time; the pod is scheduled again");
+            self.stats.assumed_expired.fetch_add(1, Ordering::Relaxed);
+            let message = format!(
+                "binding to {} was not confirmed within {}s",
+                assumed.node,
+                self.assume_ttl.as_secs()
+            );
+            self.queue.requeue(assumed.pod, 0, message);
+        }
+        expired.len()
+    }
+
+    /// Applies waiting events, expires stale assumptions, then schedules the next pod, if any is
+    /// ready.
+    pub fn schedule_one(&mut self) -> Option<CycleResult> {
+        self.apply_events();
+        self.expire_assumed();
+        let pod = self.queue.pop()?;
+        let key = pod.key();
+        let attempts = self.queue.status(&key).map_or(1, |s| s.attempts);
+        let mut result = CycleResult {
+            pod: key.clone(),
+            node: None,
+            message: None,
+            nodes: Vec::new(),
+            scheduler_name: pod.scheduler_name.clone(),
+            attempts,
+            error: false,
+            no_profile: false,
+        };
+        let Some(outcome) = self.scheduler.schedule(&pod, self.explain) else {
+            // No profile for its scheduler name: another scheduler's pod.
+            self.queue.delete(&key);
+            result.no_profile = true;
+            result.message = Some(format!(
+                "no profile for schedulerName {:?}; kube-scheduler would leave this pod to that scheduler",
+                pod.scheduler_name
+            ));
+            return Some(result);
+        };
+        result.nodes = outcome.nodes;
+        match outcome.node {
+            Some(node) => self.assume_and_bind(pod, node, &mut result),
+            None => {
+                let message = outcome.message.unwrap_or_default();
+                if outcome.error {
+                    self.queue.failed(&key, message.clone());
+                } else {
+                    self.stats.unschedulable.fetch_add(1, Ordering::Relaxed);
+                    self.queue.unschedulable(&key, message.clone());
+                }
+                result.error = outcome.error;
+                result.message = Some(message);
+            }
+        }
+        Some(result)
+    }
+
+    /// Assumes `pod` on `node` and asks the binder to bind it; a refused binding is forgotten at
+    /// once and the pod retried after backoff.
+    fn assume_and_bind(&mut self, pod: sdk::Pod, node: String, result: &mut CycleResult) {
+        let key = result.pod.clone();
+        self.scheduler.assume(&pod, &node);
+        self.queue.done(&key);
+        self.assumed.insert(
+            key.clone(),
+            Assumed {
+                pod: pod.clone(),
+                node: node.clone(),
+                deadline: None,
+            },
+        );
+        match self.binder.bind(&pod, &node) {
+            Ok(()) => {
+                let deadline = self.clock.now() + self.assume_ttl;
+                if let Some(a) = self.assumed.get_mut(&key) {
+                    a.deadline = Some(deadline);
+                }
+                self.stats.scheduled.fetch_add(1, Ordering::Relaxed);
+                result.node = Some(node);
+            }
+            Err(e) => {
+                self.assumed.remove(&key);
+                self.scheduler.forget(&key);
+                self.stats.binds_failed.fetch_add(1, Ordering::Relaxed);
+                let message = format!("binding to {node} failed: {e}");
+                self.queue.requeue(pod, result.attempts, message.clone());
+                result.message = Some(message);
+                result.error = true;
+            }
+        }
+    }
+
+    /// Schedules until no pod is ready; returns every cycle's result.
+    pub fn run_until_idle(&mut self) -> Vec<CycleResult> {
+        std::iter::from_fn(|| self.schedule_one()).collect()
+    }
+
+    /// Where a pod stands: pending (with its last FitError message and attempts), assumed, or
+    /// bound. `None` for a pod the scheduler does not know.
+    pub fn pod_state(&self, key: &str) -> Option<PodState> {
+        if let Some(status) = self.queue.status(key) {
+            return Some(PodState::Pending(status));
+        }
+        if let Some(a) = self.assumed.get(key) {
+            return Some(PodState::Assumed {
+                node: a.node.clone(),
+            });
+        }
+        self.scheduler
+            .cache()
+            .pod_node(key)
+            .map(|node| PodState::Bound {
+                node: node.to_string(),
+            })
+    }
+
+    /// Pending pods per queue: (active, backoff, unschedulable).
+    pub fn queue_lengths(&self) -> (usize, usize, usize) {
+        self.queue.lengths()
+    }
+}
+
+/// A convenience for feeding objects without `resourceVersion`s: versions from a counter.
+#[derive(Default)]
+pub struct Sequencer(AtomicU64);
+
+impl Sequencer {
+    pub fn upsert(&self, object: Object) -> Event {
+        Event::with_version(
+            Action::Upsert,
+            object,
+            self.0.fetch_add(1, Ordering::Relaxed) + 1,
+        )
+    }
+
+    pub fn delete(&self, object: Object) -> Event {
+        Event::with_version(
+            Action::Delete,
+            object,
+            self.0.fetch_add(1, Ordering::Relaxed) + 1,
+        )
+    }
+}
+
+/// The pod object a binding confirmation carries: the pod with `spec.nodeName` set.
+pub fn bound_pod(pod: &core::Pod, node: &str) -> core::Pod {
+    let mut bound = pod.clone();
+    bound.spec.get_or_insert_with(Default::default).node_name = Some(node.to_string());
+    bound
+}

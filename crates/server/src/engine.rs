@@ -1,0 +1,430 @@
+//! The server's two worker threads.
+//!
+//! The *scheduling thread* owns the [`Service`]: it applies events, runs cycles, and between two
+//! cycles takes control messages (a new set of profiles from a hot load or a config reload,
+//! shutdown). It never waits on the store or on compilation.
+//!
+//! The *status writer* records each cycle's result in the store: a binding sets the pod's
+//! `spec.nodeName` (the binding confirmation flows back through the event pipeline like an API
+//! server's watch would deliver it), a failure sets the pod's `PodScheduled=False` condition with
+//! the FitError message and the attempt count. Results waiting while a write commits go into the
+//! next transaction together, so one fsync covers many pods.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1 as core;
+
+use super::store::Store;
+use super::watch::{WatchEvent, WatchLog};
+use wasched_core::events::{Action, Event, EventPipeline, Kind, Object, ObjectKey};
+use wasched_core::framework::Profile;
+use wasched_core::metrics::{escape, Histogram, ATTEMPT_BUCKETS, PLUGIN_BUCKETS};
+use wasched_core::service::{Binder, CycleResult, Service};
+use wasched_core::util::Rng;
+
+/// The annotation holding how many times the scheduler tried a pod.
+pub const ATTEMPTS_ANNOTATION: &str = "scheduling.wasched.io/attempts";
+
+/// Binding happens in the status writer, after the cycle: the scheduling thread only assumes.
+pub struct DeferredBinder;
+
+impl Binder for DeferredBinder {
+    fn bind(&mut self, _pod: &wasched_sdk::Pod, _node: &str) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// A message to the scheduling thread, handled between two cycles.
+pub enum Control {
+    /// Put these profiles in place; the old ones are sent back to be dropped elsewhere.
+    Swap {
+        profiles: Vec<Profile>,
+        done: mpsc::Sender<Vec<Profile>>,
+    },
+}
+
+/// Counters of the scheduling thread and the writer, for `/metrics`.
+#[derive(Default)]
+pub struct EngineMetrics {
+    /// `(profile, result)` -> attempt durations.
+    attempts: Mutex<BTreeMap<(String, &'static str), Arc<Histogram>>>,
+    /// Pods in the active, backoff and unschedulable queues.
+    pub pending: [AtomicU64; 3],
+    pub hot_swaps: AtomicU64,
+    /// How long the scheduling thread spent putting new profiles in place.
+    pub swap_pause: SwapPause,
+    pub status_writes: AtomicU64,
+    pub status_write_batches: AtomicU64,
+    /// Results not written because the pod was deleted or bound by someone else meanwhile.
+    pub results_discarded: AtomicU64,
+}
+
+/// The swap-pause histogram (a wrapper so [`EngineMetrics`] can derive `Default`).
+pub struct SwapPause(pub Histogram);
+
+impl Default for SwapPause {
+    fn default() -> Self {
+        SwapPause(Histogram::new(PLUGIN_BUCKETS))
+    }
+}
+
+impl EngineMetrics {
+    fn attempt(&self, result: &CycleResult, elapsed: Duration) {
+        let label = if result.node.is_some() {
+            "scheduled"
+        } else if result.error {
+            "error"
+        } else {
+            "unschedulable"
+        };
+        let histogram = {
+            let mut attempts = self.attempts.lock().unwrap_or_else(|e| e.into_inner());
+            attempts
+                .entry((result.scheduler_name.clone(), label))
+                .or_insert_with(|| Arc::new(Histogram::new(ATTEMPT_BUCKETS)))
+                .clone()
+        };
+        histogram.observe(elapsed);
+    }
+
+    /// Appends the engine's series in the Prometheus text format.
+    pub fn render(&self, out: &mut String) {
+        let attempts = self.attempts.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = writeln!(out, "# HELP scheduler_schedule_attempts_total Number of attempts to schedule pods, by the result. 'unschedulable' means a pod could not be scheduled, while 'error' means an internal scheduler problem.");
+        let _ = writeln!(out, "# TYPE scheduler_schedule_attempts_total counter");
+        for ((profile, result), histogram) in attempts.iter() {
+            let _ = writeln!(
+                out,
+                "scheduler_schedule_attempts_total{{result=\"{result}\",profile=\"{}\"}} {}",
+                escape(profile),
+                histogram.count()
+            );
+        }
+        let _ = writeln!(out, "# HELP scheduler_scheduling_attempt_duration_seconds Scheduling attempt latency in seconds (scheduling algorithm + binding).");
+        let _ = writeln!(
+            out,
+            "# TYPE scheduler_scheduling_attempt_duration_seconds histogram"
+        );
+        for ((profile, result), histogram) in attempts.iter() {
+            histogram.render(
+                out,
+                "scheduler_scheduling_attempt_duration_seconds",
+                &format!("result=\"{result}\",profile=\"{}\"", escape(profile)),
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP scheduler_pending_pods Number of pending pods, by the queue type."
+        );
+        let _ = writeln!(out, "# TYPE scheduler_pending_pods gauge");
+        for (queue, gauge) in ["active", "backoff", "unschedulable"]
+            .iter()
+            .zip(&self.pending)
+        {
+            let _ = writeln!(
+                out,
+                "scheduler_pending_pods{{queue=\"{queue}\"}} {}",
+                gauge.load(Ordering::Relaxed)
+            );
+        }
+        let _ = writeln!(out, "# HELP wasched_hot_swaps_total Profile sets put in place by plugin loads and config reloads.");
+        let _ = writeln!(out, "# TYPE wasched_hot_swaps_total counter");
+        let _ = writeln!(
+            out,
+            "wasched_hot_swaps_total {}",
+            self.hot_swaps.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(out, "# HELP wasched_hot_swap_pause_seconds Time the scheduling thread spent between two cycles putting new profiles in place.");
+        let _ = writeln!(out, "# TYPE wasched_hot_swap_pause_seconds histogram");
+        self.swap_pause
+            .0
+            .render(out, "wasched_hot_swap_pause_seconds", "");
+        for (name, help, value) in [
+            (
+                "wasched_status_writes_total",
+                "Pod bindings and scheduling failures written to the store.",
+                &self.status_writes,
+            ),
+            (
+                "wasched_status_write_batches_total",
+                "Store transactions of the status writer.",
+                &self.status_write_batches,
+            ),
+            (
+                "wasched_results_discarded_total",
+                "Cycle results not written because the pod was deleted or bound elsewhere meanwhile.",
+                &self.results_discarded,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} counter");
+            let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
+        }
+    }
+}
+
+/// The running threads.
+pub struct Engine {
+    control: Mutex<mpsc::Sender<Control>>,
+    pipeline: Arc<EventPipeline>,
+    stop: Arc<AtomicBool>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    /// True once the stored objects were applied and the plugins synced.
+    pub ready: Arc<AtomicBool>,
+    /// Seconds since the epoch of the last finished loop iteration (liveness).
+    pub heartbeat: Arc<AtomicU64>,
+}
+
+impl Engine {
+    /// Starts the scheduling thread and the status writer.
+    pub fn start(
+        mut service: Service<DeferredBinder>,
+        store: Store,
+        watch: Arc<WatchLog>,
+        metrics: Arc<EngineMetrics>,
+    ) -> std::io::Result<Engine> {
+        let pipeline = service.pipeline();
+        let (control, control_rx) = mpsc::channel::<Control>();
+        let (results, results_rx) = mpsc::channel::<CycleResult>();
+        let stop = Arc::new(AtomicBool::new(false));
+        let ready = Arc::new(AtomicBool::new(false));
+        let heartbeat = Arc::new(AtomicU64::new(now_seconds()));
+
+        let writer = {
+            let pipeline = pipeline.clone();
+            let metrics = metrics.clone();
+            std::thread::Builder::new()
+                .name("wasched-status-writer".into())
+                .spawn(move || write_results(results_rx, &store, &pipeline, &watch, &metrics))?
+        };
+        let scheduling = {
+            let (stop, ready, heartbeat, pipeline) = (
+                stop.clone(),
+                ready.clone(),
+                heartbeat.clone(),
+                pipeline.clone(),
+            );
+            std::thread::Builder::new()
+                .name("wasched-scheduler".into())
+                .spawn(move || {
+                    service.apply_events();
+                    if let Err(e) = service.warm_up() {
+                        tracing::warn!("warming up the plugins: {e}");
+                    }
+                    ready.store(true, Ordering::Release);
+                    let mut gauges_at = Instant::now();
+                    while !stop.load(Ordering::Acquire) {
+                        while let Ok(message) = control_rx.try_recv() {
+                            match message {
+                                Control::Swap { profiles, done } => {
+                                    let started = Instant::now();
+                                    let old = service.swap_profiles(profiles);
+                                    metrics.swap_pause.0.observe(started.elapsed());
+                                    metrics.hot_swaps.fetch_add(1, Ordering::Relaxed);
+                                    let _ = done.send(old);
+                                }
+                            }
+                        }
+                        let started = Instant::now();
+                        match service.schedule_one() {
+                            Some(result) if result.no_profile => {
+                                tracing::debug!(pod = %result.pod, scheduler_name = %result.scheduler_name, "left to another scheduler");
+                            }
+                            Some(result) => {
+                                metrics.attempt(&result, started.elapsed());
+                                if results.send(result).is_err() {
+                                    break;
+                                }
+                            }
+                            None => pipeline.wait(Duration::from_millis(20)),
+                        }
+                        if gauges_at.elapsed() >= Duration::from_millis(200) {
+                            gauges_at = Instant::now();
+                            let (active, backoff, unschedulable) = service.queue_lengths();
+                            metrics.pending[0].store(active as u64, Ordering::Relaxed);
+                            metrics.pending[1].store(backoff as u64, Ordering::Relaxed);
+                            metrics.pending[2].store(unschedulable as u64, Ordering::Relaxed);
+                            heartbeat.store(now_seconds(), Ordering::Relaxed);
+                        }
+                    }
+                    // Dropping `results` lets the writer finish what is queued and stop.
+                })?
+        };
+        Ok(Engine {
+            control: Mutex::new(control),
+            pipeline,
+            stop,
+            threads: Mutex::new(vec![scheduling, writer]),
+            ready,
+            heartbeat,
+        })
+    }
+
+    /// Hands new profiles to the scheduling thread and waits (off the async runtime) until they
+    /// are in place; returns the old ones.
+    ///
+    /// # Errors
+    /// The scheduling thread has stopped.
+    pub fn swap(&self, profiles: Vec<Profile>) -> Result<Vec<Profile>, String> {
+        let (done, done_rx) = mpsc::channel();
+        self.control
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(Control::Swap { profiles, done })
+            .map_err(|_| "the scheduling thread has stopped".to_string())?;
+        self.pipeline.wake();
+        done_rx
+            .recv()
+            .map_err(|_| "the scheduling thread has stopped".to_string())
+    }
+
+    /// Lets the running cycle finish, writes every result, and stops both threads.
+    pub fn shutdown(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.pipeline.wake();
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for thread in threads {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn now_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// At most this many results go into one store transaction.
+const MAX_BATCH: usize = 2048;
+
+fn write_results(
+    results: mpsc::Receiver<CycleResult>,
+    store: &Store,
+    pipeline: &EventPipeline,
+    watch: &WatchLog,
+    metrics: &EngineMetrics,
+) {
+    while let Ok(first) = results.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match results.try_recv() {
+                Ok(result) => batch.push(result),
+                Err(_) => break,
+            }
+        }
+        let count = batch.len();
+        let items: Vec<(ObjectKey, CycleResult)> = batch
+            .into_iter()
+            .map(|result| {
+                let (namespace, name) = result.pod.split_once('/').unwrap_or(("", &result.pod));
+                let key = ObjectKey {
+                    kind: Kind::Pod,
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                };
+                (key, result)
+            })
+            .collect();
+        let written = match store.update_objects(items, record_result) {
+            Ok(written) => written,
+            Err(e) => {
+                // The assumptions expire and the pods are scheduled again.
+                tracing::error!("recording {count} scheduling results failed: {e}");
+                continue;
+            }
+        };
+        metrics.status_write_batches.fetch_add(1, Ordering::Relaxed);
+        metrics
+            .status_writes
+            .fetch_add(written.len() as u64, Ordering::Relaxed);
+        metrics
+            .results_discarded
+            .fetch_add((count - written.len()) as u64, Ordering::Relaxed);
+        let mut events = Vec::with_capacity(written.len());
+        for (version, object, result) in written {
+            if result.node.is_some() {
+                // The confirmation an API server's watch would deliver.
+                pipeline.submit(Event::with_version(Action::Upsert, object, version));
+            }
+            events.push(WatchEvent {
+                kind: if result.node.is_some() {
+                    "Scheduled"
+                } else {
+                    "FailedScheduling"
+                },
+                resource_version: version,
+                pod: result.pod,
+                node: result.node,
+                message: result.message,
+                attempts: result.attempts,
+            });
+        }
+        watch.publish(events);
+    }
+}
+
+/// Writes one result into the stored pod; false when it no longer applies (the pod is gone or
+/// was bound meanwhile).
+fn record_result(object: &mut Object, result: &CycleResult) -> bool {
+    let Object::Pod(pod) = object else {
+        return false;
+    };
+    let spec = pod.spec.get_or_insert_with(Default::default);
+    if spec.node_name.as_deref().is_some_and(|n| !n.is_empty()) {
+        return false;
+    }
+    let condition = match &result.node {
+        Some(node) => {
+            spec.node_name = Some(node.clone());
+            core::PodCondition {
+                type_: "PodScheduled".into(),
+                status: "True".into(),
+                ..Default::default()
+            }
+        }
+        None => core::PodCondition {
+            type_: "PodScheduled".into(),
+            status: "False".into(),
+            reason: Some(if result.error {
+                "SchedulerError".into()
+            } else {
+                "Unschedulable".into()
+            }),
+            message: result.message.clone(),
+            ..Default::default()
+        },
+    };
+    let status = pod.status.get_or_insert_with(Default::default);
+    let conditions = status.conditions.get_or_insert_with(Vec::new);
+    conditions.retain(|c| c.type_ != "PodScheduled");
+    conditions.push(condition);
+    if result.node.is_none() {
+        status.phase.get_or_insert_with(|| "Pending".into());
+    }
+    pod.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(ATTEMPTS_ANNOTATION.into(), result.attempts.to_string());
+    true
+}
+
+/// A fresh object uid.
+pub fn new_uid(rng: &mut Rng) -> String {
+    let a = rng.next_u64();
+    let b = rng.next_u64();
+    format!(
+        "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xfff,
+        (b >> 48) & 0x3fff | 0x8000,
+        b & 0xffff_ffff_ffff
+    )
+}

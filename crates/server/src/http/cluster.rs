@@ -1,0 +1,624 @@
+//! Cluster objects under `/v1` (list, get, create, replace, delete, apply many) and the watch of
+//! scheduling events.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::convert::Infallible;
+use std::path::Path as FsPath;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{guard, limit_bodies, ApiError, Shared};
+use crate::auth::Access;
+use crate::store::{kind_name, object_json, Rejection, WriteMode, Written};
+use crate::watch::{WatchEvent, WatchLog};
+use crate::Server;
+use wasched_core::events::{Action, Event, Kind, Object, ObjectKey};
+use wasched_core::input;
+
+/// A resource path segment, its kind and whether it lives in a namespace.
+const RESOURCES: &[(&str, Kind, bool)] = &[
+    ("nodes", Kind::Node, false),
+    ("persistentvolumes", Kind::PersistentVolume, false),
+    ("storageclasses", Kind::StorageClass, false),
+    ("pods", Kind::Pod, true),
+    ("persistentvolumeclaims", Kind::PersistentVolumeClaim, true),
+];
+
+/// Reads need a read token, changes a write token (when the cluster API is guarded).
+fn needs(method: &Method) -> Access {
+    match *method {
+        Method::GET | Method::HEAD => Access::Read,
+        _ => Access::Write,
+    }
+}
+
+/// The cluster API's routes.
+pub(super) fn routes(server: &Shared) -> Router<Shared> {
+    let mut cluster = Router::new()
+        .route("/v1/objects", axum::routing::post(apply_objects))
+        .route("/v1/watch", get(watch_events));
+    for &(resource, kind, namespaced) in RESOURCES {
+        let list = move |s: State<Shared>| async move { list(s, kind, None).await };
+        if namespaced {
+            cluster = cluster
+                .route(&format!("/v1/{resource}"), get(list))
+                .route(
+                    &format!("/v1/namespaces/{{namespace}}/{resource}"),
+                    get(move |s: State<Shared>, Path(ns): Path<String>| async move {
+                        self::list(s, kind, Some(ns)).await
+                    })
+                    .post(
+                        move |s: State<Shared>,
+                              Path(ns): Path<String>,
+                              headers: HeaderMap,
+                              body: Result<Bytes, BytesRejection>| async move {
+                            create(s, kind, Some(ns), headers, body).await
+                        },
+                    ),
+                )
+                .route(
+                    &format!("/v1/namespaces/{{namespace}}/{resource}/{{name}}"),
+                    get(
+                        move |s: State<Shared>, Path((ns, name)): Path<(String, String)>| async move {
+                            get_one(s, kind, ns, name).await
+                        },
+                    )
+                    .put(
+                        move |s: State<Shared>,
+                              Path((ns, name)): Path<(String, String)>,
+                              headers: HeaderMap,
+                              body: Result<Bytes, BytesRejection>| async move {
+                            replace(s, kind, ns, name, headers, body).await
+                        },
+                    )
+                    .delete(
+                        move |s: State<Shared>, Path((ns, name)): Path<(String, String)>| async move {
+                            delete(s, kind, ns, name).await
+                        },
+                    ),
+                );
+        } else {
+            cluster = cluster
+                .route(
+                    &format!("/v1/{resource}"),
+                    get(list).post(
+                        move |s: State<Shared>,
+                              headers: HeaderMap,
+                              body: Result<Bytes, BytesRejection>| async move {
+                            create(s, kind, None, headers, body).await
+                        },
+                    ),
+                )
+                .route(
+                    &format!("/v1/{resource}/{{name}}"),
+                    get(
+                        move |s: State<Shared>, Path(name): Path<String>| async move {
+                            get_one(s, kind, String::new(), name).await
+                        },
+                    )
+                    .put(
+                        move |s: State<Shared>,
+                              Path(name): Path<String>,
+                              headers: HeaderMap,
+                              body: Result<Bytes, BytesRejection>| async move {
+                            replace(s, kind, String::new(), name, headers, body).await
+                        },
+                    )
+                    .delete(
+                        move |s: State<Shared>, Path(name): Path<String>| async move {
+                            delete(s, kind, String::new(), name).await
+                        },
+                    ),
+                );
+        }
+    }
+    guard(
+        limit_bodies(cluster, server.args.max_request_bytes),
+        server,
+        needs,
+    )
+}
+
+/// Parses a request body (JSON, or YAML by `Content-Type` or by its first character).
+fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Vec<Value>, ApiError> {
+    let text = std::str::from_utf8(body)
+        .map_err(|_| ApiError::new(400, "the request body is not UTF-8"))?;
+    let text = input::without_bom(text);
+    if text.trim().is_empty() {
+        return Err(ApiError::new(400, "the request body is empty"));
+    }
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let json = if content_type.contains("json") {
+        true
+    } else if content_type.contains("yaml") {
+        false
+    } else {
+        text.trim_start().starts_with('{')
+    };
+    if json {
+        let value: Value = serde_json::from_str(text)
+            .map_err(|e| ApiError::new(400, format!("invalid JSON: {e}")))?;
+        return Ok(vec![value]);
+    }
+    let documents = input::yaml_documents(text).map_err(|e| ApiError::new(400, e))?;
+    Ok(documents.into_iter().filter(|d| !d.is_null()).collect())
+}
+
+/// Turns JSON documents (objects or lists) into checked objects, and the kinds wasched does not
+/// keep, counted: a file of manifests holds Services and Deployments beside the Pods, and `simulate`
+/// skips them too. A request with nothing but such kinds is refused, since it changes nothing.
+fn objects_of(documents: Vec<Value>) -> Result<(Vec<Object>, BTreeMap<String, usize>), ApiError> {
+    let text = json!({"kind": "List", "apiVersion": "v1", "items": documents}).to_string();
+    let mut cluster = input::parse_text(&text, true, FsPath::new("request body"))
+        .map_err(|e| ApiError::new(400, e.to_string().replace("request body: document 1, ", "")))?;
+    let skipped = std::mem::take(&mut cluster.skipped);
+    if cluster.kept_objects() == 0 && !skipped.is_empty() {
+        let kinds: Vec<&str> = skipped.keys().map(String::as_str).collect();
+        return Err(ApiError::new(
+            400,
+            format!(
+                "unsupported kind(s) {}: wasched serves Node, Pod, PersistentVolume, PersistentVolumeClaim and StorageClass",
+                kinds.join(", ")
+            ),
+        ));
+    }
+    let mut objects: Vec<Object> = Vec::new();
+    objects.extend(
+        cluster
+            .classes
+            .into_iter()
+            .map(|o| Object::Class(Box::new(o))),
+    );
+    objects.extend(
+        cluster
+            .volumes
+            .into_iter()
+            .map(|o| Object::Volume(Box::new(o))),
+    );
+    objects.extend(
+        cluster
+            .claims
+            .into_iter()
+            .map(|o| Object::Claim(Box::new(o))),
+    );
+    objects.extend(cluster.nodes.into_iter().map(|o| Object::Node(Box::new(o))));
+    objects.extend(cluster.pods.into_iter().map(|o| Object::Pod(Box::new(o))));
+    for object in &mut objects {
+        let (namespaced, metadata) = match object {
+            Object::Pod(o) => (true, &mut o.metadata),
+            Object::Claim(o) => (true, &mut o.metadata),
+            Object::Node(o) => (false, &mut o.metadata),
+            Object::Volume(o) => (false, &mut o.metadata),
+            Object::Class(o) => (false, &mut o.metadata),
+        };
+        if namespaced {
+            if metadata.namespace.as_deref().is_none_or(str::is_empty) {
+                metadata.namespace = Some("default".into());
+            }
+        } else {
+            metadata.namespace = None;
+        }
+    }
+    Ok((objects, skipped))
+}
+
+/// One object of `kind` from a resource endpoint's body, with the path's namespace and name.
+fn one_object(
+    kind: Kind,
+    namespace: Option<&str>,
+    name: Option<&str>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Object, ApiError> {
+    let mut documents = parse_body(headers, body)?;
+    if documents.len() != 1 {
+        return Err(ApiError::new(
+            400,
+            format!(
+                "expected one {} object, got {} documents (POST /v1/objects takes many)",
+                kind_name(kind),
+                documents.len()
+            ),
+        ));
+    }
+    let value = &mut documents[0];
+    let Some(map) = value.as_object_mut() else {
+        return Err(ApiError::new(400, "the body is not an object"));
+    };
+    match map.get("kind").and_then(Value::as_str) {
+        None => {
+            map.insert("kind".into(), kind_name(kind).into());
+        }
+        Some(k) if k == kind_name(kind) => {}
+        Some(k) => {
+            return Err(ApiError::new(
+                400,
+                format!("a {k} was sent to the {} endpoint", kind_name(kind)),
+            ))
+        }
+    }
+    let metadata = map
+        .entry("metadata")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+        .ok_or_else(|| ApiError::new(400, "metadata is not an object"))?;
+    for (field, wanted) in [("namespace", namespace), ("name", name)] {
+        let Some(wanted) = wanted else { continue };
+        match metadata.get(field).and_then(Value::as_str) {
+            None | Some("") => {
+                metadata.insert(field.into(), wanted.into());
+            }
+            Some(given) if given == wanted => {}
+            Some(given) => {
+                return Err(ApiError::new(
+                    400,
+                    format!("metadata.{field} {given:?} does not match the URL's {wanted:?}"),
+                ))
+            }
+        }
+    }
+    let (mut objects, _) = objects_of(documents)?;
+    Ok(objects.remove(0))
+}
+
+fn metadata_mut(
+    object: &mut Object,
+) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+    match object {
+        Object::Node(o) => &mut o.metadata,
+        Object::Pod(o) => &mut o.metadata,
+        Object::Volume(o) => &mut o.metadata,
+        Object::Claim(o) => &mut o.metadata,
+        Object::Class(o) => &mut o.metadata,
+    }
+}
+
+/// Keeps what the server owns when a client writes an object: its uid, and for pods the binding
+/// and the status.
+fn merge(server: &Server, stored: Option<&Object>, incoming: &mut Object) -> Result<(), String> {
+    let stored_uid = stored.and_then(|s| match s {
+        Object::Node(o) => o.metadata.uid.clone(),
+        Object::Pod(o) => o.metadata.uid.clone(),
+        Object::Volume(o) => o.metadata.uid.clone(),
+        Object::Claim(o) => o.metadata.uid.clone(),
+        Object::Class(o) => o.metadata.uid.clone(),
+    });
+    let metadata = metadata_mut(incoming);
+    metadata.uid = stored_uid.or_else(|| metadata.uid.take()).or_else(|| {
+        let mut rng = server.uids.lock().unwrap_or_else(|e| e.into_inner());
+        Some(crate::engine::new_uid(&mut rng))
+    });
+    if let (Some(Object::Pod(old)), Object::Pod(new)) = (stored, incoming) {
+        let bound = old
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .filter(|n| !n.is_empty());
+        if let Some(bound) = bound {
+            let spec = new.spec.get_or_insert_with(Default::default);
+            match spec.node_name.as_deref() {
+                None | Some("") => spec.node_name = Some(bound),
+                Some(n) if n == bound => {}
+                Some(n) => {
+                    return Err(format!(
+                        "spec.nodeName is immutable once set: the pod is bound to {bound}, not {n}"
+                    ))
+                }
+            }
+        }
+        if new.status.is_none() {
+            new.status = old.status.clone();
+        }
+    }
+    Ok(())
+}
+
+fn submit_written(server: &Server, written: &[Written]) {
+    for w in written {
+        server.pipeline.submit(Event::with_version(
+            Action::Upsert,
+            w.object.clone(),
+            w.version,
+        ));
+    }
+}
+
+async fn write(
+    server: Shared,
+    objects: Vec<Object>,
+    mode: WriteMode,
+) -> Result<Vec<Written>, ApiError> {
+    let keys: Vec<ObjectKey> = objects.iter().map(Object::key).collect();
+    let s = server.clone();
+    let outcome = tokio::task::spawn_blocking(move || {
+        s.store.write_objects(objects, mode, |stored, incoming| {
+            merge(&s, stored, incoming)
+        })
+    })
+    .await
+    .map_err(|e| ApiError::new(500, e.to_string()))??;
+    let describe = |index: usize| {
+        let key = &keys[index];
+        if key.namespace.is_empty() {
+            format!("{} {}", kind_name(key.kind), key.name)
+        } else {
+            format!("{} {}/{}", kind_name(key.kind), key.namespace, key.name)
+        }
+    };
+    match outcome {
+        Ok(written) => {
+            submit_written(&server, &written);
+            Ok(written)
+        }
+        Err(Rejection::Exists { index }) => Err(ApiError::new(
+            409,
+            format!("{} already exists (PUT replaces it)", describe(index)),
+        )),
+        Err(Rejection::Refused { index, reason }) => {
+            Err(ApiError::new(422, format!("{}: {reason}", describe(index))))
+        }
+    }
+}
+
+/// Runs `parse` on the blocking pool: parsing and checking a body of several megabytes takes
+/// hundreds of milliseconds, which on one of the two HTTP workers would hold up `/healthz` and
+/// every other request behind it.
+async fn off_the_workers<T: Send + 'static>(
+    parse: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(parse)
+        .await
+        .map_err(|e| ApiError::new(500, e.to_string()))?
+}
+
+async fn create(
+    State(server): State<Shared>,
+    kind: Kind,
+    namespace: Option<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body?;
+    let object =
+        off_the_workers(move || one_object(kind, namespace.as_deref(), None, &headers, &body))
+            .await?;
+    let written = write(server, vec![object], WriteMode::Create).await?;
+    Ok((StatusCode::CREATED, Json(object_json(&written[0].object))).into_response())
+}
+
+async fn replace(
+    State(server): State<Shared>,
+    kind: Kind,
+    namespace: String,
+    name: String,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body?;
+    let object = off_the_workers(move || {
+        let namespace = (!namespace.is_empty()).then_some(namespace.as_str());
+        one_object(kind, namespace, Some(&name), &headers, &body)
+    })
+    .await?;
+    let written = write(server, vec![object], WriteMode::Upsert).await?;
+    let status = if written[0].created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(object_json(&written[0].object))).into_response())
+}
+
+/// `POST /v1/objects`: any number of objects (multi-document YAML, a `List`, or one object),
+/// created or replaced in one transaction.
+async fn apply_objects(
+    State(server): State<Shared>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body?;
+    let (objects, skipped) =
+        off_the_workers(move || objects_of(parse_body(&headers, &body)?)).await?;
+    let written = write(server, objects, WriteMode::Upsert).await?;
+    let items: Vec<Value> = written
+        .iter()
+        .map(|w| {
+            let key = w.object.key();
+            json!({
+                "kind": kind_name(key.kind),
+                "namespace": key.namespace,
+                "name": key.name,
+                "resourceVersion": w.version.to_string(),
+                "result": if w.created { "created" } else { "updated" },
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "items": items, "skipped": skipped })).into_response())
+}
+
+async fn list(
+    State(server): State<Shared>,
+    kind: Kind,
+    namespace: Option<String>,
+) -> Result<Response, ApiError> {
+    let (version, objects) = server
+        .store
+        .list_objects(Some(kind), namespace.as_deref())?;
+    let items: Vec<Value> = objects.iter().map(object_json).collect();
+    Ok(Json(json!({
+        "apiVersion": if kind == Kind::StorageClass { "storage.k8s.io/v1" } else { "v1" },
+        "kind": format!("{}List", kind_name(kind)),
+        "metadata": { "resourceVersion": version.to_string() },
+        "items": items,
+    }))
+    .into_response())
+}
+
+fn key(kind: Kind, namespace: String, name: String) -> ObjectKey {
+    ObjectKey {
+        kind,
+        namespace,
+        name,
+    }
+}
+
+async fn get_one(
+    State(server): State<Shared>,
+    kind: Kind,
+    namespace: String,
+    name: String,
+) -> Result<Response, ApiError> {
+    let key = key(kind, namespace, name);
+    match server.store.get_object(&key)? {
+        Some(object) => Ok(Json(object_json(&object)).into_response()),
+        None => Err(not_found(&key)),
+    }
+}
+
+fn not_found(key: &ObjectKey) -> ApiError {
+    if key.namespace.is_empty() {
+        ApiError::new(
+            404,
+            format!("{} {:?} not found", kind_name(key.kind), key.name),
+        )
+    } else {
+        ApiError::new(
+            404,
+            format!(
+                "{} {:?} not found in namespace {:?}",
+                kind_name(key.kind),
+                key.name,
+                key.namespace
+            ),
+        )
+    }
+}
+
+async fn delete(
+    State(server): State<Shared>,
+    kind: Kind,
+    namespace: String,
+    name: String,
+) -> Result<Response, ApiError> {
+    let key = key(kind, namespace, name);
+    let s = server.clone();
+    let k = key.clone();
+    let deleted = tokio::task::spawn_blocking(move || s.store.delete_object(&k))
+        .await
+        .map_err(|e| ApiError::new(500, e.to_string()))??;
+    let Some((version, object)) = deleted else {
+        return Err(not_found(&key));
+    };
+    let body = object_json(&object);
+    server
+        .pipeline
+        .submit(Event::with_version(Action::Delete, object, version));
+    Ok(Json(body).into_response())
+}
+
+// ----- watch -----------------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WatchQuery {
+    resource_version: Option<String>,
+}
+
+struct WatchState {
+    log: Arc<WatchLog>,
+    last: u64,
+    pending: VecDeque<WatchEvent>,
+    changed: tokio::sync::watch::Receiver<u64>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    done: bool,
+}
+
+/// `GET /v1/watch?resourceVersion=N`: server-sent events, one per binding (`Scheduled`) or failed
+/// attempt (`FailedScheduling`), newer than N (default: from now). Each event's `id` is its
+/// resource version, so a client that reconnects with `Last-Event-ID` misses nothing.
+async fn watch_events(
+    State(server): State<Shared>,
+    Query(query): Query<WatchQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let requested = query.resource_version.or_else(|| {
+        headers
+            .get("last-event-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    });
+    let from = match requested.as_deref() {
+        None | Some("") => server.watch.newest(),
+        Some(text) => text
+            .parse::<u64>()
+            .map_err(|_| ApiError::new(400, format!("resourceVersion {text:?} is not a number")))?,
+    };
+    let changed = server.watch.subscribe();
+    let first = server.watch.since(from).map_err(|too_old| {
+        ApiError::new(
+            410,
+            format!(
+                "too old resource version: {from} (the oldest available is {}); list again and watch from the list's resourceVersion",
+                too_old.oldest_available
+            ),
+        )
+    })?;
+    let state = WatchState {
+        log: server.watch.clone(),
+        last: from,
+        pending: first.into(),
+        changed,
+        shutdown: server.shutdown.subscribe(),
+        done: false,
+    };
+    let stream = futures_util::stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(event) = st.pending.pop_front() {
+                st.last = event.resource_version;
+                let sse = SseEvent::default()
+                    .id(event.resource_version.to_string())
+                    .event(event.kind)
+                    .json_data(&event)
+                    .expect("watch events serialize");
+                return Some((Ok::<_, Infallible>(sse), st));
+            }
+            if st.done || *st.shutdown.borrow() {
+                return None;
+            }
+            match st.log.since(st.last) {
+                Ok(events) if !events.is_empty() => {
+                    st.pending.extend(events);
+                    continue;
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    st.done = true;
+                    let sse = SseEvent::default().event("error").data(
+                        "410 Expired: this watch fell behind the retained events; list again",
+                    );
+                    return Some((Ok(sse), st));
+                }
+            }
+            tokio::select! {
+                changed = st.changed.changed() => if changed.is_err() { return None },
+                _ = st.shutdown.changed() => return None,
+            }
+        }
+    });
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}

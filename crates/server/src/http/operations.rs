@@ -1,0 +1,83 @@
+//! Operations: `/healthz`, `/readyz` and `/openapi.json` for anyone (probes and clients need them
+//! before they have a token), `/metrics` for holders of a read token.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+
+use axum::extract::State;
+use axum::http::{header, Method};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
+use super::{guard, ApiError, Shared};
+use crate::auth::Access;
+
+/// The operations routes.
+pub(super) fn routes(server: &Shared) -> Router<Shared> {
+    let read: fn(&Method) -> Access = |_| Access::Read;
+    let metrics = guard(Router::new().route("/metrics", get(metrics)), server, read);
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/openapi.json", get(openapi))
+        .merge(metrics)
+}
+
+async fn healthz(State(server): State<Shared>) -> Response {
+    let beat = server.engine.heartbeat.load(Ordering::Relaxed);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if now.saturating_sub(beat) > 30 {
+        return ApiError::new(
+            503,
+            format!("the scheduling thread has not looped for {}s", now - beat),
+        )
+        .into_response();
+    }
+    "ok".into_response()
+}
+
+async fn readyz(State(server): State<Shared>) -> Response {
+    if server.engine.ready.load(Ordering::Acquire) {
+        "ok".into_response()
+    } else {
+        ApiError::new(503, "loading the stored objects and syncing the plugins").into_response()
+    }
+}
+
+async fn metrics(State(server): State<Shared>) -> Response {
+    let mut out = String::new();
+    server.engine_metrics.render(&mut out);
+    server.plugin_stats.render(&mut out);
+    let pipeline = &server.pipeline.stats;
+    let service = &server.service_stats;
+    let counters = [
+        ("wasched_plugin_loads_total{result=\"success\"}", server.plugin_loads[0].load(Ordering::Relaxed), "Plugin uploads, by result."),
+        ("wasched_plugin_loads_total{result=\"failure\"}", server.plugin_loads[1].load(Ordering::Relaxed), ""),
+        ("wasched_events_submitted_total", pipeline.submitted.load(Ordering::Relaxed), "Cluster events offered to the pipeline."),
+        ("wasched_events_dropped_total{reason=\"stale\"}", pipeline.stale.load(Ordering::Relaxed), "Events dropped: older than what was applied or waiting (stale), or replaced by a newer event of the same object before being applied (collapsed)."),
+        ("wasched_events_dropped_total{reason=\"collapsed\"}", pipeline.collapsed.load(Ordering::Relaxed), ""),
+        ("wasched_events_dropped_total{reason=\"invalid\"}", service.events_invalid.load(Ordering::Relaxed), ""),
+        ("wasched_events_applied_total", service.events_applied.load(Ordering::Relaxed), "Events applied to the scheduler's cache and queue."),
+        ("wasched_assumed_expired_total", service.assumed_expired.load(Ordering::Relaxed), "Placements undone because their binding was not confirmed in time."),
+    ];
+    for (series, value, help) in counters {
+        let name = series.split('{').next().unwrap_or(series);
+        if !help.is_empty() {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} counter");
+        }
+        let _ = writeln!(out, "{series} {value}");
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}
+
+async fn openapi() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        include_str!("../openapi.json"),
+    )
+        .into_response()
+}

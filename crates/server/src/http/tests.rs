@@ -1,0 +1,259 @@
+//! Request handling through the assembled router (`tower::ServiceExt::oneshot`), no socket:
+//! tokens, the error shape, body limits and the object round trip.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{header, Request};
+use clap::Parser as _;
+use serde_json::{json, Value};
+use tower::ServiceExt as _;
+
+use crate::{ServeArgs, Server};
+
+const ADMIN: &str = "admin-token-6d2";
+const WRITE: &str = "write-token-81a";
+const READ: &str = "read-token-3c9";
+
+#[derive(clap::Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: ServeArgs,
+}
+
+/// A server with its engine running and no listener; shut down when dropped.
+struct Harness {
+    server: Arc<Server>,
+    dir: PathBuf,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.server.engine.shutdown();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Harness {
+    /// `serve` with `flags` (after `--data-dir` and `--runtime native`); `tokens` names which of
+    /// the three token files to pass.
+    fn open(tokens: &[&str], flags: &[&str]) -> Harness {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "wasched-http-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut argv: Vec<String> = ["serve", "--runtime", "native", "--data-dir"]
+            .map(String::from)
+            .to_vec();
+        argv.push(dir.join("data").display().to_string());
+        for (kind, flag, token) in [
+            ("admin", "--token-file", ADMIN),
+            ("write", "--write-token-file", WRITE),
+            ("read", "--read-token-file", READ),
+        ] {
+            if tokens.contains(&kind) {
+                let file = dir.join(kind);
+                std::fs::write(&file, format!("{token}\n")).unwrap();
+                argv.push(flag.into());
+                argv.push(file.display().to_string());
+            }
+        }
+        argv.extend(flags.iter().map(|f| f.to_string()));
+        let args = Cli::parse_from(argv).args;
+        let (server, _) = Server::open(args).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        Harness {
+            server,
+            dir,
+            runtime,
+        }
+    }
+
+    /// The status and body of one request.
+    fn call(&self, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, String) {
+        let mut request = Request::builder().method(method).uri(path);
+        if let Some(token) = token {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        if !body.is_empty() {
+            request = request.header(header::CONTENT_LENGTH, body.len());
+        }
+        let request = request.body(Body::from(body.to_string())).unwrap();
+        let router = super::router(self.server.clone());
+        self.runtime.block_on(async move {
+            let response = router.oneshot(request).await.unwrap();
+            let status = response.status().as_u16();
+            let bytes = axum::body::to_bytes(response.into_body(), 64 << 20)
+                .await
+                .unwrap();
+            (status, String::from_utf8_lossy(&bytes).into_owned())
+        })
+    }
+
+    fn json(&self, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, Value) {
+        let (status, text) = self.call(method, path, token, body);
+        let value = serde_json::from_str(&text)
+            .unwrap_or_else(|_| panic!("{method} {path}: not JSON ({status}): {text}"));
+        (status, value)
+    }
+}
+
+fn node(name: &str) -> String {
+    json!({"kind": "Node", "metadata": {"name": name},
+           "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "10"}}})
+    .to_string()
+}
+
+#[test]
+fn each_token_opens_what_it_grants_and_nothing_more() {
+    let h = Harness::open(&["admin", "write", "read"], &[]);
+    let cases: &[(&str, &str, Option<&str>, String, u16)] = &[
+        ("GET", "/v1/nodes", None, String::new(), 401),
+        ("GET", "/v1/nodes", Some("nope"), String::new(), 403),
+        ("GET", "/v1/nodes", Some(READ), String::new(), 200),
+        ("GET", "/metrics", None, String::new(), 401),
+        ("GET", "/metrics", Some(READ), String::new(), 200),
+        ("GET", "/v1/watch", None, String::new(), 401),
+        ("POST", "/v1/nodes", Some(READ), node("r"), 403),
+        ("POST", "/v1/objects", Some(READ), node("r"), 403),
+        ("POST", "/v1/nodes", None, node("a"), 401),
+        ("POST", "/v1/nodes", Some(WRITE), node("w"), 201),
+        ("DELETE", "/v1/nodes/w", Some(READ), String::new(), 403),
+        ("POST", "/v1/nodes", Some(ADMIN), node("x"), 201),
+        ("GET", "/admin/plugins", Some(WRITE), String::new(), 403),
+        ("GET", "/admin/plugins", None, String::new(), 401),
+        ("GET", "/admin/plugins", Some(ADMIN), String::new(), 200),
+        ("GET", "/healthz", None, String::new(), 200),
+        ("GET", "/openapi.json", None, String::new(), 200),
+    ];
+    for (method, path, token, body, expected) in cases {
+        let (status, text) = h.call(method, path, *token, body);
+        assert_eq!(status, *expected, "{method} {path} with {token:?}: {text}");
+        if status >= 400 {
+            let status_object: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(status_object["kind"], "Status", "{text}");
+            assert_eq!(status_object["code"], *expected);
+        }
+    }
+    let (_, refusal) = h.json("POST", "/v1/nodes", Some(READ), &node("r"));
+    assert_eq!(
+        refusal["message"],
+        "this token does not allow changing cluster objects: it is a read token"
+    );
+    let (_, list) = h.json("GET", "/v1/nodes", Some(READ), "");
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(names, ["w", "x"], "refused writes wrote nothing");
+}
+
+#[test]
+fn without_tokens_on_loopback_everything_answers() {
+    let h = Harness::open(&[], &[]);
+    assert_eq!(h.call("POST", "/v1/nodes", None, &node("n")).0, 201);
+    assert_eq!(h.call("GET", "/metrics", None, "").0, 200);
+    assert_eq!(h.call("GET", "/admin/config", None, "").0, 200);
+}
+
+#[test]
+fn an_object_round_trips_and_the_server_keeps_what_it_owns() {
+    let h = Harness::open(&[], &[]);
+    let (status, created) = h.json("POST", "/v1/nodes", None, &node("n1"));
+    assert_eq!(status, 201, "{created}");
+    let uid = created["metadata"]["uid"].as_str().unwrap().to_string();
+    assert!(!uid.is_empty());
+    let (status, fetched) = h.json("GET", "/v1/nodes/n1", None, "");
+    assert_eq!(status, 200);
+    assert_eq!(fetched["metadata"]["uid"], uid.as_str());
+    assert_eq!(fetched["status"]["allocatable"]["cpu"], "4");
+
+    let (status, replaced) = h.json("PUT", "/v1/nodes/n1", None, &node("n1"));
+    assert_eq!(status, 200, "{replaced}");
+    assert_eq!(
+        replaced["metadata"]["uid"],
+        uid.as_str(),
+        "the uid survives a PUT"
+    );
+    let (status, conflict) = h.json("POST", "/v1/nodes", None, &node("n1"));
+    assert_eq!(
+        (status, conflict["reason"].as_str()),
+        (409, Some("AlreadyExists"))
+    );
+
+    let pod = |node: &str| {
+        json!({"metadata": {"name": "p"}, "spec": {"nodeName": node, "containers": [{"name": "c"}]}})
+            .to_string()
+    };
+    assert_eq!(
+        h.call("POST", "/v1/namespaces/team/pods", None, &pod("n1"))
+            .0,
+        201
+    );
+    let (status, moved) = h.json("PUT", "/v1/namespaces/team/pods/p", None, &pod("n2"));
+    assert_eq!(status, 422, "{moved}");
+    assert!(
+        moved["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.nodeName is immutable once set"),
+        "{moved}"
+    );
+    let (status, mismatch) = h.json(
+        "POST",
+        "/v1/namespaces/other/pods",
+        None,
+        &json!({"metadata": {"name": "q", "namespace": "team"}}).to_string(),
+    );
+    assert_eq!(status, 400);
+    assert!(mismatch["message"]
+        .as_str()
+        .unwrap()
+        .contains("does not match the URL"));
+
+    assert_eq!(h.call("DELETE", "/v1/nodes/n1", None, "").0, 200);
+    let (status, gone) = h.json("GET", "/v1/nodes/n1", None, "");
+    assert_eq!((status, gone["reason"].as_str()), (404, Some("NotFound")));
+}
+
+#[test]
+fn unknown_paths_methods_and_oversized_bodies_get_a_status() {
+    let h = Harness::open(&[], &["--max-request-bytes", "1000"]);
+    let (status, unknown) = h.json("GET", "/v2/things", None, "");
+    assert_eq!(
+        (status, unknown["reason"].as_str()),
+        (404, Some("NotFound"))
+    );
+    let (status, method) = h.json("PATCH", "/v1/nodes", None, "");
+    assert_eq!(status, 405, "{method}");
+    let big = format!(
+        "{{\"kind\": \"Node\", \"metadata\": {{\"name\": \"{}\"}}}}",
+        "n".repeat(2000)
+    );
+    let (status, too_large) = h.json("POST", "/v1/nodes", None, &big);
+    assert_eq!(status, 413, "{too_large}");
+    assert!(too_large["message"]
+        .as_str()
+        .unwrap()
+        .contains("at most 1000"));
+    let (status, garbage) = h.json("POST", "/v1/objects", None, "kind: [\n");
+    assert_eq!(status, 400);
+    assert!(
+        garbage["message"]
+            .as_str()
+            .unwrap()
+            .contains("invalid YAML"),
+        "{garbage}"
+    );
+}

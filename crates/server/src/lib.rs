@@ -1,0 +1,626 @@
+//! `wasched serve`: the scheduler as a daemon with a cluster API, an admin API for hot-loading
+//! plugins and reloading the configuration, a watch of scheduling events, and metrics.
+//!
+//! Threads: tokio serves HTTP; the scheduling thread and the status writer are in [`engine`];
+//! compilation and profile building for a hot load run on tokio's blocking pool, so a cycle never
+//! waits for them. Changes to the policy (plugins, configuration) are serialized by one lock.
+
+pub mod auth;
+pub mod client;
+pub mod engine;
+mod http;
+pub mod store;
+pub mod watch;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+
+use auth::Tokens;
+use engine::{DeferredBinder, Engine, EngineMetrics};
+use store::{PluginRecord, Store};
+use wasched_core::clock::{Clock, SystemClock};
+use wasched_core::events::{Event, EventPipeline, Kind};
+use wasched_core::framework::{Profile, ProfileSpec, Scheduler};
+use wasched_core::metrics::PluginStatsRegistry;
+use wasched_core::service::Service;
+use wasched_wasm::component::{sha256_hex, Limits, WasmRuntime};
+use wasched_wasm::config::{Config, ConfigError, DefaultPluginRuntime};
+use watch::WatchLog;
+
+/// The default listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
+
+/// A listen address as `IP:PORT` or `HOST:PORT` (`localhost:7878`), the host resolved now; of
+/// several addresses the first IPv4 one, as most clients try it first.
+fn listen_address(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(address) = text.parse() {
+        return Ok(address);
+    }
+    let resolved: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(text)
+        .map_err(|e| format!("{text:?} is not HOST:PORT or IP:PORT: {e}"))?
+        .collect();
+    resolved
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(resolved.first())
+        .copied()
+        .ok_or_else(|| format!("{text:?} resolves to no address"))
+}
+
+/// `wasched serve` options.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Scheduler configuration (TOML). Read at start and on SIGHUP; `PUT /admin/config` writes it.
+    /// Without it, the configuration put through the admin API, else the default profile.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Address to listen on. A non-loopback address requires an admin token, which then also
+    /// guards the cluster API unless a write or read token is set.
+    #[arg(long, default_value = DEFAULT_LISTEN, value_parser = listen_address)]
+    pub listen: SocketAddr,
+    /// Where the store (objects, uploaded plugins, configuration) lives.
+    #[arg(long, default_value_os_t = default_data_dir())]
+    pub data_dir: PathBuf,
+    /// A file holding the admin token: the admin API and every cluster API call
+    /// (else $WASCHED_ADMIN_TOKEN).
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// A file holding the write token: reading and changing cluster objects
+    /// (else $WASCHED_WRITE_TOKEN). Setting it or a read token guards the cluster API on loopback.
+    #[arg(long)]
+    pub write_token_file: Option<PathBuf>,
+    /// A file holding the read token: listing objects, the watch and /metrics
+    /// (else $WASCHED_READ_TOKEN).
+    #[arg(long)]
+    pub read_token_file: Option<PathBuf>,
+    /// Largest cluster API request body, in bytes.
+    #[arg(long, default_value_t = 8 << 20)]
+    pub max_request_bytes: usize,
+    /// Largest plugin upload, in bytes (Python and JavaScript components are 12-18 MB).
+    #[arg(long, default_value_t = wasched_wasm::config::DEFAULT_MAX_COMPONENT_BYTES)]
+    pub max_component_bytes: usize,
+    /// Confine `component` paths in configurations to this directory (symbolic links resolved):
+    /// without it, any regular file the server can read may be named.
+    #[arg(long)]
+    pub plugin_dir: Option<PathBuf>,
+    /// How long a placement may wait for its binding to be written before it is undone.
+    #[arg(long, default_value_t = 30)]
+    pub assume_ttl_seconds: u64,
+    /// Run the default plugins as WebAssembly components or natively (overrides the config).
+    #[arg(long, value_enum)]
+    pub runtime: Option<DefaultPluginRuntime>,
+    /// Seed for breaking ties between equally good nodes.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// How logs are written.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// `$XDG_DATA_HOME/wasched`, else `~/.local/share/wasched`, else `./wasched-data`.
+pub fn default_data_dir() -> PathBuf {
+    std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        .map(|d| d.join("wasched"))
+        .unwrap_or_else(|| PathBuf::from("wasched-data"))
+}
+
+/// Where the active configuration comes from and goes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigSource {
+    /// `--config FILE`.
+    File(PathBuf),
+    /// Put through the admin API and kept in the store.
+    Store,
+    /// Nothing configured: kube-scheduler's default profile.
+    Default,
+}
+
+/// The plugin policy: the configuration and the uploaded components. Changed only under the
+/// server's policy lock.
+pub struct Policy {
+    pub source: ConfigSource,
+    pub text: String,
+    pub uploaded: BTreeMap<String, Arc<Vec<u8>>>,
+    pub records: BTreeMap<String, PluginRecord>,
+    /// Plugin name -> the profiles using it.
+    pub usage: BTreeMap<String, Vec<String>>,
+}
+
+/// Everything the handlers share.
+pub struct Server {
+    pub store: Store,
+    pub pipeline: Arc<EventPipeline>,
+    pub watch: Arc<WatchLog>,
+    pub engine: Engine,
+    pub engine_metrics: Arc<EngineMetrics>,
+    pub service_stats: Arc<wasched_core::service::ServiceStats>,
+    pub plugin_stats: Arc<PluginStatsRegistry>,
+    pub policy: Arc<tokio::sync::Mutex<Policy>>,
+    pub tokens: Tokens,
+    pub args: ServeArgs,
+    pub clock: Arc<dyn Clock>,
+    pub plugin_loads: [std::sync::atomic::AtomicU64; 2],
+    pub uids: std::sync::Mutex<wasched_core::util::Rng>,
+    pub shutdown: tokio::sync::watch::Sender<bool>,
+}
+
+/// A refused policy change: the HTTP status and why.
+#[derive(Debug)]
+pub struct PolicyError {
+    pub status: u16,
+    pub message: String,
+}
+
+impl PolicyError {
+    fn new(status: u16, message: impl Into<String>) -> Self {
+        PolicyError {
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+/// Plugin names: what a TOML key and a URL segment can hold without quoting.
+pub fn valid_plugin_name(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        && name.as_bytes()[0].is_ascii_alphabetic()
+}
+
+impl Server {
+    fn config_location(&self, source: &ConfigSource) -> (String, PathBuf) {
+        match source {
+            ConfigSource::File(path) => (
+                path.display().to_string(),
+                path.parent().map(Path::to_path_buf).unwrap_or_default(),
+            ),
+            ConfigSource::Store | ConfigSource::Default => {
+                ("<admin config>".to_string(), self.args.data_dir.clone())
+            }
+        }
+    }
+
+    /// Parses `text` and builds its profiles with `uploaded` components, off the scheduling
+    /// thread.
+    fn build(
+        &self,
+        source: &ConfigSource,
+        text: &str,
+        uploaded: &BTreeMap<String, Arc<Vec<u8>>>,
+    ) -> Result<(Config, Vec<Profile>), ConfigError> {
+        let (label, dir) = self.config_location(source);
+        let (config, specs) =
+            parse_and_load(&label, &dir, text, uploaded, &self.plugin_stats, &self.args)?;
+        let profiles = Scheduler::build_profiles(&specs, self.args.seed, self.clock.clone())
+            .map_err(|e| ConfigError {
+                file: label,
+                line: None,
+                message: e.0,
+            })?;
+        Ok((config, profiles))
+    }
+
+    /// Checks, stores and swaps in an uploaded component (blocking: run off the async runtime).
+    ///
+    /// # Errors
+    /// A 4xx for a bad component or one the configuration cannot use; 500 for a store failure.
+    pub fn load_plugin(
+        &self,
+        policy: &mut Policy,
+        name: &str,
+        bytes: Vec<u8>,
+        expected_sha256: Option<&str>,
+    ) -> Result<(PluginRecord, bool, bool), PolicyError> {
+        let result = self.try_load_plugin(policy, name, bytes, expected_sha256);
+        let index = usize::from(result.is_err());
+        self.plugin_loads[index].fetch_add(1, Ordering::Relaxed);
+        result
+    }
+
+    fn try_load_plugin(
+        &self,
+        policy: &mut Policy,
+        name: &str,
+        bytes: Vec<u8>,
+        expected_sha256: Option<&str>,
+    ) -> Result<(PluginRecord, bool, bool), PolicyError> {
+        if !valid_plugin_name(name) {
+            return Err(PolicyError::new(
+                400,
+                format!("invalid plugin name {name:?}: use 1-63 letters, digits, '-', '_' or '.', starting with a letter"),
+            ));
+        }
+        let sha256 = sha256_hex(&bytes);
+        if let Some(expected) = expected_sha256 {
+            if !expected.eq_ignore_ascii_case(&sha256) {
+                return Err(PolicyError::new(
+                    400,
+                    format!(
+                        "sha256 mismatch: the upload has {sha256}, the request expected {expected}"
+                    ),
+                ));
+            }
+        }
+        let factory = WasmRuntime::shared()
+            .load(name, &bytes, Limits::default())
+            .map_err(|e| PolicyError::new(400, e.0))?;
+        let version = wasched_core::runtime::PluginFactory::instantiate(&factory, "{}")
+            .map(|i| i.descriptor().version.clone())
+            .unwrap_or_default();
+        drop(factory);
+        let record = PluginRecord {
+            name: name.to_string(),
+            sha256,
+            size: bytes.len(),
+            version,
+            uploaded_at: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        };
+        let mut uploaded = policy.uploaded.clone();
+        let bytes = Arc::new(bytes);
+        uploaded.insert(name.to_string(), bytes.clone());
+        let in_use = policy.usage.contains_key(name);
+        let rebuilt = if in_use {
+            let (_, profiles) = self
+                .build(&policy.source, &policy.text, &uploaded)
+                .map_err(|e| {
+                    PolicyError::new(
+                        400,
+                        format!("the active configuration cannot use this component: {e}"),
+                    )
+                })?;
+            Some(profiles)
+        } else {
+            None
+        };
+        self.store
+            .put_plugin(&record, &bytes)
+            .map_err(|e| PolicyError::new(500, e.to_string()))?;
+        let replaced = policy.records.contains_key(name);
+        policy.uploaded = uploaded;
+        policy.records.insert(name.to_string(), record.clone());
+        if let Some(profiles) = rebuilt {
+            self.engine
+                .swap(profiles)
+                .map_err(|e| PolicyError::new(503, e))?;
+        }
+        tracing::info!(plugin = name, sha256 = %record.sha256, replaced, active = in_use, "plugin loaded");
+        Ok((record, replaced, in_use))
+    }
+
+    /// Removes an uploaded component unless a profile uses it.
+    ///
+    /// # Errors
+    /// 404 for an unknown plugin, 409 while it is in use, 500 for a store failure.
+    pub fn remove_plugin(&self, policy: &mut Policy, name: &str) -> Result<(), PolicyError> {
+        if !policy.records.contains_key(name) {
+            return Err(PolicyError::new(
+                404,
+                format!("no uploaded plugin named {name:?}"),
+            ));
+        }
+        if let Some(profiles) = policy.usage.get(name) {
+            return Err(PolicyError::new(
+                409,
+                format!(
+                    "plugin {name} is used by profile(s) {}; change the configuration first",
+                    profiles.join(", ")
+                ),
+            ));
+        }
+        self.store
+            .remove_plugin(name)
+            .map_err(|e| PolicyError::new(500, e.to_string()))?;
+        policy.uploaded.remove(name);
+        policy.records.remove(name);
+        tracing::info!(plugin = name, "plugin removed");
+        Ok(())
+    }
+
+    /// Validates a configuration, builds its profiles, keeps it (in its file, or the store) and
+    /// swaps it in. `persist` is false for a SIGHUP reload of the file itself.
+    ///
+    /// # Errors
+    /// 400 naming the line and the reason; 500 when it cannot be kept.
+    pub fn apply_config(
+        &self,
+        policy: &mut Policy,
+        text: String,
+        persist: bool,
+    ) -> Result<(), PolicyError> {
+        let source = match &policy.source {
+            ConfigSource::File(path) => ConfigSource::File(path.clone()),
+            _ => ConfigSource::Store,
+        };
+        let (config, profiles) = self
+            .build(&source, &text, &policy.uploaded)
+            .map_err(|e| PolicyError::new(400, e.to_string()))?;
+        if persist {
+            match &source {
+                ConfigSource::File(path) => write_atomically(path, &text).map_err(|e| {
+                    PolicyError::new(500, format!("cannot write {}: {e}", path.display()))
+                })?,
+                _ => self
+                    .store
+                    .set_config(&text)
+                    .map_err(|e| PolicyError::new(500, e.to_string()))?,
+            }
+        }
+        self.engine
+            .swap(profiles)
+            .map_err(|e| PolicyError::new(503, e))?;
+        policy.usage = config.usage();
+        policy.text = text;
+        policy.source = source;
+        tracing::info!("configuration applied");
+        Ok(())
+    }
+}
+
+fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    let temporary = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&temporary, text)?;
+    std::fs::File::open(&temporary)?.sync_all()?;
+    std::fs::rename(&temporary, path)
+}
+
+fn parse_and_load(
+    label: &str,
+    dir: &Path,
+    text: &str,
+    uploaded: &BTreeMap<String, Arc<Vec<u8>>>,
+    stats: &Arc<PluginStatsRegistry>,
+    args: &ServeArgs,
+) -> Result<(Config, Vec<ProfileSpec>), ConfigError> {
+    let mut config = Config::parse_with(
+        label,
+        dir,
+        text.to_string(),
+        uploaded.clone(),
+        stats.clone(),
+    )?;
+    if let Some(runtime) = args.runtime {
+        config.default_plugins = runtime;
+    }
+    config.max_component_bytes = args.max_component_bytes;
+    config.plugin_dir = args.plugin_dir.clone();
+    let specs = config.profiles()?;
+    Ok((config, specs))
+}
+
+fn read_tokens(args: &ServeArgs) -> anyhow::Result<Tokens> {
+    Tokens::new(
+        Tokens::read(args.token_file.as_deref(), auth::ADMIN_TOKEN_ENV)?,
+        Tokens::read(args.write_token_file.as_deref(), auth::WRITE_TOKEN_ENV)?,
+        Tokens::read(args.read_token_file.as_deref(), auth::READ_TOKEN_ENV)?,
+        args.listen.ip(),
+    )
+}
+
+/// Runs the server until SIGINT or SIGTERM.
+///
+/// # Errors
+/// It cannot start: a bad configuration or token, an unusable store, a busy address.
+pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let (server, restored) = Server::open(args)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .thread_name("wasched-http")
+        .build()?;
+    let result = runtime.block_on(run_http(server.clone(), restored));
+    // The running cycle finishes and every result is written before the process exits.
+    server.engine.shutdown();
+    tracing::info!("stopped");
+    result
+}
+
+impl Server {
+    /// Everything but the listener: tokens checked, store opened, policy loaded, the stored
+    /// objects submitted as events, the engine's threads started. Returns the server and how many
+    /// objects were restored.
+    ///
+    /// # Errors
+    /// As [`serve`], but for the address.
+    pub fn open(args: ServeArgs) -> anyhow::Result<(Arc<Server>, usize)> {
+        let tokens = read_tokens(&args)?;
+        for part in tokens.open_parts() {
+            tracing::warn!(
+            "{part} is open to anyone who can reach {}: see --token-file, --write-token-file and --read-token-file",
+            args.listen
+        );
+        }
+        let store_path = args.data_dir.join("wasched.redb");
+        let store = Store::open(&store_path)?;
+        let plugin_stats = Arc::new(PluginStatsRegistry::default());
+
+        // The policy: uploaded components, then the configuration that may use them.
+        let mut uploaded = BTreeMap::new();
+        let mut records = BTreeMap::new();
+        for (record, bytes) in store.plugins()? {
+            uploaded.insert(record.name.clone(), Arc::new(bytes));
+            records.insert(record.name.clone(), record);
+        }
+        let (source, text) = match &args.config {
+            Some(path) => (
+                ConfigSource::File(path.clone()),
+                std::fs::read_to_string(path)
+                    .with_context(|| format!("reading {}", path.display()))?,
+            ),
+            None => match store.config()? {
+                Some(text) => (ConfigSource::Store, text),
+                None => (ConfigSource::Default, String::new()),
+            },
+        };
+        let (label, dir) = match &source {
+            ConfigSource::File(path) => (
+                path.display().to_string(),
+                path.parent().map(Path::to_path_buf).unwrap_or_default(),
+            ),
+            _ => ("<admin config>".to_string(), args.data_dir.clone()),
+        };
+        let (config, specs) = parse_and_load(&label, &dir, &text, &uploaded, &plugin_stats, &args)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock::default());
+        let scheduler = Scheduler::with_clock(&specs, args.seed, clock.clone())
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let service = Service::new(scheduler, DeferredBinder, clock.clone())
+            .with_assume_ttl(Duration::from_secs(args.assume_ttl_seconds));
+        let pipeline = service.pipeline();
+        let service_stats = service.stats.clone();
+
+        // What was acknowledged before a restart comes back as events, nodes and storage first.
+        let (version, mut objects) = store.list_objects(None, None)?;
+        objects.sort_by_key(|o| o.kind() == Kind::Pod);
+        let restored = objects.len();
+        for object in objects {
+            let object_version = object.resource_version().unwrap_or(0);
+            pipeline.submit(Event::with_version(
+                wasched_core::events::Action::Upsert,
+                object,
+                object_version,
+            ));
+        }
+        let watch = Arc::new(WatchLog::new(version));
+        let engine_metrics = Arc::new(EngineMetrics::default());
+        let engine = Engine::start(
+            service,
+            store.clone(),
+            watch.clone(),
+            engine_metrics.clone(),
+        )?;
+
+        let (shutdown, _) = tokio::sync::watch::channel(false);
+        let server = Arc::new(Server {
+            store,
+            pipeline,
+            watch,
+            engine,
+            engine_metrics,
+            service_stats,
+            plugin_stats,
+            policy: Arc::new(tokio::sync::Mutex::new(Policy {
+                source,
+                text,
+                uploaded,
+                records,
+                usage: config.usage(),
+            })),
+            tokens,
+            args: args.clone(),
+            clock,
+            plugin_loads: Default::default(),
+            uids: std::sync::Mutex::new(wasched_core::util::Rng::new(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64)
+                    ^ u64::from(std::process::id()),
+            )),
+            shutdown,
+        });
+
+        Ok((server, restored))
+    }
+}
+
+async fn run_http(server: Arc<Server>, restored: usize) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(server.args.listen)
+        .await
+        .with_context(|| format!("listening on {}", server.args.listen))?;
+    let address = listener.local_addr()?;
+    // Tests and scripts read the address from this line (with `--listen 127.0.0.1:0`).
+    println!("wasched listening on http://{address}");
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    tracing::info!(%address, restored, data_dir = %server.args.data_dir.display(), "serving");
+
+    tokio::spawn(reload_on_sighup(server.clone()));
+    let app = http::router(server.clone());
+    let shutdown = server.shutdown.clone();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            wait_for_stop_signal().await;
+            tracing::info!("shutting down: finishing the running cycle");
+            let _ = shutdown.send(true);
+        })
+        .await?;
+    Ok(())
+}
+
+async fn wait_for_stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut terminate) = signal(SignalKind::terminate()) else {
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+}
+
+async fn reload_on_sighup(server: Arc<Server>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hangup) = signal(SignalKind::hangup()) else {
+        return;
+    };
+    while hangup.recv().await.is_some() {
+        let mut policy = server.policy.clone().lock_owned().await;
+        let ConfigSource::File(path) = policy.source.clone() else {
+            tracing::warn!("SIGHUP: no --config file to reload");
+            continue;
+        };
+        let server = server.clone();
+        let outcome = tokio::task::spawn_blocking(move || {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| PolicyError::new(400, format!("{}: {e}", path.display())))?;
+            server.apply_config(&mut policy, text, false)
+        })
+        .await;
+        match outcome {
+            Ok(Ok(())) => tracing::info!("SIGHUP: configuration reloaded"),
+            Ok(Err(e)) => tracing::error!(
+                "SIGHUP: configuration not reloaded, nothing changed: {}",
+                e.message
+            ),
+            Err(e) => tracing::error!("SIGHUP: reload failed: {e}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listen_address_may_name_a_host() {
+        assert_eq!(
+            listen_address("localhost:7878").unwrap(),
+            "127.0.0.1:7878".parse::<SocketAddr>().unwrap()
+        );
+        assert_eq!(
+            listen_address("[::1]:80").unwrap(),
+            "[::1]:80".parse::<SocketAddr>().unwrap()
+        );
+        assert!(listen_address("localhost").is_err(), "a port is needed");
+    }
+}

@@ -1,0 +1,501 @@
+//! The server's durable state in one redb file: cluster objects, uploaded plugin components and
+//! the active configuration.
+//!
+//! redb because it is an embedded, pure-Rust, ACID key-value store: a committed write transaction
+//! is fsynced before `commit` returns (so an acknowledged request survives `kill -9`), readers never
+//! block the writer, there is no C library to build, and nothing here needs SQL. Every write takes
+//! the next value of one resource-version counter in the same transaction, so versions follow
+//! commit order.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use redb::{Database, ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
+
+use wasched_core::events::{Kind, Object, ObjectKey};
+
+/// `Kind/namespace/name` -> the object's JSON.
+const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
+/// Plugin name -> component bytes.
+const PLUGIN_BYTES: TableDefinition<&str, &[u8]> = TableDefinition::new("plugin_bytes");
+/// Plugin name -> [`PluginRecord`] as JSON.
+const PLUGIN_RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("plugin_records");
+/// Counters and the configuration.
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+
+const RESOURCE_VERSION: &str = "resource_version";
+const CONFIG: &str = "config";
+
+/// A store failure (I/O, corruption); the request that hit it fails with 500 and changes nothing.
+#[derive(Debug, thiserror::Error)]
+#[error("store: {0}")]
+pub struct StoreError(String);
+
+fn err(e: impl std::fmt::Display) -> StoreError {
+    StoreError(e.to_string())
+}
+
+/// What is known of an uploaded component besides its bytes.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PluginRecord {
+    pub name: String,
+    pub sha256: String,
+    pub size: usize,
+    /// The version the plugin reports in its descriptor.
+    pub version: String,
+    /// Seconds since the Unix epoch.
+    pub uploaded_at: u64,
+}
+
+/// The open store; clone it freely.
+#[derive(Clone)]
+pub struct Store {
+    db: Arc<Database>,
+}
+
+/// The storage key of an object.
+pub fn storage_key(key: &ObjectKey) -> String {
+    format!("{}/{}/{}", kind_name(key.kind), key.namespace, key.name)
+}
+
+/// The `kind` of an object as Kubernetes spells it.
+pub fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Node => "Node",
+        Kind::Pod => "Pod",
+        Kind::PersistentVolume => "PersistentVolume",
+        Kind::PersistentVolumeClaim => "PersistentVolumeClaim",
+        Kind::StorageClass => "StorageClass",
+    }
+}
+
+/// An object as JSON, with `apiVersion` and `kind` set.
+pub fn object_json(object: &Object) -> serde_json::Value {
+    let mut value = match object {
+        Object::Node(o) => serde_json::to_value(o),
+        Object::Pod(o) => serde_json::to_value(o),
+        Object::Volume(o) => serde_json::to_value(o),
+        Object::Claim(o) => serde_json::to_value(o),
+        Object::Class(o) => serde_json::to_value(o),
+    }
+    .expect("Kubernetes objects serialize");
+    let api_version = match object {
+        Object::Class(_) => "storage.k8s.io/v1",
+        _ => "v1",
+    };
+    if let Some(map) = value.as_object_mut() {
+        map.insert("apiVersion".into(), api_version.into());
+        map.insert("kind".into(), kind_name(object.kind()).into());
+    }
+    value
+}
+
+fn decode(kind: Kind, bytes: &[u8]) -> Result<Object, StoreError> {
+    Ok(match kind {
+        Kind::Node => Object::Node(Box::new(serde_json::from_slice(bytes).map_err(err)?)),
+        Kind::Pod => Object::Pod(Box::new(serde_json::from_slice(bytes).map_err(err)?)),
+        Kind::PersistentVolume => {
+            Object::Volume(Box::new(serde_json::from_slice(bytes).map_err(err)?))
+        }
+        Kind::PersistentVolumeClaim => {
+            Object::Claim(Box::new(serde_json::from_slice(bytes).map_err(err)?))
+        }
+        Kind::StorageClass => Object::Class(Box::new(serde_json::from_slice(bytes).map_err(err)?)),
+    })
+}
+
+fn kind_of_key(key: &str) -> Option<Kind> {
+    Some(match key.split('/').next()? {
+        "Node" => Kind::Node,
+        "Pod" => Kind::Pod,
+        "PersistentVolume" => Kind::PersistentVolume,
+        "PersistentVolumeClaim" => Kind::PersistentVolumeClaim,
+        "StorageClass" => Kind::StorageClass,
+        _ => return None,
+    })
+}
+
+/// Sets `metadata.resourceVersion`.
+pub fn set_resource_version(object: &mut Object, version: u64) {
+    let metadata = match object {
+        Object::Node(o) => &mut o.metadata,
+        Object::Pod(o) => &mut o.metadata,
+        Object::Volume(o) => &mut o.metadata,
+        Object::Claim(o) => &mut o.metadata,
+        Object::Class(o) => &mut o.metadata,
+    };
+    metadata.resource_version = Some(version.to_string());
+}
+
+/// How a write treats an object that already exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteMode {
+    /// Refuses an object that exists (POST).
+    Create,
+    /// Creates or replaces (PUT, apply).
+    Upsert,
+}
+
+/// A stored object as written.
+#[derive(Debug)]
+pub struct Written {
+    pub object: Object,
+    pub version: u64,
+    /// It did not exist before.
+    pub created: bool,
+}
+
+/// Why a write of several objects was refused as a whole.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Rejection {
+    /// Object `index` exists and the mode was [`WriteMode::Create`].
+    Exists { index: usize },
+    /// `merge` refused object `index`.
+    Refused { index: usize, reason: String },
+}
+
+impl Store {
+    /// Opens (or creates) the store file.
+    ///
+    /// # Errors
+    /// The file cannot be opened (held by another server, unreadable, not a store).
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| StoreError(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        let db = Database::create(path)
+            .map_err(|e| StoreError(format!("cannot open {}: {e}", path.display())))?;
+        let tx = db.begin_write().map_err(err)?;
+        for table in [OBJECTS, PLUGIN_BYTES, PLUGIN_RECORDS, META] {
+            tx.open_table(table).map_err(err)?;
+        }
+        tx.commit().map_err(err)?;
+        Ok(Store { db: Arc::new(db) })
+    }
+
+    /// The newest resource version handed out.
+    ///
+    /// # Errors
+    /// A store failure.
+    pub fn resource_version(&self) -> Result<u64, StoreError> {
+        let tx = self.db.begin_read().map_err(err)?;
+        let meta = tx.open_table(META).map_err(err)?;
+        Ok(read_u64(meta.get(RESOURCE_VERSION).map_err(err)?))
+    }
+
+    /// Writes objects in one transaction, all or none. `merge(stored, incoming)` sees the stored
+    /// object (if any) and may adjust the incoming one or refuse it; every object gets the next
+    /// version.
+    ///
+    /// # Errors
+    /// A store failure: nothing was written.
+    pub fn write_objects(
+        &self,
+        objects: Vec<Object>,
+        mode: WriteMode,
+        merge: impl Fn(Option<&Object>, &mut Object) -> Result<(), String>,
+    ) -> Result<Result<Vec<Written>, Rejection>, StoreError> {
+        let tx = self.db.begin_write().map_err(err)?;
+        let mut written = Vec::with_capacity(objects.len());
+        {
+            let mut table = tx.open_table(OBJECTS).map_err(err)?;
+            let mut meta = tx.open_table(META).map_err(err)?;
+            let mut version = read_u64(meta.get(RESOURCE_VERSION).map_err(err)?);
+            for (index, mut object) in objects.into_iter().enumerate() {
+                let key = object.key();
+                let skey = storage_key(&key);
+                let stored = match table.get(skey.as_str()).map_err(err)? {
+                    Some(bytes) => Some(decode(key.kind, bytes.value())?),
+                    None => None,
+                };
+                if stored.is_some() && mode == WriteMode::Create {
+                    return Ok(Err(Rejection::Exists { index }));
+                }
+                if let Err(reason) = merge(stored.as_ref(), &mut object) {
+                    return Ok(Err(Rejection::Refused { index, reason }));
+                }
+                version += 1;
+                set_resource_version(&mut object, version);
+                let bytes = serde_json::to_vec(&object_json(&object)).map_err(err)?;
+                table.insert(skey.as_str(), bytes.as_slice()).map_err(err)?;
+                written.push(Written {
+                    object,
+                    version,
+                    created: stored.is_none(),
+                });
+            }
+            meta.insert(RESOURCE_VERSION, version.to_le_bytes().as_slice())
+                .map_err(err)?;
+        }
+        tx.commit().map_err(err)?;
+        Ok(Ok(written))
+    }
+
+    /// Updates stored objects in one transaction: `update` gets each stored object and returns
+    /// whether it changed it. Returns the changed objects with their new versions (missing keys
+    /// and unchanged objects are left out).
+    ///
+    /// # Errors
+    /// A store failure: nothing was written.
+    pub fn update_objects<T>(
+        &self,
+        items: Vec<(ObjectKey, T)>,
+        update: impl Fn(&mut Object, &T) -> bool,
+    ) -> Result<Vec<(u64, Object, T)>, StoreError> {
+        let tx = self.db.begin_write().map_err(err)?;
+        let mut changed = Vec::new();
+        {
+            let mut table = tx.open_table(OBJECTS).map_err(err)?;
+            let mut meta = tx.open_table(META).map_err(err)?;
+            let mut version = read_u64(meta.get(RESOURCE_VERSION).map_err(err)?);
+            for (key, item) in items {
+                let skey = storage_key(&key);
+                let mut object = match table.get(skey.as_str()).map_err(err)? {
+                    Some(bytes) => decode(key.kind, bytes.value())?,
+                    None => continue,
+                };
+                if !update(&mut object, &item) {
+                    continue;
+                }
+                version += 1;
+                set_resource_version(&mut object, version);
+                let bytes = serde_json::to_vec(&object_json(&object)).map_err(err)?;
+                table.insert(skey.as_str(), bytes.as_slice()).map_err(err)?;
+                changed.push((version, object, item));
+            }
+            meta.insert(RESOURCE_VERSION, version.to_le_bytes().as_slice())
+                .map_err(err)?;
+        }
+        tx.commit().map_err(err)?;
+        Ok(changed)
+    }
+
+    /// Deletes an object; returns it with the version of the deletion, or `None` if it did not
+    /// exist.
+    ///
+    /// # Errors
+    /// A store failure: nothing was deleted.
+    pub fn delete_object(&self, key: &ObjectKey) -> Result<Option<(u64, Object)>, StoreError> {
+        let tx = self.db.begin_write().map_err(err)?;
+        let deleted = {
+            let mut table = tx.open_table(OBJECTS).map_err(err)?;
+            let mut meta = tx.open_table(META).map_err(err)?;
+            let removed = match table.remove(storage_key(key).as_str()).map_err(err)? {
+                Some(bytes) => Some(decode(key.kind, bytes.value())?),
+                None => None,
+            };
+            match removed {
+                Some(object) => {
+                    let version = read_u64(meta.get(RESOURCE_VERSION).map_err(err)?) + 1;
+                    meta.insert(RESOURCE_VERSION, version.to_le_bytes().as_slice())
+                        .map_err(err)?;
+                    Some((version, object))
+                }
+                None => None,
+            }
+        };
+        tx.commit().map_err(err)?;
+        Ok(deleted)
+    }
+
+    /// One object.
+    ///
+    /// # Errors
+    /// A store failure.
+    pub fn get_object(&self, key: &ObjectKey) -> Result<Option<Object>, StoreError> {
+        let tx = self.db.begin_read().map_err(err)?;
+        let table = tx.open_table(OBJECTS).map_err(err)?;
+        let found = table.get(storage_key(key).as_str()).map_err(err)?;
+        found
+            .map(|bytes| decode(key.kind, bytes.value()))
+            .transpose()
+    }
+
+    /// Objects of one kind (all kinds with `None`), in one namespace or all, and the resource
+    /// version the listing reflects.
+    ///
+    /// # Errors
+    /// A store failure.
+    pub fn list_objects(
+        &self,
+        kind: Option<Kind>,
+        namespace: Option<&str>,
+    ) -> Result<(u64, Vec<Object>), StoreError> {
+        let tx = self.db.begin_read().map_err(err)?;
+        let table = tx.open_table(OBJECTS).map_err(err)?;
+        let meta = tx.open_table(META).map_err(err)?;
+        let version = read_u64(meta.get(RESOURCE_VERSION).map_err(err)?);
+        let prefix = match (kind, namespace) {
+            (None, _) => String::new(),
+            (Some(k), None) => format!("{}/", kind_name(k)),
+            (Some(k), Some(ns)) => format!("{}/{ns}/", kind_name(k)),
+        };
+        let mut objects = Vec::new();
+        for entry in table.range(prefix.as_str()..).map_err(err)? {
+            let (key, value) = entry.map_err(err)?;
+            let key = key.value();
+            if !key.starts_with(&prefix) {
+                break;
+            }
+            let Some(kind) = kind_of_key(key) else {
+                continue;
+            };
+            objects.push(decode(kind, value.value())?);
+        }
+        Ok((version, objects))
+    }
+
+    /// Stores (or replaces) an uploaded component.
+    ///
+    /// # Errors
+    /// A store failure: nothing was written.
+    pub fn put_plugin(&self, record: &PluginRecord, bytes: &[u8]) -> Result<(), StoreError> {
+        let tx = self.db.begin_write().map_err(err)?;
+        {
+            let mut table = tx.open_table(PLUGIN_BYTES).map_err(err)?;
+            table.insert(record.name.as_str(), bytes).map_err(err)?;
+            let mut records = tx.open_table(PLUGIN_RECORDS).map_err(err)?;
+            let json = serde_json::to_vec(record).map_err(err)?;
+            records
+                .insert(record.name.as_str(), json.as_slice())
+                .map_err(err)?;
+        }
+        tx.commit().map_err(err)
+    }
+
+    /// Removes an uploaded component; false if there was none.
+    ///
+    /// # Errors
+    /// A store failure.
+    pub fn remove_plugin(&self, name: &str) -> Result<bool, StoreError> {
+        let tx = self.db.begin_write().map_err(err)?;
+        let removed = {
+            let mut table = tx.open_table(PLUGIN_BYTES).map_err(err)?;
+            let mut records = tx.open_table(PLUGIN_RECORDS).map_err(err)?;
+            let removed = table.remove(name).map_err(err)?.is_some();
+            records.remove(name).map_err(err)?;
+            removed
+        };
+        tx.commit().map_err(err)?;
+        Ok(removed)
+    }
+
+    /// Every uploaded component with its record.
+    ///
+    /// # Errors
+    /// A store failure.
+    pub fn plugins(&self) -> Result<Vec<(PluginRecord, Vec<u8>)>, StoreError> {
+        let tx = self.db.begin_read().map_err(err)?;
+        let table = tx.open_table(PLUGIN_BYTES).map_err(err)?;
+        let records = tx.open_table(PLUGIN_RECORDS).map_err(err)?;
+        let mut plugins = Vec::new();
+        for entry in records.iter().map_err(err)? {
+            let (name, record) = entry.map_err(err)?;
+            let record: PluginRecord = serde_json::from_slice(record.value()).map_err(err)?;
+            if let Some(bytes) = table.get(name.value()).map_err(err)? {
+                plugins.push((record, bytes.value().to_vec()));
+            }
+        }
+        Ok(plugins)
+    }
+
+    /// The configuration put through the admin API, if any.
+    ///
+    /// # Errors
+    /// A store failure.
+    pub fn config(&self) -> Result<Option<String>, StoreError> {
+        let tx = self.db.begin_read().map_err(err)?;
+        let meta = tx.open_table(META).map_err(err)?;
+        let text = meta
+            .get(CONFIG)
+            .map_err(err)?
+            .map(|v| String::from_utf8_lossy(v.value()).into_owned());
+        Ok(text)
+    }
+
+    /// Stores the configuration.
+    ///
+    /// # Errors
+    /// A store failure: nothing was written.
+    pub fn set_config(&self, text: &str) -> Result<(), StoreError> {
+        let tx = self.db.begin_write().map_err(err)?;
+        tx.open_table(META)
+            .map_err(err)?
+            .insert(CONFIG, text.as_bytes())
+            .map_err(err)?;
+        tx.commit().map_err(err)
+    }
+}
+
+fn read_u64(value: Option<redb::AccessGuard<'_, &[u8]>>) -> u64 {
+    value
+        .and_then(|v| <[u8; 8]>::try_from(v.value()).ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1 as core;
+
+    fn node(name: &str) -> Object {
+        let mut n = core::Node::default();
+        n.metadata.name = Some(name.into());
+        Object::Node(Box::new(n))
+    }
+
+    #[test]
+    fn objects_plugins_and_config_survive_reopening() {
+        let dir = std::env::temp_dir().join(format!("wasched-store-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("state.redb");
+        {
+            let store = Store::open(&path).unwrap();
+            let out = store
+                .write_objects(vec![node("a"), node("b")], WriteMode::Create, |_, _| Ok(()))
+                .unwrap()
+                .unwrap();
+            assert_eq!((out[1].version, out[1].created), (2, true));
+            let again = store
+                .write_objects(vec![node("c"), node("a")], WriteMode::Create, |_, _| Ok(()))
+                .unwrap();
+            assert_eq!(again.unwrap_err(), Rejection::Exists { index: 1 });
+            let refused = store
+                .write_objects(vec![node("c")], WriteMode::Upsert, |_, _| Err("no".into()))
+                .unwrap();
+            assert!(matches!(refused, Err(Rejection::Refused { index: 0, .. })));
+            assert!(
+                store.get_object(&node("c").key()).unwrap().is_none(),
+                "all or none"
+            );
+            let (version, deleted) = store.delete_object(&node("b").key()).unwrap().unwrap();
+            assert_eq!((version, deleted.key().name.as_str()), (3, "b"));
+            let record = PluginRecord {
+                name: "P".into(),
+                sha256: "00".into(),
+                size: 3,
+                version: "1".into(),
+                uploaded_at: 7,
+            };
+            store.put_plugin(&record, b"abc").unwrap();
+            store.set_config("[runtime]\n").unwrap();
+        }
+        let store = Store::open(&path).unwrap();
+        let (version, objects) = store.list_objects(Some(Kind::Node), None).unwrap();
+        assert_eq!(version, 3);
+        assert_eq!(
+            objects,
+            vec![{
+                let mut a = node("a");
+                set_resource_version(&mut a, 1);
+                a
+            }]
+        );
+        assert_eq!(store.plugins().unwrap()[0].1, b"abc");
+        assert_eq!(store.config().unwrap().as_deref(), Some("[runtime]\n"));
+        assert!(store.remove_plugin("P").unwrap());
+        assert!(store.plugins().unwrap().is_empty());
+    }
+}

@@ -1,0 +1,915 @@
+//! WebAssembly component plugins under wasmtime.
+//!
+//! A component is compiled once (and cached on disk by its sha256), checked against the `plugin`
+//! world, and pre-instantiated; each [`PluginInstance`] is then a cheap instantiation in its own
+//! [`Store`] with a memory limit, and every call runs under an epoch deadline.
+
+use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
+
+use wasched_sdk as sdk;
+
+use wasched_core::runtime::{
+    check_len, CallError, FailureKind, LoadError, PluginFactory, PluginInstance,
+};
+
+mod bindings {
+    wasmtime::component::bindgen!({
+        path: "../../wit",
+        world: "plugin",
+    });
+}
+
+use bindings::wasched::plugin::types as wit;
+use bindings::{Plugin as PluginWorld, PluginPre};
+
+/// How often the epoch advances; call deadlines are counted in these ticks.
+pub const EPOCH_TICK: Duration = Duration::from_millis(1);
+/// Default deadline of one call, before the per-node allowance: enough for `set-pod` or a small
+/// batch in the slowest guest languages measured (Python ~3 µs per node), far below what would
+/// stall the scheduler.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(20);
+/// Default deadline of one call into an embedded default plugin, before the per-node allowance.
+/// They are built from this repository and answer in microseconds, so their deadline only has to
+/// catch a bug; 20 ms was missed three times by NodeResourcesFit in one replay on a busy 2-core
+/// machine, where the scheduling thread itself waited that long for a core, and five misses in a
+/// row would quarantine a plugin every pod needs.
+pub const BUILT_IN_CALL_TIMEOUT: Duration = Duration::from_secs(1);
+/// Deadline of instantiation and `init`: an interpreter-based component (Python, JavaScript) runs
+/// its runtime's start-up there, measured at 6 ms on an idle machine and several times that on a
+/// loaded one. It runs when a plugin is loaded, not in a cycle, and a start that loops is still cut
+/// off.
+pub const INSTANTIATE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Extra time a call gets per node in its batch (filter, score, mirror updates): a batch of
+/// 5,000 nodes may take 20 ms + 50 ms.
+pub const PER_NODE_ALLOWANCE: Duration = Duration::from_micros(10);
+/// Extra time `set-pod` gets per item of the pod it sends (a label, a toleration, a container, a
+/// value of a node selector requirement): a pod's own size is the plugin's input there, and a pod
+/// with tens of thousands of affinity expressions (still under an API server's object limit) is
+/// not the plugin's fault.
+pub const SET_POD_PER_ITEM_ALLOWANCE: Duration = Duration::from_micros(2);
+/// Extra time a mirror update gets per node sent: more than a filter's, because a plugin may index
+/// what it is sent (labels, taint sets).
+pub const SYNC_PER_NODE_ALLOWANCE: Duration = Duration::from_micros(50);
+/// Extra time a mirror update gets per node already in the mirror: growing a large mirror moves
+/// and rehashes all of it now and then (measured: a 512-node update into a 50,000-node mirror
+/// missed a 46 ms deadline), so the allowance follows the mirror's size, not the batch's.
+pub const SYNC_PER_MIRRORED_NODE_ALLOWANCE: Duration = Duration::from_micros(2);
+/// Default linear-memory limit of one instance: room for a 50,000-node mirror, or an
+/// interpreter-based guest's runtime plus a 5,000-node mirror.
+pub const DEFAULT_MEMORY_LIMIT: usize = 128 << 20;
+/// Default limit on table elements of one instance.
+pub const DEFAULT_TABLE_ELEMENTS: usize = 100_000;
+/// Core instances one component may create (Rust and C components hold a few; interpreters more).
+pub const MAX_CORE_INSTANCES: usize = 64;
+/// Longest reason string a plugin may return.
+pub const MAX_REASON_BYTES: usize = 1024;
+/// Most reasons one failure may carry.
+pub const MAX_REASONS_PER_FAILURE: usize = 32;
+/// Most nodes an `only-nodes` or `failing-nodes` plan may list.
+pub const MAX_LISTED_NODES: usize = 100_000;
+
+/// Limits applied to every instance of a component.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub call_timeout: Duration,
+    pub memory: usize,
+    pub table_elements: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+            memory: DEFAULT_MEMORY_LIMIT,
+            table_elements: DEFAULT_TABLE_ELEMENTS,
+        }
+    }
+}
+
+/// The wasmtime engine shared by every component, with its epoch ticker.
+#[derive(Clone)]
+pub struct WasmRuntime {
+    engine: Engine,
+    linker: Arc<Linker<StoreState>>,
+    cache_dir: Option<PathBuf>,
+    deadlines: bool,
+}
+
+impl WasmRuntime {
+    /// The process-wide runtime (one engine, one epoch ticker thread).
+    ///
+    /// # Panics
+    /// If wasmtime cannot create an engine for this machine.
+    pub fn shared() -> &'static WasmRuntime {
+        Self::shared_with(true)
+    }
+
+    /// The process-wide runtime with call deadlines, or the one without (which only `bench` uses,
+    /// to measure what deadlines cost).
+    ///
+    /// # Panics
+    /// If wasmtime cannot create an engine for this machine.
+    pub fn shared_with(deadlines: bool) -> &'static WasmRuntime {
+        static WITH: OnceLock<WasmRuntime> = OnceLock::new();
+        static WITHOUT: OnceLock<WasmRuntime> = OnceLock::new();
+        let cell = if deadlines { &WITH } else { &WITHOUT };
+        cell.get_or_init(|| WasmRuntime::new(deadlines).expect("wasmtime engine"))
+    }
+
+    fn new(deadlines: bool) -> Result<WasmRuntime, LoadError> {
+        let mut config = Config::new();
+        config.epoch_interruption(deadlines);
+        config.wasm_component_model(true);
+        if std::env::var_os("WASCHED_PERFMAP").is_some() {
+            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
+        let engine = Engine::new(&config).map_err(|e| LoadError(format!("wasmtime: {e:#}")))?;
+        if deadlines {
+            let weak = engine.weak();
+            std::thread::Builder::new()
+                .name("wasched-epoch".into())
+                .spawn(move || loop {
+                    std::thread::sleep(EPOCH_TICK);
+                    match weak.upgrade() {
+                        Some(engine) => engine.increment_epoch(),
+                        None => break,
+                    }
+                })
+                .map_err(|e| LoadError(format!("epoch thread: {e}")))?;
+        }
+        // WASI is linked whole, but `load` refuses any import outside `wasi::ALLOWED_IMPORTS`, and
+        // the context grants no preopened directory, network, environment or real wall clock.
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .map_err(|e| LoadError(format!("linking WASI: {e:#}")))?;
+        Ok(WasmRuntime {
+            engine,
+            linker: Arc::new(linker),
+            cache_dir: cache_dir(),
+            deadlines,
+        })
+    }
+
+    /// Compiles (or loads from the on-disk cache) a component and checks it is a plugin.
+    ///
+    /// # Errors
+    /// Not a component, not the `plugin` world, or it imports something the host does not give.
+    pub fn load(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        limits: Limits,
+    ) -> Result<ComponentFactory, LoadError> {
+        // The parser's error for a file that is not WebAssembly quotes its first bytes, and the
+        // file may be any file a configuration named.
+        if !bytes.starts_with(b"\0asm") {
+            return Err(LoadError(format!(
+                "plugin {name}: not a valid WebAssembly component: it does not start with \\0asm"
+            )));
+        }
+        let sha256 = sha256_hex(bytes);
+        let component = self.compile(bytes, &sha256).map_err(|e| {
+            LoadError(format!(
+                "plugin {name}: not a valid WebAssembly component: {e:#}"
+            ))
+        })?;
+        // Checked by name rather than left to the linker (which has all of WASI, and accepts an
+        // import of an empty instance).
+        let component_type = component.component_type();
+        let refused: Vec<&str> = component_type
+            .imports(&self.engine)
+            .map(|(import, _)| import)
+            .filter(|import| !crate::wasi::import_allowed(import))
+            .collect();
+        if !refused.is_empty() {
+            return Err(LoadError(format!(
+                "plugin {name}: imports {}, which plugins may not use (no filesystem, network or HTTP; \
+                 only stdout/stderr, an empty environment, clocks and seeded randomness)",
+                refused.join(", ")
+            )));
+        }
+        let pre = self.linker.instantiate_pre(&component).map_err(|e| {
+            LoadError(format!(
+                "plugin {name}: its imports cannot be satisfied (plugins get no imports): {e:#}"
+            ))
+        })?;
+        let pre = PluginPre::new(pre).map_err(|e| {
+            LoadError(format!(
+                "plugin {name}: does not implement the wasched:plugin/plugin world: {e:#}"
+            ))
+        })?;
+        Ok(ComponentFactory {
+            name: name.to_string(),
+            engine: self.engine.clone(),
+            pre,
+            limits,
+            sha256,
+            deadlines: self.deadlines,
+        })
+    }
+
+    /// What a component file is: its imports and exports, and whether this host accepts it as a
+    /// plugin (and what it then says it does).
+    pub fn inspect(&self, bytes: &[u8]) -> Inspection {
+        let sha256 = sha256_hex(bytes);
+        let mut inspection = Inspection {
+            size: bytes.len(),
+            sha256: sha256.clone(),
+            imports: Vec::new(),
+            exports: Vec::new(),
+            verdict: Err(String::new()),
+        };
+        let component = match self.compile(bytes, &sha256) {
+            Ok(component) => component,
+            Err(e) => {
+                inspection.verdict = Err(format!("not a valid WebAssembly component: {e:#}"));
+                return inspection;
+            }
+        };
+        let ty = component.component_type();
+        inspection.imports = ty
+            .imports(&self.engine)
+            .map(|(n, _)| n.to_string())
+            .collect();
+        inspection.exports = ty
+            .exports(&self.engine)
+            .map(|(n, _)| n.to_string())
+            .collect();
+        inspection.verdict = self
+            .load("inspected", bytes, Limits::default())
+            .and_then(|factory| factory.instantiate("{}"))
+            .map(|instance| instance.descriptor().clone())
+            .map_err(|e| e.0.replacen("plugin inspected: ", "", 1));
+        inspection
+    }
+
+    fn compile(&self, bytes: &[u8], sha256: &str) -> wasmtime::Result<Component> {
+        let Some(dir) = &self.cache_dir else {
+            return Component::new(&self.engine, bytes);
+        };
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.engine
+            .precompile_compatibility_hash()
+            .hash(&mut hasher);
+        let path = dir.join(format!("{sha256}-{:016x}.cwasm", hasher.finish()));
+        if let Ok(compiled) = std::fs::read(&path) {
+            // SAFETY: the file was written by `precompile_component` of an engine with the same
+            // compatibility hash, under a name that includes the source's sha256.
+            if let Ok(component) = unsafe { Component::deserialize(&self.engine, &compiled) } {
+                return Ok(component);
+            }
+        }
+        let compiled = self.engine.precompile_component(bytes)?;
+        // A cache that cannot be written only costs a recompilation next time.
+        if std::fs::create_dir_all(dir).is_ok() {
+            let temporary = path.with_extension(format!("tmp{}", std::process::id()));
+            if std::fs::write(&temporary, &compiled).is_ok() {
+                let _ = std::fs::rename(&temporary, &path);
+            }
+        }
+        // SAFETY: just produced by this engine.
+        unsafe { Component::deserialize(&self.engine, &compiled) }
+    }
+}
+
+/// Where compiled components are cached: `$WASCHED_CACHE_DIR`, else the user's cache directory.
+fn cache_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("WASCHED_CACHE_DIR") {
+        return (!dir.is_empty()).then(|| PathBuf::from(dir));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("wasched").join("compiled"))
+}
+
+/// The lowercase hex sha256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// What `wasched plugin inspect` reports.
+#[derive(Debug, Clone)]
+pub struct Inspection {
+    pub size: usize,
+    pub sha256: String,
+    pub imports: Vec<String>,
+    pub exports: Vec<String>,
+    /// The plugin's descriptor (from `init` with an empty configuration), or why it is refused.
+    pub verdict: Result<sdk::Descriptor, String>,
+}
+
+/// A compiled, pre-instantiated plugin component.
+pub struct ComponentFactory {
+    name: String,
+    engine: Engine,
+    pre: PluginPre<StoreState>,
+    limits: Limits,
+    sha256: String,
+    deadlines: bool,
+}
+
+impl ComponentFactory {
+    /// The sha256 of the component's bytes.
+    pub fn sha256(&self) -> &str {
+        &self.sha256
+    }
+}
+
+/// Per-instance host state: the resource limits and the (minimal) WASI context.
+pub struct StoreState {
+    limits: StoreLimits,
+    wasi: wasmtime_wasi::WasiCtx,
+    table: wasmtime::component::ResourceTable,
+}
+
+impl wasmtime_wasi::WasiView for StoreState {
+    fn ctx(&mut self) -> wasmtime_wasi::WasiCtxView<'_> {
+        wasmtime_wasi::WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl PluginFactory for ComponentFactory {
+    fn instantiate(&self, config: &str) -> Result<Box<dyn PluginInstance>, LoadError> {
+        let limits = StoreLimitsBuilder::new()
+            .memory_size(self.limits.memory)
+            .table_elements(self.limits.table_elements)
+            // A component holds several core instances (its module, adapter shims).
+            .instances(MAX_CORE_INSTANCES)
+            .trap_on_grow_failure(true)
+            .build();
+        // Seeded by the component, so a plugin's "randomness" repeats from run to run.
+        let seed = u64::from_str_radix(&self.sha256[..16], 16).unwrap_or(0);
+        let state = StoreState {
+            limits,
+            wasi: crate::wasi::context(&self.name, seed),
+            table: wasmtime::component::ResourceTable::new(),
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|state| &mut state.limits);
+        let ticks = ticks(self.limits.call_timeout);
+        let start_ticks = self::ticks(INSTANTIATE_TIMEOUT.max(self.limits.call_timeout));
+        if self.deadlines {
+            store.epoch_deadline_trap();
+            store.set_epoch_deadline(start_ticks);
+        }
+        let world = self
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| LoadError(format!("plugin {}: instantiation failed: {e:#}", self.name)))?;
+        if self.deadlines {
+            store.set_epoch_deadline(start_ticks);
+        }
+        let descriptor = world
+            .call_init(&mut store, config)
+            .map_err(|e| LoadError(format!("plugin {}: init trapped: {e:#}", self.name)))?
+            .map_err(|e| {
+                LoadError(format!(
+                    "plugin {}: refused its configuration: {e}",
+                    self.name
+                ))
+            })?;
+        Ok(Box::new(ComponentInstance {
+            store,
+            world,
+            descriptor: descriptor.into(),
+            call_ticks: ticks,
+            deadlines: self.deadlines,
+            scratch_nodes: Vec::new(),
+            mirrored: 0,
+        }))
+    }
+
+    fn kind(&self) -> &'static str {
+        "wasm"
+    }
+
+    fn identity(&self) -> String {
+        format!(
+            "wasm:{}:{:?}:deadlines={}",
+            self.sha256, self.limits, self.deadlines
+        )
+    }
+}
+
+fn ticks(timeout: Duration) -> u64 {
+    (timeout.as_micros() / EPOCH_TICK.as_micros()).max(1) as u64
+}
+
+struct ComponentInstance {
+    store: Store<StoreState>,
+    world: PluginWorld,
+    descriptor: sdk::Descriptor,
+    call_ticks: u64,
+    deadlines: bool,
+    scratch_nodes: Vec<(u32, wit::NodeInfo)>,
+    /// One past the highest node id sent: a bound on the mirror's size.
+    mirrored: usize,
+}
+
+fn trapped(call: &'static str, error: wasmtime::Error) -> CallError {
+    let root = error.root_cause().to_string();
+    let (kind, message) = match error.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::Interrupt) => (
+            FailureKind::Deadline,
+            "deadline exceeded (the call ran too long)".to_string(),
+        ),
+        Some(trap) => (FailureKind::Trap, trap.to_string()),
+        // StoreLimits refuses the growth and, with `trap_on_grow_failure`, fails the call.
+        None if root.contains("growing memory") => (
+            FailureKind::Memory,
+            format!("memory limit exceeded ({root})"),
+        ),
+        None if root.contains("growing table") => (
+            FailureKind::Memory,
+            format!("table limit exceeded ({root})"),
+        ),
+        None => (FailureKind::Trap, format!("failed: {root}")),
+    };
+    CallError::of_kind(kind, call, message)
+}
+
+impl ComponentInstance {
+    /// Sets the deadline of the next call, allowing for the nodes it handles.
+    fn arm(&mut self, nodes: usize) {
+        self.arm_for(PER_NODE_ALLOWANCE * nodes as u32);
+    }
+
+    /// Sets the deadline of the next call: the call timeout plus `allowance`.
+    fn arm_for(&mut self, allowance: Duration) {
+        if self.deadlines {
+            let extra = allowance.as_micros() / EPOCH_TICK.as_micros();
+            self.store
+                .set_epoch_deadline(self.call_ticks + extra as u64);
+        }
+    }
+}
+
+impl PluginInstance for ComponentInstance {
+    fn descriptor(&self) -> &sdk::Descriptor {
+        &self.descriptor
+    }
+
+    fn upsert_nodes(&mut self, nodes: &[(u32, &sdk::NodeInfo)]) -> Result<(), CallError> {
+        let highest = nodes
+            .iter()
+            .map(|(id, _)| *id as usize + 1)
+            .max()
+            .unwrap_or(0);
+        self.mirrored = self.mirrored.max(highest);
+        self.arm_for(
+            SYNC_PER_NODE_ALLOWANCE * nodes.len() as u32
+                + SYNC_PER_MIRRORED_NODE_ALLOWANCE * self.mirrored as u32,
+        );
+        self.scratch_nodes.clear();
+        self.scratch_nodes
+            .extend(nodes.iter().map(|(id, node)| (*id, node_info(node))));
+        let result = self
+            .world
+            .call_upsert_nodes(&mut self.store, &self.scratch_nodes);
+        self.scratch_nodes.clear();
+        result.map_err(|e| trapped("upsert-nodes", e))
+    }
+
+    fn remove_nodes(&mut self, ids: &[u32]) -> Result<(), CallError> {
+        self.arm(ids.len());
+        self.world
+            .call_remove_nodes(&mut self.store, ids)
+            .map_err(|e| trapped("remove-nodes", e))
+    }
+
+    fn update_usage(&mut self, usage: &[(u32, &sdk::NodeUsage)]) -> Result<(), CallError> {
+        self.arm(usage.len());
+        let converted: Vec<(u32, wit::NodeUsage)> =
+            usage.iter().map(|(id, u)| (*id, node_usage(u))).collect();
+        self.world
+            .call_update_usage(&mut self.store, &converted)
+            .map_err(|e| trapped("update-usage", e))
+    }
+
+    fn set_pod(&mut self, pod: &sdk::Pod) -> Result<sdk::PodPlan, CallError> {
+        let items = pod_items(pod, self.descriptor.reads_pod);
+        self.arm_for(SET_POD_PER_ITEM_ALLOWANCE * items as u32);
+        let plan = self
+            .world
+            .call_set_pod(&mut self.store, &wit_pod(pod, self.descriptor.reads_pod))
+            .map_err(|e| trapped("set-pod", e))?;
+        match &plan.filter {
+            wit::FilterPlan::Reject(f) => check_failure("set-pod", f)?,
+            wit::FilterPlan::OnlyNodes(names) if names.len() > MAX_LISTED_NODES => {
+                return Err(CallError::new(
+                    "set-pod",
+                    format!("listed {} nodes, more than {MAX_LISTED_NODES}", names.len()),
+                ))
+            }
+            wit::FilterPlan::FailingNodes(failing) => {
+                if failing.nodes.len() > MAX_LISTED_NODES {
+                    return Err(CallError::new(
+                        "set-pod",
+                        format!(
+                            "listed {} failing nodes, more than {MAX_LISTED_NODES}",
+                            failing.nodes.len()
+                        ),
+                    ));
+                }
+                check_failures("set-pod", &failing.failures, failing.nodes.len())?;
+            }
+            _ => {}
+        }
+        Ok(pod_plan(plan))
+    }
+
+    fn filter(&mut self, ids: &[u32], out: &mut sdk::FilterResults) -> Result<(), CallError> {
+        self.arm(ids.len());
+        let results = self
+            .world
+            .call_filter(&mut self.store, ids)
+            .map_err(|e| trapped("filter", e))?;
+        check_failures("filter", &results.failures, ids.len())?;
+        let results = sdk::FilterResults {
+            verdicts: results.verdicts,
+            failures: results.failures.into_iter().map(failure).collect(),
+        };
+        results
+            .check(ids.len())
+            .map_err(|message| CallError::new("filter", message))?;
+        out.append(results);
+        Ok(())
+    }
+
+    fn score(&mut self, ids: &[u32], out: &mut Vec<i64>) -> Result<(), CallError> {
+        self.arm(ids.len());
+        let scores = self
+            .world
+            .call_score(&mut self.store, ids)
+            .map_err(|e| trapped("score", e))?;
+        check_len("score", scores.len(), ids.len())?;
+        if out.is_empty() {
+            *out = scores;
+        } else {
+            out.extend(scores);
+        }
+        Ok(())
+    }
+
+    fn normalize(&mut self, scores: &mut Vec<i64>) -> Result<(), CallError> {
+        self.arm(scores.len());
+        let normalized = self
+            .world
+            .call_normalize(&mut self.store, scores)
+            .map_err(|e| trapped("normalize", e))?;
+        check_len("normalize", normalized.len(), scores.len())?;
+        *scores = normalized;
+        Ok(())
+    }
+}
+
+/// Refuses more distinct failures than the `nodes` they are for, or any failure
+/// [`check_failure`] refuses.
+fn check_failures(
+    call: &'static str,
+    failures: &[wit::Failure],
+    nodes: usize,
+) -> Result<(), CallError> {
+    if failures.len() > nodes {
+        return Err(CallError::new(
+            call,
+            format!("returned {} failures for {nodes} nodes", failures.len()),
+        ));
+    }
+    failures.iter().try_for_each(|f| check_failure(call, f))
+}
+
+/// Refuses failures with absurdly many or long reasons (they end up in pod statuses and logs).
+fn check_failure(call: &'static str, f: &wit::Failure) -> Result<(), CallError> {
+    if f.reasons.len() > MAX_REASONS_PER_FAILURE {
+        return Err(CallError::new(
+            call,
+            format!(
+                "returned a failure with {} reasons, more than {MAX_REASONS_PER_FAILURE}",
+                f.reasons.len()
+            ),
+        ));
+    }
+    if let Some(long) = f.reasons.iter().find(|r| r.len() > MAX_REASON_BYTES) {
+        return Err(CallError::new(
+            call,
+            format!(
+                "returned a {}-byte reason, longer than {MAX_REASON_BYTES}",
+                long.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn pairs(labels: &sdk::Labels) -> Vec<(String, String)> {
+    labels.to_vec()
+}
+
+fn resources(r: &sdk::Resources) -> wit::Resources {
+    wit::Resources {
+        milli_cpu: r.milli_cpu,
+        memory: r.memory,
+        ephemeral_storage: r.ephemeral_storage,
+        pods: r.pods,
+        scalar: r.scalar.clone(),
+    }
+}
+
+fn node_usage(u: &sdk::NodeUsage) -> wit::NodeUsage {
+    wit::NodeUsage {
+        requested: resources(&u.requested),
+        non_zero_requested: resources(&u.non_zero_requested),
+        pod_count: u.pod_count,
+    }
+}
+
+fn node_info(n: &sdk::NodeInfo) -> wit::NodeInfo {
+    wit::NodeInfo {
+        name: n.name.clone(),
+        labels: pairs(&n.labels),
+        annotations: pairs(&n.annotations),
+        taints: n
+            .taints
+            .iter()
+            .map(|t| wit::Taint {
+                key: t.key.clone(),
+                value: t.value.clone(),
+                effect: t.effect.clone(),
+            })
+            .collect(),
+        unschedulable: n.unschedulable,
+        allocatable: resources(&n.allocatable),
+        usage: node_usage(&n.usage),
+    }
+}
+
+fn term(t: &sdk::NodeSelectorTerm) -> wit::NodeSelectorTerm {
+    let requirements = |list: &[sdk::NodeSelectorRequirement]| {
+        list.iter()
+            .map(|r| wit::NodeSelectorRequirement {
+                key: r.key.clone(),
+                operator: r.operator.clone(),
+                values: r.values.clone(),
+            })
+            .collect()
+    };
+    wit::NodeSelectorTerm {
+        match_expressions: requirements(&t.match_expressions),
+        match_fields: requirements(&t.match_fields),
+    }
+}
+
+/// The WIT pod with the parts of `p` in `parts`: each part left out spares the guest an allocator
+/// call per string and list in it.
+fn wit_pod(p: &sdk::Pod, parts: sdk::PodParts) -> wit::Pod {
+    let part = |wanted: sdk::PodParts| parts.contains(wanted);
+    wit::Pod {
+        priority: p.priority,
+        identity: part(sdk::PodParts::IDENTITY).then(|| wit::PodIdentity {
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+            uid: p.uid.clone(),
+            scheduler_name: p.scheduler_name.clone(),
+        }),
+        labels: part(sdk::PodParts::LABELS).then(|| pairs(&p.labels)),
+        annotations: part(sdk::PodParts::ANNOTATIONS).then(|| pairs(&p.annotations)),
+        node_name: part(sdk::PodParts::NODE_NAME).then(|| p.node_name.clone()),
+        node_selection: part(sdk::PodParts::NODE_SELECTION).then(|| wit::NodeSelection {
+            node_selector: pairs(&p.node_selector),
+            node_affinity: p.node_affinity.as_ref().map(|a| wit::NodeAffinity {
+                required: a
+                    .required
+                    .as_ref()
+                    .map(|terms| terms.iter().map(term).collect()),
+                preferred: a
+                    .preferred
+                    .iter()
+                    .map(|p| wit::PreferredSchedulingTerm {
+                        weight: p.weight,
+                        preference: term(&p.preference),
+                    })
+                    .collect(),
+            }),
+        }),
+        tolerations: part(sdk::PodParts::TOLERATIONS).then(|| {
+            p.tolerations
+                .iter()
+                .map(|t| wit::Toleration {
+                    key: t.key.clone(),
+                    operator: t.operator.clone(),
+                    value: t.value.clone(),
+                    effect: t.effect.clone(),
+                    toleration_seconds: t.toleration_seconds,
+                })
+                .collect()
+        }),
+        requests: part(sdk::PodParts::REQUESTS).then(|| wit::PodRequests {
+            requests: resources(&p.requests),
+            non_zero_requests: resources(&p.non_zero_requests),
+        }),
+        volume_claims: part(sdk::PodParts::VOLUME_CLAIMS).then(|| {
+            p.volume_claims
+                .iter()
+                .map(|v| wit::VolumeClaim {
+                    volume: v.volume.clone(),
+                    claim_name: v.claim_name.clone(),
+                    claim: v.claim.as_ref().map(|c| wit::ClaimInfo {
+                        volume_name: c.volume_name.clone(),
+                        storage_class_name: c.storage_class_name.clone(),
+                        storage_class: c.storage_class.as_ref().map(|s| wit::StorageClassInfo {
+                            name: s.name.clone(),
+                            volume_binding_mode: s.volume_binding_mode.clone(),
+                        }),
+                        volume: c.volume.as_ref().map(|pv| wit::VolumeInfo {
+                            name: pv.name.clone(),
+                            labels: pairs(&pv.labels),
+                        }),
+                    }),
+                })
+                .collect()
+        }),
+        containers: part(sdk::PodParts::CONTAINERS).then(|| {
+            p.containers
+                .iter()
+                .map(|c| wit::Container {
+                    name: c.name.clone(),
+                    image: c.image.clone(),
+                })
+                .collect()
+        }),
+    }
+}
+
+fn code(c: wit::Code) -> sdk::Code {
+    match c {
+        wit::Code::Success => sdk::Code::Success,
+        wit::Code::Unschedulable => sdk::Code::Unschedulable,
+        wit::Code::UnschedulableAndUnresolvable => sdk::Code::UnschedulableAndUnresolvable,
+        wit::Code::Error => sdk::Code::Error,
+    }
+}
+
+/// How many items of `pod` a plugin reading `parts` is sent, for its deadline.
+fn pod_items(pod: &sdk::Pod, parts: sdk::PodParts) -> usize {
+    let terms = |terms: &[sdk::NodeSelectorTerm]| -> usize {
+        terms
+            .iter()
+            .flat_map(|t| t.match_expressions.iter().chain(&t.match_fields))
+            .map(|r| 1 + r.values.len())
+            .sum()
+    };
+    let affinity = pod.node_affinity.as_ref().map_or(0, |a| {
+        a.required.as_deref().map_or(0, terms)
+            + a.preferred
+                .iter()
+                .map(|p| terms(std::slice::from_ref(&p.preference)))
+                .sum::<usize>()
+    });
+    [
+        (sdk::PodParts::LABELS, pod.labels.len()),
+        (sdk::PodParts::ANNOTATIONS, pod.annotations.len()),
+        (
+            sdk::PodParts::NODE_SELECTION,
+            pod.node_selector.len() + affinity,
+        ),
+        (sdk::PodParts::TOLERATIONS, pod.tolerations.len()),
+        (sdk::PodParts::VOLUME_CLAIMS, pod.volume_claims.len()),
+        (sdk::PodParts::CONTAINERS, pod.containers.len()),
+    ]
+    .iter()
+    .filter(|(part, _)| parts.contains(*part))
+    .map(|&(_, items)| items)
+    .sum()
+}
+
+fn failure(f: wit::Failure) -> sdk::Failure {
+    sdk::Failure {
+        code: code(f.code),
+        reasons: f.reasons.into_iter().map(Into::into).collect(),
+    }
+}
+
+fn pod_plan(p: wit::PodPlan) -> sdk::PodPlan {
+    sdk::PodPlan {
+        filter: match p.filter {
+            wit::FilterPlan::Run => sdk::FilterPlan::Run,
+            wit::FilterPlan::Skip => sdk::FilterPlan::Skip,
+            wit::FilterPlan::OnlyNodes(names) => sdk::FilterPlan::OnlyNodes(names),
+            wit::FilterPlan::Reject(f) => sdk::FilterPlan::Reject(failure(f)),
+            wit::FilterPlan::FailingNodes(failing) => sdk::FilterPlan::FailingNodes {
+                nodes: failing.nodes,
+                results: sdk::FilterResults {
+                    verdicts: failing.verdicts,
+                    failures: failing.failures.into_iter().map(failure).collect(),
+                },
+            },
+        },
+        score: p.score,
+    }
+}
+
+impl From<wit::Descriptor> for sdk::Descriptor {
+    fn from(d: wit::Descriptor) -> Self {
+        sdk::Descriptor {
+            name: d.name,
+            version: d.version,
+            filter: d.filter,
+            score: d.score,
+            normalize: match d.normalize {
+                wit::NormalizeKind::None => sdk::Normalize::None,
+                wit::NormalizeKind::Scale => sdk::Normalize::Scale,
+                wit::NormalizeKind::Reverse => sdk::Normalize::Reverse,
+                wit::NormalizeKind::Custom => sdk::Normalize::Custom,
+            },
+            reads_usage: d.reads_usage,
+            // The canonical ABI numbers flags in the order the WIT declares them, as `PodParts` does.
+            reads_pod: sdk::PodParts::from_bits(d.reads_pod.as_array()[0] as u16),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_pod_deadline_items_count_only_the_parts_a_plugin_reads() {
+        let requirement = |key: &str| sdk::NodeSelectorRequirement {
+            key: key.into(),
+            operator: "In".into(),
+            values: vec!["a".into(), "b".into(), "c".into()],
+        };
+        let pod = sdk::Pod {
+            labels: [("app", "web"), ("tier", "front")]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            tolerations: vec![sdk::Toleration::default()],
+            node_affinity: Some(sdk::NodeAffinity {
+                required: Some(vec![sdk::NodeSelectorTerm {
+                    match_expressions: vec![requirement("zone"), requirement("disk")],
+                    match_fields: Vec::new(),
+                }]),
+                preferred: Vec::new(),
+            }),
+            ..sdk::Pod::default()
+        };
+        assert_eq!(
+            pod_items(&pod, sdk::PodParts::NODE_SELECTION),
+            8,
+            "2 x (1 + 3)"
+        );
+        assert_eq!(
+            pod_items(&pod, sdk::PodParts::LABELS | sdk::PodParts::NODE_SELECTION),
+            10
+        );
+        assert_eq!(pod_items(&pod, sdk::PodParts::ALL), 11);
+        assert_eq!(pod_items(&pod, sdk::PodParts::NONE), 0);
+    }
+
+    #[test]
+    fn set_pod_sends_only_the_declared_parts() {
+        let labels = sdk::Labels::new([("k".to_string(), "v".to_string())]);
+        let pod = sdk::Pod {
+            name: "p".into(),
+            priority: 3,
+            labels: labels.clone(),
+            annotations: labels.clone(),
+            node_selector: labels,
+            tolerations: vec![sdk::Toleration::default()],
+            ..sdk::Pod::default()
+        };
+        let sent = wit_pod(&pod, sdk::PodParts::TOLERATIONS | sdk::PodParts::LABELS);
+        assert_eq!(sent.priority, 3);
+        assert_eq!(sent.labels, Some(vec![("k".into(), "v".into())]));
+        assert_eq!(sent.tolerations.as_ref().map(Vec::len), Some(1));
+        assert!(sent.identity.is_none());
+        assert!(sent.annotations.is_none());
+        assert!(sent.node_name.is_none() && sent.node_selection.is_none());
+        assert!(sent.requests.is_none() && sent.volume_claims.is_none());
+        assert!(sent.containers.is_none());
+
+        let everything = wit_pod(&pod, sdk::PodParts::ALL);
+        assert_eq!(everything.identity.map(|i| i.name), Some("p".to_string()));
+        assert_eq!(everything.containers.map(|c| c.len()), Some(0));
+        assert_eq!(
+            everything.node_selection.map(|p| p.node_selector.len()),
+            Some(1)
+        );
+    }
+}

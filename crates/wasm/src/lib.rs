@@ -1,0 +1,11 @@
+//! wasched's WebAssembly side: plugins as components under wasmtime ([`component`], sandboxed by
+//! memory limits, call deadlines and a WASI context with nothing in it: [`wasi`]), the default
+//! plugins built as components and embedded ([`embedded`]), the profile configuration that turns
+//! a TOML file into plugin chains of either runtime ([`config`]), and `wasched plugin build`
+//! ([`plugin_build`]).
+
+pub mod component;
+pub mod config;
+pub mod embedded;
+pub mod plugin_build;
+pub mod wasi;
