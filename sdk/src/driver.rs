@@ -69,7 +69,7 @@ impl<P: Exported> Driver<P> {
     /// Starts a cycle for `pod`.
     pub fn set_pod(&mut self, pod: Pod) -> PodPlan {
         self.pod = pod;
-        self.plugin.prepare_with_nodes(&self.pod, &self.nodes)
+        self.plugin.prepare(&self.pod, &self.nodes)
     }
 
     /// The pod of the current cycle.

@@ -84,23 +84,17 @@ pub trait Plugin: Sized + 'static {
     /// plugin and prints it.
     fn new(config: &str) -> Result<Self, String>;
 
-    /// Called once per pod before any node is filtered or scored: compute what depends only on the
-    /// pod here (kube-scheduler's PreFilter and PreScore). The default runs the filter and the score
-    /// for every pod. Not called for a pod equal to the previous one in every part of
+    /// Called once per pod before any node is filtered or scored, with the plugin's node mirror
+    /// already up to date: compute what depends only on the pod here (kube-scheduler's PreFilter
+    /// and PreScore), and say in the plan what the cycle may spare. [`FilterPlan::Skip`] when no
+    /// node of the mirror can fail the filter, or [`FilterPlan::FailingNodes`] naming the few that
+    /// do, spares every filter call of the cycle. The default runs the filter and the score for
+    /// every pod. Not called for a pod equal to the previous one in every part of
     /// [`Plugin::READS_POD`] (and the priority) while the mirror did not change: the plan stands,
     /// so it must depend on nothing else.
-    fn prepare(&mut self, pod: &Pod) -> PodPlan {
-        let _ = pod;
+    fn prepare(&mut self, pod: &Pod, nodes: &Nodes) -> PodPlan {
+        let _ = (pod, nodes);
         PodPlan::default()
-    }
-
-    /// [`Plugin::prepare`] with the plugin's node mirror, already up to date, for a plan that
-    /// depends on the nodes too: [`FilterPlan::Skip`] when no node of the mirror can fail the
-    /// filter, or [`FilterPlan::FailingNodes`] naming the few that do, spares every filter call of
-    /// the cycle. The default calls `prepare`.
-    fn prepare_with_nodes(&mut self, pod: &Pod, nodes: &Nodes) -> PodPlan {
-        let _ = nodes;
-        self.prepare(pod)
     }
 }
 

@@ -438,7 +438,7 @@ mod tests {
                 scores_too_high: config.contains("high"),
             })
         }
-        fn prepare_with_nodes(&mut self, _pod: &Pod, nodes: &Nodes) -> PodPlan {
+        fn prepare(&mut self, _pod: &Pod, nodes: &Nodes) -> PodPlan {
             let mut plan = PodPlan::default();
             if self.plan_lies {
                 plan.filter = FilterPlan::FailingNodes {

@@ -96,7 +96,7 @@ impl Plugin for BalancedAllocation {
         })
     }
 
-    fn prepare(&mut self, pod: &Pod) -> PodPlan {
+    fn prepare(&mut self, pod: &Pod, _nodes: &Nodes) -> PodPlan {
         // Uses the real requests (no 100m/200Mi defaults).
         self.pod_requests = self
             .resources

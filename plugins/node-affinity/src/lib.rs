@@ -92,7 +92,7 @@ impl Plugin for NodeAffinity {
         Ok(Self::default())
     }
 
-    fn prepare(&mut self, pod: &Pod) -> PodPlan {
+    fn prepare(&mut self, pod: &Pod, _nodes: &Nodes) -> PodPlan {
         self.compiled = None;
         self.node_selector = pod.node_selector.clone();
         let affinity = pod.node_affinity.as_ref();

@@ -1,7 +1,7 @@
 //! NodeName: a pod that names a node in `spec.nodeName` can only go there.
 
 use wasched_sdk::{
-    Failure, FilterPlan, FilterPlugin, NodeInfo, Plugin, Pod, PodParts, PodPlan, Verdict,
+    Failure, FilterPlan, FilterPlugin, NodeInfo, Nodes, Plugin, Pod, PodParts, PodPlan, Verdict,
 };
 
 /// The name used in configs and messages.
@@ -20,7 +20,7 @@ impl Plugin for NodeName {
         Ok(NodeName)
     }
 
-    fn prepare(&mut self, pod: &Pod) -> PodPlan {
+    fn prepare(&mut self, pod: &Pod, _nodes: &Nodes) -> PodPlan {
         PodPlan {
             filter: if pod.node_name.is_empty() {
                 FilterPlan::Skip

@@ -50,7 +50,7 @@ impl Plugin for NodeResourcesFit {
         })
     }
 
-    fn prepare(&mut self, pod: &Pod) -> PodPlan {
+    fn prepare(&mut self, pod: &Pod, _nodes: &Nodes) -> PodPlan {
         self.pod_score_requests = self
             .args
             .scoring

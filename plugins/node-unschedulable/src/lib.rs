@@ -28,23 +28,19 @@ impl Plugin for NodeUnschedulable {
         Ok(Self::default())
     }
 
-    fn prepare(&mut self, pod: &Pod) -> PodPlan {
+    /// The cordoned nodes are the ones that fail, and the mirror lists them: the filter is never
+    /// called. Every node passes when the pod tolerates cordoned nodes or none is cordoned.
+    fn prepare(&mut self, pod: &Pod, nodes: &Nodes) -> PodPlan {
         let taint = Taint {
             key: UNSCHEDULABLE_TAINT_KEY.to_string(),
             value: String::new(),
             effect: effect::NO_SCHEDULE.to_string(),
         };
         self.tolerates_unschedulable = tolerated_by_any(&pod.tolerations, &taint);
-        PodPlan {
+        let mut plan = PodPlan {
             score: false,
             ..PodPlan::default()
-        }
-    }
-
-    /// The cordoned nodes are the ones that fail, and the mirror lists them: the filter is never
-    /// called. Every node passes when the pod tolerates cordoned nodes or none is cordoned.
-    fn prepare_with_nodes(&mut self, pod: &Pod, nodes: &Nodes) -> PodPlan {
-        let mut plan = self.prepare(pod);
+        };
         plan.filter = if self.tolerates_unschedulable || nodes.cordoned() == 0 {
             FilterPlan::Skip
         } else {

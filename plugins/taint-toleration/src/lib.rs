@@ -10,7 +10,7 @@ use wasched_sdk::{
 /// The name used in configs and messages.
 pub const NAME: &str = "TaintToleration";
 
-/// Most distinct taint sets `prepare_with_nodes` checks up front; past that, checking every set
+/// Most distinct taint sets `prepare` checks up front; past that, checking every set
 /// per pod could cost as much as filtering.
 const MOST_SETS_CHECKED_UP_FRONT: usize = 64;
 
@@ -45,7 +45,10 @@ impl Plugin for TaintToleration {
         Ok(Self::default())
     }
 
-    fn prepare(&mut self, pod: &Pod) -> PodPlan {
+    /// With few taint sets, the nodes a pod cannot go to are the members of the sets it does not
+    /// tolerate: none (the filter is skipped), a minority (listed as the plan, the filter is not
+    /// called), or many (the filter runs on the nodes the host examines).
+    fn prepare(&mut self, pod: &Pod, nodes: &Nodes) -> PodPlan {
         // Only tolerations that can match a PreferNoSchedule taint count when scoring.
         self.prefer_no_schedule_tolerations = pod
             .tolerations
@@ -53,14 +56,7 @@ impl Plugin for TaintToleration {
             .filter(|t| t.effect.is_empty() || t.effect == effect::PREFER_NO_SCHEDULE)
             .cloned()
             .collect();
-        PodPlan::default()
-    }
-
-    /// With few taint sets, the nodes a pod cannot go to are the members of the sets it does not
-    /// tolerate: none (the filter is skipped), a minority (listed as the plan, the filter is not
-    /// called), or many (the filter runs on the nodes the host examines).
-    fn prepare_with_nodes(&mut self, pod: &Pod, nodes: &Nodes) -> PodPlan {
-        let mut plan = self.prepare(pod);
+        let mut plan = PodPlan::default();
         let sets = nodes.taint_set_count();
         if sets > MOST_SETS_CHECKED_UP_FRONT {
             return plan;

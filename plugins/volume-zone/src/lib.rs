@@ -162,7 +162,7 @@ impl Plugin for VolumeZone {
         Ok(Self::default())
     }
 
-    fn prepare(&mut self, pod: &Pod) -> PodPlan {
+    fn prepare(&mut self, pod: &Pod, _nodes: &Nodes) -> PodPlan {
         self.compiled = None;
         let filter = match constraints_of(pod) {
             Err(failure) => FilterPlan::Reject(failure),

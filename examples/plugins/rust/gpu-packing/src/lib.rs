@@ -31,7 +31,9 @@
 //! CPU and memory; weights need not sum to 1.
 
 use serde::Deserialize;
-use wasched_sdk::{FilterPlan, NodeInfo, Normalize, Plugin, Pod, PodParts, PodPlan, ScorePlugin};
+use wasched_sdk::{
+    FilterPlan, NodeInfo, Nodes, Normalize, Plugin, Pod, PodParts, PodPlan, ScorePlugin,
+};
 
 const MIB: i64 = 1 << 20;
 
@@ -208,7 +210,7 @@ impl Plugin for GpuPacking {
         })
     }
 
-    fn prepare(&mut self, pod: &Pod) -> PodPlan {
+    fn prepare(&mut self, pod: &Pod, _nodes: &Nodes) -> PodPlan {
         let requests = &pod.requests;
         self.pod = Shape {
             whole: requests.get(&self.gpu_resource),
@@ -307,7 +309,7 @@ mod tests {
 
     fn scores(config: &str, pod: &Pod, nodes: &[NodeInfo]) -> Vec<i64> {
         let mut plugin = GpuPacking::new(config).unwrap();
-        assert!(plugin.prepare(pod).score);
+        assert!(plugin.prepare(pod, &Nodes::default()).score);
         let mut s: Vec<i64> = nodes.iter().map(|n| plugin.score(pod, n)).collect();
         plugin.normalize(pod, &mut s);
         s

@@ -14,7 +14,7 @@
 //! ```
 
 use serde::Deserialize;
-use wasched_sdk::{FilterPlan, NodeInfo, Plugin, Pod, PodParts, PodPlan, ScorePlugin};
+use wasched_sdk::{FilterPlan, NodeInfo, Nodes, Plugin, Pod, PodParts, PodPlan, ScorePlugin};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -53,7 +53,7 @@ impl Plugin for TeamAffinity {
         })
     }
 
-    fn prepare(&mut self, pod: &Pod) -> PodPlan {
+    fn prepare(&mut self, pod: &Pod, _nodes: &Nodes) -> PodPlan {
         let key = self.args.pod_key.as_str();
         self.team = pod
             .labels
@@ -99,10 +99,10 @@ mod tests {
             annotations: [("team", "payments")].into_iter().collect::<Labels>(),
             ..Pod::default()
         };
-        assert!(plugin.prepare(&pod).score);
+        assert!(plugin.prepare(&pod, &Nodes::default()).score);
         assert_eq!(plugin.score(&pod, &node("payments")), 100);
         assert_eq!(plugin.score(&pod, &node("search")), 0);
-        assert!(!plugin.prepare(&Pod::default()).score);
+        assert!(!plugin.prepare(&Pod::default(), &Nodes::default()).score);
         assert!(TeamAffinity::new(r#"{"node_label": ""}"#).is_err());
         assert!(TeamAffinity::new(r#"{"colour": "red"}"#).is_err());
     }
