@@ -3,7 +3,7 @@
 //! component glue drives it inside WebAssembly, so both run exactly the same code.
 
 use crate::mirror::Nodes;
-use crate::types::{Descriptor, FilterResults, NodeInfo, NodeUsage, Pod, PodPlan};
+use crate::types::{Descriptor, FilterResults, NodeId, NodeInfo, NodeUsage, Pod, PodPlan};
 use crate::Exported;
 
 /// Holds one plugin instance, its mirror of the nodes and the pod of the current cycle.
@@ -53,7 +53,7 @@ impl<P: Exported> Driver<P> {
     }
 
     /// Removes nodes from the mirror.
-    pub fn remove_nodes(&mut self, ids: &[u32]) {
+    pub fn remove_nodes(&mut self, ids: &[NodeId]) {
         for &id in ids {
             self.nodes.remove(id);
         }
@@ -83,12 +83,12 @@ impl<P: Exported> Driver<P> {
     }
 
     /// Filters `ids` for the current pod, appending one verdict per id to `out`.
-    pub fn filter(&mut self, ids: &[u32], out: &mut FilterResults) {
+    pub fn filter(&mut self, ids: &[NodeId], out: &mut FilterResults) {
         self.plugin.filter_nodes(&self.pod, &self.nodes, ids, out);
     }
 
     /// Scores `ids` for the current pod, appending one raw score per id to `out`.
-    pub fn score(&mut self, ids: &[u32], out: &mut Vec<i64>) {
+    pub fn score(&mut self, ids: &[NodeId], out: &mut Vec<i64>) {
         self.plugin.score_nodes(&self.pod, &self.nodes, ids, out);
     }
 

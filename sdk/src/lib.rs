@@ -110,7 +110,7 @@ pub trait FilterPlugin: Plugin {
     /// [`FilterPlugin::filter`] per node. Override it to share work between nodes, e.g. one verdict
     /// per distinct taint set, or to read the compact [`NodeSummary`] instead of the full node; it
     /// must give exactly the verdicts `filter` gives.
-    fn filter_batch(&mut self, pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut FilterResults) {
+    fn filter_batch(&mut self, pod: &Pod, nodes: &Nodes, ids: &[NodeId], out: &mut FilterResults) {
         for &id in ids {
             out.push(match nodes.get(id) {
                 Some(node) => self.filter(pod, node),
@@ -131,7 +131,7 @@ pub trait ScorePlugin: Plugin {
 
     /// Scores a batch: appends one raw score per id of `ids` to `out`, in order. The default calls
     /// [`ScorePlugin::score`] per node; an override must give exactly the same scores.
-    fn score_batch(&mut self, pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut Vec<i64>) {
+    fn score_batch(&mut self, pod: &Pod, nodes: &Nodes, ids: &[NodeId], out: &mut Vec<i64>) {
         out.extend(ids.iter().map(|&id| match nodes.get(id) {
             Some(node) => self.score(pod, node),
             // An impossible score makes the host report the plugin's failure instead of guessing.
@@ -153,8 +153,8 @@ pub trait Exported: Plugin {
     const SCORE: bool;
     const NORMALIZE: Normalize;
     const VERSION: &'static str;
-    fn filter_nodes(&mut self, pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut FilterResults);
-    fn score_nodes(&mut self, pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut Vec<i64>);
+    fn filter_nodes(&mut self, pod: &Pod, nodes: &Nodes, ids: &[NodeId], out: &mut FilterResults);
+    fn score_nodes(&mut self, pod: &Pod, nodes: &Nodes, ids: &[NodeId], out: &mut Vec<i64>);
     fn normalize_scores(&self, pod: &Pod, scores: &mut [i64]);
     /// [`FilterPlugin::filter`] for one node (a pass when the plugin does not filter).
     fn filter_one(&self, pod: &Pod, node: &NodeInfo) -> Verdict;
@@ -193,10 +193,10 @@ macro_rules! __export_plugin {
             const SCORE: bool = $score;
             const NORMALIZE: $crate::Normalize = $crate::__if!($score, <$ty as $crate::ScorePlugin>::NORMALIZE, $crate::Normalize::None);
             const VERSION: &'static str = env!("CARGO_PKG_VERSION");
-            fn filter_nodes(&mut self, pod: &$crate::Pod, nodes: &$crate::Nodes, ids: &[u32], out: &mut $crate::FilterResults) {
+            fn filter_nodes(&mut self, pod: &$crate::Pod, nodes: &$crate::Nodes, ids: &[$crate::NodeId], out: &mut $crate::FilterResults) {
                 $crate::__if!($filter, <$ty as $crate::FilterPlugin>::filter_batch(self, pod, nodes, ids, out), { let _ = (pod, nodes); out.verdicts.extend(ids.iter().map(|_| 0)) })
             }
-            fn score_nodes(&mut self, pod: &$crate::Pod, nodes: &$crate::Nodes, ids: &[u32], out: &mut Vec<i64>) {
+            fn score_nodes(&mut self, pod: &$crate::Pod, nodes: &$crate::Nodes, ids: &[$crate::NodeId], out: &mut Vec<i64>) {
                 $crate::__if!($score, <$ty as $crate::ScorePlugin>::score_batch(self, pod, nodes, ids, out), { let _ = (pod, nodes); out.extend(ids.iter().map(|_| 0i64)) })
             }
             fn normalize_scores(&self, pod: &$crate::Pod, scores: &mut [i64]) {

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::types::{Failure, NodeInfo, NodeUsage, Resources, Taint};
+use crate::types::{Failure, NodeId, NodeInfo, NodeUsage, Resources, Taint};
 
 /// The resources and flags of one node in 88 bytes: what the default plugins read per node.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -214,7 +214,7 @@ impl Nodes {
 
     /// Whether node `id` passes `test` (a node the mirror lacks counts as having no labels).
     #[inline]
-    pub fn passes(&self, id: u32, test: &LabelTest) -> bool {
+    pub fn passes(&self, id: NodeId, test: &LabelTest) -> bool {
         let value = match (test.column, &self.labels) {
             (Some(c), Some(index)) => index.columns[c]
                 .of_node
@@ -230,7 +230,7 @@ impl Nodes {
 impl Nodes {
     /// The node with id `id`, if the mirror has it.
     #[inline]
-    pub fn get(&self, id: u32) -> Option<&NodeInfo> {
+    pub fn get(&self, id: NodeId) -> Option<&NodeInfo> {
         self.infos.get(id as usize).and_then(Option::as_ref)
     }
 
@@ -242,13 +242,13 @@ impl Nodes {
 
     /// True when the mirror has node `id`.
     #[inline]
-    pub fn contains(&self, id: u32) -> bool {
+    pub fn contains(&self, id: NodeId) -> bool {
         self.present.get(id as usize).copied().unwrap_or(false)
     }
 
     /// The summary of node `id`, if the mirror has it.
     #[inline]
-    pub fn summary(&self, id: u32) -> Option<&NodeSummary> {
+    pub fn summary(&self, id: NodeId) -> Option<&NodeSummary> {
         if self.contains(id) {
             Some(&self.summaries[id as usize])
         } else {
@@ -269,7 +269,7 @@ impl Nodes {
 
     /// The ids of the nodes whose taint list is `set`, in no particular order; always empty for
     /// [`NO_TAINTS`] (untainted nodes are not listed).
-    pub fn nodes_with_taint_set(&self, set: u32) -> &[u32] {
+    pub fn nodes_with_taint_set(&self, set: u32) -> &[NodeId] {
         self.taint_set_members
             .get(set as usize)
             .map_or(&[], Vec::as_slice)
@@ -281,7 +281,7 @@ impl Nodes {
     }
 
     /// The ids of the cordoned nodes, in increasing order.
-    pub fn cordoned_ids(&self) -> impl ExactSizeIterator<Item = u32> + '_ {
+    pub fn cordoned_ids(&self) -> impl ExactSizeIterator<Item = NodeId> + '_ {
         self.cordoned.iter().copied()
     }
 
@@ -297,7 +297,7 @@ impl Nodes {
 
     /// The failure a plugin reports for an id the host never sent (a host bug, reported as an
     /// error rather than guessed around).
-    pub fn unknown(id: u32) -> Failure {
+    pub fn unknown(id: NodeId) -> Failure {
         Failure::error(format!("node id {id} is not in the plugin's mirror"))
     }
 

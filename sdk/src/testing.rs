@@ -40,7 +40,7 @@
 
 use crate::helpers::default_normalize;
 use crate::{
-    Code, Driver, Exported, Failure, FilterPlan, FilterResults, Labels, NodeInfo,
+    Code, Driver, Exported, Failure, FilterPlan, FilterResults, Labels, NodeId, NodeInfo,
     NodeSelectorRequirement, NodeSelectorTerm, Normalize, Pod, PodPlan, Resources, Taint,
     Toleration,
 };
@@ -286,7 +286,7 @@ pub fn check<P: Exported>(cases: &[Case]) {
 
 /// The ids the nodes get in the mirror: not their positions, to catch a plugin indexing by
 /// position.
-pub fn node_ids(count: usize) -> Vec<u32> {
+pub fn node_ids(count: usize) -> Vec<NodeId> {
     (0..count as u32).map(|i| i * 3 + 7).collect()
 }
 
@@ -314,7 +314,7 @@ pub fn verdict_of(failure: Option<&Failure>) -> Expected {
 /// plan must say exactly what it would.
 pub fn verdicts_under_plan(
     plan: &FilterPlan,
-    ids: &[u32],
+    ids: &[NodeId],
     filter: impl FnOnce() -> Vec<Expected>,
     what: &str,
 ) -> Vec<Expected> {
@@ -460,7 +460,13 @@ mod tests {
                 _ => Ok(()),
             }
         }
-        fn filter_batch(&mut self, pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut FilterResults) {
+        fn filter_batch(
+            &mut self,
+            pod: &Pod,
+            nodes: &Nodes,
+            ids: &[NodeId],
+            out: &mut FilterResults,
+        ) {
             for &id in ids {
                 let verdict = self.filter(pod, nodes.get(id).expect("mirrored"));
                 out.push(if self.batch_lies { Ok(()) } else { verdict });

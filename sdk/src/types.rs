@@ -4,6 +4,10 @@ use std::borrow::Cow;
 
 use crate::mirror::Nodes;
 
+/// A node as the host and a plugin's mirror name it: small and dense, assigned by the host,
+/// reused after the node is removed. Batch calls pass these; [`Nodes`] looks them up.
+pub type NodeId = u32;
+
 /// A sorted set of `key=value` pairs (labels, annotations, a node selector).
 ///
 /// Filters look labels up for every node of every cycle, so all keys and values live in one
@@ -445,7 +449,7 @@ impl PodParts {
     pub const NONE: PodParts = PodParts(0);
 
     /// Every part in `self` or `other` (usable in a `const`).
-    pub const fn and(self, other: PodParts) -> PodParts {
+    pub const fn union(self, other: PodParts) -> PodParts {
         PodParts(self.0 | other.0)
     }
 
@@ -484,7 +488,7 @@ impl Default for PodParts {
 impl std::ops::BitOr for PodParts {
     type Output = PodParts;
     fn bitor(self, other: PodParts) -> PodParts {
-        self.and(other)
+        self.union(other)
     }
 }
 
@@ -585,7 +589,7 @@ pub enum FilterPlan {
     /// and `filter` is not called.
     FailingNodes {
         /// The failing nodes' mirror ids.
-        nodes: Vec<u32>,
+        nodes: Vec<NodeId>,
         /// One verdict per id of `nodes`, in order.
         results: FilterResults,
     },
@@ -686,8 +690,8 @@ impl FilterResults {
     pub fn push_each(
         &mut self,
         nodes: &Nodes,
-        ids: &[u32],
-        mut passes: impl FnMut(u32) -> bool,
+        ids: &[NodeId],
+        mut passes: impl FnMut(NodeId) -> bool,
         failure: impl Fn() -> Failure,
     ) {
         // The failure is stored before the loop and taken back out if no node failed, so the loop

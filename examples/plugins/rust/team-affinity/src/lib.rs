@@ -39,7 +39,7 @@ pub struct TeamAffinity {
 
 impl Plugin for TeamAffinity {
     const NAME: &'static str = "TeamAffinity";
-    const READS_POD: PodParts = PodParts::LABELS.and(PodParts::ANNOTATIONS);
+    const READS_POD: PodParts = PodParts::LABELS.union(PodParts::ANNOTATIONS);
 
     fn new(config: &str) -> Result<Self, String> {
         let args: Args =
