@@ -609,35 +609,10 @@ fn fragment(node: &TraceNode, used: &Usage, class: &GpuClass) -> f64 {
 
 const CREATE: u8 = 1;
 
-/// Replays the trace with the configuration's profiles.
-///
-/// # Errors
-/// The configuration or a plugin cannot be loaded.
-pub fn replay(
-    config: &Config,
-    nodes: &[TraceNode],
-    pods: &[TracePod],
-    skipped_rows: Vec<SkippedRow>,
-    options: &Options,
-) -> anyhow::Result<Summary> {
-    let clock = FakeClock::default();
-    let scheduler =
-        Scheduler::with_clock(&config.profiles()?, options.seed, Arc::new(clock.clone()))?;
-    let objects: HashMap<String, core::Pod> = pods
-        .iter()
-        .map(|p| (format!("trace/{}", p.name), pod_object(p)))
-        .collect();
-    let pipeline = Arc::new(EventPipeline::default());
-    let sequence = Arc::new(Sequencer::default());
-    let binder = ConfirmingBinder::new(pipeline.clone(), sequence.clone(), Arc::new(objects));
-    let mut service =
-        Service::with_pipeline(scheduler, binder, Arc::new(clock.clone()), pipeline.clone());
-    for node in nodes {
-        pipeline.submit(sequence.upsert(Object::Node(Box::new(node_object(node)))));
-    }
-
-    // Events: (time, order, row). At one time, deletions free resources before creations ask for
-    // them, except the deletion of a pod created at that same time, which follows its creation.
+/// The trace's events as (time, order, pod row), sorted. At one time, deletions free resources
+/// before creations ask for them, except the deletion of a pod created at that same time, which
+/// follows its creation.
+fn timeline(pods: &[TracePod], options: &Options) -> Vec<(u64, u8, usize)> {
     let mut events: Vec<(u64, u8, usize)> = Vec::with_capacity(pods.len() * 2);
     for (i, pod) in pods.iter().enumerate() {
         events.push((pod.creation, CREATE, i));
@@ -647,71 +622,169 @@ pub fn replay(
         }
     }
     events.sort_unstable();
-    let start = events.first().map_or(0, |e| e.0);
-    let end = events.last().map_or(0, |e| e.0);
-    let samples = options.samples.max(1) as u64;
-    // Sample k (0..samples) is taken at start + k * (end - start) / samples, then one at the end.
-    let sample_time = |k: u64| start + (end - start) * k / samples;
-    let mut taken = 0u64;
+    events
+}
 
-    let node_index: HashMap<&str, usize> = nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.name.as_str(), i))
-        .collect();
-    let pod_index: HashMap<String, usize> = pods
-        .iter()
-        .enumerate()
-        .map(|(i, p)| (format!("trace/{}", p.name), i))
-        .collect();
-    let classes = gpu_classes(pods);
-    let typical = classes
-        .iter()
-        .max_by(|a, b| a.weight.total_cmp(&b.weight))
-        .map(|c| GpuClass { ..*c });
-    let capacity = nodes.iter().fold((0i64, 0i64, 0i64), |acc, n| {
-        (
-            acc.0 + n.cpu_milli,
-            acc.1 + n.memory_mib,
-            acc.2 + n.gpu * 1000,
-        )
-    });
+/// The replay's own record of where each pod runs, kept beside the scheduler's cache to check it
+/// and to measure the cluster without asking the scheduler.
+struct Record<'a> {
+    nodes: &'a [TraceNode],
+    pods: &'a [TracePod],
+    usage: Vec<Usage>,
+    placed_on: Vec<Option<usize>>,
+    ever_placed: Vec<bool>,
+    created: Vec<bool>,
+    last_message: Vec<Option<String>>,
+    created_total: usize,
+    deleted_total: usize,
+    unschedulable: u64,
+    plugin_errors: u64,
+    max_commitment: f64,
+    placements: sha2::Sha256,
+}
 
-    let mut usage = vec![Usage::default(); nodes.len()];
-    let mut placed_on: Vec<Option<usize>> = vec![None; pods.len()];
-    let mut ever_placed = vec![false; pods.len()];
-    let mut created = vec![false; pods.len()];
-    let mut last_message: Vec<Option<String>> = vec![None; pods.len()];
-    let mut latencies: Vec<u64> = Vec::new();
-    let mut unschedulable = 0u64;
-    let mut plugin_errors = 0u64;
-    let mut max_commitment = 0.0f64;
-    let mut placements = sha2::Sha256::default();
-    let mut series = Vec::new();
-    let started = Instant::now();
-    let mut now = 0u64;
+impl<'a> Record<'a> {
+    fn new(nodes: &'a [TraceNode], pods: &'a [TracePod]) -> Self {
+        Record {
+            nodes,
+            pods,
+            usage: vec![Usage::default(); nodes.len()],
+            placed_on: vec![None; pods.len()],
+            ever_placed: vec![false; pods.len()],
+            created: vec![false; pods.len()],
+            last_message: vec![None; pods.len()],
+            created_total: 0,
+            deleted_total: 0,
+            unschedulable: 0,
+            plugin_errors: 0,
+            max_commitment: 0.0,
+            placements: sha2::Sha256::default(),
+        }
+    }
 
-    let mut created_total = 0usize;
-    let mut deleted_total = 0usize;
-    let mut mismatches = 0usize;
-    let sample = |time: u64,
-                  usage: &[Usage],
-                  created: &[bool],
-                  placed_on: &[Option<usize>],
-                  totals: (usize, usize)| {
+    fn created(&mut self, i: usize) {
+        self.created[i] = true;
+        self.created_total += 1;
+    }
+
+    fn deleted(&mut self, i: usize) {
+        self.created[i] = false;
+        self.deleted_total += 1;
+        if let Some(n) = self.placed_on[i].take() {
+            let pod = &self.pods[i];
+            let used = &mut self.usage[n];
+            used.cpu_milli -= pod.cpu_milli;
+            used.memory_mib -= pod.memory_mib;
+            used.gpu_milli -= pod.gpu_demand_milli();
+            used.whole_gpus -= pod.whole_gpus();
+        }
+    }
+
+    /// Pod row `i` (key `key`) placed on node row `n`.
+    fn placed(&mut self, i: usize, n: usize, key: &str) {
+        self.placed_on[i] = Some(n);
+        self.ever_placed[i] = true;
+        let pod = &self.pods[i];
+        let used = &mut self.usage[n];
+        used.cpu_milli += pod.cpu_milli;
+        used.memory_mib += pod.memory_mib;
+        used.gpu_milli += pod.gpu_demand_milli();
+        used.whole_gpus += pod.whole_gpus();
+        let node = &self.nodes[n];
+        let mut commitment = ratio_of(used.cpu_milli, node.cpu_milli)
+            .max(ratio_of(used.memory_mib, node.memory_mib));
+        if node.gpu > 0 {
+            commitment = commitment
+                .max(ratio_of(used.gpu_milli, node.gpu * 1000))
+                .max(ratio_of(used.whole_gpus, node.gpu));
+        }
+        self.max_commitment = self.max_commitment.max(commitment);
+        sha2::Digest::update(&mut self.placements, format!("{key} {}\n", node.name));
+    }
+
+    /// Pod row `i` not placed by a cycle that ended with `message`.
+    fn not_placed(&mut self, i: usize, plugin_error: bool, message: Option<String>) {
+        if plugin_error {
+            self.plugin_errors += 1;
+        } else {
+            self.unschedulable += 1;
+        }
+        self.last_message[i] = message;
+    }
+
+    /// Pods never placed, and how many of them the last FitError of each gave each reason.
+    fn never_placed(&self) -> (usize, BTreeMap<String, usize>) {
+        let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+        let mut never_placed = 0;
+        for (i, placed) in self.ever_placed.iter().enumerate() {
+            if *placed {
+                continue;
+            }
+            never_placed += 1;
+            let message = self.last_message[i].as_deref().unwrap_or("never attempted");
+            for reason in fit_error_reasons(message) {
+                *reasons.entry(reason).or_default() += 1;
+            }
+        }
+        (never_placed, reasons)
+    }
+
+    fn placements_sha256(&self) -> String {
+        let digest = sha2::Digest::finalize(self.placements.clone());
+        let mut hex = String::new();
+        for byte in digest {
+            let _ = write!(hex, "{byte:02x}");
+        }
+        hex
+    }
+}
+
+/// Measures the cluster at sample times from the replay's record.
+struct Sampler<'a> {
+    nodes: &'a [TraceNode],
+    classes: Vec<GpuClass>,
+    typical: Option<GpuClass>,
+    /// Total cpu (milli), memory (MiB) and GPU (milli).
+    capacity: (i64, i64, i64),
+}
+
+impl<'a> Sampler<'a> {
+    fn new(nodes: &'a [TraceNode], pods: &[TracePod]) -> Self {
+        let classes = gpu_classes(pods);
+        let typical = classes
+            .iter()
+            .max_by(|a, b| a.weight.total_cmp(&b.weight))
+            .map(|c| GpuClass { ..*c });
+        let capacity = nodes.iter().fold((0i64, 0i64, 0i64), |acc, n| {
+            (
+                acc.0 + n.cpu_milli,
+                acc.1 + n.memory_mib,
+                acc.2 + n.gpu * 1000,
+            )
+        });
+        Sampler {
+            nodes,
+            classes,
+            typical,
+            capacity,
+        }
+    }
+
+    fn sample(&self, time: u64, record: &Record) -> Sample {
         let (mut cpu, mut memory, mut gpu) = (0i64, 0i64, 0i64);
         let (mut frag, mut unusable, mut free) = (0.0, 0.0, 0.0);
-        for (node, used) in nodes.iter().zip(usage) {
+        for (node, used) in self.nodes.iter().zip(&record.usage) {
             cpu += used.cpu_milli;
             memory += used.memory_mib;
             gpu += used.gpu_milli;
-            free += (node.gpu * 1000 - used.gpu_milli) as f64 / 1000.0;
-            frag += classes
+            let free_here = (node.gpu * 1000 - used.gpu_milli) as f64 / 1000.0;
+            free += free_here;
+            frag += self
+                .classes
                 .iter()
                 .map(|c| c.weight * fragment(node, used, c))
                 .sum::<f64>();
-            if let Some(t) = &typical {
-                let free_here = (node.gpu * 1000 - used.gpu_milli) as f64 / 1000.0;
+            if let Some(t) = &self.typical {
                 if free_here > 0.0 && fragment(node, used, t) == free_here {
                     unusable += free_here;
                 }
@@ -724,75 +797,88 @@ pub fn replay(
                 used as f64 / total as f64
             }
         };
-        let running = placed_on.iter().filter(|p| p.is_some()).count();
-        let pending = created
+        let running = record.placed_on.iter().filter(|p| p.is_some()).count();
+        let pending = record
+            .created
             .iter()
-            .zip(placed_on)
+            .zip(&record.placed_on)
             .filter(|(c, p)| **c && p.is_none())
             .count();
         Sample {
             time,
-            cpu: ratio(cpu, capacity.0),
-            memory: ratio(memory, capacity.1),
-            gpu: ratio(gpu, capacity.2),
+            cpu: ratio(cpu, self.capacity.0),
+            memory: ratio(memory, self.capacity.1),
+            gpu: ratio(gpu, self.capacity.2),
             pending,
             running,
-            created: totals.0,
-            deleted: totals.1,
+            created: record.created_total,
+            deleted: record.deleted_total,
             gpu_fragmentation: frag,
             gpu_free_unusable_by_typical: unusable,
             gpu_free: free,
         }
-    };
+    }
 
-    let mut e = 0;
-    while e < events.len() {
-        let time = events[e].0;
-        if taken < samples && sample_time(taken) <= time {
-            mismatches += cache_mismatches(service.scheduler().cache(), pods, nodes, &placed_on);
+    /// The most common GPU request, as the summary names it.
+    fn typical_request(&self) -> String {
+        match &self.typical {
+            Some(t) if t.whole > 0 => format!("{} GPU", t.whole),
+            Some(t) => format!("{}m GPU", t.milli),
+            None => "none".into(),
         }
-        while taken < samples && sample_time(taken) <= time {
-            let totals = (created_total, deleted_total);
-            series.push(sample(
-                sample_time(taken),
-                &usage,
-                &created,
-                &placed_on,
-                totals,
-            ));
-            taken += 1;
+    }
+}
+
+/// The service a replay drives, the pipeline its events go through, and their sequencer.
+struct Driven {
+    service: Service<ConfirmingBinder>,
+    pipeline: Arc<EventPipeline>,
+    sequence: Arc<Sequencer>,
+    clock: FakeClock,
+}
+
+impl Driven {
+    /// A service over the trace's nodes (submitted, not yet applied) whose binder confirms each
+    /// binding with the pod's update, as an API server would.
+    fn start(
+        config: &Config,
+        nodes: &[TraceNode],
+        pods: &[TracePod],
+        seed: u64,
+    ) -> anyhow::Result<Driven> {
+        let clock = FakeClock::default();
+        let scheduler = Scheduler::with_clock(&config.profiles()?, seed, Arc::new(clock.clone()))?;
+        let objects: HashMap<String, core::Pod> = pods
+            .iter()
+            .map(|p| (format!("trace/{}", p.name), pod_object(p)))
+            .collect();
+        let pipeline = Arc::new(EventPipeline::default());
+        let sequence = Arc::new(Sequencer::default());
+        let binder = ConfirmingBinder::new(pipeline.clone(), sequence.clone(), Arc::new(objects));
+        let service =
+            Service::with_pipeline(scheduler, binder, Arc::new(clock.clone()), pipeline.clone());
+        for node in nodes {
+            pipeline.submit(sequence.upsert(Object::Node(Box::new(node_object(node)))));
         }
-        if let Some(speed) = options.speed.filter(|s| *s > 0.0) {
-            let due = started + Duration::from_secs_f64((time - start) as f64 / speed);
-            std::thread::sleep(due.saturating_duration_since(Instant::now()));
-        }
-        clock.advance(Duration::from_secs(time - now));
-        now = time;
-        while e < events.len() && events[e].0 == time {
-            let (_, order, i) = events[e];
-            let object = Object::Pod(Box::new(pod_object(&pods[i])));
-            if order == CREATE {
-                created[i] = true;
-                created_total += 1;
-                pipeline.submit(sequence.upsert(object));
-            } else {
-                created[i] = false;
-                deleted_total += 1;
-                if let Some(n) = placed_on[i].take() {
-                    let pod = &pods[i];
-                    let used = &mut usage[n];
-                    used.cpu_milli -= pod.cpu_milli;
-                    used.memory_mib -= pod.memory_mib;
-                    used.gpu_milli -= pod.gpu_demand_milli();
-                    used.whole_gpus -= pod.whole_gpus();
-                }
-                pipeline.submit(sequence.delete(object));
-            }
-            e += 1;
-        }
+        Ok(Driven {
+            service,
+            pipeline,
+            sequence,
+            clock,
+        })
+    }
+
+    /// Schedules until the queue has nothing ready, recording each cycle's time and outcome.
+    fn schedule_ready(
+        &mut self,
+        record: &mut Record,
+        node_index: &HashMap<&str, usize>,
+        pod_index: &HashMap<String, usize>,
+        latencies: &mut Vec<u64>,
+    ) {
         loop {
             let cycle = Instant::now();
-            let Some(result) = service.schedule_one() else {
+            let Some(result) = self.service.schedule_one() else {
                 break;
             };
             latencies.push(cycle.elapsed().as_nanos() as u64);
@@ -800,84 +886,101 @@ pub fn replay(
                 continue;
             };
             match &result.node {
-                Some(node) => {
-                    let n = node_index[node.as_str()];
-                    placed_on[i] = Some(n);
-                    ever_placed[i] = true;
-                    let pod = &pods[i];
-                    let used = &mut usage[n];
-                    used.cpu_milli += pod.cpu_milli;
-                    used.memory_mib += pod.memory_mib;
-                    used.gpu_milli += pod.gpu_demand_milli();
-                    used.whole_gpus += pod.whole_gpus();
-                    let node = &nodes[n];
-                    let mut commitment = ratio_of(used.cpu_milli, node.cpu_milli)
-                        .max(ratio_of(used.memory_mib, node.memory_mib));
-                    if node.gpu > 0 {
-                        commitment = commitment
-                            .max(ratio_of(used.gpu_milli, node.gpu * 1000))
-                            .max(ratio_of(used.whole_gpus, node.gpu));
-                    }
-                    max_commitment = max_commitment.max(commitment);
-                    sha2::Digest::update(
-                        &mut placements,
-                        format!("{} {}\n", result.pod, node.name),
-                    );
-                }
-                None => {
-                    if result.error {
-                        plugin_errors += 1;
-                    } else {
-                        unschedulable += 1;
-                    }
-                    last_message[i] = result.message.clone();
-                }
+                Some(node) => record.placed(i, node_index[node.as_str()], &result.pod),
+                None => record.not_placed(i, result.error, result.message.clone()),
             }
         }
     }
-    mismatches += cache_mismatches(service.scheduler().cache(), pods, nodes, &placed_on);
-    series.push(sample(
-        end,
-        &usage,
-        &created,
-        &placed_on,
-        (created_total, deleted_total),
-    ));
+}
+
+/// Replays the trace with the configuration's profiles.
+///
+/// # Errors
+/// The configuration or a plugin cannot be loaded.
+pub fn replay(
+    config: &Config,
+    nodes: &[TraceNode],
+    pods: &[TracePod],
+    skipped_rows: Vec<SkippedRow>,
+    options: &Options,
+) -> anyhow::Result<Summary> {
+    let mut driven = Driven::start(config, nodes, pods, options.seed)?;
+    let events = timeline(pods, options);
+    let start = events.first().map_or(0, |e| e.0);
+    let end = events.last().map_or(0, |e| e.0);
+    let samples = options.samples.max(1) as u64;
+    // Sample k (0..samples) is taken at start + k * (end - start) / samples, then one at the end.
+    let sample_time = |k: u64| start + (end - start) * k / samples;
+    let mut taken = 0u64;
+    let node_index: HashMap<&str, usize> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.as_str(), i))
+        .collect();
+    let pod_index: HashMap<String, usize> = pods
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (format!("trace/{}", p.name), i))
+        .collect();
+    let sampler = Sampler::new(nodes, pods);
+    let mut record = Record::new(nodes, pods);
+    let mut latencies: Vec<u64> = Vec::new();
+    let mut series = Vec::new();
+    let mut mismatches = 0usize;
+    let started = Instant::now();
+    let mut now = 0u64;
+
+    for group in events.chunk_by(|a, b| a.0 == b.0) {
+        let time = group[0].0;
+        if taken < samples && sample_time(taken) <= time {
+            let cache = driven.service.scheduler().cache();
+            mismatches += cache_mismatches(cache, pods, nodes, &record.placed_on);
+        }
+        while taken < samples && sample_time(taken) <= time {
+            series.push(sampler.sample(sample_time(taken), &record));
+            taken += 1;
+        }
+        if let Some(speed) = options.speed.filter(|s| *s > 0.0) {
+            let due = started + Duration::from_secs_f64((time - start) as f64 / speed);
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+        }
+        driven.clock.advance(Duration::from_secs(time - now));
+        now = time;
+        for &(_, order, i) in group {
+            let object = Object::Pod(Box::new(pod_object(&pods[i])));
+            if order == CREATE {
+                record.created(i);
+                driven.pipeline.submit(driven.sequence.upsert(object));
+            } else {
+                record.deleted(i);
+                driven.pipeline.submit(driven.sequence.delete(object));
+            }
+        }
+        driven.schedule_ready(&mut record, &node_index, &pod_index, &mut latencies);
+    }
+    let cache = driven.service.scheduler().cache();
+    mismatches += cache_mismatches(cache, pods, nodes, &record.placed_on);
+    series.push(sampler.sample(end, &record));
     let wall = started.elapsed().as_secs_f64();
 
-    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
-    let mut never_placed = 0;
-    for (i, placed) in ever_placed.iter().enumerate() {
-        if *placed {
-            continue;
-        }
-        never_placed += 1;
-        for reason in fit_error_reasons(last_message[i].as_deref().unwrap_or("never attempted")) {
-            *reasons.entry(reason).or_default() += 1;
-        }
-    }
+    let (never_placed, never_placed_reasons) = record.never_placed();
     latencies.sort_unstable();
     let at = |q: f64| {
         latencies
             .get(((latencies.len() as f64 - 1.0) * q).round() as usize)
             .map_or(0.0, |&ns| ns as f64 / 1000.0)
     };
-    let digest = sha2::Digest::finalize(placements);
-    let mut hex = String::new();
-    for byte in digest {
-        let _ = write!(hex, "{byte:02x}");
-    }
     Ok(Summary {
         nodes: nodes.len(),
         gpus: nodes.iter().map(|n| n.gpu).sum(),
         pods: pods.len(),
         skipped_rows,
-        placed: ever_placed.iter().filter(|p| **p).count(),
+        placed: record.ever_placed.iter().filter(|p| **p).count(),
         never_placed,
-        never_placed_reasons: reasons,
+        never_placed_reasons,
         cycles: latencies.len() as u64,
-        unschedulable_attempts: unschedulable,
-        plugin_errors,
+        unschedulable_attempts: record.unschedulable,
+        plugin_errors: record.plugin_errors,
         latency_us: Latency {
             p50: at(0.5),
             p99: at(0.99),
@@ -886,19 +989,11 @@ pub fn replay(
         latency_histogram: latency_histogram(&latencies),
         decisions_per_second: latencies.len() as f64 / wall,
         wall_seconds: wall,
-        typical_gpu_request: typical
-            .map(|t| {
-                if t.whole > 0 {
-                    format!("{} GPU", t.whole)
-                } else {
-                    format!("{}m GPU", t.milli)
-                }
-            })
-            .unwrap_or_else(|| "none".into()),
+        typical_gpu_request: sampler.typical_request(),
         series,
-        max_node_commitment: max_commitment,
+        max_node_commitment: record.max_commitment,
         bookkeeping_mismatches: mismatches,
-        placements_sha256: hex,
+        placements_sha256: record.placements_sha256(),
     })
 }
 
