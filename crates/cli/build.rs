@@ -23,6 +23,29 @@ fn main() {
         "JavaScript",
     );
 
+    // Kubernetes mode is tested against kmock's emulator, installed in the Python virtualenv.
+    println!("cargo:rustc-check-cfg=cfg(wasched_kube_emulator)");
+    println!("cargo:rerun-if-env-changed=WASCHED_KUBE_PYTHON");
+    let python_env = root.join("target/guest-tools/python");
+    let python = env::var_os("WASCHED_KUBE_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| python_env.join("bin/python3"));
+    let kmock_installed = std::fs::read_dir(python_env.join("lib"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|dir| dir.path().join("site-packages/kmock").is_dir());
+    if python.is_file() && (kmock_installed || env::var_os("WASCHED_KUBE_PYTHON").is_some()) {
+        println!(
+            "cargo:rerun-if-changed={}",
+            python_env.join("lib").display()
+        );
+        println!("cargo:rustc-env=WASCHED_KUBE_PYTHON={}", python.display());
+        println!("cargo:rustc-cfg=wasched_kube_emulator");
+    } else {
+        println!("cargo:warning=kmock is not installed (scripts/setup installs it): the Kubernetes-mode tests are skipped");
+    }
+
     // C plugins need wit-bindgen and clang with wasi-libc.
     println!("cargo:rustc-check-cfg=cfg(wasched_c_plugins)");
     println!("cargo:rerun-if-env-changed=WASCHED_WIT_BINDGEN");

@@ -2,6 +2,8 @@
 //! `wasched` binary. One test binary, so it links once.
 
 mod cycle;
+#[cfg(wasched_kube_emulator)]
+mod kubernetes;
 mod languages;
 mod plugins;
 mod replay;

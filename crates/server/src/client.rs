@@ -153,10 +153,10 @@ impl Client {
                 r.call()
             }
             (method, body) => {
-                let mut r = if method == "PUT" {
-                    self.agent.put(&url)
-                } else {
-                    self.agent.post(&url)
+                let mut r = match method {
+                    "PUT" => self.agent.put(&url),
+                    "PATCH" => self.agent.patch(&url),
+                    _ => self.agent.post(&url),
                 };
                 if let Some(a) = &auth {
                     r = r.header("Authorization", a);

@@ -31,8 +31,44 @@ use wasched_core::util::Rng;
 /// The annotation holding how many times the scheduler tried a pod.
 pub const ATTEMPTS_ANNOTATION: &str = "scheduling.wasched.io/attempts";
 
-/// Binding happens in the status writer, after the cycle: the scheduling thread only assumes.
+/// Binding happens in the status writer (through its [`ResultSink`]), after the cycle: the
+/// scheduling thread only assumes.
 pub struct DeferredBinder;
+
+/// Where the status writer records each cycle's result: the embedded store ([`StoreSink`]) or a
+/// Kubernetes API server (`kubernetes::ApiSink`).
+pub trait ResultSink: Send + 'static {
+    /// Records a batch of results (bindings, and conditions of pods not placed); returns the
+    /// watch events of those that still applied.
+    fn record(&mut self, batch: Vec<CycleResult>, metrics: &EngineMetrics) -> Vec<WatchEvent>;
+}
+
+/// Opens once every kind of object has been listed: the scheduling thread waits for it, so no
+/// pod is placed against a partial picture of the cluster (kube-scheduler waits for its informers'
+/// caches to sync the same way).
+#[derive(Default)]
+pub struct StartGate {
+    open: Mutex<bool>,
+    opened: std::sync::Condvar,
+}
+
+impl StartGate {
+    /// Lets the scheduling thread start.
+    pub fn open(&self) {
+        *self.open.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.opened.notify_all();
+    }
+
+    /// True once open; waits up to `timeout` for it.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let (open, _) = self
+            .opened
+            .wait_timeout_while(open, timeout, |open| !*open)
+            .unwrap_or_else(|e| e.into_inner());
+        *open
+    }
+}
 
 impl Binder for DeferredBinder {
     fn bind(&mut self, _pod: &wasched_sdk::Pod, _node: &str) -> Result<(), String> {
@@ -60,6 +96,9 @@ pub struct EngineMetrics {
     /// How long the scheduling thread spent putting new profiles in place.
     pub swap_pause: SwapPause,
     pub status_writes: AtomicU64,
+    /// Bindings or status updates the API server refused or did not answer (Kubernetes mode);
+    /// the pod's assumption expires and it is scheduled again.
+    pub api_write_failures: AtomicU64,
     pub status_write_batches: AtomicU64,
     /// Results not written because the pod was deleted or bound by someone else meanwhile.
     pub results_discarded: AtomicU64,
@@ -148,7 +187,7 @@ impl EngineMetrics {
         for (name, help, value) in [
             (
                 "wasched_status_writes_total",
-                "Pod bindings and scheduling failures written to the store.",
+                "Pod bindings and scheduling failures written to the store or the API server.",
                 &self.status_writes,
             ),
             (
@@ -160,6 +199,11 @@ impl EngineMetrics {
                 "wasched_results_discarded_total",
                 "Cycle results not written because the pod was deleted or bound elsewhere meanwhile.",
                 &self.results_discarded,
+            ),
+            (
+                "wasched_api_write_failures_total",
+                "Bindings and status updates the Kubernetes API server refused or did not answer.",
+                &self.api_write_failures,
             ),
         ] {
             let _ = writeln!(out, "# HELP {name} {help}");
@@ -182,12 +226,13 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Starts the scheduling thread and the status writer.
+    /// Starts the scheduling thread (once `gate`, if any, opens) and the status writer.
     pub fn start(
         mut service: Service<DeferredBinder>,
-        store: Store,
+        mut sink: Box<dyn ResultSink>,
         watch: Arc<WatchLog>,
         metrics: Arc<EngineMetrics>,
+        gate: Option<Arc<StartGate>>,
     ) -> std::io::Result<Engine> {
         let pipeline = service.pipeline();
         let (control, control_rx) = mpsc::channel::<Control>();
@@ -197,11 +242,10 @@ impl Engine {
         let heartbeat = Arc::new(AtomicU64::new(now_seconds()));
 
         let writer = {
-            let pipeline = pipeline.clone();
             let metrics = metrics.clone();
             std::thread::Builder::new()
                 .name("wasched-status-writer".into())
-                .spawn(move || write_results(results_rx, &store, &pipeline, &watch, &metrics))?
+                .spawn(move || write_results(results_rx, sink.as_mut(), &watch, &metrics))?
         };
         let scheduling = {
             let (stop, ready, heartbeat, pipeline) = (
@@ -213,6 +257,13 @@ impl Engine {
             std::thread::Builder::new()
                 .name("wasched-scheduler".into())
                 .spawn(move || {
+                    if let Some(gate) = gate {
+                        while !gate.wait(Duration::from_millis(200)) {
+                            if stop.load(Ordering::Acquire) {
+                                return;
+                            }
+                        }
+                    }
                     service.apply_events();
                     if let Err(e) = service.warm_up() {
                         tracing::warn!("warming up the plugins: {e}");
@@ -306,8 +357,7 @@ const MAX_BATCH: usize = 2048;
 
 fn write_results(
     results: mpsc::Receiver<CycleResult>,
-    store: &Store,
-    pipeline: &EventPipeline,
+    sink: &mut dyn ResultSink,
     watch: &WatchLog,
     metrics: &EngineMetrics,
 ) {
@@ -319,6 +369,18 @@ fn write_results(
                 Err(_) => break,
             }
         }
+        watch.publish(sink.record(batch, metrics));
+    }
+}
+
+/// Records results in the embedded store, many pods per transaction.
+pub struct StoreSink {
+    pub store: Store,
+    pub pipeline: Arc<EventPipeline>,
+}
+
+impl ResultSink for StoreSink {
+    fn record(&mut self, batch: Vec<CycleResult>, metrics: &EngineMetrics) -> Vec<WatchEvent> {
         let count = batch.len();
         let items: Vec<(ObjectKey, CycleResult)> = batch
             .into_iter()
@@ -332,12 +394,12 @@ fn write_results(
                 (key, result)
             })
             .collect();
-        let written = match store.update_objects(items, record_result) {
+        let written = match self.store.update_objects(items, record_result) {
             Ok(written) => written,
             Err(e) => {
                 // The assumptions expire and the pods are scheduled again.
                 tracing::error!("recording {count} scheduling results failed: {e}");
-                continue;
+                return Vec::new();
             }
         };
         metrics.status_write_batches.fetch_add(1, Ordering::Relaxed);
@@ -351,22 +413,28 @@ fn write_results(
         for (version, object, result) in written {
             if result.node.is_some() {
                 // The confirmation an API server's watch would deliver.
-                pipeline.submit(Event::with_version(Action::Upsert, object, version));
+                self.pipeline
+                    .submit(Event::with_version(Action::Upsert, object, version));
             }
-            events.push(WatchEvent {
-                kind: if result.node.is_some() {
-                    "Scheduled"
-                } else {
-                    "FailedScheduling"
-                },
-                resource_version: version,
-                pod: result.pod,
-                node: result.node,
-                message: result.message,
-                attempts: result.attempts,
-            });
+            events.push(watch_event(result, version));
         }
-        watch.publish(events);
+        events
+    }
+}
+
+/// What `/v1/watch` says about one result.
+pub fn watch_event(result: CycleResult, resource_version: u64) -> WatchEvent {
+    WatchEvent {
+        kind: if result.node.is_some() {
+            "Scheduled"
+        } else {
+            "FailedScheduling"
+        },
+        resource_version,
+        pod: result.pod,
+        node: result.node,
+        message: result.message,
+        attempts: result.attempts,
     }
 }
 

@@ -9,6 +9,7 @@ pub mod auth;
 pub mod client;
 pub mod engine;
 mod http;
+pub mod kubernetes;
 pub mod store;
 pub mod watch;
 
@@ -22,7 +23,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use auth::Tokens;
-use engine::{DeferredBinder, Engine, EngineMetrics};
+use engine::{DeferredBinder, Engine, EngineMetrics, ResultSink, StartGate, StoreSink};
 use store::{PluginRecord, Store};
 use wasched_core::clock::{Clock, SystemClock};
 use wasched_core::events::{Event, EventPipeline, Kind};
@@ -101,6 +102,8 @@ pub struct ServeArgs {
     /// Log format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    #[command(flatten)]
+    pub kube: kubernetes::KubeArgs,
 }
 
 /// How logs are written.
@@ -157,6 +160,8 @@ pub struct Server {
     pub plugin_loads: [std::sync::atomic::AtomicU64; 2],
     pub uids: std::sync::Mutex<wasched_core::util::Rng>,
     pub shutdown: tokio::sync::watch::Sender<bool>,
+    /// The watches of the API server (Kubernetes mode).
+    pub kube_watches: Option<Arc<kubernetes::WatchStats>>,
 }
 
 /// A refused policy change: the HTTP status and why.
@@ -420,12 +425,16 @@ fn read_tokens(args: &ServeArgs) -> anyhow::Result<Tokens> {
 /// # Errors
 /// It cannot start: a bad configuration or token, an unusable store, a busy address.
 pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let (server, restored) = Server::open(args)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .thread_name("wasched-http")
         .build()?;
+    let (server, restored) = {
+        // Kubernetes mode's watches run on this runtime.
+        let _entered = runtime.enter();
+        Server::open(args)?
+    };
     let result = runtime.block_on(run_http(server.clone(), restored));
     // The running cycle finishes and every result is written before the process exits.
     server.engine.shutdown();
@@ -488,25 +497,21 @@ impl Server {
         let pipeline = service.pipeline();
         let service_stats = service.stats.clone();
 
-        // What was acknowledged before a restart comes back as events, nodes and storage first.
-        let (version, mut objects) = store.list_objects(None, None)?;
-        objects.sort_by_key(|o| o.kind() == Kind::Pod);
-        let restored = objects.len();
-        for object in objects {
-            let object_version = object.resource_version().unwrap_or(0);
-            pipeline.submit(Event::with_version(
-                wasched_core::events::Action::Upsert,
-                object,
-                object_version,
-            ));
-        }
-        let watch = Arc::new(WatchLog::new(version));
         let engine_metrics = Arc::new(EngineMetrics::default());
+        let objects = if args.kube.kubernetes {
+            kubernetes_source(&args, &pipeline)?
+        } else {
+            store_source(&store, &pipeline)?
+        };
+        let (version, restored, kube_watches) =
+            (objects.version, objects.restored, objects.kube_watches);
+        let watch = Arc::new(WatchLog::new(version));
         let engine = Engine::start(
             service,
-            store.clone(),
+            objects.sink,
             watch.clone(),
             engine_metrics.clone(),
+            objects.gate,
         )?;
 
         let (shutdown, _) = tokio::sync::watch::channel(false);
@@ -536,10 +541,79 @@ impl Server {
                     ^ u64::from(std::process::id()),
             )),
             shutdown,
+            kube_watches,
         });
 
         Ok((server, restored))
     }
+}
+
+/// Where the cluster's objects come from and where results go.
+struct Source {
+    sink: Box<dyn ResultSink>,
+    /// Opens when the scheduling thread may start (None: at once).
+    gate: Option<Arc<StartGate>>,
+    kube_watches: Option<Arc<kubernetes::WatchStats>>,
+    /// The store's version, where `/v1/watch` starts.
+    version: u64,
+    /// Objects restored from the store.
+    restored: usize,
+}
+
+/// Standalone mode: what the store acknowledged before a restart comes back as events, nodes and
+/// storage first, and results are written to the store.
+fn store_source(store: &Store, pipeline: &Arc<EventPipeline>) -> anyhow::Result<Source> {
+    let (version, mut objects) = store.list_objects(None, None)?;
+    objects.sort_by_key(|o| o.kind() == Kind::Pod);
+    let restored = objects.len();
+    for object in objects {
+        let object_version = object.resource_version().unwrap_or(0);
+        pipeline.submit(Event::with_version(
+            wasched_core::events::Action::Upsert,
+            object,
+            object_version,
+        ));
+    }
+    Ok(Source {
+        sink: Box::new(StoreSink {
+            store: store.clone(),
+            pipeline: pipeline.clone(),
+        }),
+        gate: None,
+        kube_watches: None,
+        version,
+        restored,
+    })
+}
+
+/// Kubernetes mode: the API server's watches feed `pipeline` and the gate opens once each kind
+/// was listed; the returned sink binds through the API server.
+fn kubernetes_source(args: &ServeArgs, pipeline: &Arc<EventPipeline>) -> anyhow::Result<Source> {
+    let runtime = tokio::runtime::Handle::try_current()
+        .context("Kubernetes mode needs the server's async runtime")?;
+    let client = std::thread::scope(|scope| {
+        scope
+            .spawn(|| runtime.block_on(kubernetes::client(&args.kube)))
+            .join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("connecting to the API server panicked")))
+    })?;
+    let gate = Arc::new(StartGate::default());
+    let stats = Arc::new(kubernetes::WatchStats::default());
+    let _entered = runtime.enter();
+    kubernetes::watch_cluster(&client, pipeline, &gate, &stats);
+    let sink = Box::new(kubernetes::ApiSink {
+        client,
+        runtime,
+        burst: args.kube.kube_api_burst as usize,
+        sequence: 0,
+    });
+    Ok(Source {
+        sink,
+        gate: Some(gate),
+        kube_watches: Some(stats),
+        version: 0,
+        restored: 0,
+    })
 }
 
 async fn run_http(server: Arc<Server>, restored: usize) -> anyhow::Result<()> {

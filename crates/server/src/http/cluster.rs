@@ -47,7 +47,13 @@ pub(super) fn routes(server: &Shared) -> Router<Shared> {
     let mut cluster = Router::new()
         .route("/v1/objects", axum::routing::post(apply_objects))
         .route("/v1/watch", get(watch_events));
-    for &(resource, kind, namespaced) in RESOURCES {
+    // In Kubernetes mode the API server holds the objects: only the scheduling events are ours.
+    let resources = if server.args.kube.kubernetes {
+        &[][..]
+    } else {
+        RESOURCES
+    };
+    for &(resource, kind, namespaced) in resources {
         let list = move |s: State<Shared>| async move { list(s, kind, None).await };
         if namespaced {
             cluster = cluster

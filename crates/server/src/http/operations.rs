@@ -50,6 +50,9 @@ async fn readyz(State(server): State<Shared>) -> Response {
 async fn metrics(State(server): State<Shared>) -> Response {
     let mut out = String::new();
     server.engine_metrics.render(&mut out);
+    if let Some(watches) = &server.kube_watches {
+        watches.render(&mut out);
+    }
     server.plugin_stats.render(&mut out);
     let pipeline = &server.pipeline.stats;
     let service = &server.service_stats;

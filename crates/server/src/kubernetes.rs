@@ -1,0 +1,419 @@
+//! `serve --kubernetes`: a Kubernetes API server, not the embedded store, holds the cluster's
+//! objects. Watches of nodes, pods, PersistentVolumes, claims and StorageClasses feed the event
+//! pipeline (kube-runtime's watcher lists, then watches from the list's resourceVersion, and
+//! lists again after `410 Gone` or a dropped connection); the status writer binds pods through the
+//! `binding` subresource and writes the `PodScheduled` condition of pods no node fits. The
+//! binding comes back through the pod watch, which confirms the pod the cycle assumed.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use futures_util::{StreamExt, TryFutureExt as _};
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::watcher;
+use kube::runtime::WatchStreamExt as _;
+use kube::{Api, Client, Config};
+use serde::de::DeserializeOwned;
+use wasched_core::events::{Action, Event, EventPipeline, Kind, Object, ObjectKey};
+use wasched_core::service::CycleResult;
+
+use crate::engine::{watch_event, EngineMetrics, ResultSink, StartGate};
+use crate::watch::WatchEvent;
+
+/// `wasched serve` options of Kubernetes mode.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct KubeArgs {
+    /// Schedule the pods of a Kubernetes cluster (those whose `schedulerName` is one of the
+    /// configured profiles) instead of objects kept in the embedded store.
+    #[arg(long)]
+    pub kubernetes: bool,
+    /// The kubeconfig to use (default: `$KUBECONFIG`, `~/.kube/config`, or the in-cluster
+    /// service account).
+    #[arg(long, value_name = "FILE", requires = "kubernetes")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: its current context).
+    #[arg(long, requires = "kubernetes")]
+    pub context: Option<String>,
+    /// Bindings and status updates sent to the API server at once (kube-scheduler's client
+    /// burst is 100).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub kube_api_burst: u32,
+}
+
+/// A client for the API server `args` name.
+///
+/// # Errors
+/// No kubeconfig or in-cluster account was found, or it is invalid.
+pub async fn client(args: &KubeArgs) -> anyhow::Result<Client> {
+    let options = KubeConfigOptions {
+        context: args.context.clone(),
+        ..Default::default()
+    };
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path)
+                .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+            Config::from_custom_kubeconfig(kubeconfig, &options).await?
+        }
+        None if args.context.is_some() => Config::from_kubeconfig(&options).await?,
+        None => Config::infer().await?,
+    };
+    Ok(Client::try_from(config)?)
+}
+
+/// Counters of the watches, for `/metrics`.
+#[derive(Default)]
+pub struct WatchStats {
+    /// Full lists, the first of each kind included.
+    pub lists: AtomicU64,
+    /// Objects the cache held that a new list no longer had: deleted then, as a lost watch event
+    /// would have.
+    pub repaired: AtomicU64,
+    /// Watch errors (each retried with backoff).
+    pub errors: AtomicU64,
+}
+
+impl WatchStats {
+    /// Appends the watch counters in the Prometheus text format.
+    pub fn render(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        for (name, help, value) in [
+            (
+                "wasched_kube_lists_total",
+                "Full lists of a kind from the API server (at start, and after 410 Gone or a lost watch).",
+                &self.lists,
+            ),
+            (
+                "wasched_kube_repaired_total",
+                "Objects deleted while no watch was open, found missing by a new list and deleted from the cache.",
+                &self.repaired,
+            ),
+            (
+                "wasched_kube_watch_errors_total",
+                "Failed watch or list requests (each retried with backoff).",
+                &self.errors,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} counter");
+            let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
+        }
+    }
+}
+
+/// Starts one watch per kind of object the cache holds; `gate` opens once each has listed.
+pub fn watch_cluster(
+    client: &Client,
+    pipeline: &Arc<EventPipeline>,
+    gate: &Arc<StartGate>,
+    stats: &Arc<WatchStats>,
+) {
+    let unlisted = Arc::new(AtomicUsize::new(5));
+    let feed = |kind| Feed {
+        kind,
+        pipeline: pipeline.clone(),
+        gate: gate.clone(),
+        unlisted: unlisted.clone(),
+        stats: stats.clone(),
+    };
+    tokio::spawn(watch_kind(
+        Api::<core::Node>::all(client.clone()),
+        feed(Kind::Node),
+        |node| Some(Object::Node(Box::new(node))),
+    ));
+    tokio::spawn(watch_kind(
+        Api::<core::Pod>::all(client.clone()),
+        feed(Kind::Pod),
+        // Finished pods hold nothing on their nodes: to the cache they are gone.
+        |pod| {
+            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+            (!matches!(phase, Some("Succeeded" | "Failed"))).then(|| Object::Pod(Box::new(pod)))
+        },
+    ));
+    tokio::spawn(watch_kind(
+        Api::<core::PersistentVolume>::all(client.clone()),
+        feed(Kind::PersistentVolume),
+        |volume| Some(Object::Volume(Box::new(volume))),
+    ));
+    tokio::spawn(watch_kind(
+        Api::<core::PersistentVolumeClaim>::all(client.clone()),
+        feed(Kind::PersistentVolumeClaim),
+        |claim| Some(Object::Claim(Box::new(claim))),
+    ));
+    tokio::spawn(watch_kind(
+        Api::<StorageClass>::all(client.clone()),
+        feed(Kind::StorageClass),
+        |class| Some(Object::Class(Box::new(class))),
+    ));
+}
+
+/// Where one kind's watch sends what it sees.
+struct Feed {
+    kind: Kind,
+    pipeline: Arc<EventPipeline>,
+    gate: Arc<StartGate>,
+    /// Kinds that have not finished their first list.
+    unlisted: Arc<AtomicUsize>,
+    stats: Arc<WatchStats>,
+}
+
+impl Feed {
+    /// Submits `object` (or its deletion when `kept` is None); returns its key and version.
+    fn submit(&self, key: ObjectKey, version: u64, kept: Option<Object>) {
+        let event = match kept {
+            Some(object) => Event::with_version(Action::Upsert, object, version),
+            None => Event::with_version(Action::Delete, stub(&key), version),
+        };
+        self.pipeline.submit(event);
+    }
+}
+
+/// Lists and watches one kind for as long as the server runs. Events carry the objects'
+/// resourceVersions, so the pipeline applies each object's changes in order whatever order the
+/// watches deliver them in.
+async fn watch_kind<K>(api: Api<K>, feed: Feed, keep: fn(K) -> Option<Object>)
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K: Into<ObjectParts>,
+{
+    // The version each object was last seen at, to find what a new list no longer has.
+    let mut known: HashMap<ObjectKey, u64> = HashMap::new();
+    let mut listing: Option<HashMap<ObjectKey, u64>> = None;
+    let mut first_list = true;
+    let mut stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    while let Some(next) = stream.next().await {
+        let event = match next {
+            Ok(event) => event,
+            Err(e) => {
+                feed.stats.errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(kind = ?feed.kind, "watch failed, retrying: {e}");
+                continue;
+            }
+        };
+        match event {
+            watcher::Event::Init => listing = Some(HashMap::new()),
+            watcher::Event::InitApply(object) | watcher::Event::Apply(object) => {
+                let Some((key, version)) = parts(&feed, object.clone()) else {
+                    continue;
+                };
+                feed.submit(key.clone(), version, keep(object));
+                if let Some(listing) = listing.as_mut() {
+                    listing.insert(key.clone(), version);
+                }
+                known.insert(key, version);
+            }
+            watcher::Event::Delete(object) => {
+                if let Some((key, version)) = parts(&feed, object) {
+                    feed.submit(key.clone(), version, None);
+                    known.remove(&key);
+                }
+            }
+            watcher::Event::InitDone => {
+                let listed = listing.take().unwrap_or_default();
+                repair(&feed, &mut known, &listed);
+                feed.stats.lists.fetch_add(1, Ordering::Relaxed);
+                if std::mem::take(&mut first_list)
+                    && feed.unlisted.fetch_sub(1, Ordering::AcqRel) == 1
+                {
+                    feed.gate.open();
+                }
+            }
+        }
+    }
+}
+
+/// Deletes what the cache still holds but a new list (`listed`) no longer has: the deletion
+/// happened while no watch was open. The deletion's version is past every version listed, so the
+/// pipeline applies it after them and still takes a later re-creation.
+fn repair(feed: &Feed, known: &mut HashMap<ObjectKey, u64>, listed: &HashMap<ObjectKey, u64>) {
+    let newest_listed = listed.values().copied().max().unwrap_or(0);
+    let gone: Vec<(ObjectKey, u64)> = known
+        .iter()
+        .filter(|(key, _)| !listed.contains_key(*key))
+        .map(|(key, version)| (key.clone(), *version))
+        .collect();
+    for (key, version) in gone {
+        feed.stats.repaired.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(kind = ?key.kind, namespace = %key.namespace, name = %key.name, "deleted while unwatched: repaired");
+        feed.submit(key.clone(), newest_listed.max(version + 1), None);
+        known.remove(&key);
+    }
+}
+
+/// The metadata the pipeline needs of any watched object.
+pub struct ObjectParts(ObjectMeta);
+
+macro_rules! object_parts {
+    ($($ty:ty),*) => {$(
+        impl From<$ty> for ObjectParts {
+            fn from(object: $ty) -> ObjectParts {
+                ObjectParts(object.metadata)
+            }
+        }
+    )*};
+}
+object_parts!(
+    core::Node,
+    core::Pod,
+    core::PersistentVolume,
+    core::PersistentVolumeClaim,
+    StorageClass
+);
+
+/// The object's key and resourceVersion (objects without a numeric one are skipped: every API
+/// server backed by etcd gives one).
+fn parts<K: Into<ObjectParts>>(feed: &Feed, object: K) -> Option<(ObjectKey, u64)> {
+    let ObjectParts(meta) = object.into();
+    let version = meta.resource_version.as_deref()?.parse().ok()?;
+    let namespaced = matches!(feed.kind, Kind::Pod | Kind::PersistentVolumeClaim);
+    let key = ObjectKey {
+        kind: feed.kind,
+        namespace: if namespaced {
+            meta.namespace.unwrap_or_else(|| "default".into())
+        } else {
+            String::new()
+        },
+        name: meta.name?,
+    };
+    Some((key, version))
+}
+
+/// An object carrying only the name of the deleted object `key`.
+fn stub(key: &ObjectKey) -> Object {
+    let metadata = ObjectMeta {
+        name: Some(key.name.clone()),
+        namespace: (!key.namespace.is_empty()).then(|| key.namespace.clone()),
+        ..Default::default()
+    };
+    match key.kind {
+        Kind::Node => Object::Node(Box::new(core::Node {
+            metadata,
+            ..Default::default()
+        })),
+        Kind::Pod => Object::Pod(Box::new(core::Pod {
+            metadata,
+            ..Default::default()
+        })),
+        Kind::PersistentVolume => Object::Volume(Box::new(core::PersistentVolume {
+            metadata,
+            ..Default::default()
+        })),
+        Kind::PersistentVolumeClaim => Object::Claim(Box::new(core::PersistentVolumeClaim {
+            metadata,
+            ..Default::default()
+        })),
+        Kind::StorageClass => Object::Class(Box::new(StorageClass {
+            metadata,
+            ..Default::default()
+        })),
+    }
+}
+
+/// Writes cycle results to the API server: `POST pods/{name}/binding` for a placement, the
+/// `PodScheduled=False` condition for a pod no node fits, up to `burst` requests at once.
+pub struct ApiSink {
+    pub client: Client,
+    pub runtime: tokio::runtime::Handle,
+    pub burst: usize,
+    /// Numbers the `/v1/watch` events (the API server's own versions are per object).
+    pub sequence: u64,
+}
+
+impl ResultSink for ApiSink {
+    fn record(&mut self, batch: Vec<CycleResult>, metrics: &EngineMetrics) -> Vec<WatchEvent> {
+        let client = &self.client;
+        let written: Vec<Option<CycleResult>> = self.runtime.block_on(
+            futures_util::stream::iter(batch)
+                .map(|result| write(client.clone(), result))
+                .buffer_unordered(self.burst)
+                .collect(),
+        );
+        let mut events = Vec::with_capacity(written.len());
+        for result in written {
+            match result {
+                Some(result) => {
+                    self.sequence += 1;
+                    metrics.status_writes.fetch_add(1, Ordering::Relaxed);
+                    events.push(watch_event(result, self.sequence));
+                }
+                None => {
+                    metrics.api_write_failures.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        metrics.status_write_batches.fetch_add(1, Ordering::Relaxed);
+        events
+    }
+}
+
+/// Sends one result; None when the API server refused it. A refused binding leaves the pod
+/// assumed until the assume TTL forgets it and it is scheduled again; a pod bound meanwhile
+/// (409) or deleted (404) arrives through the watch first.
+async fn write(client: Client, result: CycleResult) -> Option<CycleResult> {
+    let (namespace, name) = result.pod.split_once('/')?;
+    let pods: Api<core::Pod> = Api::namespaced(client, namespace);
+    let outcome = match &result.node {
+        Some(node) => {
+            let binding = core::Binding {
+                metadata: ObjectMeta {
+                    name: Some(name.to_string()),
+                    namespace: Some(namespace.to_string()),
+                    ..Default::default()
+                },
+                target: core::ObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Node".into()),
+                    name: Some(node.clone()),
+                    ..Default::default()
+                },
+            };
+            pods.create_subresource::<_, serde_json::Value>(
+                "binding",
+                name,
+                &PostParams::default(),
+                &binding,
+            )
+            .map_ok(|_| ())
+            .await
+        }
+        None => {
+            let condition = serde_json::json!({"status": {"conditions": [{
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": if result.error { "SchedulerError" } else { "Unschedulable" },
+                "message": result.message,
+                "lastTransitionTime": now_rfc3339(),
+            }]}});
+            pods.patch_status(name, &PatchParams::default(), &Patch::Strategic(condition))
+                .map_ok(|_| ())
+                .await
+        }
+    };
+    match outcome {
+        Ok(()) => Some(result),
+        Err(e) => {
+            let what = if result.node.is_some() {
+                "binding"
+            } else {
+                "writing the condition of"
+            };
+            tracing::warn!(pod = %result.pod, "{what} the pod failed: {e}");
+            None
+        }
+    }
+}
+
+fn now_rfc3339() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .round(k8s_openapi::jiff::Unit::Second)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}

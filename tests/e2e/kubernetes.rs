@@ -1,0 +1,430 @@
+//! `wasched serve --kubernetes` against an API server nobody on this project wrote: kmock's
+//! emulator, with the parts of a real API server a scheduler needs added in
+//! `tests/kube/apiserver.py` (resourceVersions, watches that resume and answer 410 Gone, the
+//! binding and status subresources).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use wasched::server::client::{Client, Connection};
+
+/// A running emulator, killed when dropped.
+struct ApiServer {
+    child: Child,
+    url: String,
+}
+
+impl ApiServer {
+    fn start() -> ApiServer {
+        let script = crate::support::repo_root().join("tests/kube/apiserver.py");
+        let mut child = Command::new(env!("WASCHED_KUBE_PYTHON"))
+            .arg(script)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the API server emulator");
+        let url = first_line(&mut child, "listening on ");
+        ApiServer { child, url }
+    }
+
+    fn client(&self) -> Client {
+        Client::new(&Connection {
+            server: self.url.clone(),
+            token_file: None,
+        })
+        .unwrap()
+    }
+
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let body = body.map(|b| ("application/json", b.to_string().into_bytes()));
+        let reply = self.client().request(method, path, body).unwrap();
+        let value = serde_json::from_str(&reply.body).unwrap_or(Value::Null);
+        (reply.status, value)
+    }
+
+    fn create(&self, object: &Value) {
+        let path = match object["kind"].as_str().unwrap() {
+            "Node" => "/api/v1/nodes".to_string(),
+            "Pod" => format!(
+                "/api/v1/namespaces/{}/pods",
+                object["metadata"]["namespace"].as_str().unwrap()
+            ),
+            kind => panic!("no path for {kind}"),
+        };
+        let (status, reply) = self.call("POST", &path, Some(object.clone()));
+        assert!(status < 300, "creating {object}: {status} {reply}");
+    }
+
+    fn pods(&self) -> BTreeMap<String, Value> {
+        let (_, list) = self.call("GET", "/api/v1/pods", None);
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["metadata"]["name"].as_str().unwrap().to_string(),
+                    p.clone(),
+                )
+            })
+            .collect()
+    }
+
+    fn node_of(&self, pod: &str) -> Option<String> {
+        self.pods()[pod]["spec"]["nodeName"]
+            .as_str()
+            .map(str::to_string)
+    }
+
+    fn counts(&self) -> Value {
+        self.call("GET", "/_test/counts", None).1
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A running `wasched serve --kubernetes`, killed when dropped.
+struct Scheduler {
+    child: Child,
+    url: String,
+    _dir: PathBuf,
+}
+
+impl Scheduler {
+    fn start(api: &ApiServer, name: &str, extra: &[&str]) -> Scheduler {
+        let dir = std::env::temp_dir().join(format!("wasched-kube-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(&kubeconfig, kubeconfig_for(&api.url)).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_wasched"))
+            .args(["serve", "--kubernetes", "--listen", "127.0.0.1:0"])
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .args(extra)
+            .env("WASCHED_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start wasched serve --kubernetes");
+        let url = first_line(&mut child, "wasched listening on ");
+        let scheduler = Scheduler {
+            child,
+            url,
+            _dir: dir,
+        };
+        wait_for("the scheduler to be ready", || {
+            scheduler.get("/readyz").0 == 200
+        });
+        scheduler
+    }
+
+    fn get(&self, path: &str) -> (u16, String) {
+        let client = Client::new(&Connection {
+            server: self.url.clone(),
+            token_file: None,
+        })
+        .unwrap();
+        let reply = client.request("GET", path, None).unwrap();
+        (reply.status, reply.body)
+    }
+
+    fn metric(&self, name: &str) -> u64 {
+        let (_, text) = self.get("/metrics");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in /metrics"))
+    }
+}
+
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn first_line(child: &mut Child, prefix: &str) -> String {
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    line.trim()
+        .strip_prefix(prefix)
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string()
+}
+
+fn kubeconfig_for(url: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: emulator\n  cluster:\n    server: {url}\n\
+         contexts:\n- name: emulator\n  context:\n    cluster: emulator\n    user: test\n\
+         current-context: emulator\nusers:\n- name: test\n  user:\n    token: test\n"
+    )
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn node(name: &str, zone: &str, cpu: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {
+        "kubernetes.io/hostname": name, "topology.kubernetes.io/zone": zone}},
+        "status": {"allocatable": {"cpu": cpu, "memory": "16Gi", "pods": "110"}}})
+}
+
+fn pod(name: &str, cpu: &str, extra: Value) -> Value {
+    let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"containers": [{"name": "main", "image": "busybox",
+            "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}});
+    if let (Some(spec), Some(extra)) = (pod["spec"].as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    pod
+}
+
+/// Where `wasched simulate` places `pods` on `nodes` (the same objects, from a file).
+fn simulated(nodes: &[Value], pods: &[Value], dir: &Path) -> BTreeMap<String, Option<String>> {
+    let file = dir.join("objects.json");
+    let items: Vec<Value> = nodes.iter().chain(pods).cloned().collect();
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(
+        &file,
+        json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string(),
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_wasched"))
+        .args(["simulate", "--output", "json"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let row: Value = serde_json::from_str(line).unwrap();
+            let pod = row["pod"].as_str().unwrap();
+            let name = pod.rsplit('/').next().unwrap().to_string();
+            (name, row["node"].as_str().map(str::to_string))
+        })
+        .collect()
+}
+
+#[test]
+fn pods_are_bound_where_simulate_places_them_and_other_schedulers_pods_are_left_alone() {
+    let api = ApiServer::start();
+    let nodes = vec![
+        node("a1", "zone-a", "4"),
+        node("a2", "zone-a", "2"),
+        node("b1", "zone-b", "8"),
+    ];
+    for n in &nodes {
+        api.create(n);
+    }
+    let scheduler = Scheduler::start(&api, "bind", &[]);
+    // One at a time, so each placement is decided against the ones before it, as simulate does.
+    let pods: Vec<Value> = (0..6)
+        .map(|i| pod(&format!("web-{i}"), "1500m", json!({})))
+        .collect();
+    for p in &pods {
+        api.create(p);
+        let name = p["metadata"]["name"].as_str().unwrap();
+        wait_for(name, || api.node_of(name).is_some());
+    }
+    let other = pod("batch", "100m", json!({"schedulerName": "someone-else"}));
+    api.create(&other);
+
+    let expected = simulated(
+        &nodes,
+        &pods,
+        &std::env::temp_dir().join("wasched-kube-sim"),
+    );
+    for p in &pods {
+        let name = p["metadata"]["name"].as_str().unwrap();
+        assert_eq!(api.node_of(name), expected[name].clone(), "{name}");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let batch = &api.pods()["batch"];
+    assert!(batch["spec"]["nodeName"].is_null(), "{batch}");
+    assert!(batch["status"]["conditions"].is_null(), "{batch}");
+    assert_eq!(api.counts()["POST pods/binding"], json!(6));
+    assert_eq!(scheduler.metric("wasched_api_write_failures_total"), 0);
+}
+
+#[test]
+fn an_unschedulable_pod_gets_the_fit_error_and_is_placed_when_a_node_arrives() {
+    let api = ApiServer::start();
+    api.create(&node("small", "zone-a", "2"));
+    let _scheduler = Scheduler::start(&api, "fit", &[]);
+    api.create(&pod("large", "6", json!({})));
+    wait_for("the PodScheduled condition", || {
+        !api.pods()["large"]["status"]["conditions"].is_null()
+    });
+    let condition = api.pods()["large"]["status"]["conditions"][0].clone();
+    assert_eq!(condition["type"], "PodScheduled");
+    assert_eq!(condition["status"], "False");
+    assert_eq!(condition["reason"], "Unschedulable");
+    assert_eq!(
+        condition["message"],
+        "0/1 nodes are available: 1 Insufficient cpu."
+    );
+
+    // The node's arrival moves the pod back to the active queue at once, not after the
+    // 5-minute flush of unschedulable pods.
+    let added = Instant::now();
+    api.create(&node("large-node", "zone-a", "8"));
+    wait_for("the pod to be bound", || api.node_of("large").is_some());
+    assert_eq!(api.node_of("large").as_deref(), Some("large-node"));
+    assert!(
+        added.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        added.elapsed()
+    );
+}
+
+#[test]
+fn dropped_watches_and_410_gone_lose_nothing_and_bind_nothing_twice() {
+    let api = ApiServer::start();
+    api.create(&node("n1", "zone-a", "64"));
+    api.create(&node("n2", "zone-b", "64"));
+    api.create(&node("doomed", "zone-b", "64"));
+    let scheduler = Scheduler::start(&api, "relist", &[]);
+    for i in 0..5 {
+        api.create(&pod(&format!("before-{i}"), "1", json!({})));
+    }
+    wait_for("the first pods", || {
+        api.pods()
+            .values()
+            .all(|p| !p["spec"]["nodeName"].is_null())
+    });
+
+    // Watches cut mid-stream: they resume from the last resourceVersion seen.
+    api.call("POST", "/_test/drop-watches", Some(json!({})));
+    for i in 0..5 {
+        api.create(&pod(&format!("during-{i}"), "1", json!({})));
+    }
+    // A partition: no list or watch gets through while a node is deleted and the API server
+    // forgets its events. Resuming then gets 410 Gone and the watcher lists again; the node is
+    // missing from the new list and must leave the cache.
+    api.call("POST", "/_test/block-watches", Some(json!({})));
+    api.call("DELETE", "/api/v1/nodes/doomed", None);
+    api.call("POST", "/_test/compact", Some(json!({})));
+    api.call("POST", "/_test/unblock-watches", Some(json!({})));
+    wait_for("the deleted node to be repaired", || {
+        scheduler.metric("wasched_kube_repaired_total") >= 1
+    });
+    for i in 0..5 {
+        api.create(&pod(&format!("after-{i}"), "1", json!({})));
+    }
+    wait_for("every pod", || {
+        api.pods()
+            .values()
+            .all(|p| !p["spec"]["nodeName"].is_null())
+    });
+    let pods = api.pods();
+    assert_eq!(pods.len(), 15);
+    for (name, pod) in &pods {
+        if name.starts_with("after-") {
+            assert_ne!(
+                pod["spec"]["nodeName"], "doomed",
+                "{name} went to a deleted node"
+            );
+        }
+    }
+    // One binding per pod: none repeated, none refused as already bound.
+    assert_eq!(api.counts()["POST pods/binding"], json!(15));
+    assert!(scheduler.metric("wasched_kube_lists_total") > 5);
+    assert_eq!(scheduler.metric("wasched_kube_repaired_total"), 1);
+}
+
+#[test]
+fn refused_bindings_are_retried_after_the_assume_ttl_without_a_tight_loop() {
+    let api = ApiServer::start();
+    api.create(&node("n1", "zone-a", "8"));
+    let scheduler = Scheduler::start(&api, "retry", &["--assume-ttl-seconds", "1"]);
+    api.call(
+        "POST",
+        "/_test/fail-bindings",
+        Some(json!({"status": 500, "count": 2})),
+    );
+    let created = Instant::now();
+    api.create(&pod("flaky", "1", json!({})));
+    wait_for("the pod to be bound", || api.node_of("flaky").is_some());
+    // Two refusals, each undone when the 1 s assumption expires, then the binding that worked.
+    assert_eq!(api.counts()["POST pods/binding"], json!(3));
+    assert!(
+        created.elapsed() >= Duration::from_secs(2),
+        "{:?}",
+        created.elapsed()
+    );
+    assert_eq!(scheduler.metric("wasched_api_write_failures_total"), 2);
+}
+
+#[test]
+fn a_node_relabelled_many_times_ends_as_the_api_server_has_it() {
+    let api = ApiServer::start();
+    api.create(&node("flip", "zone-a", "64"));
+    let _scheduler = Scheduler::start(&api, "flip", &[]);
+    // The label changes faster than the scheduler applies them: every version must be applied in
+    // resourceVersion order, so the cache ends with the last one however the events interleave.
+    for i in 0..400 {
+        let disk = if i % 2 == 0 { "ssd" } else { "hdd" };
+        let (status, reply) = api.call(
+            "PATCH",
+            "/api/v1/nodes/flip",
+            Some(json!({"metadata": {"labels": {"disk": disk}}})),
+        );
+        assert!(status < 300, "{status} {reply}");
+        if i % 50 == 0 {
+            api.create(&pod(
+                &format!("early-{i}"),
+                "100m",
+                json!({"nodeSelector": {"disk": disk}}),
+            ));
+        }
+    }
+    // The last version says hdd: an ssd pod cannot go there, an hdd pod can.
+    api.create(&pod(
+        "wants-ssd",
+        "100m",
+        json!({"nodeSelector": {"disk": "ssd"}}),
+    ));
+    api.create(&pod(
+        "wants-hdd",
+        "100m",
+        json!({"nodeSelector": {"disk": "hdd"}}),
+    ));
+    wait_for("the hdd pod to be bound", || {
+        api.node_of("wants-hdd").is_some()
+    });
+    wait_for("the ssd pod's condition", || {
+        !api.pods()["wants-ssd"]["status"]["conditions"].is_null()
+    });
+    assert_eq!(
+        api.pods()["wants-ssd"]["status"]["conditions"][0]["message"],
+        "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
+    );
+    assert!(api.node_of("wants-ssd").is_none());
+}

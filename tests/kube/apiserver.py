@@ -1,0 +1,260 @@
+"""A Kubernetes API server for wasched's Kubernetes-mode tests: kmock's KubernetesEmulator (PyPI
+`kmock`, written by others) plus exactly what a scheduler needs of a real API server and kmock
+lacks (see ../shared/TESTING.md):
+
+- `metadata.resourceVersion` from one counter (as etcd's revision), `uid` and
+  `creationTimestamp` on create; list metadata carries the current resourceVersion;
+- watches that start after the resourceVersion they are given (kmock replays every object as
+  ADDED), end after `timeoutSeconds`, and answer `410 Gone` (an ERROR event with code 410) for a
+  resourceVersion older than the events kept;
+- the `pods/{name}/binding` subresource (201; 409 when the pod is already bound; 404 when it is
+  gone) and the `pods/{name}/status` subresource (merges `status` only);
+- a resourceVersion precondition on update (409 Conflict when it is stale).
+
+Test hooks under /_test/: `POST /_test/drop-watches` ends every open watch at once (a dropped
+connection), `POST /_test/block-watches` also answers every list and watch with 503 until
+`POST /_test/unblock-watches` (a network partition), `POST /_test/compact` forgets the kept events (the next watch from an older
+resourceVersion gets 410), `POST /_test/fail-bindings` with `{"status": 500, "count": 3}` makes the
+next bindings fail, `GET /_test/counts` counts the requests by kind.
+
+Run: python apiserver.py [--port N]; it prints `listening on http://127.0.0.1:PORT` when ready.
+"""
+
+import argparse
+import asyncio
+import collections
+import datetime
+import json
+import sys
+import uuid
+
+import aiohttp.web
+import kmock
+from kmock._internal import enums
+
+# What a scheduler lists, watches and writes (kmock serves only declared resources).
+RESOURCES = [
+    ('v1/nodes', 'Node', False, {'status'}),
+    ('v1/pods', 'Pod', True, {'status', 'binding'}),
+    ('v1/namespaces', 'Namespace', False, set()),
+    ('v1/persistentvolumes', 'PersistentVolume', False, set()),
+    ('v1/persistentvolumeclaims', 'PersistentVolumeClaim', True, set()),
+    ('storage.k8s.io/v1/storageclasses', 'StorageClass', False, set()),
+    ('events.k8s.io/v1/events', 'Event', True, set()),
+    ('coordination.k8s.io/v1/leases', 'Lease', True, set()),
+]
+
+# Events kept for watches that resume from a resourceVersion; older ones get 410 Gone.
+KEPT_EVENTS = 100_000
+
+
+class ApiServer(kmock.KubernetesEmulator):
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self.revision = 0
+        self.history: list[tuple[int, object, dict]] = []  # (rv, resource, event)
+        self.oldest_kept = 1
+        self.changed = asyncio.Condition()
+        self.watch_generation = 0
+        self.watches_blocked = False
+        self.binding_failures: list[int] = []
+        self.counts: collections.Counter[str] = collections.Counter()
+        for key, kind, namespaced, subresources in RESOURCES:
+            self.resources[key] = {'kind': kind, 'namespaced': namespaced,
+                                   'subresources': subresources}
+
+    def _next_revision(self) -> str:
+        self.revision += 1
+        return str(self.revision)
+
+    async def _record(self, resource, kind: str, raw: dict) -> None:
+        event = {'type': kind, 'object': json.loads(json.dumps(raw))}
+        rv = int(raw['metadata']['resourceVersion'])
+        self.history.append((rv, resource, event))
+        if len(self.history) > KEPT_EVENTS:
+            dropped = self.history[: len(self.history) - KEPT_EVENTS]
+            self.history = self.history[len(dropped):]
+            self.oldest_kept = dropped[-1][0] + 1
+        async with self.changed:
+            self.changed.notify_all()
+
+    def _stored(self, request):
+        key = (request.resource, request.namespace, request.name)
+        if key not in self._objects or self._objects[key].deleted:
+            return None
+        return self._objects[key]
+
+    async def _handle(self, request):
+        if request.url.path.startswith('/_test/'):
+            return await self._test_hook(request)
+        if request.resource is None:
+            return await super()._handle(request)
+        self.counts[f'{request.method.value} {request.resource.plural}'
+                    + (f'/{request.subresource}' if request.subresource else '')] += 1
+        if self.watches_blocked and request.action in (enums.action.LIST, enums.action.WATCH):
+            return _status(503, 'ServiceUnavailable', 'partitioned by the test')
+        if request.subresource == 'binding' and request.method.value == 'POST':
+            return await self._bind(request)
+        if request.subresource == 'status' and request.method.value in ('PATCH', 'PUT'):
+            return await self._update_status(request)
+        if request.action == enums.action.CREATE and isinstance(request.data, dict):
+            meta = request.data.setdefault('metadata', {})
+            meta['uid'] = str(uuid.uuid4())
+            meta['creationTimestamp'] = _now()
+            meta['resourceVersion'] = self._next_revision()
+            response = await super()._handle(request)
+            if response.status < 300:
+                await self._record(request.resource, 'ADDED', self._created(request).raw)
+            return response
+        if request.action == enums.action.UPDATE and isinstance(request.data, dict):
+            stored = self._stored(request)
+            if stored is None:
+                return _status(404, 'NotFound', f'{request.name} not found')
+            expected = request.data.get('metadata', {}).get('resourceVersion')
+            current = stored.get('metadata', {}).get('resourceVersion')
+            if expected and expected != current:
+                return _status(409, 'Conflict', 'the object has been modified; please apply '
+                               'your changes to the latest version and try again')
+            request.data.setdefault('metadata', {})['resourceVersion'] = self._next_revision()
+            response = await super()._handle(request)
+            if response.status < 300:
+                await self._record(request.resource, 'MODIFIED', stored.raw)
+            return response
+        if request.action == enums.action.DELETE and request.name is not None:
+            stored = self._stored(request)
+            if stored is None:
+                return _status(404, 'NotFound', f'{request.name} not found')
+            last = json.loads(json.dumps(stored.raw))
+            response = await super()._handle(request)
+            if response.status < 300:
+                last['metadata']['resourceVersion'] = self._next_revision()
+                await self._record(request.resource, 'DELETED', last)
+            return response
+        return await super()._handle(request)
+
+    def _created(self, request):
+        meta = request.data.get('metadata', {})
+        key = (request.resource, request.namespace or meta.get('namespace'), meta.get('name'))
+        return self._objects[key]
+
+    async def _bind(self, request):
+        pod = self._stored(request)
+        if pod is None:
+            return _status(404, 'NotFound', f'pods "{request.name}" not found')
+        if self.binding_failures:
+            code = self.binding_failures.pop(0)
+            return _status(code, 'InternalError', 'injected binding failure')
+        if pod.get('spec', {}).get('nodeName'):
+            return _status(409, 'Conflict',
+                           f'pod {request.name} is already assigned to node "{pod["spec"]["nodeName"]}"')
+        node = (request.data or {}).get('target', {}).get('name')
+        if not node:
+            return _status(400, 'BadRequest', 'a binding needs target.name')
+        pod.patch({'spec': {'nodeName': node},
+                   'metadata': {'resourceVersion': self._next_revision()}})
+        await self._record(request.resource, 'MODIFIED', pod.raw)
+        return aiohttp.web.json_response(
+            {'kind': 'Status', 'apiVersion': 'v1', 'status': 'Success', 'code': 201}, status=201)
+
+    async def _update_status(self, request):
+        obj = self._stored(request)
+        if obj is None:
+            return _status(404, 'NotFound', f'{request.name} not found')
+        status = (request.data or {}).get('status', {})
+        obj.patch({'status': status, 'metadata': {'resourceVersion': self._next_revision()}})
+        await self._record(request.resource, 'MODIFIED', obj.raw)
+        return aiohttp.web.json_response(obj.raw)
+
+    async def _serve_list(self, request):
+        listed = await super()._serve_list(request)
+        listed['metadata'] = {'resourceVersion': str(self.revision)}
+        return listed
+
+    async def _serve_watch(self, request):
+        yield b''
+        params = request.params
+        timeout = float(params.get('timeoutSeconds') or 1800)
+        deadline = asyncio.get_running_loop().time() + timeout
+        generation = self.watch_generation
+        since = params.get('resourceVersion') or '0'
+        if since == '0':
+            listed = await super()._serve_list(request)
+            for item in listed['items']:
+                yield {'type': 'ADDED', 'object': item}
+            since = str(self.revision)
+        since = int(since)
+        if since + 1 < self.oldest_kept:
+            yield {'type': 'ERROR', 'object': {
+                'kind': 'Status', 'apiVersion': 'v1', 'status': 'Failure', 'reason': 'Expired',
+                'code': 410, 'message': f'too old resource version: {since} ({self.oldest_kept - 1})'}}
+            return
+        position = 0
+        while True:
+            while position < len(self.history) and self.history[position][0] <= since:
+                position += 1
+            while position < len(self.history):
+                rv, resource, event = self.history[position]
+                position += 1
+                since = rv
+                meta = event['object'].get('metadata', {})
+                if resource == request.resource and (
+                        request.namespace is None or meta.get('namespace') == request.namespace):
+                    yield event
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0 or generation != self.watch_generation:
+                return
+            async with self.changed:
+                try:
+                    await asyncio.wait_for(self.changed.wait(), timeout=min(remaining, 1.0))
+                except asyncio.TimeoutError:
+                    pass
+            if generation != self.watch_generation:
+                return
+
+    async def _test_hook(self, request):
+        path = request.url.path
+        if path in ('/_test/drop-watches', '/_test/block-watches', '/_test/unblock-watches'):
+            self.watches_blocked = path == '/_test/block-watches'
+            self.watch_generation += 1
+            async with self.changed:
+                self.changed.notify_all()
+        elif path == '/_test/compact':
+            self.history = []
+            self.oldest_kept = self.revision + 1
+            self.watch_generation += 1
+            async with self.changed:
+                self.changed.notify_all()
+        elif path == '/_test/fail-bindings':
+            data = request.data or {}
+            self.binding_failures.extend([int(data.get('status', 500))] * int(data.get('count', 1)))
+        elif path == '/_test/counts':
+            return aiohttp.web.json_response(dict(self.counts))
+        else:
+            return _status(404, 'NotFound', path)
+        return aiohttp.web.json_response({'ok': True})
+
+
+def _now() -> str:
+    return datetime.datetime.now(tz=datetime.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')
+
+
+def _status(code: int, reason: str, message: str):
+    return aiohttp.web.json_response({'kind': 'Status', 'apiVersion': 'v1', 'status': 'Failure',
+                                      'reason': reason, 'message': message, 'code': code},
+                                     status=code)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--port', type=int, default=0)
+    args = parser.parse_args()
+    async with ApiServer() as handler, kmock.Server(handler, port=args.port) as server:
+        print(f'listening on http://127.0.0.1:{server.port}', flush=True)
+        await asyncio.Event().wait()
+
+
+if __name__ == '__main__':
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        sys.exit(0)
