@@ -149,6 +149,17 @@ impl Scheduler {
     }
 }
 
+impl Scheduler {
+    fn kill9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    fn leads(&self) -> bool {
+        self.metric("leader_election_master_status{name=\"wasched\"}") == 1
+    }
+}
+
 impl Drop for Scheduler {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -427,4 +438,62 @@ fn a_node_relabelled_many_times_ends_as_the_api_server_has_it() {
         "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
     );
     assert!(api.node_of("wants-ssd").is_none());
+}
+
+#[test]
+fn only_the_leader_binds_and_a_standby_takes_over_when_it_is_killed() {
+    let api = ApiServer::start();
+    api.create(&node("n1", "zone-a", "64"));
+    let timing = [
+        "--leader-elect-lease-duration",
+        "2s",
+        "--leader-elect-renew-deadline",
+        "1500ms",
+        "--leader-elect-retry-period",
+        "250ms",
+    ];
+    let a = Scheduler::start(&api, "ha-a", &timing);
+    let b = Scheduler::start(&api, "ha-b", &timing);
+    wait_for("one leader", || {
+        u8::from(a.leads()) + u8::from(b.leads()) == 1
+    });
+    for i in 0..5 {
+        api.create(&pod(&format!("first-{i}"), "1", json!({})));
+    }
+    wait_for("the first pods", || {
+        api.pods()
+            .values()
+            .all(|p| !p["spec"]["nodeName"].is_null())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        api.counts()["POST pods/binding"],
+        json!(5),
+        "the standby bound nothing"
+    );
+
+    let (leader, standby) = if a.leads() { (a, b) } else { (b, a) };
+    leader.kill9();
+    let killed = Instant::now();
+    for i in 0..5 {
+        api.create(&pod(&format!("second-{i}"), "1", json!({})));
+    }
+    wait_for("the standby to lead", || standby.leads());
+    let takeover = killed.elapsed();
+    wait_for("the second pods", || {
+        api.pods()
+            .values()
+            .all(|p| !p["spec"]["nodeName"].is_null())
+    });
+    eprintln!("takeover after kill -9: {takeover:?} (lease 2s, retry 250ms)");
+    // The Lease runs out 2 s after the last renewal; the standby notices within a retry period.
+    assert!(
+        takeover < Duration::from_millis(2_000 + 250 + 1_000),
+        "{takeover:?}"
+    );
+    assert_eq!(
+        api.counts()["POST pods/binding"],
+        json!(10),
+        "no pod bound twice or lost"
+    );
 }

@@ -9,7 +9,8 @@ lacks (see ../shared/TESTING.md):
   resourceVersion older than the events kept;
 - the `pods/{name}/binding` subresource (201; 409 when the pod is already bound; 404 when it is
   gone) and the `pods/{name}/status` subresource (merges `status` only);
-- a resourceVersion precondition on update (409 Conflict when it is stale).
+- a resourceVersion precondition on update (409 Conflict when it is stale);
+- `reason: NotFound` on a 404 for a missing object (kmock says "Object Not Found").
 
 Test hooks under /_test/: `POST /_test/drop-watches` ends every open watch at once (a dropped
 connection), `POST /_test/block-watches` also answers every list and watch with 503 until
@@ -93,6 +94,10 @@ class ApiServer(kmock.KubernetesEmulator):
                     + (f'/{request.subresource}' if request.subresource else '')] += 1
         if self.watches_blocked and request.action in (enums.action.LIST, enums.action.WATCH):
             return _status(503, 'ServiceUnavailable', 'partitioned by the test')
+        if request.action == enums.action.FETCH and not request.subresource \
+                and self._stored(request) is None:
+            # kmock says reason "Object Not Found"; clients (kube-rs's get_opt) look for NotFound.
+            return _status(404, 'NotFound', f'{request.resource.plural} "{request.name}" not found')
         if request.subresource == 'binding' and request.method.value == 'POST':
             return await self._bind(request)
         if request.subresource == 'status' and request.method.value in ('PATCH', 'PUT'):

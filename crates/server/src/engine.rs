@@ -43,30 +43,45 @@ pub trait ResultSink: Send + 'static {
     fn record(&mut self, batch: Vec<CycleResult>, metrics: &EngineMetrics) -> Vec<WatchEvent>;
 }
 
-/// Opens once every kind of object has been listed: the scheduling thread waits for it, so no
-/// pod is placed against a partial picture of the cluster (kube-scheduler waits for its informers'
-/// caches to sync the same way).
-#[derive(Default)]
+/// Opens once each of its conditions has passed: every kind of object listed (so no pod is
+/// placed against a partial picture of the cluster, as kube-scheduler waits for its informers'
+/// caches), and, with leader election, the Lease held.
 pub struct StartGate {
-    open: Mutex<bool>,
+    remaining: Mutex<usize>,
     opened: std::sync::Condvar,
 }
 
 impl StartGate {
-    /// Lets the scheduling thread start.
+    /// A gate that opens after `conditions` calls of [`StartGate::open`].
+    pub fn requiring(conditions: usize) -> Self {
+        StartGate {
+            remaining: Mutex::new(conditions),
+            opened: std::sync::Condvar::new(),
+        }
+    }
+
+    /// One condition has passed.
     pub fn open(&self) {
-        *self.open.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        self.opened.notify_all();
+        let mut remaining = self.remaining.lock().unwrap_or_else(|e| e.into_inner());
+        *remaining = remaining.saturating_sub(1);
+        if *remaining == 0 {
+            self.opened.notify_all();
+        }
+    }
+
+    /// True once every condition has passed.
+    pub fn is_open(&self) -> bool {
+        *self.remaining.lock().unwrap_or_else(|e| e.into_inner()) == 0
     }
 
     /// True once open; waits up to `timeout` for it.
     pub fn wait(&self, timeout: Duration) -> bool {
-        let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        let (open, _) = self
+        let remaining = self.remaining.lock().unwrap_or_else(|e| e.into_inner());
+        let (remaining, _) = self
             .opened
-            .wait_timeout_while(open, timeout, |open| !*open)
+            .wait_timeout_while(remaining, timeout, |remaining| *remaining > 0)
             .unwrap_or_else(|e| e.into_inner());
-        *open
+        *remaining == 0
     }
 }
 

@@ -44,6 +44,8 @@ pub struct KubeArgs {
     /// burst is 100).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub kube_api_burst: u32,
+    #[command(flatten)]
+    pub leader: crate::leader::LeaderArgs,
 }
 
 /// A client for the API server `args` name.
@@ -107,18 +109,19 @@ impl WatchStats {
     }
 }
 
-/// Starts one watch per kind of object the cache holds; `gate` opens once each has listed.
+/// Starts one watch per kind of object the cache holds; each of `gates` opens once every kind
+/// has listed.
 pub fn watch_cluster(
     client: &Client,
     pipeline: &Arc<EventPipeline>,
-    gate: &Arc<StartGate>,
+    gates: &[Arc<StartGate>],
     stats: &Arc<WatchStats>,
 ) {
     let unlisted = Arc::new(AtomicUsize::new(5));
     let feed = |kind| Feed {
         kind,
         pipeline: pipeline.clone(),
-        gate: gate.clone(),
+        gates: gates.to_vec(),
         unlisted: unlisted.clone(),
         stats: stats.clone(),
     };
@@ -157,7 +160,7 @@ pub fn watch_cluster(
 struct Feed {
     kind: Kind,
     pipeline: Arc<EventPipeline>,
-    gate: Arc<StartGate>,
+    gates: Vec<Arc<StartGate>>,
     /// Kinds that have not finished their first list.
     unlisted: Arc<AtomicUsize>,
     stats: Arc<WatchStats>,
@@ -223,7 +226,9 @@ where
                 if std::mem::take(&mut first_list)
                     && feed.unlisted.fetch_sub(1, Ordering::AcqRel) == 1
                 {
-                    feed.gate.open();
+                    for gate in &feed.gates {
+                        gate.open();
+                    }
                 }
             }
         }

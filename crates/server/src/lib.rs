@@ -10,6 +10,7 @@ pub mod client;
 pub mod engine;
 mod http;
 pub mod kubernetes;
+pub mod leader;
 pub mod store;
 pub mod watch;
 
@@ -162,6 +163,11 @@ pub struct Server {
     pub shutdown: tokio::sync::watch::Sender<bool>,
     /// The watches of the API server (Kubernetes mode).
     pub kube_watches: Option<Arc<kubernetes::WatchStats>>,
+    /// Open once every kind was listed from the API server (Kubernetes mode): ready, even as a
+    /// standby replica.
+    pub kube_synced: Option<Arc<StartGate>>,
+    /// True while this replica holds the Lease (Kubernetes mode with leader election).
+    pub leading: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// A refused policy change: the HTTP status and why.
@@ -503,8 +509,13 @@ impl Server {
         } else {
             store_source(&store, &pipeline)?
         };
-        let (version, restored, kube_watches) =
-            (objects.version, objects.restored, objects.kube_watches);
+        let (version, restored, kube_watches, kube_synced, leading) = (
+            objects.version,
+            objects.restored,
+            objects.kube_watches,
+            objects.kube_synced,
+            objects.leading,
+        );
         let watch = Arc::new(WatchLog::new(version));
         let engine = Engine::start(
             service,
@@ -542,6 +553,8 @@ impl Server {
             )),
             shutdown,
             kube_watches,
+            kube_synced,
+            leading,
         });
 
         Ok((server, restored))
@@ -554,6 +567,8 @@ struct Source {
     /// Opens when the scheduling thread may start (None: at once).
     gate: Option<Arc<StartGate>>,
     kube_watches: Option<Arc<kubernetes::WatchStats>>,
+    kube_synced: Option<Arc<StartGate>>,
+    leading: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// The store's version, where `/v1/watch` starts.
     version: u64,
     /// Objects restored from the store.
@@ -581,6 +596,8 @@ fn store_source(store: &Store, pipeline: &Arc<EventPipeline>) -> anyhow::Result<
         }),
         gate: None,
         kube_watches: None,
+        kube_synced: None,
+        leading: None,
         version,
         restored,
     })
@@ -597,10 +614,26 @@ fn kubernetes_source(args: &ServeArgs, pipeline: &Arc<EventPipeline>) -> anyhow:
             .join()
             .unwrap_or_else(|_| Err(anyhow::anyhow!("connecting to the API server panicked")))
     })?;
-    let gate = Arc::new(StartGate::default());
+    let election = &args.kube.leader;
+    if election.leader_elect {
+        election.check()?;
+    }
+    let gate = Arc::new(StartGate::requiring(1 + usize::from(election.leader_elect)));
+    let synced = Arc::new(StartGate::requiring(1));
     let stats = Arc::new(kubernetes::WatchStats::default());
     let _entered = runtime.enter();
-    kubernetes::watch_cluster(&client, pipeline, &gate, &stats);
+    kubernetes::watch_cluster(&client, pipeline, &[gate.clone(), synced.clone()], &stats);
+    let leading = election.leader_elect.then(|| {
+        let leading = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        tokio::spawn(leader::campaign(
+            client.clone(),
+            election.clone(),
+            leader::identity(),
+            gate.clone(),
+            leading.clone(),
+        ));
+        leading
+    });
     let sink = Box::new(kubernetes::ApiSink {
         client,
         runtime,
@@ -611,6 +644,8 @@ fn kubernetes_source(args: &ServeArgs, pipeline: &Arc<EventPipeline>) -> anyhow:
         sink,
         gate: Some(gate),
         kube_watches: Some(stats),
+        kube_synced: Some(synced),
+        leading,
         version: 0,
         restored: 0,
     })

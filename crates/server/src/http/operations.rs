@@ -40,7 +40,9 @@ async fn healthz(State(server): State<Shared>) -> Response {
 }
 
 async fn readyz(State(server): State<Shared>) -> Response {
-    if server.engine.ready.load(Ordering::Acquire) {
+    // A standby replica in Kubernetes mode is ready once its cache is: it can take over at once.
+    let synced = server.kube_synced.as_ref().is_some_and(|g| g.is_open());
+    if synced || server.engine.ready.load(Ordering::Acquire) {
         "ok".into_response()
     } else {
         ApiError::new(503, "loading the stored objects and syncing the plugins").into_response()
@@ -52,6 +54,16 @@ async fn metrics(State(server): State<Shared>) -> Response {
     server.engine_metrics.render(&mut out);
     if let Some(watches) = &server.kube_watches {
         watches.render(&mut out);
+    }
+    if let Some(leading) = &server.leading {
+        let _ = writeln!(out, "# HELP leader_election_master_status Whether this replica holds the Lease (1) or is a standby (0).");
+        let _ = writeln!(out, "# TYPE leader_election_master_status gauge");
+        let _ = writeln!(
+            out,
+            "leader_election_master_status{{name=\"{}\"}} {}",
+            wasched_core::metrics::escape(&server.args.kube.leader.leader_elect_resource_name),
+            u8::from(leading.load(Ordering::Acquire))
+        );
     }
     server.plugin_stats.render(&mut out);
     let pipeline = &server.pipeline.stats;
