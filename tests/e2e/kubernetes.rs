@@ -497,3 +497,73 @@ fn only_the_leader_binds_and_a_standby_takes_over_when_it_is_killed() {
         "no pod bound twice or lost"
     );
 }
+
+#[test]
+fn a_pod_retried_many_times_gets_one_failed_scheduling_event_then_a_scheduled_one() {
+    let api = ApiServer::start();
+    api.create(&node("small", "zone-a", "1"));
+    let _scheduler = Scheduler::start(&api, "events", &[]);
+    api.create(&pod("patient", "6", json!({})));
+    wait_for("the first attempt", || {
+        !api.pods()["patient"]["status"]["conditions"].is_null()
+    });
+    // The node grows, still too small: each change moves the pod back to the queue (after its
+    // backoff) for a new attempt that fails with the same text.
+    let mut millis = 1000;
+    wait_for("three attempts", || {
+        millis += 10;
+        let (status, _) = api.call(
+            "PATCH",
+            "/api/v1/nodes/small",
+            Some(json!({"status": {"allocatable": {"cpu": format!("{millis}m")}}})),
+        );
+        assert_eq!(status, 200);
+        std::thread::sleep(Duration::from_millis(250));
+        api.counts()["PATCH pods/status"].as_u64().unwrap() >= 3
+    });
+    let attempts = api.counts()["PATCH pods/status"].as_u64().unwrap();
+    api.create(&node("big", "zone-b", "8"));
+    wait_for("the pod to be bound", || api.node_of("patient").is_some());
+    let events = || -> Vec<Value> {
+        let (_, list) = api.call(
+            "GET",
+            "/apis/events.k8s.io/v1/namespaces/default/events",
+            None,
+        );
+        list["items"].as_array().cloned().unwrap_or_default()
+    };
+    wait_for("the Scheduled event", || {
+        events().iter().any(|e| e["reason"] == "Scheduled")
+    });
+    let events = events();
+    let failed: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["reason"] == "FailedScheduling")
+        .collect();
+    assert_eq!(
+        failed.len(),
+        1,
+        "one Event for {attempts} attempts: {failed:#?}"
+    );
+    assert_eq!(
+        failed[0]["note"],
+        "0/1 nodes are available: 1 Insufficient cpu."
+    );
+    assert_eq!(failed[0]["type"], "Warning");
+    assert_eq!(failed[0]["regarding"]["name"], "patient");
+    assert_eq!(failed[0]["reportingController"], "wasched");
+    let scheduled: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["reason"] == "Scheduled")
+        .collect();
+    assert_eq!(scheduled.len(), 1);
+    assert_eq!(
+        scheduled[0]["note"],
+        "Successfully assigned default/patient to big"
+    );
+    assert_eq!(
+        api.counts()["POST events"],
+        json!(2),
+        "no Event created per attempt"
+    );
+}

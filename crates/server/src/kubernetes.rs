@@ -323,9 +323,11 @@ fn stub(key: &ObjectKey) -> Object {
 }
 
 /// Writes cycle results to the API server: `POST pods/{name}/binding` for a placement, the
-/// `PodScheduled=False` condition for a pod no node fits, up to `burst` requests at once.
+/// `PodScheduled=False` condition for a pod no node fits, up to `burst` requests at once, and the
+/// `Scheduled` / `FailedScheduling` Events users read with `kubectl describe pod`.
 pub struct ApiSink {
     pub client: Client,
+    pub recorder: Arc<Recorder>,
     pub runtime: tokio::runtime::Handle,
     pub burst: usize,
     /// Numbers the `/v1/watch` events (the API server's own versions are per object).
@@ -337,7 +339,7 @@ impl ResultSink for ApiSink {
         let client = &self.client;
         let written: Vec<Option<CycleResult>> = self.runtime.block_on(
             futures_util::stream::iter(batch)
-                .map(|result| write(client.clone(), result))
+                .map(|result| write(client.clone(), self.recorder.clone(), result))
                 .buffer_unordered(self.burst)
                 .collect(),
         );
@@ -362,9 +364,13 @@ impl ResultSink for ApiSink {
 /// Sends one result; None when the API server refused it. A refused binding leaves the pod
 /// assumed until the assume TTL forgets it and it is scheduled again; a pod bound meanwhile
 /// (409) or deleted (404) arrives through the watch first.
-async fn write(client: Client, result: CycleResult) -> Option<CycleResult> {
+async fn write(
+    client: Client,
+    recorder: Arc<Recorder>,
+    result: CycleResult,
+) -> Option<CycleResult> {
     let (namespace, name) = result.pod.split_once('/')?;
-    let pods: Api<core::Pod> = Api::namespaced(client, namespace);
+    let pods: Api<core::Pod> = Api::namespaced(client.clone(), namespace);
     let outcome = match &result.node {
         Some(node) => {
             let binding = core::Binding {
@@ -403,7 +409,10 @@ async fn write(client: Client, result: CycleResult) -> Option<CycleResult> {
         }
     };
     match outcome {
-        Ok(()) => Some(result),
+        Ok(()) => {
+            recorder.record(&client, &result).await;
+            Some(result)
+        }
         Err(e) => {
             let what = if result.node.is_some() {
                 "binding"
@@ -414,6 +423,150 @@ async fn write(client: Client, result: CycleResult) -> Option<CycleResult> {
             None
         }
     }
+}
+
+/// An `events.k8s.io/v1` Event the recorder made, and how often it has happened since.
+struct Recorded {
+    name: String,
+    count: i32,
+    first: std::time::Instant,
+    patched: std::time::Instant,
+}
+
+/// Records Events as kube-scheduler's event recorder does: an Event that repeats (same pod,
+/// reason and message) within [`Recorder::SERIES_WINDOW`] is not created again; its `series`
+/// count is patched, at most every [`Recorder::PATCH_EVERY`]. A pod retried for hours makes a few
+/// requests an hour, not one per attempt.
+pub struct Recorder {
+    /// `reportingInstance`: this replica.
+    pub instance: String,
+    recorded: std::sync::Mutex<HashMap<(String, &'static str, String), Recorded>>,
+}
+
+impl Recorder {
+    /// How long a repeated Event counts into the first one.
+    pub const SERIES_WINDOW: std::time::Duration = std::time::Duration::from_secs(6 * 60);
+    /// Least time between two patches of one Event's series.
+    pub const PATCH_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
+    /// A recorder reporting as `instance`.
+    pub fn new(instance: String) -> Self {
+        Recorder {
+            instance,
+            recorded: Default::default(),
+        }
+    }
+
+    async fn record(&self, client: &Client, result: &CycleResult) {
+        let Some((namespace, name)) = result.pod.split_once('/') else {
+            return;
+        };
+        let (reason, kind, action, note) = match &result.node {
+            Some(node) => (
+                "Scheduled",
+                "Normal",
+                "Binding",
+                format!("Successfully assigned {} to {node}", result.pod),
+            ),
+            None => (
+                "FailedScheduling",
+                "Warning",
+                "Scheduling",
+                result.message.clone().unwrap_or_default(),
+            ),
+        };
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(client.clone(), namespace);
+        let key = (result.pod.clone(), reason, note.clone());
+        let now = std::time::Instant::now();
+        let repeat = {
+            let mut recorded = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
+            recorded.retain(|_, r| r.first.elapsed() < Self::SERIES_WINDOW);
+            match recorded.get_mut(&key) {
+                Some(r) => {
+                    r.count += 1;
+                    let due = r.patched.elapsed() >= Self::PATCH_EVERY;
+                    if due {
+                        r.patched = now;
+                    }
+                    Some((r.name.clone(), r.count, due))
+                }
+                None => None,
+            }
+        };
+        let outcome = match repeat {
+            Some((_, _, false)) => return,
+            Some((event_name, count, true)) => {
+                let series = serde_json::json!({"series": {
+                    "count": count,
+                    "lastObservedTime": now_micro(),
+                }});
+                events
+                    .patch(&event_name, &PatchParams::default(), &Patch::Merge(&series))
+                    .map_ok(|_| ())
+                    .await
+            }
+            None => {
+                let event_name = format!("{name}.{:x}", event_suffix());
+                let event = serde_json::json!({
+                    "apiVersion": "events.k8s.io/v1",
+                    "kind": "Event",
+                    "metadata": {"name": event_name, "namespace": namespace},
+                    "eventTime": now_micro(),
+                    "reportingController": "wasched",
+                    "reportingInstance": self.instance,
+                    "action": action,
+                    "reason": reason,
+                    "type": kind,
+                    "note": note,
+                    "regarding": {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name},
+                });
+                let created = match serde_json::from_value(event) {
+                    Ok(event) => {
+                        events
+                            .create(&PostParams::default(), &event)
+                            .map_ok(|_| ())
+                            .await
+                    }
+                    Err(e) => {
+                        tracing::warn!("building an Event: {e}");
+                        return;
+                    }
+                };
+                if created.is_ok() {
+                    self.recorded
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(
+                            key,
+                            Recorded {
+                                name: event_name,
+                                count: 1,
+                                first: now,
+                                patched: now,
+                            },
+                        );
+                }
+                created
+            }
+        };
+        if let Err(e) = outcome {
+            tracing::warn!(pod = %result.pod, "recording the {reason} event failed: {e}");
+        }
+    }
+}
+
+/// A suffix that keeps Event names unique, as client-go's (a timestamp in nanoseconds).
+fn event_suffix() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+fn now_micro() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S.%6fZ")
+        .to_string()
 }
 
 fn now_rfc3339() -> String {

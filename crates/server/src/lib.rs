@@ -615,6 +615,7 @@ fn kubernetes_source(args: &ServeArgs, pipeline: &Arc<EventPipeline>) -> anyhow:
             .unwrap_or_else(|_| Err(anyhow::anyhow!("connecting to the API server panicked")))
     })?;
     let election = &args.kube.leader;
+    let identity = leader::identity();
     if election.leader_elect {
         election.check()?;
     }
@@ -628,13 +629,14 @@ fn kubernetes_source(args: &ServeArgs, pipeline: &Arc<EventPipeline>) -> anyhow:
         tokio::spawn(leader::campaign(
             client.clone(),
             election.clone(),
-            leader::identity(),
+            identity.clone(),
             gate.clone(),
             leading.clone(),
         ));
         leading
     });
     let sink = Box::new(kubernetes::ApiSink {
+        recorder: Arc::new(kubernetes::Recorder::new(identity.clone())),
         client,
         runtime,
         burst: args.kube.kube_api_burst as usize,
