@@ -80,6 +80,12 @@ impl ApiServer {
             .map(str::to_string)
     }
 
+    fn all_bound(&self) -> bool {
+        self.pods()
+            .values()
+            .all(|p| !p["spec"]["nodeName"].is_null())
+    }
+
     fn counts(&self) -> Value {
         self.call("GET", "/_test/counts", None).1
     }
@@ -325,11 +331,7 @@ fn dropped_watches_and_410_gone_lose_nothing_and_bind_nothing_twice() {
     for i in 0..5 {
         api.create(&pod(&format!("before-{i}"), "1", json!({})));
     }
-    wait_for("the first pods", || {
-        api.pods()
-            .values()
-            .all(|p| !p["spec"]["nodeName"].is_null())
-    });
+    wait_for("the first pods", || api.all_bound());
 
     // Watches cut mid-stream: they resume from the last resourceVersion seen.
     api.call("POST", "/_test/drop-watches", Some(json!({})));
@@ -349,11 +351,7 @@ fn dropped_watches_and_410_gone_lose_nothing_and_bind_nothing_twice() {
     for i in 0..5 {
         api.create(&pod(&format!("after-{i}"), "1", json!({})));
     }
-    wait_for("every pod", || {
-        api.pods()
-            .values()
-            .all(|p| !p["spec"]["nodeName"].is_null())
-    });
+    wait_for("every pod", || api.all_bound());
     let pods = api.pods();
     assert_eq!(pods.len(), 15);
     for (name, pod) in &pods {
@@ -460,11 +458,7 @@ fn only_the_leader_binds_and_a_standby_takes_over_when_it_is_killed() {
     for i in 0..5 {
         api.create(&pod(&format!("first-{i}"), "1", json!({})));
     }
-    wait_for("the first pods", || {
-        api.pods()
-            .values()
-            .all(|p| !p["spec"]["nodeName"].is_null())
-    });
+    wait_for("the first pods", || api.all_bound());
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(
         api.counts()["POST pods/binding"],
@@ -480,11 +474,7 @@ fn only_the_leader_binds_and_a_standby_takes_over_when_it_is_killed() {
     }
     wait_for("the standby to lead", || standby.leads());
     let takeover = killed.elapsed();
-    wait_for("the second pods", || {
-        api.pods()
-            .values()
-            .all(|p| !p["spec"]["nodeName"].is_null())
-    });
+    wait_for("the second pods", || api.all_bound());
     eprintln!("takeover after kill -9: {takeover:?} (lease 2s, retry 250ms)");
     // The Lease runs out 2 s after the last renewal; the standby notices within a retry period.
     assert!(

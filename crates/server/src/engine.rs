@@ -221,11 +221,16 @@ impl EngineMetrics {
                 &self.api_write_failures,
             ),
         ] {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} counter");
-            let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
+            render_counter(out, name, help, value);
         }
     }
+}
+
+/// Appends one counter in the Prometheus text format.
+pub fn render_counter(out: &mut String, name: &str, help: &str, value: &AtomicU64) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} counter");
+    let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
 }
 
 /// The running threads.

@@ -84,7 +84,6 @@ pub struct WatchStats {
 impl WatchStats {
     /// Appends the watch counters in the Prometheus text format.
     pub fn render(&self, out: &mut String) {
-        use std::fmt::Write as _;
         for (name, help, value) in [
             (
                 "wasched_kube_lists_total",
@@ -102,9 +101,7 @@ impl WatchStats {
                 &self.errors,
             ),
         ] {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} counter");
-            let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
+            crate::engine::render_counter(out, name, help, value);
         }
     }
 }
