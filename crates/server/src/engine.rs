@@ -282,6 +282,8 @@ impl Engine {
                             if stop.load(Ordering::Acquire) {
                                 return;
                             }
+                            // A standby waiting for the Lease is alive: /healthz must say so.
+                            heartbeat.store(now_seconds(), Ordering::Relaxed);
                         }
                     }
                     service.apply_events();
