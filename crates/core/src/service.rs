@@ -78,6 +78,8 @@ struct Assumed {
     node: String,
     /// When the assumption expires; `None` until the bind call returned.
     deadline: Option<Duration>,
+    /// Scheduling attempts so far: a pod queued again backs off by them.
+    attempts: u32,
 }
 
 /// Where a pod stands, as far as the scheduler knows.
@@ -107,6 +109,31 @@ pub struct Service<B: Binder> {
     objects: HashMap<ObjectKey, (u64, Object)>,
     explain: bool,
     pub stats: Arc<ServiceStats>,
+    binding_failures: BindingFailures,
+}
+
+/// Where a binder that binds after the cycle, on another thread, reports the bindings that failed:
+/// the scheduling thread forgets each such placement and queues the pod again with backoff at its
+/// next cycle, without waiting for the assume TTL.
+#[derive(Clone, Default)]
+pub struct BindingFailures {
+    failed: Arc<std::sync::Mutex<Vec<(String, String)>>>,
+    pipeline: Arc<EventPipeline>,
+}
+
+impl BindingFailures {
+    /// The binding of pod `key` failed because of `reason`.
+    pub fn report(&self, key: String, reason: String) {
+        self.failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((key, reason));
+        self.pipeline.wake();
+    }
+
+    fn take(&self) -> Vec<(String, String)> {
+        std::mem::take(&mut *self.failed.lock().unwrap_or_else(|e| e.into_inner()))
+    }
 }
 
 impl<B: Binder> Service<B> {
@@ -122,6 +149,10 @@ impl<B: Binder> Service<B> {
         pipeline: Arc<EventPipeline>,
     ) -> Self {
         Service {
+            binding_failures: BindingFailures {
+                failed: Default::default(),
+                pipeline: pipeline.clone(),
+            },
             scheduler,
             queue: SchedulingQueue::new(clock.clone()),
             pipeline,
@@ -139,6 +170,11 @@ impl<B: Binder> Service<B> {
     pub fn with_assume_ttl(mut self, ttl: Duration) -> Self {
         self.assume_ttl = ttl;
         self
+    }
+
+    /// Where a binder running on another thread reports failed bindings.
+    pub fn binding_failures(&self) -> BindingFailures {
+        self.binding_failures.clone()
     }
 
     /// Makes every cycle report each examined node (for `simulate --explain`).
@@ -360,20 +396,45 @@ impl<B: Binder> Service<B> {
             .map(|(k, _)| k.clone())
             .collect();
         for key in &expired {
-            let assumed = self.assumed.remove(key).expect("listed above");
-            if self.scheduler.forget(key) {
-                self.queue.on_event(ClusterEvent::AssignedPodDeleted);
-            }
-            tracing::warn!(pod = %key, node = %assumed.node, "binding not confirmed in time; the pod is scheduled again");
+            tracing::warn!(pod = %key, "binding not confirmed in time; the pod is scheduled again");
             self.stats.assumed_expired.fetch_add(1, Ordering::Relaxed);
-            let message = format!(
-                "binding to {} was not confirmed within {}s",
-                assumed.node,
-                self.assume_ttl.as_secs()
-            );
-            self.queue.requeue(assumed.pod, 0, message);
+            let ttl = self.assume_ttl.as_secs();
+            self.undo_assumption(key, |node| {
+                format!("binding to {node} was not confirmed within {ttl}s")
+            });
         }
         expired.len()
+    }
+
+    /// Undoes the placements whose binding a binder reported failed, and queues their pods
+    /// again (after their backoff). Returns how many.
+    fn forget_failed_bindings(&mut self) -> usize {
+        let failed = self.binding_failures.take();
+        let mut undone = 0;
+        for (key, reason) in failed {
+            if !self.assumed.contains_key(&key) {
+                // Confirmed, deleted or expired meanwhile: nothing is held for it.
+                continue;
+            }
+            tracing::warn!(pod = %key, %reason, "binding failed; the pod is scheduled again");
+            self.stats.binds_failed.fetch_add(1, Ordering::Relaxed);
+            self.undo_assumption(&key, |node| format!("binding to {node} failed: {reason}"));
+            undone += 1;
+        }
+        undone
+    }
+
+    /// Frees the node of pod `key`'s assumed placement and queues the pod again with the message
+    /// `why` gives for its node.
+    fn undo_assumption(&mut self, key: &str, why: impl FnOnce(&str) -> String) {
+        let Some(assumed) = self.assumed.remove(key) else {
+            return;
+        };
+        if self.scheduler.forget(key) {
+            self.queue.on_event(ClusterEvent::AssignedPodDeleted);
+        }
+        let message = why(&assumed.node);
+        self.queue.requeue(assumed.pod, assumed.attempts, message);
     }
 
     /// Applies waiting events, expires stale assumptions, then schedules the next pod, if any is
@@ -381,6 +442,7 @@ impl<B: Binder> Service<B> {
     pub fn schedule_one(&mut self) -> Option<CycleResult> {
         self.apply_events();
         self.expire_assumed();
+        self.forget_failed_bindings();
         let pod = self.queue.pop()?;
         let key = pod.key();
         let attempts = self.queue.status(&key).map_or(1, |s| s.attempts);
@@ -434,6 +496,7 @@ impl<B: Binder> Service<B> {
                 pod: pod.clone(),
                 node: node.clone(),
                 deadline: None,
+                attempts: result.attempts,
             },
         );
         match self.binder.bind(&pod, &node) {

@@ -21,7 +21,7 @@ use kube::runtime::WatchStreamExt as _;
 use kube::{Api, Client, Config};
 use serde::de::DeserializeOwned;
 use wasched_core::events::{Action, Event, EventPipeline, Kind, Object, ObjectKey};
-use wasched_core::service::CycleResult;
+use wasched_core::service::{BindingFailures, CycleResult};
 
 use crate::engine::{watch_event, EngineMetrics, ResultSink, StartGate};
 use crate::watch::WatchEvent;
@@ -324,6 +324,8 @@ fn stub(key: &ObjectKey) -> Object {
 /// `Scheduled` / `FailedScheduling` Events users read with `kubectl describe pod`.
 pub struct ApiSink {
     pub client: Client,
+    /// Where refused bindings go, so the pod is queued again at once.
+    pub failures: BindingFailures,
     pub recorder: Arc<Recorder>,
     pub runtime: tokio::runtime::Handle,
     pub burst: usize,
@@ -336,7 +338,14 @@ impl ResultSink for ApiSink {
         let client = &self.client;
         let written: Vec<Option<CycleResult>> = self.runtime.block_on(
             futures_util::stream::iter(batch)
-                .map(|result| write(client.clone(), self.recorder.clone(), result))
+                .map(|result| {
+                    write(
+                        client.clone(),
+                        self.recorder.clone(),
+                        &self.failures,
+                        result,
+                    )
+                })
                 .buffer_unordered(self.burst)
                 .collect(),
         );
@@ -358,12 +367,13 @@ impl ResultSink for ApiSink {
     }
 }
 
-/// Sends one result; None when the API server refused it. A refused binding leaves the pod
-/// assumed until the assume TTL forgets it and it is scheduled again; a pod bound meanwhile
-/// (409) or deleted (404) arrives through the watch first.
+/// Sends one result; None when the API server refused it. A refused binding is reported to the
+/// service, which forgets the placement and queues the pod again with backoff (a pod bound
+/// meanwhile, 409, or deleted, 404, arrives through the watch too).
 async fn write(
     client: Client,
     recorder: Arc<Recorder>,
+    failures: &BindingFailures,
     result: CycleResult,
 ) -> Option<CycleResult> {
     let (namespace, name) = result.pod.split_once('/')?;
@@ -417,6 +427,9 @@ async fn write(
                 "writing the condition of"
             };
             tracing::warn!(pod = %result.pod, "{what} the pod failed: {e}");
+            if result.node.is_some() {
+                failures.report(result.pod.clone(), e.to_string());
+            }
             None
         }
     }

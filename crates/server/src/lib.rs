@@ -505,7 +505,7 @@ impl Server {
 
         let engine_metrics = Arc::new(EngineMetrics::default());
         let objects = if args.kube.kubernetes {
-            kubernetes_source(&args, &pipeline)?
+            kubernetes_source(&args, &pipeline, service.binding_failures())?
         } else {
             store_source(&store, &pipeline)?
         };
@@ -605,7 +605,11 @@ fn store_source(store: &Store, pipeline: &Arc<EventPipeline>) -> anyhow::Result<
 
 /// Kubernetes mode: the API server's watches feed `pipeline` and the gate opens once each kind
 /// was listed; the returned sink binds through the API server.
-fn kubernetes_source(args: &ServeArgs, pipeline: &Arc<EventPipeline>) -> anyhow::Result<Source> {
+fn kubernetes_source(
+    args: &ServeArgs,
+    pipeline: &Arc<EventPipeline>,
+    failures: wasched_core::service::BindingFailures,
+) -> anyhow::Result<Source> {
     let runtime = tokio::runtime::Handle::try_current()
         .context("Kubernetes mode needs the server's async runtime")?;
     let client = std::thread::scope(|scope| {
@@ -637,6 +641,7 @@ fn kubernetes_source(args: &ServeArgs, pipeline: &Arc<EventPipeline>) -> anyhow:
     });
     let sink = Box::new(kubernetes::ApiSink {
         recorder: Arc::new(kubernetes::Recorder::new(identity.clone())),
+        failures,
         client,
         runtime,
         burst: args.kube.kube_api_burst as usize,
