@@ -164,7 +164,7 @@ struct Feed {
 }
 
 impl Feed {
-    /// Submits `object` (or its deletion when `kept` is None); returns its key and version.
+    /// Submits `kept` (or the deletion of `key` when it is None) at `version`.
     fn submit(&self, key: ObjectKey, version: u64, kept: Option<Object>) {
         let event = match kept {
             Some(object) => Event::with_version(Action::Upsert, object, version),
@@ -180,7 +180,6 @@ impl Feed {
 async fn watch_kind<K>(api: Api<K>, feed: Feed, keep: fn(K) -> Option<Object>)
 where
     K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
-    K: Into<ObjectParts>,
 {
     // The version each object was last seen at, to find what a new list no longer has.
     let mut known: HashMap<ObjectKey, u64> = HashMap::new();
@@ -201,7 +200,7 @@ where
         match event {
             watcher::Event::Init => listing = Some(HashMap::new()),
             watcher::Event::InitApply(object) | watcher::Event::Apply(object) => {
-                let Some((key, version)) = parts(&feed, object.clone()) else {
+                let Some((key, version)) = parts(&feed, object.meta()) else {
                     continue;
                 };
                 feed.submit(key.clone(), version, keep(object));
@@ -211,7 +210,7 @@ where
                 known.insert(key, version);
             }
             watcher::Event::Delete(object) => {
-                if let Some((key, version)) = parts(&feed, object) {
+                if let Some((key, version)) = parts(&feed, object.meta()) {
                     feed.submit(key.clone(), version, None);
                     known.remove(&key);
                 }
@@ -250,40 +249,19 @@ fn repair(feed: &Feed, known: &mut HashMap<ObjectKey, u64>, listed: &HashMap<Obj
     }
 }
 
-/// The metadata the pipeline needs of any watched object.
-pub struct ObjectParts(ObjectMeta);
-
-macro_rules! object_parts {
-    ($($ty:ty),*) => {$(
-        impl From<$ty> for ObjectParts {
-            fn from(object: $ty) -> ObjectParts {
-                ObjectParts(object.metadata)
-            }
-        }
-    )*};
-}
-object_parts!(
-    core::Node,
-    core::Pod,
-    core::PersistentVolume,
-    core::PersistentVolumeClaim,
-    StorageClass
-);
-
 /// The object's key and resourceVersion (objects without a numeric one are skipped: every API
 /// server backed by etcd gives one).
-fn parts<K: Into<ObjectParts>>(feed: &Feed, object: K) -> Option<(ObjectKey, u64)> {
-    let ObjectParts(meta) = object.into();
+fn parts(feed: &Feed, meta: &ObjectMeta) -> Option<(ObjectKey, u64)> {
     let version = meta.resource_version.as_deref()?.parse().ok()?;
     let namespaced = matches!(feed.kind, Kind::Pod | Kind::PersistentVolumeClaim);
     let key = ObjectKey {
         kind: feed.kind,
         namespace: if namespaced {
-            meta.namespace.unwrap_or_else(|| "default".into())
+            meta.namespace.clone().unwrap_or_else(|| "default".into())
         } else {
             String::new()
         },
-        name: meta.name?,
+        name: meta.name.clone()?,
     };
     Some((key, version))
 }
