@@ -38,9 +38,14 @@ pub struct DeferredBinder;
 /// Where the status writer records each cycle's result: the embedded store ([`StoreSink`]) or a
 /// Kubernetes API server (`kubernetes::ApiSink`).
 pub trait ResultSink: Send + 'static {
-    /// Records a batch of results (bindings, and conditions of pods not placed); returns the
-    /// watch events of those that still applied.
-    fn record(&mut self, batch: Vec<CycleResult>, metrics: &EngineMetrics) -> Vec<WatchEvent>;
+    /// Records a batch of results (bindings, and conditions of pods not placed) and publishes
+    /// the watch events of those that still applied, at once or as each write completes.
+    fn record(
+        &mut self,
+        batch: Vec<CycleResult>,
+        watch: &Arc<WatchLog>,
+        metrics: &Arc<EngineMetrics>,
+    );
 }
 
 /// Opens once each of its conditions has passed: every kind of object listed (so no pod is
@@ -284,6 +289,8 @@ impl Engine {
                             }
                             // A standby waiting for the Lease is alive: /healthz must say so.
                             heartbeat.store(now_seconds(), Ordering::Relaxed);
+                            // ... and takes plugin and configuration changes, which it leads with.
+                            swap_requested(&mut service, &control_rx, &metrics);
                         }
                     }
                     service.apply_events();
@@ -293,17 +300,7 @@ impl Engine {
                     ready.store(true, Ordering::Release);
                     let mut gauges_at = Instant::now();
                     while !stop.load(Ordering::Acquire) {
-                        while let Ok(message) = control_rx.try_recv() {
-                            match message {
-                                Control::Swap { profiles, done } => {
-                                    let started = Instant::now();
-                                    let old = service.swap_profiles(profiles);
-                                    metrics.swap_pause.0.observe(started.elapsed());
-                                    metrics.hot_swaps.fetch_add(1, Ordering::Relaxed);
-                                    let _ = done.send(old);
-                                }
-                            }
-                        }
+                        swap_requested(&mut service, &control_rx, &metrics);
                         let started = Instant::now();
                         match service.schedule_one() {
                             Some(result) if result.no_profile => {
@@ -368,6 +365,25 @@ impl Engine {
     }
 }
 
+/// Puts in place the profiles of every swap asked for since the last look.
+fn swap_requested(
+    service: &mut Service<DeferredBinder>,
+    control: &mpsc::Receiver<Control>,
+    metrics: &EngineMetrics,
+) {
+    while let Ok(message) = control.try_recv() {
+        match message {
+            Control::Swap { profiles, done } => {
+                let started = Instant::now();
+                let old = service.swap_profiles(profiles);
+                metrics.swap_pause.0.observe(started.elapsed());
+                metrics.hot_swaps.fetch_add(1, Ordering::Relaxed);
+                let _ = done.send(old);
+            }
+        }
+    }
+}
+
 fn now_seconds() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -380,8 +396,8 @@ const MAX_BATCH: usize = 2048;
 fn write_results(
     results: mpsc::Receiver<CycleResult>,
     sink: &mut dyn ResultSink,
-    watch: &WatchLog,
-    metrics: &EngineMetrics,
+    watch: &Arc<WatchLog>,
+    metrics: &Arc<EngineMetrics>,
 ) {
     while let Ok(first) = results.recv() {
         let mut batch = vec![first];
@@ -391,7 +407,7 @@ fn write_results(
                 Err(_) => break,
             }
         }
-        watch.publish(sink.record(batch, metrics));
+        sink.record(batch, watch, metrics);
     }
 }
 
@@ -402,7 +418,12 @@ pub struct StoreSink {
 }
 
 impl ResultSink for StoreSink {
-    fn record(&mut self, batch: Vec<CycleResult>, metrics: &EngineMetrics) -> Vec<WatchEvent> {
+    fn record(
+        &mut self,
+        batch: Vec<CycleResult>,
+        watch: &Arc<WatchLog>,
+        metrics: &Arc<EngineMetrics>,
+    ) {
         let count = batch.len();
         let items: Vec<(ObjectKey, CycleResult)> = batch
             .into_iter()
@@ -421,7 +442,7 @@ impl ResultSink for StoreSink {
             Err(e) => {
                 // The assumptions expire and the pods are scheduled again.
                 tracing::error!("recording {count} scheduling results failed: {e}");
-                return Vec::new();
+                return;
             }
         };
         metrics.status_write_batches.fetch_add(1, Ordering::Relaxed);
@@ -440,7 +461,7 @@ impl ResultSink for StoreSink {
             }
             events.push(watch_event(result, version));
         }
-        events
+        watch.publish(events);
     }
 }
 

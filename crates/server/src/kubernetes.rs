@@ -24,7 +24,6 @@ use wasched_core::events::{Action, Event, EventPipeline, Kind, Object, ObjectKey
 use wasched_core::service::{BindingFailures, CycleResult};
 
 use crate::engine::{watch_event, EngineMetrics, ResultSink, StartGate};
-use crate::watch::WatchEvent;
 
 /// `wasched serve` options of Kubernetes mode.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -40,12 +39,28 @@ pub struct KubeArgs {
     /// The kubeconfig context to use (default: its current context).
     #[arg(long, requires = "kubernetes")]
     pub context: Option<String>,
-    /// Bindings and status updates sent to the API server at once (kube-scheduler's client
-    /// burst is 100).
+    /// Requests (bindings, conditions, Events) sent to the API server a second on average, as
+    /// kube-scheduler's `--kube-api-qps` (default 50). Raise it with the API server's capacity:
+    /// it bounds how many pods a second are bound.
+    #[arg(long, default_value_t = 50.0, value_parser = positive_rate)]
+    pub kube_api_qps: f64,
+    /// Requests sent at once, and in flight at most (kube-scheduler's `--kube-api-burst`,
+    /// default 100).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub kube_api_burst: u32,
     #[command(flatten)]
     pub leader: crate::leader::LeaderArgs,
+    #[command(flatten)]
+    pub policy: crate::shared_policy::SharedPolicyArgs,
+}
+
+fn positive_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(qps) if qps > 0.0 && qps.is_finite() => Ok(qps),
+        _ => Err(format!(
+            "`{text}` is not a positive number of requests a second"
+        )),
+    }
 }
 
 /// A client for the API server `args` name.
@@ -297,51 +312,141 @@ fn stub(key: &ObjectKey) -> Object {
     }
 }
 
+/// kube-scheduler's client-side rate limit (client-go's token bucket): `qps` requests a second
+/// on average and bursts of up to `burst`; a request over the limit waits for its turn.
+pub struct RateLimiter {
+    qps: f64,
+    burst: f64,
+    /// Tokens left (negative: requests already waiting for later tokens) and when counted.
+    state: std::sync::Mutex<(f64, std::time::Instant)>,
+}
+
+impl RateLimiter {
+    /// A bucket that starts full.
+    pub fn new(qps: f64, burst: u32) -> Self {
+        RateLimiter {
+            qps,
+            burst: f64::from(burst),
+            state: std::sync::Mutex::new((f64::from(burst), std::time::Instant::now())),
+        }
+    }
+
+    /// Takes a token at `now`; returns how long the request must wait for it.
+    fn reserve(&self, now: std::time::Instant) -> std::time::Duration {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let (tokens, counted) = &mut *state;
+        let refill = now.saturating_duration_since(*counted).as_secs_f64() * self.qps;
+        *tokens = (*tokens + refill).min(self.burst) - 1.0;
+        *counted = now.max(*counted);
+        if *tokens >= 0.0 {
+            std::time::Duration::ZERO
+        } else {
+            std::time::Duration::from_secs_f64(-*tokens / self.qps)
+        }
+    }
+
+    /// Waits until one more request may be sent.
+    pub async fn acquire(&self) {
+        let wait = self.reserve(std::time::Instant::now());
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
 /// Writes cycle results to the API server: `POST pods/{name}/binding` for a placement, the
-/// `PodScheduled=False` condition for a pod no node fits, up to `burst` requests at once, and the
-/// `Scheduled` / `FailedScheduling` Events users read with `kubectl describe pod`.
+/// `PodScheduled=False` condition for a pod no node fits, and the `Scheduled` /
+/// `FailedScheduling` Events users read with `kubectl describe pod`. Each result is written by a
+/// task of its own, as kube-scheduler binds each pod in a goroutine: a slow response holds up
+/// only its own pod. At most `burst` writes are in flight (the status writer waits for a free
+/// slot), and requests keep to the client's QPS.
 pub struct ApiSink {
-    pub client: Client,
+    client: Client,
     /// Where refused bindings go, so the pod is queued again at once.
-    pub failures: BindingFailures,
-    pub recorder: Arc<Recorder>,
-    pub runtime: tokio::runtime::Handle,
-    pub burst: usize,
-    /// Numbers the `/v1/watch` events (the API server's own versions are per object).
-    pub sequence: u64,
+    failures: BindingFailures,
+    recorder: Arc<Recorder>,
+    runtime: tokio::runtime::Handle,
+    in_flight: Arc<tokio::sync::Semaphore>,
+    burst: u32,
+    rate: Arc<RateLimiter>,
+    /// Numbers the `/v1/watch` events (the API server's own versions are per object); held
+    /// while publishing, so the watch log stays in order.
+    sequence: Arc<std::sync::Mutex<u64>>,
+}
+
+impl ApiSink {
+    /// A sink writing through `client` on `runtime`, keeping to `qps` and `burst`.
+    pub fn new(
+        client: Client,
+        failures: BindingFailures,
+        recorder: Arc<Recorder>,
+        runtime: tokio::runtime::Handle,
+        qps: f64,
+        burst: u32,
+    ) -> Self {
+        ApiSink {
+            client,
+            failures,
+            recorder,
+            runtime,
+            in_flight: Arc::new(tokio::sync::Semaphore::new(burst as usize)),
+            burst,
+            rate: Arc::new(RateLimiter::new(qps, burst)),
+            sequence: Default::default(),
+        }
+    }
 }
 
 impl ResultSink for ApiSink {
-    fn record(&mut self, batch: Vec<CycleResult>, metrics: &EngineMetrics) -> Vec<WatchEvent> {
-        let client = &self.client;
-        let written: Vec<Option<CycleResult>> = self.runtime.block_on(
-            futures_util::stream::iter(batch)
-                .map(|result| {
-                    write(
-                        client.clone(),
-                        self.recorder.clone(),
-                        &self.failures,
-                        result,
-                    )
-                })
-                .buffer_unordered(self.burst)
-                .collect(),
-        );
-        let mut events = Vec::with_capacity(written.len());
-        for result in written {
-            match result {
-                Some(result) => {
-                    self.sequence += 1;
-                    metrics.status_writes.fetch_add(1, Ordering::Relaxed);
-                    events.push(watch_event(result, self.sequence));
-                }
-                None => {
-                    metrics.api_write_failures.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
+    fn record(
+        &mut self,
+        batch: Vec<CycleResult>,
+        watch: &Arc<crate::watch::WatchLog>,
+        metrics: &Arc<EngineMetrics>,
+    ) {
         metrics.status_write_batches.fetch_add(1, Ordering::Relaxed);
-        events
+        for result in batch {
+            let Ok(slot) = self
+                .runtime
+                .block_on(self.in_flight.clone().acquire_owned())
+            else {
+                return;
+            };
+            let (client, recorder, failures, rate) = (
+                self.client.clone(),
+                self.recorder.clone(),
+                self.failures.clone(),
+                self.rate.clone(),
+            );
+            let (sequence, watch, metrics) =
+                (self.sequence.clone(), watch.clone(), metrics.clone());
+            self.runtime.spawn(async move {
+                match write(client, recorder, &rate, &failures, result).await {
+                    Some(result) => {
+                        metrics.status_writes.fetch_add(1, Ordering::Relaxed);
+                        let mut sequence = sequence.lock().unwrap_or_else(|e| e.into_inner());
+                        *sequence += 1;
+                        watch.publish([watch_event(result, *sequence)]);
+                    }
+                    None => {
+                        metrics.api_write_failures.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                drop(slot);
+            });
+        }
+    }
+}
+
+impl Drop for ApiSink {
+    /// Waits (up to 10 s) for the writes in flight when the server stops.
+    fn drop(&mut self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while self.in_flight.available_permits() < self.burst as usize
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
 }
 
@@ -351,6 +456,7 @@ impl ResultSink for ApiSink {
 async fn write(
     client: Client,
     recorder: Arc<Recorder>,
+    rate: &RateLimiter,
     failures: &BindingFailures,
     result: CycleResult,
 ) -> Option<CycleResult> {
@@ -371,6 +477,8 @@ async fn write(
                     ..Default::default()
                 },
             };
+            rate.acquire().await;
+            recorder.forget_condition(&result.pod);
             pods.create_subresource::<_, serde_json::Value>(
                 "binding",
                 name,
@@ -380,7 +488,10 @@ async fn write(
             .map_ok(|_| ())
             .await
         }
+        // As kube-scheduler: the same condition again is not written again.
+        None if recorder.condition_written(&result) => Ok(()),
         None => {
+            rate.acquire().await;
             let condition = serde_json::json!({"status": {"conditions": [{
                 "type": "PodScheduled",
                 "status": "False",
@@ -388,14 +499,19 @@ async fn write(
                 "message": result.message,
                 "lastTransitionTime": now_rfc3339(),
             }]}});
-            pods.patch_status(name, &PatchParams::default(), &Patch::Strategic(condition))
+            let patched = pods
+                .patch_status(name, &PatchParams::default(), &Patch::Strategic(condition))
                 .map_ok(|_| ())
-                .await
+                .await;
+            if patched.is_ok() {
+                recorder.remember_condition(&result);
+            }
+            patched
         }
     };
     match outcome {
         Ok(()) => {
-            recorder.record(&client, &result).await;
+            recorder.record(&client, rate, &result).await;
             Some(result)
         }
         Err(e) => {
@@ -429,6 +545,8 @@ pub struct Recorder {
     /// `reportingInstance`: this replica.
     pub instance: String,
     recorded: std::sync::Mutex<HashMap<(String, &'static str, String), Recorded>>,
+    /// The `PodScheduled=False` condition last written per pod (reason and message), and when.
+    conditions: std::sync::Mutex<HashMap<String, (bool, String, std::time::Instant)>>,
 }
 
 impl Recorder {
@@ -442,10 +560,45 @@ impl Recorder {
         Recorder {
             instance,
             recorded: Default::default(),
+            conditions: Default::default(),
         }
     }
 
-    async fn record(&self, client: &Client, result: &CycleResult) {
+    /// True when the pod already has this result's condition, written by this replica within
+    /// [`Recorder::SERIES_WINDOW`] (afterwards it is written again, in case the pod was replaced
+    /// by one of the same name).
+    fn condition_written(&self, result: &CycleResult) -> bool {
+        let conditions = self.conditions.lock().unwrap_or_else(|e| e.into_inner());
+        conditions
+            .get(&result.pod)
+            .is_some_and(|(error, message, at)| {
+                *error == result.error
+                    && Some(message) == result.message.as_ref()
+                    && at.elapsed() < Self::SERIES_WINDOW
+            })
+    }
+
+    fn remember_condition(&self, result: &CycleResult) {
+        let mut conditions = self.conditions.lock().unwrap_or_else(|e| e.into_inner());
+        conditions.retain(|_, (_, _, at)| at.elapsed() < Self::SERIES_WINDOW);
+        conditions.insert(
+            result.pod.clone(),
+            (
+                result.error,
+                result.message.clone().unwrap_or_default(),
+                std::time::Instant::now(),
+            ),
+        );
+    }
+
+    fn forget_condition(&self, pod: &str) {
+        self.conditions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(pod);
+    }
+
+    async fn record(&self, client: &Client, rate: &RateLimiter, result: &CycleResult) {
         let Some((namespace, name)) = result.pod.split_once('/') else {
             return;
         };
@@ -482,6 +635,9 @@ impl Recorder {
                 None => None,
             }
         };
+        if !matches!(repeat, Some((_, _, false))) {
+            rate.acquire().await;
+        }
         let outcome = match repeat {
             Some((_, _, false)) => return,
             Some((event_name, count, true)) => {
@@ -562,4 +718,31 @@ fn now_rfc3339() -> String {
         .round(k8s_openapi::jiff::Unit::Second)
         .map(|t| t.to_string())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn the_rate_limiter_lets_a_burst_through_then_spaces_requests_at_the_qps() {
+        let limiter = RateLimiter::new(10.0, 3);
+        let start = Instant::now();
+        let waits: Vec<Duration> = (0..5).map(|_| limiter.reserve(start)).collect();
+        let ms: Vec<u128> = waits.iter().map(Duration::as_millis).collect();
+        assert_eq!(ms, [0, 0, 0, 100, 200]);
+        // After a quiet second the bucket is full again, but holds no more than the burst.
+        let later = start + Duration::from_secs(10);
+        let waits: Vec<u128> = (0..4).map(|_| limiter.reserve(later).as_millis()).collect();
+        assert_eq!(waits, [0, 0, 0, 100]);
+    }
+
+    #[test]
+    fn a_rate_must_be_positive() {
+        assert_eq!(positive_rate("50"), Ok(50.0));
+        assert!(positive_rate("0").is_err());
+        assert!(positive_rate("-1").is_err());
+        assert!(positive_rate("fast").is_err());
+    }
 }
