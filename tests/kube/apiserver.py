@@ -10,13 +10,16 @@ lacks (see ../shared/TESTING.md):
 - the `pods/{name}/binding` subresource (201; 409 when the pod is already bound; 404 when it is
   gone) and the `pods/{name}/status` subresource (merges `status` only);
 - a resourceVersion precondition on update (409 Conflict when it is stale);
-- `reason: NotFound` on a 404 for a missing object (kmock says "Object Not Found").
+- `reason: NotFound` on a 404 for a missing object (kmock says "Object Not Found");
+- `fieldSelector` on `metadata.name` / `metadata.namespace` and equality `labelSelector`s on
+  lists and watches (kmock returns every object).
 
 Test hooks under /_test/: `POST /_test/drop-watches` ends every open watch at once (a dropped
 connection), `POST /_test/block-watches` also answers every list and watch with 503 until
 `POST /_test/unblock-watches` (a network partition), `POST /_test/compact` forgets the kept events (the next watch from an older
 resourceVersion gets 410), `POST /_test/fail-bindings` with `{"status": 500, "count": 3}` makes the
-next bindings fail, `GET /_test/counts` counts the requests by kind.
+next bindings fail, `POST /_test/slow-bindings` with `{"seconds": 5, "count": 1}` makes the next
+bindings answer that late, `GET /_test/counts` counts the requests by kind.
 
 Run: python apiserver.py [--port N]; it prints `listening on http://127.0.0.1:PORT` when ready.
 """
@@ -43,6 +46,7 @@ RESOURCES = [
     ('storage.k8s.io/v1/storageclasses', 'StorageClass', False, set()),
     ('events.k8s.io/v1/events', 'Event', True, set()),
     ('coordination.k8s.io/v1/leases', 'Lease', True, set()),
+    ('v1/configmaps', 'ConfigMap', True, set()),
 ]
 
 # Events kept for watches that resume from a resourceVersion; older ones get 410 Gone.
@@ -59,6 +63,7 @@ class ApiServer(kmock.KubernetesEmulator):
         self.watch_generation = 0
         self.watches_blocked = False
         self.binding_failures: list[int] = []
+        self.binding_delays: list[float] = []
         self.counts: collections.Counter[str] = collections.Counter()
         for key, kind, namespaced, subresources in RESOURCES:
             self.resources[key] = {'kind': kind, 'namespaced': namespaced,
@@ -143,6 +148,8 @@ class ApiServer(kmock.KubernetesEmulator):
         return self._objects[key]
 
     async def _bind(self, request):
+        if self.binding_delays:
+            await asyncio.sleep(self.binding_delays.pop(0))
         pod = self._stored(request)
         if pod is None:
             return _status(404, 'NotFound', f'pods "{request.name}" not found')
@@ -172,6 +179,7 @@ class ApiServer(kmock.KubernetesEmulator):
 
     async def _serve_list(self, request):
         listed = await super()._serve_list(request)
+        listed['items'] = [item for item in listed['items'] if _selected(request, item)]
         listed['metadata'] = {'resourceVersion': str(self.revision)}
         return listed
 
@@ -183,7 +191,7 @@ class ApiServer(kmock.KubernetesEmulator):
         generation = self.watch_generation
         since = params.get('resourceVersion') or '0'
         if since == '0':
-            listed = await super()._serve_list(request)
+            listed = await self._serve_list(request)
             for item in listed['items']:
                 yield {'type': 'ADDED', 'object': item}
             since = str(self.revision)
@@ -203,7 +211,8 @@ class ApiServer(kmock.KubernetesEmulator):
                 since = rv
                 meta = event['object'].get('metadata', {})
                 if resource == request.resource and (
-                        request.namespace is None or meta.get('namespace') == request.namespace):
+                        request.namespace is None or meta.get('namespace') == request.namespace) \
+                        and _selected(request, event['object']):
                     yield event
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining <= 0 or generation != self.watch_generation:
@@ -232,11 +241,30 @@ class ApiServer(kmock.KubernetesEmulator):
         elif path == '/_test/fail-bindings':
             data = request.data or {}
             self.binding_failures.extend([int(data.get('status', 500))] * int(data.get('count', 1)))
+        elif path == '/_test/slow-bindings':
+            data = request.data or {}
+            self.binding_delays.extend([float(data.get('seconds', 5))] * int(data.get('count', 1)))
         elif path == '/_test/counts':
             return aiohttp.web.json_response(dict(self.counts))
         else:
             return _status(404, 'NotFound', path)
         return aiohttp.web.json_response({'ok': True})
+
+
+def _selected(request, obj: dict) -> bool:
+    """Whether `obj` passes the request's fieldSelector and labelSelector (equality terms)."""
+    meta = obj.get('metadata', {})
+    fields = {'metadata.name': meta.get('name'), 'metadata.namespace': meta.get('namespace')}
+    labels = meta.get('labels') or {}
+    for term in filter(None, request.params.get('fieldSelector', '').split(',')):
+        key, _, value = term.partition('=')
+        if fields.get(key) != value.lstrip('='):
+            return False
+    for term in filter(None, request.params.get('labelSelector', '').split(',')):
+        key, _, value = term.partition('=')
+        if labels.get(key) != value.lstrip('='):
+            return False
+    return True
 
 
 def _now() -> str:

@@ -17,8 +17,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
-use crate::engine::StartGate;
-
 /// `wasched serve --kubernetes` options of leader election (kube-scheduler's defaults).
 #[derive(clap::Args, Debug, Clone)]
 pub struct LeaderArgs {
@@ -105,15 +103,16 @@ pub fn identity() -> String {
     format!("{host}_{:08x}", nanos ^ std::process::id().rotate_left(16))
 }
 
-/// Campaigns for the Lease; opens `gate` when this replica leads, sets `leading` while it does,
-/// and ends the process when it loses the Lease.
+/// Campaigns for the Lease; fires `became_leader` when this replica leads, sets `leading` while
+/// it does, and ends the process when it loses the Lease.
 pub async fn campaign(
     client: Client,
     args: LeaderArgs,
     identity: String,
-    gate: Arc<StartGate>,
+    became_leader: tokio::sync::oneshot::Sender<()>,
     leading: Arc<AtomicBool>,
 ) {
+    let mut became_leader = Some(became_leader);
     let leases: Api<Lease> = Api::namespaced(client, &args.leader_elect_resource_namespace);
     let name = args.leader_elect_resource_name.clone();
     let mut observed: Option<(LeaseSpec, Instant)> = None;
@@ -125,7 +124,9 @@ pub async fn campaign(
                 if last_renewal.is_none() {
                     tracing::info!(lease = %name, %identity, "became the leader");
                     leading.store(true, Ordering::Release);
-                    gate.open();
+                    if let Some(signal) = became_leader.take() {
+                        let _ = signal.send(());
+                    }
                 }
                 last_renewal = Some(Instant::now());
             }

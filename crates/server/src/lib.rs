@@ -11,6 +11,7 @@ pub mod engine;
 mod http;
 pub mod kubernetes;
 pub mod leader;
+pub mod shared_policy;
 pub mod store;
 pub mod watch;
 
@@ -130,6 +131,9 @@ pub enum ConfigSource {
     File(PathBuf),
     /// Put through the admin API and kept in the store.
     Store,
+    /// Put through the admin API of a replica in Kubernetes mode and kept in the policy
+    /// ConfigMap `namespace/name`.
+    Cluster(String),
     /// Nothing configured: kube-scheduler's default profile.
     Default,
 }
@@ -143,6 +147,27 @@ pub struct Policy {
     pub records: BTreeMap<String, PluginRecord>,
     /// Plugin name -> the profiles using it.
     pub usage: BTreeMap<String, Vec<String>>,
+    /// Kubernetes mode: the resourceVersion of the shared policy's index this policy reflects.
+    pub shared_version: u64,
+}
+
+impl Policy {
+    /// True when this policy is the one `index` describes: the same components (by sha256)
+    /// and the same admin configuration.
+    pub fn matches(&self, index: &shared_policy::PolicyIndex) -> bool {
+        let same_components = self.records.len() == index.plugins.len()
+            && index.plugins.iter().all(|p| {
+                self.records
+                    .get(&p.record.name)
+                    .is_some_and(|r| r.sha256 == p.record.sha256)
+            });
+        let same_config = match (&index.config, &self.source) {
+            (Some(text), ConfigSource::Cluster(_)) => *text == self.text,
+            (Some(_), _) => false,
+            (None, source) => !matches!(source, ConfigSource::Cluster(_)),
+        };
+        same_components && same_config
+    }
 }
 
 /// Everything the handlers share.
@@ -168,6 +193,9 @@ pub struct Server {
     pub kube_synced: Option<Arc<StartGate>>,
     /// True while this replica holds the Lease (Kubernetes mode with leader election).
     pub leading: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// Where uploaded plugins and the admin configuration are kept in Kubernetes mode (None:
+    /// the store).
+    pub shared_policy: Option<Arc<shared_policy::SharedPolicy>>,
 }
 
 /// A refused policy change: the HTTP status and why.
@@ -202,7 +230,7 @@ impl Server {
                 path.display().to_string(),
                 path.parent().map(Path::to_path_buf).unwrap_or_default(),
             ),
-            ConfigSource::Store | ConfigSource::Default => {
+            ConfigSource::Store | ConfigSource::Cluster(_) | ConfigSource::Default => {
                 ("<admin config>".to_string(), self.args.data_dir.clone())
             }
         }
@@ -302,9 +330,17 @@ impl Server {
         } else {
             None
         };
-        self.store
-            .put_plugin(&record, &bytes)
-            .map_err(|e| PolicyError::new(500, e.to_string()))?;
+        match &self.shared_policy {
+            Some(shared) => {
+                policy.shared_version = shared
+                    .put_plugin(&record, &bytes)
+                    .map_err(|e| PolicyError::new(503, e))?;
+            }
+            None => self
+                .store
+                .put_plugin(&record, &bytes)
+                .map_err(|e| PolicyError::new(500, e.to_string()))?,
+        }
         let replaced = policy.records.contains_key(name);
         policy.uploaded = uploaded;
         policy.records.insert(name.to_string(), record.clone());
@@ -337,9 +373,18 @@ impl Server {
                 ),
             ));
         }
-        self.store
-            .remove_plugin(name)
-            .map_err(|e| PolicyError::new(500, e.to_string()))?;
+        match &self.shared_policy {
+            Some(shared) => {
+                policy.shared_version = shared
+                    .remove_plugin(name)
+                    .map_err(|e| PolicyError::new(503, e))?;
+            }
+            None => {
+                self.store
+                    .remove_plugin(name)
+                    .map_err(|e| PolicyError::new(500, e.to_string()))?;
+            }
+        }
         policy.uploaded.remove(name);
         policy.records.remove(name);
         tracing::info!(plugin = name, "plugin removed");
@@ -357,9 +402,14 @@ impl Server {
         text: String,
         persist: bool,
     ) -> Result<(), PolicyError> {
-        let source = match &policy.source {
-            ConfigSource::File(path) => ConfigSource::File(path.clone()),
-            _ => ConfigSource::Store,
+        let source = match (&self.shared_policy, &policy.source) {
+            // A file is a replica's own; a change through the admin API is every replica's.
+            (Some(shared), ConfigSource::File(_)) if persist => {
+                ConfigSource::Cluster(shared.location())
+            }
+            (_, ConfigSource::File(path)) => ConfigSource::File(path.clone()),
+            (Some(shared), _) => ConfigSource::Cluster(shared.location()),
+            (None, _) => ConfigSource::Store,
         };
         let (config, profiles) = self
             .build(&source, &text, &policy.uploaded)
@@ -369,6 +419,14 @@ impl Server {
                 ConfigSource::File(path) => write_atomically(path, &text).map_err(|e| {
                     PolicyError::new(500, format!("cannot write {}: {e}", path.display()))
                 })?,
+                ConfigSource::Cluster(_) => {
+                    policy.shared_version = self
+                        .shared_policy
+                        .as_ref()
+                        .expect("a cluster source has a shared policy")
+                        .set_config(&text)
+                        .map_err(|e| PolicyError::new(503, e))?;
+                }
                 _ => self
                     .store
                     .set_config(&text)
@@ -383,6 +441,55 @@ impl Server {
         policy.source = source;
         tracing::info!("configuration applied");
         Ok(())
+    }
+
+    /// Takes in the policy another replica wrote to the cluster: `components` are the bytes of
+    /// every component `index` lists. Returns false when the policy already was that one.
+    ///
+    /// # Errors
+    /// 400 when this replica cannot build it (the previous policy stays).
+    pub fn adopt_shared_policy(
+        &self,
+        policy: &mut Policy,
+        version: u64,
+        index: &shared_policy::PolicyIndex,
+        components: BTreeMap<String, Arc<Vec<u8>>>,
+    ) -> Result<bool, PolicyError> {
+        if version <= policy.shared_version {
+            return Ok(false);
+        }
+        if policy.matches(index) {
+            policy.shared_version = version;
+            return Ok(false);
+        }
+        let (source, text) = match (&index.config, &self.shared_policy) {
+            (Some(text), Some(shared)) => (ConfigSource::Cluster(shared.location()), text.clone()),
+            _ => match &self.args.config {
+                Some(path) => (
+                    ConfigSource::File(path.clone()),
+                    std::fs::read_to_string(path)
+                        .map_err(|e| PolicyError::new(400, format!("{}: {e}", path.display())))?,
+                ),
+                None => (ConfigSource::Default, String::new()),
+            },
+        };
+        let (config, profiles) = self
+            .build(&source, &text, &components)
+            .map_err(|e| PolicyError::new(400, e.to_string()))?;
+        self.engine
+            .swap(profiles)
+            .map_err(|e| PolicyError::new(503, e))?;
+        policy.records = index
+            .plugins
+            .iter()
+            .map(|p| (p.record.name.clone(), p.record.clone()))
+            .collect();
+        policy.uploaded = components;
+        policy.usage = config.usage();
+        policy.text = text;
+        policy.source = source;
+        policy.shared_version = version;
+        Ok(true)
     }
 }
 
@@ -467,23 +574,61 @@ impl Server {
         let store = Store::open(&store_path)?;
         let plugin_stats = Arc::new(PluginStatsRegistry::default());
 
-        // The policy: uploaded components, then the configuration that may use them.
-        let mut uploaded = BTreeMap::new();
-        let mut records = BTreeMap::new();
-        for (record, bytes) in store.plugins()? {
-            uploaded.insert(record.name.clone(), Arc::new(bytes));
-            records.insert(record.name.clone(), record);
-        }
-        let (source, text) = match &args.config {
-            Some(path) => (
+        let kube = if args.kube.kubernetes {
+            let runtime = tokio::runtime::Handle::try_current()
+                .context("Kubernetes mode needs the server's async runtime")?;
+            let client = off_runtime(|| runtime.block_on(kubernetes::client(&args.kube)))?;
+            Some((client, runtime))
+        } else {
+            None
+        };
+        let shared_policy = kube.as_ref().map(|(client, runtime)| {
+            Arc::new(shared_policy::SharedPolicy::new(
+                client.clone(),
+                &args.kube.policy,
+                runtime.clone(),
+            ))
+        });
+
+        // The policy: uploaded components, then the configuration that may use them. In
+        // Kubernetes mode both are the cluster's, and a configuration put through the admin API
+        // of any replica wins over this replica's --config.
+        let mut shared_version = 0;
+        let (uploaded, records, admin_config) = match &shared_policy {
+            Some(shared) => {
+                let (index, version, components) = off_runtime(|| shared.load())
+                    .map_err(|e| anyhow::anyhow!("loading the shared policy: {e}"))?;
+                let records: BTreeMap<String, PluginRecord> = index
+                    .plugins
+                    .into_iter()
+                    .map(|p| (p.record.name.clone(), p.record))
+                    .collect();
+                let config = index
+                    .config
+                    .map(|text| (ConfigSource::Cluster(shared.location()), text));
+                shared_version = version;
+                (components, records, config)
+            }
+            None => {
+                let mut uploaded = BTreeMap::new();
+                let mut records = BTreeMap::new();
+                for (record, bytes) in store.plugins()? {
+                    uploaded.insert(record.name.clone(), Arc::new(bytes));
+                    records.insert(record.name.clone(), record);
+                }
+                let config = store.config()?.map(|text| (ConfigSource::Store, text));
+                (uploaded, records, config)
+            }
+        };
+        let (source, text) = match (admin_config, &args.config) {
+            (Some(admin), _) if shared_policy.is_some() => admin,
+            (_, Some(path)) => (
                 ConfigSource::File(path.clone()),
                 std::fs::read_to_string(path)
                     .with_context(|| format!("reading {}", path.display()))?,
             ),
-            None => match store.config()? {
-                Some(text) => (ConfigSource::Store, text),
-                None => (ConfigSource::Default, String::new()),
-            },
+            (Some(admin), None) => admin,
+            (None, None) => (ConfigSource::Default, String::new()),
         };
         let (label, dir) = match &source {
             ConfigSource::File(path) => (
@@ -504,11 +649,17 @@ impl Server {
         let service_stats = service.stats.clone();
 
         let engine_metrics = Arc::new(EngineMetrics::default());
-        let objects = if args.kube.kubernetes {
-            kubernetes_source(&args, &pipeline, service.binding_failures())?
-        } else {
-            store_source(&store, &pipeline)?
+        let mut objects = match &kube {
+            Some((client, runtime)) => kubernetes_source(
+                &args,
+                client.clone(),
+                runtime.clone(),
+                &pipeline,
+                service.binding_failures(),
+            )?,
+            None => store_source(&store, &pipeline)?,
         };
+        let leader_handoff = objects.leader_handoff.take();
         let (version, restored, kube_watches, kube_synced, leading) = (
             objects.version,
             objects.restored,
@@ -540,6 +691,7 @@ impl Server {
                 uploaded,
                 records,
                 usage: config.usage(),
+                shared_version,
             })),
             tokens,
             args: args.clone(),
@@ -555,7 +707,15 @@ impl Server {
             kube_watches,
             kube_synced,
             leading,
+            shared_policy: shared_policy.clone(),
         });
+        if let Some(shared) = shared_policy {
+            tokio::spawn(shared_policy::follow(
+                server.clone(),
+                shared,
+                leader_handoff,
+            ));
+        }
 
         Ok((server, restored))
     }
@@ -569,6 +729,9 @@ struct Source {
     kube_watches: Option<Arc<kubernetes::WatchStats>>,
     kube_synced: Option<Arc<StartGate>>,
     leading: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// Fires when this replica takes the Lease, and the gate to open once it has read the
+    /// shared policy afresh.
+    leader_handoff: Option<(tokio::sync::oneshot::Receiver<()>, Arc<StartGate>)>,
     /// The store's version, where `/v1/watch` starts.
     version: u64,
     /// Objects restored from the store.
@@ -598,6 +761,7 @@ fn store_source(store: &Store, pipeline: &Arc<EventPipeline>) -> anyhow::Result<
         kube_watches: None,
         kube_synced: None,
         leading: None,
+        leader_handoff: None,
         version,
         restored,
     })
@@ -607,17 +771,11 @@ fn store_source(store: &Store, pipeline: &Arc<EventPipeline>) -> anyhow::Result<
 /// was listed; the returned sink binds through the API server.
 fn kubernetes_source(
     args: &ServeArgs,
+    client: kube::Client,
+    runtime: tokio::runtime::Handle,
     pipeline: &Arc<EventPipeline>,
     failures: wasched_core::service::BindingFailures,
 ) -> anyhow::Result<Source> {
-    let runtime = tokio::runtime::Handle::try_current()
-        .context("Kubernetes mode needs the server's async runtime")?;
-    let client = std::thread::scope(|scope| {
-        scope
-            .spawn(|| runtime.block_on(kubernetes::client(&args.kube)))
-            .join()
-            .unwrap_or_else(|_| Err(anyhow::anyhow!("connecting to the API server panicked")))
-    })?;
     let election = &args.kube.leader;
     let identity = leader::identity();
     if election.leader_elect {
@@ -628,33 +786,48 @@ fn kubernetes_source(
     let stats = Arc::new(kubernetes::WatchStats::default());
     let _entered = runtime.enter();
     kubernetes::watch_cluster(&client, pipeline, &[gate.clone(), synced.clone()], &stats);
+    let mut leader_handoff = None;
     let leading = election.leader_elect.then(|| {
         let leading = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (became_leader, handoff) = tokio::sync::oneshot::channel();
+        leader_handoff = Some((handoff, gate.clone()));
         tokio::spawn(leader::campaign(
             client.clone(),
             election.clone(),
             identity.clone(),
-            gate.clone(),
+            became_leader,
             leading.clone(),
         ));
         leading
     });
-    let sink = Box::new(kubernetes::ApiSink {
-        recorder: Arc::new(kubernetes::Recorder::new(identity.clone())),
-        failures,
+    let sink = Box::new(kubernetes::ApiSink::new(
         client,
-        runtime,
-        burst: args.kube.kube_api_burst as usize,
-        sequence: 0,
-    });
+        failures,
+        Arc::new(kubernetes::Recorder::new(identity.clone())),
+        runtime.clone(),
+        args.kube.kube_api_qps,
+        args.kube.kube_api_burst,
+    ));
     Ok(Source {
         sink,
         gate: Some(gate),
         kube_watches: Some(stats),
         kube_synced: Some(synced),
         leading,
+        leader_handoff,
         version: 0,
         restored: 0,
+    })
+}
+
+/// Runs `work` on a thread of its own: it may block on the async runtime, which the calling
+/// thread has entered.
+fn off_runtime<T: Send>(work: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(work)
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     })
 }
 
@@ -701,9 +874,16 @@ async fn reload_on_sighup(server: Arc<Server>) {
     };
     while hangup.recv().await.is_some() {
         let mut policy = server.policy.clone().lock_owned().await;
-        let ConfigSource::File(path) = policy.source.clone() else {
-            tracing::warn!("SIGHUP: no --config file to reload");
-            continue;
+        let path = match policy.source.clone() {
+            ConfigSource::File(path) => path,
+            ConfigSource::Cluster(location) => {
+                tracing::warn!("SIGHUP: the configuration put through the admin API, kept in ConfigMap {location}, wins over --config: nothing to reload");
+                continue;
+            }
+            _ => {
+                tracing::warn!("SIGHUP: no --config file to reload");
+                continue;
+            }
         };
         let server = server.clone();
         let outcome = tokio::task::spawn_blocking(move || {

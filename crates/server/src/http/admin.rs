@@ -176,8 +176,12 @@ async fn remove_plugin(
     State(server): State<Shared>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    let mut policy = server.policy.lock().await;
-    server.remove_plugin(&mut policy, &name)?;
+    let mut policy = server.policy.clone().lock_owned().await;
+    let s = server.clone();
+    let removed = name.clone();
+    tokio::task::spawn_blocking(move || s.remove_plugin(&mut policy, &removed))
+        .await
+        .map_err(|e| ApiError::new(500, e.to_string()))??;
     Ok(Json(json!({ "removed": name })).into_response())
 }
 
@@ -186,6 +190,7 @@ async fn get_config(State(server): State<Shared>) -> Response {
     let source = match &policy.source {
         ConfigSource::File(path) => path.display().to_string(),
         ConfigSource::Store => "store".to_string(),
+        ConfigSource::Cluster(location) => format!("configmap:{location}"),
         ConfigSource::Default => "default".to_string(),
     };
     (

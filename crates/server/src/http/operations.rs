@@ -55,6 +55,9 @@ async fn metrics(State(server): State<Shared>) -> Response {
     if let Some(watches) = &server.kube_watches {
         watches.render(&mut out);
     }
+    if let Some(shared) = &server.shared_policy {
+        shared.stats.render(&mut out);
+    }
     if let Some(leading) = &server.leading {
         let _ = writeln!(out, "# HELP leader_election_master_status Whether this replica holds the Lease (1) or is a standby (0).");
         let _ = writeln!(out, "# TYPE leader_election_master_status gauge");
