@@ -117,6 +117,56 @@ fn an_unconfirmed_binding_expires_frees_the_node_and_the_pod_is_scheduled_again(
     assert_eq!(binder.binds.lock().unwrap().len(), 2);
 }
 
+/// Queues bindings that are sent later, as the Kubernetes status writer does.
+struct QueueingBinder;
+
+impl Binder for QueueingBinder {
+    fn bind(&mut self, _pod: &wasched_sdk::Pod, _node: &str) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn reports_completion(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn the_assume_ttl_of_a_queued_binding_starts_when_the_binding_completed() {
+    let mut config = Config::parse("t.toml", Path::new("."), String::new()).unwrap();
+    config.default_plugins = DefaultPluginRuntime::Native;
+    let scheduler = Scheduler::new(&config.profiles().unwrap(), 1).unwrap();
+    let clock = FakeClock::default();
+    let mut s = Service::new(scheduler, QueueingBinder, Arc::new(clock.clone()));
+    let seq = Sequencer::default();
+    let pipeline = s.pipeline();
+    pipeline.submit(seq.upsert(node_obj("n1", "1", &[])));
+    pipeline.submit(seq.upsert(pod_obj("p", "600m", None)));
+    assert_eq!(s.run_until_idle()[0].node.as_deref(), Some("n1"));
+    // A slow API server: the binding is still waiting to be sent long after the TTL.
+    clock.advance(Duration::from_secs(120));
+    assert!(s.run_until_idle().is_empty());
+    assert_eq!(
+        s.pod_state("default/p"),
+        Some(PodState::Assumed { node: "n1".into() })
+    );
+    s.binding_failures().completed("default/p".into());
+    assert!(s.run_until_idle().is_empty());
+    clock.advance(Duration::from_secs(29));
+    assert!(
+        s.run_until_idle().is_empty(),
+        "the TTL runs from the binding"
+    );
+    clock.advance(Duration::from_secs(1));
+    s.run_until_idle();
+    assert_eq!(
+        s.stats
+            .assumed_expired
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "a binding the watch never confirms is still undone"
+    );
+}
+
 #[test]
 fn a_confirmed_binding_is_counted_once() {
     let binder = RecordingBinder::default();

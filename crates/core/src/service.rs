@@ -36,6 +36,13 @@ pub trait Binder: Send {
     /// # Errors
     /// Why the binding was refused; the pod is un-assumed and retried after backoff.
     fn bind(&mut self, pod: &sdk::Pod, node: &str) -> Result<(), String>;
+
+    /// True when `bind` only queues the binding, which is sent later and its outcome reported
+    /// through [`BindingFailures`]: the assume TTL then starts when the binding completed, so a
+    /// slow API server does not expire placements still waiting to be sent.
+    fn reports_completion(&self) -> bool {
+        false
+    }
 }
 
 /// Counters of the core, for metrics and tests.
@@ -118,6 +125,7 @@ pub struct Service<B: Binder> {
 #[derive(Clone, Default)]
 pub struct BindingFailures {
     failed: Arc<std::sync::Mutex<Vec<(String, String)>>>,
+    completed: Arc<std::sync::Mutex<Vec<String>>>,
     pipeline: Arc<EventPipeline>,
 }
 
@@ -131,8 +139,20 @@ impl BindingFailures {
         self.pipeline.wake();
     }
 
+    /// The binding of pod `key` was accepted: the assume TTL starts now.
+    pub fn completed(&self, key: String) {
+        self.completed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(key);
+    }
+
     fn take(&self) -> Vec<(String, String)> {
         std::mem::take(&mut *self.failed.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn take_completed(&self) -> Vec<String> {
+        std::mem::take(&mut *self.completed.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
@@ -151,6 +171,7 @@ impl<B: Binder> Service<B> {
         Service {
             binding_failures: BindingFailures {
                 failed: Default::default(),
+                completed: Default::default(),
                 pipeline: pipeline.clone(),
             },
             scheduler,
@@ -409,6 +430,12 @@ impl<B: Binder> Service<B> {
     /// Undoes the placements whose binding a binder reported failed, and queues their pods
     /// again (after their backoff). Returns how many.
     fn forget_failed_bindings(&mut self) -> usize {
+        let deadline = self.clock.now() + self.assume_ttl;
+        for key in self.binding_failures.take_completed() {
+            if let Some(assumed) = self.assumed.get_mut(&key) {
+                assumed.deadline.get_or_insert(deadline);
+            }
+        }
         let failed = self.binding_failures.take();
         let mut undone = 0;
         for (key, reason) in failed {
@@ -501,9 +528,11 @@ impl<B: Binder> Service<B> {
         );
         match self.binder.bind(&pod, &node) {
             Ok(()) => {
-                let deadline = self.clock.now() + self.assume_ttl;
-                if let Some(a) = self.assumed.get_mut(&key) {
-                    a.deadline = Some(deadline);
+                if !self.binder.reports_completion() {
+                    let deadline = self.clock.now() + self.assume_ttl;
+                    if let Some(a) = self.assumed.get_mut(&key) {
+                        a.deadline = Some(deadline);
+                    }
                 }
                 self.stats.scheduled.fetch_add(1, Ordering::Relaxed);
                 result.node = Some(node);

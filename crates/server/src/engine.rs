@@ -94,6 +94,10 @@ impl Binder for DeferredBinder {
     fn bind(&mut self, _pod: &wasched_sdk::Pod, _node: &str) -> Result<(), String> {
         Ok(())
     }
+
+    fn reports_completion(&self) -> bool {
+        true
+    }
 }
 
 /// A message to the scheduling thread, handled between two cycles.
@@ -415,6 +419,9 @@ fn write_results(
 pub struct StoreSink {
     pub store: Store,
     pub pipeline: Arc<EventPipeline>,
+    /// Where written (or failed) bindings are reported, which starts (or undoes) their
+    /// assumptions.
+    pub bindings: wasched_core::service::BindingFailures,
 }
 
 impl ResultSink for StoreSink {
@@ -425,6 +432,11 @@ impl ResultSink for StoreSink {
         metrics: &Arc<EngineMetrics>,
     ) {
         let count = batch.len();
+        let bound_pods: Vec<String> = batch
+            .iter()
+            .filter(|r| r.node.is_some())
+            .map(|r| r.pod.clone())
+            .collect();
         let items: Vec<(ObjectKey, CycleResult)> = batch
             .into_iter()
             .map(|result| {
@@ -440,11 +452,18 @@ impl ResultSink for StoreSink {
         let written = match self.store.update_objects(items, record_result) {
             Ok(written) => written,
             Err(e) => {
-                // The assumptions expire and the pods are scheduled again.
+                // The placements are undone and the pods scheduled again.
                 tracing::error!("recording {count} scheduling results failed: {e}");
+                for pod in bound_pods {
+                    self.bindings.report(pod, e.to_string());
+                }
                 return;
             }
         };
+        // Those whose pod was gone or bound meanwhile too: the TTL is what undoes them then.
+        for pod in bound_pods {
+            self.bindings.completed(pod);
+        }
         metrics.status_write_batches.fetch_add(1, Ordering::Relaxed);
         metrics
             .status_writes

@@ -511,6 +511,9 @@ async fn write(
     };
     match outcome {
         Ok(()) => {
+            if result.node.is_some() {
+                failures.completed(result.pod.clone());
+            }
             recorder.record(&client, rate, &result).await;
             Some(result)
         }

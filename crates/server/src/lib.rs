@@ -657,7 +657,7 @@ impl Server {
                 &pipeline,
                 service.binding_failures(),
             )?,
-            None => store_source(&store, &pipeline)?,
+            None => store_source(&store, &pipeline, service.binding_failures())?,
         };
         let leader_handoff = objects.leader_handoff.take();
         let (version, restored, kube_watches, kube_synced, leading) = (
@@ -740,7 +740,11 @@ struct Source {
 
 /// Standalone mode: what the store acknowledged before a restart comes back as events, nodes and
 /// storage first, and results are written to the store.
-fn store_source(store: &Store, pipeline: &Arc<EventPipeline>) -> anyhow::Result<Source> {
+fn store_source(
+    store: &Store,
+    pipeline: &Arc<EventPipeline>,
+    bindings: wasched_core::service::BindingFailures,
+) -> anyhow::Result<Source> {
     let (version, mut objects) = store.list_objects(None, None)?;
     objects.sort_by_key(|o| o.kind() == Kind::Pod);
     let restored = objects.len();
@@ -756,6 +760,7 @@ fn store_source(store: &Store, pipeline: &Arc<EventPipeline>) -> anyhow::Result<
         sink: Box::new(StoreSink {
             store: store.clone(),
             pipeline: pipeline.clone(),
+            bindings,
         }),
         gate: None,
         kube_watches: None,
