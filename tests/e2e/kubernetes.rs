@@ -488,20 +488,22 @@ fn a_node_relabelled_many_times_ends_as_the_api_server_has_it() {
     assert!(api.node_of("wants-ssd").is_none());
 }
 
+/// Leader election timed for tests: a 2 s lease, noticed within 250 ms.
+const FAST_LEASE: [&str; 6] = [
+    "--leader-elect-lease-duration",
+    "2s",
+    "--leader-elect-renew-deadline",
+    "1500ms",
+    "--leader-elect-retry-period",
+    "250ms",
+];
+
 #[test]
 fn only_the_leader_binds_and_a_standby_takes_over_when_it_is_killed() {
     let api = ApiServer::start();
     api.create(&node("n1", "zone-a", "64"));
-    let timing = [
-        "--leader-elect-lease-duration",
-        "2s",
-        "--leader-elect-renew-deadline",
-        "1500ms",
-        "--leader-elect-retry-period",
-        "250ms",
-    ];
-    let a = Scheduler::start(&api, "ha-a", &timing);
-    let b = Scheduler::start(&api, "ha-b", &timing);
+    let a = Scheduler::start(&api, "ha-a", &FAST_LEASE);
+    let b = Scheduler::start(&api, "ha-b", &FAST_LEASE);
     wait_for("one leader", || {
         u8::from(a.leads()) + u8::from(b.leads()) == 1
     });
@@ -669,16 +671,8 @@ fn a_plugin_and_configuration_loaded_through_one_replica_reach_every_replica_and
     let api = ApiServer::start();
     api.create(&pool_node("blue-1", "blue"));
     api.create(&pool_node("green-1", "green"));
-    let timing = [
-        "--leader-elect-lease-duration",
-        "2s",
-        "--leader-elect-renew-deadline",
-        "1500ms",
-        "--leader-elect-retry-period",
-        "250ms",
-    ];
-    let a = Scheduler::start(&api, "policy-a", &timing);
-    let b = Scheduler::start(&api, "policy-b", &timing);
+    let a = Scheduler::start(&api, "policy-a", &FAST_LEASE);
+    let b = Scheduler::start(&api, "policy-b", &FAST_LEASE);
     wait_for("one leader", || {
         u8::from(a.leads()) + u8::from(b.leads()) == 1
     });
@@ -736,7 +730,7 @@ fn a_plugin_and_configuration_loaded_through_one_replica_reach_every_replica_and
     }
 
     // A replica started now loads the policy from the cluster.
-    let late = Scheduler::start(&api, "policy-c", &timing);
+    let late = Scheduler::start(&api, "policy-c", &FAST_LEASE);
     assert_eq!(
         late.uploaded_sha256("PoolPreference").as_deref(),
         Some(sha256.as_str())
