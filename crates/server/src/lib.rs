@@ -224,18 +224,6 @@ pub fn valid_plugin_name(name: &str) -> bool {
 }
 
 impl Server {
-    fn config_location(&self, source: &ConfigSource) -> (String, PathBuf) {
-        match source {
-            ConfigSource::File(path) => (
-                path.display().to_string(),
-                path.parent().map(Path::to_path_buf).unwrap_or_default(),
-            ),
-            ConfigSource::Store | ConfigSource::Cluster(_) | ConfigSource::Default => {
-                ("<admin config>".to_string(), self.args.data_dir.clone())
-            }
-        }
-    }
-
     /// Parses `text` and builds its profiles with `uploaded` components, off the scheduling
     /// thread.
     fn build(
@@ -244,7 +232,7 @@ impl Server {
         text: &str,
         uploaded: &BTreeMap<String, Arc<Vec<u8>>>,
     ) -> Result<(Config, Vec<Profile>), ConfigError> {
-        let (label, dir) = self.config_location(source);
+        let (label, dir) = config_location(source, &self.args.data_dir);
         let (config, specs) =
             parse_and_load(&label, &dir, text, uploaded, &self.plugin_stats, &self.args)?;
         let profiles = Scheduler::build_profiles(&specs, self.args.seed, self.clock.clone())
@@ -590,55 +578,18 @@ impl Server {
             ))
         });
 
-        // The policy: uploaded components, then the configuration that may use them. In
-        // Kubernetes mode both are the cluster's, and a configuration put through the admin API
-        // of any replica wins over this replica's --config.
-        let mut shared_version = 0;
-        let (uploaded, records, admin_config) = match &shared_policy {
-            Some(shared) => {
-                let (index, version, components) = off_runtime(|| shared.load())
-                    .map_err(|e| anyhow::anyhow!("loading the shared policy: {e}"))?;
-                let records: BTreeMap<String, PluginRecord> = index
-                    .plugins
-                    .into_iter()
-                    .map(|p| (p.record.name.clone(), p.record))
-                    .collect();
-                let config = index
-                    .config
-                    .map(|text| (ConfigSource::Cluster(shared.location()), text));
-                shared_version = version;
-                (components, records, config)
-            }
-            None => {
-                let mut uploaded = BTreeMap::new();
-                let mut records = BTreeMap::new();
-                for (record, bytes) in store.plugins()? {
-                    uploaded.insert(record.name.clone(), Arc::new(bytes));
-                    records.insert(record.name.clone(), record);
-                }
-                let config = store.config()?.map(|text| (ConfigSource::Store, text));
-                (uploaded, records, config)
-            }
-        };
-        let (source, text) = match (admin_config, &args.config) {
-            (Some(admin), _) if shared_policy.is_some() => admin,
-            (_, Some(path)) => (
-                ConfigSource::File(path.clone()),
-                std::fs::read_to_string(path)
-                    .with_context(|| format!("reading {}", path.display()))?,
-            ),
-            (Some(admin), None) => admin,
-            (None, None) => (ConfigSource::Default, String::new()),
-        };
-        let (label, dir) = match &source {
-            ConfigSource::File(path) => (
-                path.display().to_string(),
-                path.parent().map(Path::to_path_buf).unwrap_or_default(),
-            ),
-            _ => ("<admin config>".to_string(), args.data_dir.clone()),
-        };
-        let (config, specs) = parse_and_load(&label, &dir, &text, &uploaded, &plugin_stats, &args)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut policy = stored_policy(&args, &store, shared_policy.as_deref())?;
+        let (label, dir) = config_location(&policy.source, &args.data_dir);
+        let (config, specs) = parse_and_load(
+            &label,
+            &dir,
+            &policy.text,
+            &policy.uploaded,
+            &plugin_stats,
+            &args,
+        )
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        policy.usage = config.usage();
 
         let clock: Arc<dyn Clock> = Arc::new(SystemClock::default());
         let scheduler = Scheduler::with_clock(&specs, args.seed, clock.clone())
@@ -685,14 +636,7 @@ impl Server {
             engine_metrics,
             service_stats,
             plugin_stats,
-            policy: Arc::new(tokio::sync::Mutex::new(Policy {
-                source,
-                text,
-                uploaded,
-                records,
-                usage: config.usage(),
-                shared_version,
-            })),
+            policy: Arc::new(tokio::sync::Mutex::new(policy)),
             tokens,
             args: args.clone(),
             clock,
@@ -822,6 +766,75 @@ fn kubernetes_source(
         leader_handoff,
         version: 0,
         restored: 0,
+    })
+}
+
+/// How messages name a configuration from `source`, and the directory its relative paths start
+/// from.
+fn config_location(source: &ConfigSource, data_dir: &Path) -> (String, PathBuf) {
+    match source {
+        ConfigSource::File(path) => (
+            path.display().to_string(),
+            path.parent().map(Path::to_path_buf).unwrap_or_default(),
+        ),
+        ConfigSource::Store | ConfigSource::Cluster(_) | ConfigSource::Default => {
+            ("<admin config>".to_string(), data_dir.to_path_buf())
+        }
+    }
+}
+
+/// The policy a server starts with (its profiles' plugin usage still to fill in): uploaded
+/// components, then the configuration that may use them. In Kubernetes mode (`shared`) both are
+/// the cluster's, and a configuration put through the admin API of any replica wins over this
+/// replica's `--config`.
+fn stored_policy(
+    args: &ServeArgs,
+    store: &Store,
+    shared: Option<&shared_policy::SharedPolicy>,
+) -> anyhow::Result<Policy> {
+    let mut shared_version = 0;
+    let (uploaded, records, admin_config) = match shared {
+        Some(shared) => {
+            let (index, version, components) = off_runtime(|| shared.load())
+                .map_err(|e| anyhow::anyhow!("loading the shared policy: {e}"))?;
+            let records: BTreeMap<String, PluginRecord> = index
+                .plugins
+                .into_iter()
+                .map(|p| (p.record.name.clone(), p.record))
+                .collect();
+            let config = index
+                .config
+                .map(|text| (ConfigSource::Cluster(shared.location()), text));
+            shared_version = version;
+            (components, records, config)
+        }
+        None => {
+            let mut uploaded = BTreeMap::new();
+            let mut records = BTreeMap::new();
+            for (record, bytes) in store.plugins()? {
+                uploaded.insert(record.name.clone(), Arc::new(bytes));
+                records.insert(record.name.clone(), record);
+            }
+            let config = store.config()?.map(|text| (ConfigSource::Store, text));
+            (uploaded, records, config)
+        }
+    };
+    let (source, text) = match (admin_config, &args.config) {
+        (Some(admin), _) if shared.is_some() => admin,
+        (_, Some(path)) => (
+            ConfigSource::File(path.clone()),
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
+        ),
+        (Some(admin), None) => admin,
+        (None, None) => (ConfigSource::Default, String::new()),
+    };
+    Ok(Policy {
+        source,
+        text,
+        uploaded,
+        records,
+        usage: BTreeMap::new(),
+        shared_version,
     })
 }
 
