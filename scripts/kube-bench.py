@@ -161,8 +161,9 @@ async def main():
                 if creating.done() and created_took is None:
                     creating.result()
                     created_took = time.monotonic() - started
-                bound = await bindings(session, url)
-                if bound >= args.pods:
+                # Binding requests, refused ones included: only then is a full list worth it.
+                if await bindings(session, url) >= args.pods and created_took is not None \
+                        and await unbound(session, url) == 0:
                     break
             took = time.monotonic() - started
             if created_took is None:
@@ -170,13 +171,15 @@ async def main():
                 created_took = time.monotonic() - started
             cpu_after = (cpu_seconds(api.pid), cpu_seconds(scheduler.pid), time.process_time())
             left = await unbound(session, url)
+            binding_requests = await bindings(session, url)
             async with session.get(wasched + "/metrics") as response:
                 figures = metric_sums(await response.text())
 
         print(f"{args.pods} pods created in {created_took:.1f} s "
               f"({args.pods / created_took:.0f}/s, {args.clients} clients)")
         print(f"{args.pods} pods bound in {took:.1f} s from the first creation: "
-              f"{args.pods / took:.0f} pods/s end to end ({left} left unbound)")
+              f"{args.pods / took:.0f} pods/s end to end ({left} left unbound, "
+              f"{binding_requests - args.pods} binding requests refused)")
         emulator, waschd, client = (after - before for before, after in zip(cpu_before, cpu_after))
         print(f"CPU seconds in that time: emulator {emulator:.1f}, wasched {waschd:.1f}, "
               f"this client {client:.1f} (of {took:.1f} s wall, 2 cores)")

@@ -3,7 +3,10 @@
 lacks (see ../shared/TESTING.md):
 
 - `metadata.resourceVersion` from one counter (as etcd's revision), `uid` and
-  `creationTimestamp` on create; list metadata carries the current resourceVersion;
+  `creationTimestamp` on create; list metadata carries the current resourceVersion; writes are
+  applied one at a time, so watches deliver events in resourceVersion order under concurrent
+  clients (kmock interleaves them, and a watch resuming after version N would skip a lower one
+  recorded late);
 - watches that start after the resourceVersion they are given (kmock replays every object as
   ADDED), end after `timeoutSeconds`, and answer `410 Gone` (an ERROR event with code 410) for a
   resourceVersion older than the events kept;
@@ -65,6 +68,10 @@ class ApiServer(kmock.KubernetesEmulator):
         self.binding_failures: list[int] = []
         self.binding_delays: list[float] = []
         self.counts: collections.Counter[str] = collections.Counter()
+        # One write at a time, from taking its resourceVersion to recording its watch event, so
+        # watches see events in resourceVersion order (as etcd delivers them) however many
+        # clients write at once.
+        self.writing = asyncio.Lock()
         for key, kind, namespaced, subresources in RESOURCES:
             self.resources[key] = {'kind': kind, 'namespaced': namespaced,
                                    'subresources': subresources}
@@ -103,6 +110,15 @@ class ApiServer(kmock.KubernetesEmulator):
                 and self._stored(request) is None:
             # kmock says reason "Object Not Found"; clients (kube-rs's get_opt) look for NotFound.
             return _status(404, 'NotFound', f'{request.resource.plural} "{request.name}" not found')
+        if request.action in (enums.action.CREATE, enums.action.UPDATE, enums.action.DELETE) \
+                or request.subresource in ('binding', 'status'):
+            if request.subresource == 'binding' and self.binding_delays:
+                await asyncio.sleep(self.binding_delays.pop(0))
+            async with self.writing:
+                return await self._write(request)
+        return await super()._handle(request)
+
+    async def _write(self, request):
         if request.subresource == 'binding' and request.method.value == 'POST':
             return await self._bind(request)
         if request.subresource == 'status' and request.method.value in ('PATCH', 'PUT'):
@@ -148,8 +164,6 @@ class ApiServer(kmock.KubernetesEmulator):
         return self._objects[key]
 
     async def _bind(self, request):
-        if self.binding_delays:
-            await asyncio.sleep(self.binding_delays.pop(0))
         pod = self._stored(request)
         if pod is None:
             return _status(404, 'NotFound', f'pods "{request.name}" not found')
