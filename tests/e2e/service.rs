@@ -62,7 +62,7 @@ impl Binder for RecordingBinder {
     }
 }
 
-fn service(binder: RecordingBinder) -> (Service<RecordingBinder>, FakeClock) {
+fn service<B: Binder>(binder: B) -> (Service<B>, FakeClock) {
     let mut config = Config::parse("t.toml", Path::new("."), String::new()).unwrap();
     config.default_plugins = DefaultPluginRuntime::Native;
     let scheduler = Scheduler::new(&config.profiles().unwrap(), 1).unwrap();
@@ -132,11 +132,7 @@ impl Binder for QueueingBinder {
 
 #[test]
 fn the_assume_ttl_of_a_queued_binding_starts_when_the_binding_completed() {
-    let mut config = Config::parse("t.toml", Path::new("."), String::new()).unwrap();
-    config.default_plugins = DefaultPluginRuntime::Native;
-    let scheduler = Scheduler::new(&config.profiles().unwrap(), 1).unwrap();
-    let clock = FakeClock::default();
-    let mut s = Service::new(scheduler, QueueingBinder, Arc::new(clock.clone()));
+    let (mut s, clock) = service(QueueingBinder);
     let seq = Sequencer::default();
     let pipeline = s.pipeline();
     pipeline.submit(seq.upsert(node_obj("n1", "1", &[])));
