@@ -3,7 +3,10 @@
 //! component glue drives it inside WebAssembly, so both run exactly the same code.
 
 use crate::mirror::Nodes;
-use crate::types::{Descriptor, FilterResults, NodeId, NodeInfo, NodeUsage, Pod, PodPlan};
+use crate::types::{
+    Descriptor, ExistingPod, FilterResults, Labels, NodeId, NodeInfo, NodeUsage, Pod, PodId,
+    PodPlan,
+};
 use crate::Exported;
 
 /// Holds one plugin instance, its mirror of the nodes and the pod of the current cycle.
@@ -37,6 +40,8 @@ impl<P: Exported> Driver<P> {
             normalize: P::NORMALIZE,
             reads_usage: P::READS_USAGE,
             reads_pod: P::READS_POD,
+            reads_existing_pods: P::READS_EXISTING_PODS,
+            reads_namespaces: P::READS_NAMESPACES,
         }
     }
 
@@ -63,6 +68,34 @@ impl<P: Exported> Driver<P> {
     pub fn update_usage(&mut self, usage: impl IntoIterator<Item = (u32, NodeUsage)>) {
         for (id, node_usage) in usage {
             self.nodes.update_usage(id, node_usage);
+        }
+    }
+
+    /// Adds existing pods to the mirror or replaces them.
+    pub fn upsert_pods(&mut self, pods: impl IntoIterator<Item = (PodId, ExistingPod)>) {
+        for (id, pod) in pods {
+            self.nodes.upsert_pod(id, pod);
+        }
+    }
+
+    /// Removes existing pods from the mirror; unknown ids are ignored.
+    pub fn remove_pods(&mut self, ids: &[PodId]) {
+        for &id in ids {
+            self.nodes.remove_pod(id);
+        }
+    }
+
+    /// Adds namespaces to the mirror or replaces their labels.
+    pub fn upsert_namespaces(&mut self, namespaces: impl IntoIterator<Item = (String, Labels)>) {
+        for (name, labels) in namespaces {
+            self.nodes.upsert_namespace(name, labels);
+        }
+    }
+
+    /// Removes namespaces from the mirror.
+    pub fn remove_namespaces<'a>(&mut self, names: impl IntoIterator<Item = &'a str>) {
+        for name in names {
+            self.nodes.remove_namespace(name);
         }
     }
 

@@ -60,6 +60,22 @@ impl<P: Exported> bindings::Guest for Component<P> {
         driver::<P>().update_usage(usage.into_iter().map(|(id, u)| (id, u.into())));
     }
 
+    fn upsert_pods(pods: Vec<(u32, wit::ExistingPod)>) {
+        driver::<P>().upsert_pods(pods.into_iter().map(|(id, pod)| (id, pod.into())));
+    }
+
+    fn remove_pods(ids: Vec<u32>) {
+        driver::<P>().remove_pods(&ids);
+    }
+
+    fn upsert_namespaces(namespaces: Vec<wit::NamespaceInfo>) {
+        driver::<P>().upsert_namespaces(namespaces.into_iter().map(|n| (n.name, labels(n.labels))));
+    }
+
+    fn remove_namespaces(names: Vec<String>) {
+        driver::<P>().remove_namespaces(names.iter().map(String::as_str));
+    }
+
     fn set_pod(pod: wit::Pod) -> wit::PodPlan {
         driver::<P>().set_pod(pod.into()).into()
     }
@@ -182,6 +198,97 @@ impl From<wit::VolumeClaim> for sdk::VolumeClaim {
     }
 }
 
+impl From<wit::LabelSelector> for sdk::LabelSelector {
+    fn from(s: wit::LabelSelector) -> Self {
+        sdk::LabelSelector {
+            match_labels: labels(s.match_labels),
+            match_expressions: s
+                .match_expressions
+                .into_iter()
+                .map(|r| sdk::LabelSelectorRequirement {
+                    key: r.key,
+                    operator: r.operator,
+                    values: r.values,
+                })
+                .collect(),
+        }
+    }
+}
+
+impl From<wit::PodAffinityTerm> for sdk::PodAffinityTerm {
+    fn from(t: wit::PodAffinityTerm) -> Self {
+        sdk::PodAffinityTerm {
+            label_selector: t.label_selector.map(Into::into),
+            namespaces: t.namespaces,
+            namespace_selector: t.namespace_selector.map(Into::into),
+            topology_key: t.topology_key,
+        }
+    }
+}
+
+fn weighted(terms: Vec<wit::WeightedPodAffinityTerm>) -> Vec<sdk::WeightedPodAffinityTerm> {
+    terms
+        .into_iter()
+        .map(|w| sdk::WeightedPodAffinityTerm {
+            weight: w.weight,
+            term: w.term.into(),
+        })
+        .collect()
+}
+
+impl From<wit::PodAffinity> for sdk::PodAffinity {
+    fn from(a: wit::PodAffinity) -> Self {
+        sdk::PodAffinity {
+            required_affinity: a.required_affinity.into_iter().map(Into::into).collect(),
+            preferred_affinity: weighted(a.preferred_affinity),
+            required_anti_affinity: a
+                .required_anti_affinity
+                .into_iter()
+                .map(Into::into)
+                .collect(),
+            preferred_anti_affinity: weighted(a.preferred_anti_affinity),
+        }
+    }
+}
+
+impl From<wit::HostPort> for sdk::HostPort {
+    fn from(p: wit::HostPort) -> Self {
+        sdk::HostPort {
+            host_ip: p.host_ip,
+            protocol: p.protocol,
+            port: p.port,
+        }
+    }
+}
+
+impl From<wit::TopologySpreadConstraint> for sdk::TopologySpreadConstraint {
+    fn from(c: wit::TopologySpreadConstraint) -> Self {
+        sdk::TopologySpreadConstraint {
+            max_skew: c.max_skew,
+            topology_key: c.topology_key,
+            when_unsatisfiable: c.when_unsatisfiable,
+            label_selector: c.label_selector.map(Into::into),
+            min_domains: c.min_domains,
+            node_affinity_policy: c.node_affinity_policy,
+            node_taints_policy: c.node_taints_policy,
+            match_label_keys: c.match_label_keys,
+        }
+    }
+}
+
+impl From<wit::ExistingPod> for sdk::ExistingPod {
+    fn from(p: wit::ExistingPod) -> Self {
+        sdk::ExistingPod {
+            node: p.node,
+            namespace: p.namespace,
+            labels: labels(p.labels),
+            terminating: p.terminating,
+            pod_affinity: p.pod_affinity.into(),
+            host_ports: p.host_ports.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
 impl From<wit::Pod> for sdk::Pod {
     fn from(p: wit::Pod) -> Self {
         let mut pod = sdk::Pod {
@@ -225,6 +332,17 @@ impl From<wit::Pod> for sdk::Pod {
         if let Some(requests) = p.requests {
             pod.requests = requests.requests.into();
             pod.non_zero_requests = requests.non_zero_requests.into();
+        }
+        if let Some(affinity) = p.pod_affinity {
+            pod.pod_affinity = affinity.into();
+        }
+        if let Some(ports) = p.host_ports {
+            pod.host_ports = ports.into_iter().map(Into::into).collect();
+        }
+        if let Some(spread) = p.topology_spread {
+            pod.topology_spread_constraints =
+                spread.constraints.into_iter().map(Into::into).collect();
+            pod.default_spread_selector = spread.default_selector.map(Into::into);
         }
         pod
     }
@@ -311,6 +429,10 @@ impl From<sdk::Descriptor> for wit::Descriptor {
             reads_usage: d.reads_usage,
             // The canonical ABI numbers flags in the order the WIT declares them, as `PodParts` does.
             reads_pod: wit::PodParts::from_bits_retain(d.reads_pod.bits()),
+            reads_existing_pods: wit::ExistingPodParts::from_bits_retain(
+                d.reads_existing_pods.bits(),
+            ),
+            reads_namespaces: d.reads_namespaces,
         }
     }
 }

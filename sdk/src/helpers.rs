@@ -1,6 +1,6 @@
 //! Kubernetes rules that more than one plugin (or the host) needs.
 
-use crate::types::{Taint, Toleration};
+use crate::types::{LabelSelector, Labels, Taint, Toleration};
 
 /// The highest node score.
 pub const MAX_NODE_SCORE: i64 = 100;
@@ -31,6 +31,27 @@ pub fn tolerated_by_any<'a>(
     taint: &Taint,
 ) -> bool {
     tolerations.into_iter().any(|t| tolerates(t, taint))
+}
+
+/// True when `labels` satisfy `selector` (`metav1.LabelSelectorAsSelector(...).Matches`): every
+/// `matchLabels` pair is present, `In` needs the key with one of the values, `NotIn` the key absent
+/// or with another value, `Exists` / `DoesNotExist` the key present / absent. An empty selector
+/// matches every label set; an unknown operator (which the API server refuses) matches none.
+pub fn selector_matches(selector: &LabelSelector, labels: &Labels) -> bool {
+    selector
+        .match_labels
+        .iter()
+        .all(|(key, value)| labels.get(key) == Some(value))
+        && selector.match_expressions.iter().all(|requirement| {
+            let value = labels.get(&requirement.key);
+            match requirement.operator.as_str() {
+                "In" => value.is_some_and(|v| requirement.values.iter().any(|w| w == v)),
+                "NotIn" => value.is_none_or(|v| requirement.values.iter().all(|w| w != v)),
+                "Exists" => value.is_some(),
+                "DoesNotExist" => value.is_none(),
+                _ => false,
+            }
+        })
 }
 
 /// kube-scheduler's `DefaultNormalizeScore`: scales scores so the largest becomes
@@ -115,6 +136,92 @@ mod tests {
         ];
         for (name, tol, expected) in cases {
             assert_eq!(tolerates(&tol, &gpu), expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn label_selectors_follow_kubernetes() {
+        use crate::types::LabelSelectorRequirement;
+        let labels = Labels::new([
+            ("app".to_string(), "web".to_string()),
+            ("tier".into(), "1".into()),
+        ]);
+        let requirement = |key: &str, operator: &str, values: &[&str]| LabelSelectorRequirement {
+            key: key.into(),
+            operator: operator.into(),
+            values: values.iter().map(|v| v.to_string()).collect(),
+        };
+        let selector =
+            |pairs: &[(&str, &str)], expressions: Vec<LabelSelectorRequirement>| LabelSelector {
+                match_labels: Labels::new(
+                    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())),
+                ),
+                match_expressions: expressions,
+            };
+        let cases = [
+            (
+                "empty selector matches everything",
+                selector(&[], vec![]),
+                true,
+            ),
+            (
+                "matchLabels pair present",
+                selector(&[("app", "web")], vec![]),
+                true,
+            ),
+            (
+                "matchLabels pair with another value",
+                selector(&[("app", "db")], vec![]),
+                false,
+            ),
+            (
+                "In with the value",
+                selector(&[], vec![requirement("app", "In", &["db", "web"])]),
+                true,
+            ),
+            (
+                "In without the key",
+                selector(&[], vec![requirement("zone", "In", &["a"])]),
+                false,
+            ),
+            (
+                "NotIn with another value",
+                selector(&[], vec![requirement("app", "NotIn", &["db"])]),
+                true,
+            ),
+            (
+                "NotIn with the value",
+                selector(&[], vec![requirement("app", "NotIn", &["web"])]),
+                false,
+            ),
+            (
+                "NotIn without the key",
+                selector(&[], vec![requirement("zone", "NotIn", &["a"])]),
+                true,
+            ),
+            (
+                "Exists",
+                selector(&[], vec![requirement("tier", "Exists", &[])]),
+                true,
+            ),
+            (
+                "DoesNotExist on a present key",
+                selector(&[], vec![requirement("tier", "DoesNotExist", &[])]),
+                false,
+            ),
+            (
+                "every part must hold",
+                selector(&[("app", "web")], vec![requirement("tier", "In", &["2"])]),
+                false,
+            ),
+            (
+                "unknown operator",
+                selector(&[], vec![requirement("app", "Gt", &["1"])]),
+                false,
+            ),
+        ];
+        for (name, selector, expected) in cases {
+            assert_eq!(selector_matches(&selector, &labels), expected, "{name}");
         }
     }
 

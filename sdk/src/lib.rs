@@ -71,6 +71,15 @@ pub trait Plugin: Sized + 'static {
     /// starting a cycle 2.7 times cheaper for them. The default, every part, is always correct.
     const READS_POD: PodParts = PodParts::ALL;
 
+    /// The parts of the pods already on nodes the plugin reads through [`Nodes::pods_on`] and
+    /// [`Nodes::pods`] (WIT 0.2). The default, none, keeps the mirror free of pods and spares the
+    /// host a call per placement.
+    const READS_EXISTING_PODS: ExistingPodParts = ExistingPodParts::NONE;
+
+    /// True when the plugin reads namespaces' labels through [`Nodes::namespace_labels`] (for
+    /// `namespaceSelector`s; WIT 0.2).
+    const READS_NAMESPACES: bool = false;
+
     /// True when the plugin uses [`Nodes::label_test`] in its batch methods: the mirror then keeps
     /// an index of every node's labels (about 4 bytes per node per label key, plus each distinct
     /// value once).

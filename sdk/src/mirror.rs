@@ -9,7 +9,9 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::types::{Failure, NodeId, NodeInfo, NodeUsage, Resources, Taint};
+use crate::types::{
+    ExistingPod, Failure, Labels, NodeId, NodeInfo, NodeUsage, PodId, Resources, Taint,
+};
 
 /// The resources and flags of one node in 88 bytes: what the default plugins read per node.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -99,6 +101,58 @@ pub struct Nodes {
     labels: Option<LabelIndex>,
     /// Changes whenever a node is added, replaced or removed.
     generation: u64,
+    /// The pods on the nodes, when the plugin reads them ([`crate::Plugin::READS_EXISTING_PODS`]).
+    pods: PodMirror,
+    /// Namespace labels by name, when the plugin reads them ([`crate::Plugin::READS_NAMESPACES`]).
+    namespaces: HashMap<String, Labels>,
+}
+
+/// Existing pods by id, and per node the ids of its pods.
+#[derive(Default)]
+struct PodMirror {
+    pods: Vec<Option<ExistingPod>>,
+    /// Per node id: its pods' ids, in no particular order.
+    on_node: Vec<Vec<PodId>>,
+    /// Per pod id: its position in its node's entry of `on_node`.
+    positions: Vec<u32>,
+    live: usize,
+}
+
+impl PodMirror {
+    fn upsert(&mut self, id: PodId, pod: ExistingPod) {
+        self.remove(id);
+        let slot = id as usize;
+        if slot >= self.pods.len() {
+            self.pods.resize_with(slot + 1, || None);
+            self.positions.resize(slot + 1, 0);
+        }
+        let node = pod.node as usize;
+        if node >= self.on_node.len() {
+            self.on_node.resize_with(node + 1, Vec::new);
+        }
+        self.positions[slot] = self.on_node[node].len() as u32;
+        self.on_node[node].push(id);
+        self.pods[slot] = Some(pod);
+        self.live += 1;
+    }
+
+    fn remove(&mut self, id: PodId) -> Option<ExistingPod> {
+        let old = self.pods.get_mut(id as usize)?.take()?;
+        let members = &mut self.on_node[old.node as usize];
+        let position = self.positions[id as usize] as usize;
+        members.swap_remove(position);
+        if let Some(&moved) = members.get(position) {
+            self.positions[moved as usize] = position as u32;
+        }
+        self.live -= 1;
+        Some(old)
+    }
+
+    fn remove_node(&mut self, node: NodeId) {
+        while let Some(&id) = self.on_node.get(node as usize).and_then(|ids| ids.last()) {
+            self.remove(id);
+        }
+    }
 }
 
 impl Default for Nodes {
@@ -191,6 +245,8 @@ impl Nodes {
             member_positions: Vec::new(),
             labels: index_labels.then(LabelIndex::default),
             generation: 0,
+            pods: PodMirror::default(),
+            namespaces: HashMap::new(),
         }
     }
 
@@ -295,6 +351,63 @@ impl Nodes {
         self.live == 0
     }
 
+    /// The existing pod with id `id`.
+    pub fn pod(&self, id: PodId) -> Option<&ExistingPod> {
+        self.pods.pods.get(id as usize).and_then(Option::as_ref)
+    }
+
+    /// Every existing pod with its id, in id order (empty unless the plugin reads existing pods).
+    pub fn pods(&self) -> impl Iterator<Item = (PodId, &ExistingPod)> + '_ {
+        self.pods
+            .pods
+            .iter()
+            .enumerate()
+            .filter_map(|(id, pod)| pod.as_ref().map(|pod| (id as PodId, pod)))
+    }
+
+    /// The pods on node `node`, in no particular order.
+    pub fn pods_on(&self, node: NodeId) -> impl Iterator<Item = (PodId, &ExistingPod)> + '_ {
+        self.pods
+            .on_node
+            .get(node as usize)
+            .into_iter()
+            .flatten()
+            .filter_map(|&id| self.pod(id).map(|pod| (id, pod)))
+    }
+
+    /// Number of existing pods in the mirror.
+    pub fn pod_count(&self) -> usize {
+        self.pods.live
+    }
+
+    /// The labels of namespace `name`, if the mirror has it (only when the plugin reads namespaces).
+    pub fn namespace_labels(&self, name: &str) -> Option<&Labels> {
+        self.namespaces.get(name)
+    }
+
+    /// Every namespace the mirror has, with its labels.
+    pub fn namespaces(&self) -> impl Iterator<Item = (&str, &Labels)> + '_ {
+        self.namespaces
+            .iter()
+            .map(|(name, labels)| (name.as_str(), labels))
+    }
+
+    pub(crate) fn upsert_pod(&mut self, id: PodId, pod: ExistingPod) {
+        self.pods.upsert(id, pod);
+    }
+
+    pub(crate) fn remove_pod(&mut self, id: PodId) -> Option<ExistingPod> {
+        self.pods.remove(id)
+    }
+
+    pub(crate) fn upsert_namespace(&mut self, name: String, labels: Labels) {
+        self.namespaces.insert(name, labels);
+    }
+
+    pub(crate) fn remove_namespace(&mut self, name: &str) {
+        self.namespaces.remove(name);
+    }
+
     /// The failure a plugin reports for an id the host never sent (a host bug, reported as an
     /// error rather than guessed around).
     pub fn unknown(id: NodeId) -> Failure {
@@ -346,6 +459,8 @@ impl Nodes {
                 if let Some(index) = &mut self.labels {
                     index.clear(id as usize, &old);
                 }
+                // The host removes a node's pods first; a mirror never keeps pods on a node it lost.
+                self.pods.remove_node(id);
             }
         }
     }

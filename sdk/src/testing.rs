@@ -40,9 +40,9 @@
 
 use crate::helpers::default_normalize;
 use crate::{
-    Code, Driver, Exported, Failure, FilterPlan, FilterResults, Labels, NodeId, NodeInfo,
-    NodeSelectorRequirement, NodeSelectorTerm, Normalize, Pod, PodPlan, Resources, Taint,
-    Toleration,
+    Code, Driver, ExistingPod, ExistingPodParts, Exported, Failure, FilterPlan, FilterResults,
+    HostPort, Labels, NodeId, NodeInfo, NodeSelectorRequirement, NodeSelectorTerm, Normalize, Pod,
+    PodId, PodPlan, Resources, Taint, Toleration,
 };
 
 /// One gibibyte.
@@ -132,6 +132,22 @@ pub fn with_usage(mut node: NodeInfo, milli_cpu: i64, memory: i64, pods: u32) ->
     node
 }
 
+/// `pod` asking for `ports` on its node, each `(host IP, protocol, port)`; an empty IP or protocol
+/// is filled in as the host does (`0.0.0.0`, `TCP`).
+pub fn with_host_ports(mut pod: Pod, ports: &[(&str, &str, i32)]) -> Pod {
+    pod.host_ports = ports
+        .iter()
+        .map(|&(ip, protocol, port)| HostPort {
+            host_ip: if ip.is_empty() { "0.0.0.0" } else { ip }.to_string(),
+            protocol: if protocol.is_empty() { "TCP" } else { protocol }.to_string(),
+            port,
+        })
+        .collect();
+    pod.host_ports.sort();
+    pod.host_ports.dedup();
+    pod
+}
+
 /// A toleration without `tolerationSeconds`.
 pub fn toleration(key: &str, operator: &str, value: &str, effect: &str) -> Toleration {
     Toleration {
@@ -213,6 +229,8 @@ pub struct Case {
     pub scores: Option<Vec<i64>>,
     /// The filter plan, when the row checks it.
     pub plan: Option<FilterPlan>,
+    /// Pods already placed, each with the position in `nodes` of its node.
+    pub existing: Vec<(usize, Pod)>,
 }
 
 impl Case {
@@ -231,6 +249,7 @@ impl Case {
             verdicts: Some(verdicts),
             scores: None,
             plan: None,
+            existing: Vec::new(),
         }
     }
 
@@ -244,6 +263,7 @@ impl Case {
             verdicts: None,
             scores: Some(scores),
             plan: None,
+            existing: Vec::new(),
         }
     }
 
@@ -251,6 +271,29 @@ impl Case {
     pub fn with_config(mut self, config: &str) -> Case {
         self.config = config.into();
         self
+    }
+
+    /// This row with `pods` already placed, each on the node at its position in the row's nodes.
+    pub fn with_existing(mut self, pods: Vec<(usize, Pod)>) -> Case {
+        self.existing = pods;
+        self
+    }
+
+    /// The row's existing pods as a plugin reading `parts` is sent them: under ids that are not
+    /// positions, on their nodes' ids ([`node_ids`]).
+    pub fn existing_pods(&self, parts: ExistingPodParts) -> Vec<(PodId, ExistingPod)> {
+        let ids = node_ids(self.nodes.len());
+        self.existing
+            .iter()
+            .enumerate()
+            .map(|(i, (position, pod))| {
+                let node = ids[*position];
+                (
+                    i as PodId * 5 + 3,
+                    ExistingPod::of(pod, node).with_parts(node, parts),
+                )
+            })
+            .collect()
     }
 
     /// This row also checking the filter plan.
@@ -355,6 +398,9 @@ pub fn answers<P: Exported>(case: &Case) -> Answers {
     });
     let ids = node_ids(case.nodes.len());
     driver.upsert_nodes(ids.iter().copied().zip(case.nodes.iter().cloned()));
+    if !P::READS_EXISTING_PODS.is_empty() {
+        driver.upsert_pods(case.existing_pods(P::READS_EXISTING_PODS));
+    }
     let seen = case.pod.with_parts(P::READS_POD);
     let plan = driver.set_pod(seen.clone());
     let what = |path: &str| format!("{}: {}: {path}", P::NAME, case.name);

@@ -8,6 +8,10 @@ use crate::mirror::Nodes;
 /// reused after the node is removed. Batch calls pass these; [`Nodes`] looks them up.
 pub type NodeId = u32;
 
+/// An existing pod as the host and a plugin's mirror name it (like [`NodeId`], reused after the pod
+/// leaves).
+pub type PodId = u32;
+
 /// A sorted set of `key=value` pairs (labels, annotations, a node selector).
 ///
 /// Filters look labels up for every node of every cycle, so all keys and values live in one
@@ -328,6 +332,105 @@ pub struct VolumeClaim {
     pub claim: Option<ClaimInfo>,
 }
 
+/// One `matchExpressions` entry of a label selector.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LabelSelectorRequirement {
+    /// The label key.
+    pub key: String,
+    /// `In`, `NotIn`, `Exists` or `DoesNotExist`.
+    pub operator: String,
+    /// The values `In` and `NotIn` compare with.
+    pub values: Vec<String>,
+}
+
+/// A label selector (`metav1.LabelSelector`): every pair of `match_labels` and every requirement
+/// must hold; an empty selector matches every label set. See [`crate::helpers::selector_matches`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LabelSelector {
+    /// `matchLabels`.
+    pub match_labels: Labels,
+    /// `matchExpressions`.
+    pub match_expressions: Vec<LabelSelectorRequirement>,
+}
+
+/// A pod (anti-)affinity term, with `matchLabelKeys` / `mismatchLabelKeys` already merged into its
+/// label selector by the host.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PodAffinityTerm {
+    /// `None` matches no pod.
+    pub label_selector: Option<LabelSelector>,
+    /// With no namespace selector and no names: the namespace of the pod that has the term.
+    pub namespaces: Vec<String>,
+    /// `None`: only `namespaces`; an empty selector: every namespace.
+    pub namespace_selector: Option<LabelSelector>,
+    /// The node label whose values are the topology domains.
+    pub topology_key: String,
+}
+
+/// A preferred pod (anti-)affinity term and its weight.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct WeightedPodAffinityTerm {
+    /// 1..=100.
+    pub weight: i32,
+    /// The term.
+    pub term: PodAffinityTerm,
+}
+
+/// `spec.affinity.podAffinity` and `spec.affinity.podAntiAffinity`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PodAffinity {
+    /// `podAffinity.requiredDuringSchedulingIgnoredDuringExecution`.
+    pub required_affinity: Vec<PodAffinityTerm>,
+    /// `podAffinity.preferredDuringSchedulingIgnoredDuringExecution`.
+    pub preferred_affinity: Vec<WeightedPodAffinityTerm>,
+    /// `podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution`.
+    pub required_anti_affinity: Vec<PodAffinityTerm>,
+    /// `podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution`.
+    pub preferred_anti_affinity: Vec<WeightedPodAffinityTerm>,
+}
+
+impl PodAffinity {
+    /// True when the pod has no pod affinity or anti-affinity term at all.
+    pub fn is_empty(&self) -> bool {
+        self.required_affinity.is_empty()
+            && self.preferred_affinity.is_empty()
+            && self.required_anti_affinity.is_empty()
+            && self.preferred_anti_affinity.is_empty()
+    }
+}
+
+/// A port a container wants on its node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HostPort {
+    /// `hostIP`, `0.0.0.0` when unset.
+    pub host_ip: String,
+    /// `TCP`, `UDP` or `SCTP`, `TCP` when unset.
+    pub protocol: String,
+    /// `hostPort` (> 0).
+    pub port: i32,
+}
+
+/// One of `spec.topologySpreadConstraints`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TopologySpreadConstraint {
+    /// `maxSkew`.
+    pub max_skew: i32,
+    /// `topologyKey`.
+    pub topology_key: String,
+    /// `DoNotSchedule` or `ScheduleAnyway`.
+    pub when_unsatisfiable: String,
+    /// `None` matches no pod.
+    pub label_selector: Option<LabelSelector>,
+    /// `minDomains`.
+    pub min_domains: Option<i32>,
+    /// `Honor` or `Ignore`; empty means `Honor`.
+    pub node_affinity_policy: String,
+    /// `Honor` or `Ignore`; empty means `Ignore`.
+    pub node_taints_policy: String,
+    /// `matchLabelKeys`.
+    pub match_label_keys: Vec<String>,
+}
+
 /// A container of the pod.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Container {
@@ -370,6 +473,17 @@ pub struct Pod {
     pub volume_claims: Vec<VolumeClaim>,
     /// `spec.containers` (names and images).
     pub containers: Vec<Container>,
+    /// `spec.affinity.podAffinity` and `podAntiAffinity`.
+    pub pod_affinity: PodAffinity,
+    /// The host ports of its containers and restartable init containers, sorted, each once.
+    pub host_ports: Vec<HostPort>,
+    /// `spec.topologySpreadConstraints`.
+    pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
+    /// The selector system default spread constraints use for this pod (see `wit/plugin.wit`).
+    pub default_spread_selector: Option<LabelSelector>,
+    /// `metadata.deletionTimestamp` is set. The host's own: never sent in a pod part, only as
+    /// [`ExistingPod::terminating`].
+    pub terminating: bool,
 }
 
 impl Pod {
@@ -437,6 +551,12 @@ pod_parts! {
     VOLUME_CLAIMS = 7, "volume-claims" => [volume_claims];
     /// `containers`.
     CONTAINERS = 8, "containers" => [containers];
+    /// `pod_affinity` (WIT 0.2).
+    POD_AFFINITY = 9, "pod-affinity" => [pod_affinity];
+    /// `host_ports` (WIT 0.2).
+    HOST_PORTS = 10, "host-ports" => [host_ports];
+    /// `topology_spread_constraints` and `default_spread_selector` (WIT 0.2).
+    TOPOLOGY_SPREAD = 11, "topology-spread" => [topology_spread_constraints, default_spread_selector];
 }
 
 /// The parts of a [`Pod`] a plugin reads (`reads-pod` in `wit/plugin.wit`). The host sends a WASM
@@ -644,6 +764,125 @@ pub struct Descriptor {
     pub reads_usage: bool,
     /// [`crate::Plugin::READS_POD`].
     pub reads_pod: PodParts,
+    /// [`crate::Plugin::READS_EXISTING_PODS`].
+    pub reads_existing_pods: ExistingPodParts,
+    /// [`crate::Plugin::READS_NAMESPACES`].
+    pub reads_namespaces: bool,
+}
+
+/// A pod already on a node (bound, or assumed by this scheduler), as a plugin's mirror keeps it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ExistingPod {
+    /// The node it is on.
+    pub node: NodeId,
+    /// `metadata.namespace` ([`ExistingPodParts::LABELS`]).
+    pub namespace: String,
+    /// `metadata.labels` ([`ExistingPodParts::LABELS`]).
+    pub labels: Labels,
+    /// `metadata.deletionTimestamp` is set ([`ExistingPodParts::LABELS`]).
+    pub terminating: bool,
+    /// Its pod (anti-)affinity ([`ExistingPodParts::POD_AFFINITY`]).
+    pub pod_affinity: PodAffinity,
+    /// Its host ports ([`ExistingPodParts::HOST_PORTS`]).
+    pub host_ports: Vec<HostPort>,
+}
+
+impl ExistingPod {
+    /// `pod` as an existing pod on `node`, every part filled in.
+    pub fn of(pod: &Pod, node: NodeId) -> ExistingPod {
+        ExistingPod {
+            node,
+            namespace: pod.namespace.clone(),
+            labels: pod.labels.clone(),
+            terminating: pod.terminating,
+            pod_affinity: pod.pod_affinity.clone(),
+            host_ports: pod.host_ports.clone(),
+        }
+    }
+
+    /// A copy on `node` with only the parts `parts` names (what a plugin reading them is sent).
+    pub fn with_parts(&self, node: NodeId, parts: ExistingPodParts) -> ExistingPod {
+        let mut sent = ExistingPod {
+            node,
+            ..ExistingPod::default()
+        };
+        if parts.contains(ExistingPodParts::LABELS) {
+            sent.namespace.clone_from(&self.namespace);
+            sent.labels.clone_from(&self.labels);
+            sent.terminating = self.terminating;
+        }
+        if parts.contains(ExistingPodParts::POD_AFFINITY) {
+            sent.pod_affinity.clone_from(&self.pod_affinity);
+        }
+        if parts.contains(ExistingPodParts::HOST_PORTS) {
+            sent.host_ports.clone_from(&self.host_ports);
+        }
+        sent
+    }
+}
+
+/// The parts of existing pods a plugin keeps in its mirror (`reads-existing-pods` in
+/// `wit/plugin.wit`, WIT 0.2). With none the host sends no pods at all.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ExistingPodParts(u8);
+
+impl ExistingPodParts {
+    /// No existing pods.
+    pub const NONE: ExistingPodParts = ExistingPodParts(0);
+    /// Namespace, labels and whether the pod is terminating.
+    pub const LABELS: ExistingPodParts = ExistingPodParts(1);
+    /// Pod (anti-)affinity terms.
+    pub const POD_AFFINITY: ExistingPodParts = ExistingPodParts(2);
+    /// Host ports.
+    pub const HOST_PORTS: ExistingPodParts = ExistingPodParts(4);
+    /// Every part.
+    pub const ALL: ExistingPodParts = ExistingPodParts(7);
+    const NAMES: [(ExistingPodParts, &'static str); 3] = [
+        (ExistingPodParts::LABELS, "labels"),
+        (ExistingPodParts::POD_AFFINITY, "pod-affinity"),
+        (ExistingPodParts::HOST_PORTS, "host-ports"),
+    ];
+
+    /// Every part in `self` or `other` (usable in a `const`).
+    pub const fn union(self, other: ExistingPodParts) -> ExistingPodParts {
+        ExistingPodParts(self.0 | other.0)
+    }
+
+    /// True when every part of `other` is in `self`.
+    pub const fn contains(self, other: ExistingPodParts) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// True when no part is read.
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The parts as bits, in the order `wit/plugin.wit` declares them.
+    pub const fn bits(self) -> u8 {
+        self.0
+    }
+
+    /// Parts from bits in the order `wit/plugin.wit` declares them; unknown bits are dropped.
+    pub const fn from_bits(bits: u8) -> ExistingPodParts {
+        ExistingPodParts(bits & ExistingPodParts::ALL.0)
+    }
+
+    /// The parts' names as `wit/plugin.wit` spells them.
+    pub fn names(self) -> Vec<&'static str> {
+        ExistingPodParts::NAMES
+            .iter()
+            .filter(|(part, _)| self.contains(*part))
+            .map(|&(_, name)| name)
+            .collect()
+    }
+}
+
+impl std::ops::BitOr for ExistingPodParts {
+    type Output = ExistingPodParts;
+    fn bitor(self, other: ExistingPodParts) -> ExistingPodParts {
+        self.union(other)
+    }
 }
 
 /// Verdicts for a batch of nodes, with distinct failures stored once.
@@ -846,6 +1085,15 @@ mod tests {
             non_zero_requests: requests,
             volume_claims: vec![VolumeClaim::default()],
             containers: vec![Container::default()],
+            pod_affinity: PodAffinity {
+                required_affinity: vec![PodAffinityTerm::default()],
+                ..PodAffinity::default()
+            },
+            host_ports: vec![HostPort::default()],
+            topology_spread_constraints: vec![TopologySpreadConstraint::default()],
+            default_spread_selector: Some(LabelSelector::default()),
+            // The host's own: in no part, so no plugin's copy of the pod carries it.
+            terminating: false,
         }
     }
 
@@ -864,6 +1112,9 @@ mod tests {
             !pod.requests.is_zero() || !pod.non_zero_requests.is_zero(),
             !pod.volume_claims.is_empty(),
             !pod.containers.is_empty(),
+            !pod.pod_affinity.is_empty(),
+            !pod.host_ports.is_empty(),
+            !pod.topology_spread_constraints.is_empty() || pod.default_spread_selector.is_some(),
         ];
         present
             .iter()
@@ -876,7 +1127,7 @@ mod tests {
         let full = full_pod();
         assert_eq!(parts_present(&full), PodParts::ALL.bits());
         assert_eq!(full.with_parts(PodParts::ALL), full);
-        for bit in 0..9 {
+        for bit in 0..12 {
             let part = PodParts::from_bits(1 << bit);
             let only = full.with_parts(part);
             assert_eq!(parts_present(&only), part.bits(), "part bit {bit}");
@@ -897,7 +1148,7 @@ mod tests {
             (PodParts::REQUESTS | PodParts::LABELS).names(),
             ["labels", "requests"]
         );
-        assert_eq!(PodParts::ALL.names().len(), 9);
+        assert_eq!(PodParts::ALL.names().len(), 12);
         assert!(PodParts::NONE.names().is_empty());
     }
 
@@ -905,7 +1156,7 @@ mod tests {
     fn pods_differing_in_one_part_are_the_same_only_to_plugins_that_do_not_read_it() {
         let full = full_pod();
         assert!(full.same_parts(&full.clone(), PodParts::ALL));
-        for bit in 0..9 {
+        for bit in 0..12 {
             let part = PodParts::from_bits(1 << bit);
             let without = full.with_parts(PodParts::from_bits(PodParts::ALL.bits() & !part.bits()));
             assert!(!full.same_parts(&without, part), "part bit {bit}");

@@ -13,7 +13,7 @@ fn every_default_plugin_answers_its_table_as_a_component_and_natively() {
         let cases = (plugin.cases)();
         assert!(!cases.is_empty(), "{} has a table", plugin.name);
         for case in cases {
-            let answers = run(case.name, plugin.name, &case.config, &case.nodes, &case.pod);
+            let answers = run(plugin.name, &case);
             case.assert_answered(plugin.name, &answers);
         }
     }

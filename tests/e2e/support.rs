@@ -38,13 +38,8 @@ fn factory(name: &str, runtime: DefaultPluginRuntime) -> Arc<dyn PluginFactory> 
     default_factory(plugin, runtime, Limits::default()).expect("default plugin loads")
 }
 
-fn run_with(
-    name: &str,
-    config: &str,
-    runtime: DefaultPluginRuntime,
-    nodes: &[NodeInfo],
-    pod: &Pod,
-) -> Answers {
+fn run_with(name: &str, runtime: DefaultPluginRuntime, case: &Case) -> Answers {
+    let (config, nodes, pod) = (&case.config, &case.nodes, &case.pod);
     let mut instance = factory(name, runtime)
         .instantiate(config)
         .expect("instantiates");
@@ -52,6 +47,12 @@ fn run_with(
     let ids = node_ids(nodes.len());
     let entries: Vec<(u32, &NodeInfo)> = ids.iter().copied().zip(nodes).collect();
     instance.upsert_nodes(&entries).expect("upsert-nodes");
+    let parts = descriptor.reads_existing_pods;
+    if !parts.is_empty() {
+        instance
+            .upsert_pods(&case.existing_pods(parts))
+            .expect("upsert-pods");
+    }
     let plan = instance.set_pod(pod).expect("set-pod");
     let filtered = || {
         let mut results = FilterResults::default();
@@ -89,25 +90,27 @@ fn run_with(
     }
 }
 
-/// Runs the default plugin `name` (with JSON `config`) natively and as a component and returns the
-/// result after checking both agree exactly.
-pub fn run(case: &str, name: &str, config: &str, nodes: &[NodeInfo], pod: &Pod) -> Answers {
+/// Runs row `case` of the default plugin `name` natively and as a component and returns the result
+/// after checking both agree exactly.
+pub fn run(name: &str, case: &Case) -> Answers {
     let descriptor = |runtime| {
         let instance = factory(name, runtime)
-            .instantiate(config)
+            .instantiate(&case.config)
             .expect("instantiates");
         instance.descriptor().clone()
     };
     assert_eq!(
         descriptor(DefaultPluginRuntime::Wasm),
         descriptor(DefaultPluginRuntime::Native),
-        "{case}: the component's descriptor (reads-pod flags included) differs from the native one"
+        "{}: the component's descriptor (reads-pod flags included) differs from the native one",
+        case.name
     );
-    let wasm = run_with(name, config, DefaultPluginRuntime::Wasm, nodes, pod);
-    let native = run_with(name, config, DefaultPluginRuntime::Native, nodes, pod);
+    let wasm = run_with(name, DefaultPluginRuntime::Wasm, case);
+    let native = run_with(name, DefaultPluginRuntime::Native, case);
     assert_eq!(
         wasm, native,
-        "{case}: the component and the native build disagree"
+        "{}: the component and the native build disagree",
+        case.name
     );
     wasm
 }

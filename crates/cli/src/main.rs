@@ -355,7 +355,7 @@ fn inspect(component: &Path) -> anyhow::Result<()> {
             if d.score {
                 does.push("score");
             }
-            println!("world:    wasched:plugin/plugin@0.1.0");
+            println!("world:    {}", report.world);
             println!("plugin:   {} {} ({})", d.name, d.version, does.join(", "));
             let parts = d.reads_pod.names();
             let mut reads = vec![if parts.is_empty() {
@@ -365,6 +365,13 @@ fn inspect(component: &Path) -> anyhow::Result<()> {
             }];
             if d.reads_usage {
                 reads.push("node usage".to_string());
+            }
+            let existing = d.reads_existing_pods.names();
+            if !existing.is_empty() {
+                reads.push(format!("existing pods' {}", existing.join(", ")));
+            }
+            if d.reads_namespaces {
+                reads.push("namespaces".to_string());
             }
             println!("reads:    {}", reads.join("; "));
             println!("accepted: yes");

@@ -23,6 +23,10 @@ pub struct NodeEntry {
 /// A pod that holds resources on a node.
 #[derive(Debug, Clone)]
 struct PlacedPod {
+    /// Its id in plugin mirrors (reused after it leaves).
+    id: u32,
+    /// What plugins that read existing pods see of it (every part; the node filled in when sent).
+    existing: sdk::ExistingPod,
     node: String,
     requests: sdk::Resources,
     non_zero_requests: sdk::Resources,
@@ -40,6 +44,11 @@ enum Change {
     Remove(u32),
     /// Only its usage changed.
     Usage(u32),
+    /// A pod (by pod id) was placed, moved, removed, or its node came or went: send its current
+    /// state (or its removal) to plugins that read existing pods.
+    Pod(u32),
+    /// A namespace (by namespace id) was added, relabelled or removed.
+    Namespace(u32),
 }
 
 /// What a plugin instance must be told to catch up with the cache.
@@ -48,12 +57,28 @@ pub struct Delta {
     pub upserts: Vec<u32>,
     pub removals: Vec<u32>,
     pub usage: Vec<u32>,
+    /// Pod ids whose state to send: [`Cache::existing_pod`] says whether to upsert or remove.
+    pub pods: Vec<u32>,
+    /// Namespace ids whose state to send: [`Cache::namespace`] says which.
+    pub namespaces: Vec<u32>,
 }
 
 impl Delta {
     pub fn is_empty(&self) -> bool {
-        self.upserts.is_empty() && self.removals.is_empty() && self.usage.is_empty()
+        self.upserts.is_empty()
+            && self.removals.is_empty()
+            && self.usage.is_empty()
+            && self.pods.is_empty()
+            && self.namespaces.is_empty()
     }
+}
+
+/// A namespace as plugins see it; the name stays after removal so that mirrors can be told.
+#[derive(Debug, Clone)]
+struct NamespaceSlot {
+    name: String,
+    /// None once removed.
+    labels: Option<sdk::Labels>,
 }
 
 /// The cluster as the scheduler knows it.
@@ -65,6 +90,12 @@ pub struct Cache {
     tree: NodeTree,
     listing: Option<Vec<u32>>,
     pods: HashMap<String, PlacedPod>,
+    /// Per pod id: the key of the pod holding it.
+    pod_ids: Vec<Option<String>>,
+    free_pod_ids: Vec<u32>,
+    /// Namespaces by id; ids are not reused (namespaces are few and rarely deleted).
+    namespaces: Vec<NamespaceSlot>,
+    namespace_ids: HashMap<String, u32>,
     /// Pods placed on nodes the cache does not have (yet), by node name.
     orphans: BTreeMap<String, Vec<String>>,
     claims: HashMap<(String, String), core::PersistentVolumeClaim>,
@@ -156,6 +187,7 @@ impl Cache {
         for key in self.orphans.remove(&name).unwrap_or_default() {
             if let Some(pod) = self.pods.get(&key) {
                 add_usage(&mut entry.info.usage, pod);
+                self.log.push(Change::Pod(pod.id));
                 entry.pods.push(key);
             }
         }
@@ -177,6 +209,11 @@ impl Cache {
             return false;
         };
         let entry = self.nodes[id as usize].take().expect("indexed node exists");
+        for key in &entry.pods {
+            if let Some(pod) = self.pods.get(key) {
+                self.log.push(Change::Pod(pod.id));
+            }
+        }
         self.tree.remove(id, &entry.zone);
         self.listing = None;
         if !entry.pods.is_empty() {
@@ -193,6 +230,12 @@ impl Cache {
         let key = pod.key();
         if let Some(placed) = self.pods.get_mut(&key).filter(|p| p.node == node) {
             placed.assumed = false;
+            // Labels and terminating state change on a running pod; pod-aware plugins count them.
+            let existing = sdk::ExistingPod::of(pod, 0);
+            if placed.existing != existing {
+                placed.existing = existing;
+                self.log.push(Change::Pod(placed.id));
+            }
             return;
         }
         self.place(key, pod, node, false);
@@ -217,7 +260,15 @@ impl Cache {
 
     fn place(&mut self, key: String, pod: &sdk::Pod, node: &str, assumed: bool) {
         self.remove_pod(&key);
+        let id = self.free_pod_ids.pop().unwrap_or(self.pod_ids.len() as u32);
+        if id as usize == self.pod_ids.len() {
+            self.pod_ids.push(Some(key.clone()));
+        } else {
+            self.pod_ids[id as usize] = Some(key.clone());
+        }
         let placed = PlacedPod {
+            id,
+            existing: sdk::ExistingPod::of(pod, 0),
             node: node.to_string(),
             requests: pod.requests.clone(),
             non_zero_requests: pod.non_zero_requests.clone(),
@@ -231,6 +282,7 @@ impl Cache {
                 add_usage(&mut entry.info.usage, &placed);
                 entry.pods.push(key.clone());
                 self.log.push(Change::Usage(id));
+                self.log.push(Change::Pod(placed.id));
             }
             None => self
                 .orphans
@@ -246,6 +298,8 @@ impl Cache {
         let Some(placed) = self.pods.remove(key) else {
             return false;
         };
+        self.pod_ids[placed.id as usize] = None;
+        self.free_pod_ids.push(placed.id);
         match self.by_name.get(&placed.node) {
             Some(&id) => {
                 let entry = self.nodes[id as usize]
@@ -257,6 +311,7 @@ impl Cache {
                 usage.pod_count = usage.pod_count.saturating_sub(1);
                 entry.pods.retain(|k| k != key);
                 self.log.push(Change::Usage(id));
+                self.log.push(Change::Pod(placed.id));
             }
             None => {
                 if let Some(keys) = self.orphans.get_mut(&placed.node) {
@@ -270,6 +325,69 @@ impl Cache {
     /// The node a pod is placed on, if any.
     pub fn pod_node(&self, key: &str) -> Option<&str> {
         self.pods.get(key).map(|p| p.node.as_str())
+    }
+
+    /// The pod with pod id `id` and the id of its node, when it is on a node the cache has.
+    pub fn existing_pod(&self, id: u32) -> Option<(u32, &sdk::ExistingPod)> {
+        let key = self.pod_ids.get(id as usize)?.as_ref()?;
+        let placed = self.pods.get(key)?;
+        let node = *self.by_name.get(&placed.node)?;
+        Some((node, &placed.existing))
+    }
+
+    /// Every pod on a node the cache has: pod id, node id and the pod.
+    pub fn existing_pods(&self) -> impl Iterator<Item = (u32, u32, &sdk::ExistingPod)> + '_ {
+        (0..self.pod_ids.len() as u32)
+            .filter_map(|id| self.existing_pod(id).map(|(node, pod)| (id, node, pod)))
+    }
+
+    /// Adds a namespace or replaces its labels.
+    pub fn upsert_namespace(&mut self, name: &str, labels: sdk::Labels) {
+        let id = match self.namespace_ids.get(name) {
+            Some(&id) => {
+                if self.namespaces[id as usize].labels.as_ref() == Some(&labels) {
+                    return;
+                }
+                self.namespaces[id as usize].labels = Some(labels);
+                id
+            }
+            None => {
+                let id = self.namespaces.len() as u32;
+                self.namespaces.push(NamespaceSlot {
+                    name: name.to_string(),
+                    labels: Some(labels),
+                });
+                self.namespace_ids.insert(name.to_string(), id);
+                id
+            }
+        };
+        self.log.push(Change::Namespace(id));
+    }
+
+    /// Removes a namespace. Returns false if the cache did not have it.
+    pub fn remove_namespace(&mut self, name: &str) -> bool {
+        let Some(&id) = self.namespace_ids.get(name) else {
+            return false;
+        };
+        if self.namespaces[id as usize].labels.take().is_none() {
+            return false;
+        }
+        self.log.push(Change::Namespace(id));
+        true
+    }
+
+    /// The namespace with id `id`: its name and, unless it was removed, its labels.
+    pub fn namespace(&self, id: u32) -> Option<(&str, Option<&sdk::Labels>)> {
+        self.namespaces
+            .get(id as usize)
+            .map(|slot| (slot.name.as_str(), slot.labels.as_ref()))
+    }
+
+    /// Every namespace the cache has, with its labels.
+    pub fn namespaces(&self) -> impl Iterator<Item = (&str, &sdk::Labels)> + '_ {
+        self.namespaces
+            .iter()
+            .filter_map(|slot| slot.labels.as_ref().map(|l| (slot.name.as_str(), l)))
     }
 
     pub fn upsert_claim(&mut self, claim: core::PersistentVolumeClaim) {
@@ -348,10 +466,24 @@ impl Cache {
         let mut seen: Vec<u32> = Vec::new();
         let mut seen_set: std::collections::HashSet<u32> = Default::default();
         let mut usage_only: Vec<u32> = Vec::new();
+        let mut pods_seen: std::collections::HashSet<u32> = Default::default();
+        let mut namespaces_seen: std::collections::HashSet<u32> = Default::default();
         for change in window.iter().rev() {
             let (id, decisive) = match *change {
                 Change::Upsert(id) | Change::Remove(id) => (id, true),
                 Change::Usage(id) => (id, false),
+                Change::Pod(id) => {
+                    if pods_seen.insert(id) {
+                        delta.pods.push(id);
+                    }
+                    continue;
+                }
+                Change::Namespace(id) => {
+                    if namespaces_seen.insert(id) {
+                        delta.namespaces.push(id);
+                    }
+                    continue;
+                }
             };
             let first_time = if window.len() > 64 {
                 seen_set.insert(id)

@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use wasmtime::component::{Component, Linker};
+use wasmtime::component::{Component, InstancePre, Linker};
 use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
 
 use wasched_sdk as sdk;
@@ -26,8 +26,10 @@ mod bindings {
     });
 }
 
-use bindings::wasched::plugin::types as wit;
+pub(crate) use bindings::wasched::plugin::types as wit;
 use bindings::{Plugin as PluginWorld, PluginPre};
+
+use crate::legacy::ExportsV01;
 
 /// How often the epoch advances; call deadlines are counted in these ticks.
 pub const EPOCH_TICK: Duration = Duration::from_millis(1);
@@ -200,11 +202,16 @@ impl WasmRuntime {
                 "plugin {name}: its imports cannot be satisfied (plugins get no imports): {e:#}"
             ))
         })?;
-        let pre = PluginPre::new(pre).map_err(|e| {
-            LoadError(format!(
-                "plugin {name}: does not implement the wasched:plugin/plugin world: {e:#}"
-            ))
-        })?;
+        let version = world_version(component_type.exports(&self.engine).map(|(e, _)| e));
+        let pre = if version == CURRENT_WORLD {
+            Pre::Current(PluginPre::new(pre).map_err(|e| {
+                LoadError(format!(
+                    "plugin {name}: does not implement the wasched:plugin/plugin world: {e:#}"
+                ))
+            })?)
+        } else {
+            Pre::V01(pre)
+        };
         Ok(ComponentFactory {
             name: name.to_string(),
             engine: self.engine.clone(),
@@ -224,6 +231,7 @@ impl WasmRuntime {
             sha256: sha256.clone(),
             imports: Vec::new(),
             exports: Vec::new(),
+            world: CURRENT_WORLD,
             verdict: Err(String::new()),
         };
         let component = match self.compile(bytes, &sha256) {
@@ -242,6 +250,7 @@ impl WasmRuntime {
             .exports(&self.engine)
             .map(|(n, _)| n.to_string())
             .collect();
+        inspection.world = world_version(inspection.exports.iter().map(String::as_str));
         inspection.verdict = self
             .load("inspected", bytes, Limits::default())
             .and_then(|factory| factory.instantiate("{}"))
@@ -290,6 +299,22 @@ fn cache_dir() -> Option<PathBuf> {
     Some(base.join("wasched").join("compiled"))
 }
 
+/// The plugin world this host speaks natively.
+pub const CURRENT_WORLD: &str = "wasched:plugin/plugin@0.2.0";
+/// The older plugin world it still loads (see [`crate::legacy`]).
+pub const V01_WORLD: &str = "wasched:plugin/plugin@0.1.0";
+
+/// Which world a component with these exports was built against: 0.2.0 added `upsert-pods`
+/// (among others); a component without it is taken for 0.1.0, whose exports are checked when an
+/// instance is made.
+pub fn world_version<'a>(mut exports: impl Iterator<Item = &'a str>) -> &'static str {
+    if exports.any(|export| export == "upsert-pods") {
+        CURRENT_WORLD
+    } else {
+        V01_WORLD
+    }
+}
+
 /// The lowercase hex sha256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
@@ -305,15 +330,31 @@ pub struct Inspection {
     pub sha256: String,
     pub imports: Vec<String>,
     pub exports: Vec<String>,
+    /// [`CURRENT_WORLD`] or [`V01_WORLD`], by its exports.
+    pub world: &'static str,
     /// The plugin's descriptor (from `init` with an empty configuration), or why it is refused.
     pub verdict: Result<sdk::Descriptor, String>,
+}
+
+/// A compiled component, pre-instantiated for the world version it was built against.
+enum Pre {
+    /// `wasched:plugin@0.2.0`.
+    Current(PluginPre<StoreState>),
+    /// `wasched:plugin@0.1.0` (see [`crate::legacy`]).
+    V01(InstancePre<StoreState>),
+}
+
+/// The exports of one instance, by world version.
+enum Exports {
+    Current(Box<PluginWorld>),
+    V01(Box<ExportsV01>),
 }
 
 /// A compiled, pre-instantiated plugin component.
 pub struct ComponentFactory {
     name: String,
     engine: Engine,
-    pre: PluginPre<StoreState>,
+    pre: Pre,
     limits: Limits,
     sha256: String,
     deadlines: bool,
@@ -366,26 +407,48 @@ impl PluginFactory for ComponentFactory {
             store.epoch_deadline_trap();
             store.set_epoch_deadline(start_ticks);
         }
-        let world = self
-            .pre
-            .instantiate(&mut store)
-            .map_err(|e| LoadError(format!("plugin {}: instantiation failed: {e:#}", self.name)))?;
-        if self.deadlines {
-            store.set_epoch_deadline(start_ticks);
-        }
-        let descriptor = world
-            .call_init(&mut store, config)
-            .map_err(|e| LoadError(format!("plugin {}: init trapped: {e:#}", self.name)))?
-            .map_err(|e| {
-                LoadError(format!(
-                    "plugin {}: refused its configuration: {e}",
-                    self.name
-                ))
-            })?;
+        let instantiation_failed = |e: wasmtime::Error| {
+            LoadError(format!("plugin {}: instantiation failed: {e:#}", self.name))
+        };
+        let init_trapped =
+            |e: wasmtime::Error| LoadError(format!("plugin {}: init trapped: {e:#}", self.name));
+        let (exports, descriptor) = match &self.pre {
+            Pre::Current(pre) => {
+                let world = pre.instantiate(&mut store).map_err(instantiation_failed)?;
+                if self.deadlines {
+                    store.set_epoch_deadline(start_ticks);
+                }
+                let descriptor = world
+                    .call_init(&mut store, config)
+                    .map_err(init_trapped)?
+                    .map(sdk::Descriptor::from);
+                (Exports::Current(Box::new(world)), descriptor)
+            }
+            Pre::V01(pre) => {
+                let instance = pre.instantiate(&mut store).map_err(instantiation_failed)?;
+                if self.deadlines {
+                    store.set_epoch_deadline(start_ticks);
+                }
+                let (exports, descriptor) = ExportsV01::new(&mut store, &instance, config)
+                    .map_err(|e| {
+                        LoadError(format!(
+                            "plugin {}: does not implement the wasched:plugin/plugin world (0.2.0 or 0.1.0): {e:#}",
+                            self.name
+                        ))
+                    })?;
+                (Exports::V01(Box::new(exports)), descriptor)
+            }
+        };
+        let descriptor = descriptor.map_err(|e| {
+            LoadError(format!(
+                "plugin {}: refused its configuration: {e}",
+                self.name
+            ))
+        })?;
         Ok(Box::new(ComponentInstance {
             store,
-            world,
-            descriptor: descriptor.into(),
+            exports,
+            descriptor,
             call_ticks: ticks,
             deadlines: self.deadlines,
             scratch_nodes: Vec::new(),
@@ -411,7 +474,7 @@ fn ticks(timeout: Duration) -> u64 {
 
 struct ComponentInstance {
     store: Store<StoreState>,
-    world: PluginWorld,
+    exports: Exports,
     descriptor: sdk::Descriptor,
     call_ticks: u64,
     deadlines: bool,
@@ -448,6 +511,19 @@ impl ComponentInstance {
         self.arm_for(PER_NODE_ALLOWANCE * nodes as u32);
     }
 
+    /// The 0.2.0 exports and the store, with the next call's deadline set; none for a 0.1.0
+    /// component, which is never sent pods or namespaces (its descriptor reads neither).
+    fn current_armed(
+        &mut self,
+        allowance: Duration,
+    ) -> Option<(&PluginWorld, &mut Store<StoreState>)> {
+        self.arm_for(allowance);
+        match &self.exports {
+            Exports::Current(world) => Some((world, &mut self.store)),
+            Exports::V01(_) => None,
+        }
+    }
+
     /// Sets the deadline of the next call: the call timeout plus `allowance`.
     fn arm_for(&mut self, allowance: Duration) {
         if self.deadlines {
@@ -456,6 +532,16 @@ impl ComponentInstance {
                 .set_epoch_deadline(self.call_ticks + extra as u64);
         }
     }
+}
+
+/// Calls export `$call` of either world version with the same arguments.
+macro_rules! call {
+    ($self:ident, $call:ident, $v01:ident, $($arg:expr),*) => {
+        match &$self.exports {
+            Exports::Current(world) => world.$call(&mut $self.store, $($arg),*),
+            Exports::V01(exports) => exports.$v01(&mut $self.store, $($arg),*),
+        }
+    };
 }
 
 impl PluginInstance for ComponentInstance {
@@ -474,39 +560,87 @@ impl PluginInstance for ComponentInstance {
             SYNC_PER_NODE_ALLOWANCE * nodes.len() as u32
                 + SYNC_PER_MIRRORED_NODE_ALLOWANCE * self.mirrored as u32,
         );
-        self.scratch_nodes.clear();
-        self.scratch_nodes
-            .extend(nodes.iter().map(|(id, node)| (*id, node_info(node))));
-        let result = self
-            .world
-            .call_upsert_nodes(&mut self.store, &self.scratch_nodes);
-        self.scratch_nodes.clear();
+        let mut batch = std::mem::take(&mut self.scratch_nodes);
+        batch.clear();
+        batch.extend(nodes.iter().map(|(id, node)| (*id, node_info(node))));
+        let result = call!(self, call_upsert_nodes, upsert_nodes, &batch);
+        batch.clear();
+        self.scratch_nodes = batch;
         result.map_err(|e| trapped("upsert-nodes", e))
     }
 
     fn remove_nodes(&mut self, ids: &[u32]) -> Result<(), CallError> {
         self.arm(ids.len());
-        self.world
-            .call_remove_nodes(&mut self.store, ids)
-            .map_err(|e| trapped("remove-nodes", e))
+        call!(self, call_remove_nodes, remove_nodes, ids).map_err(|e| trapped("remove-nodes", e))
     }
 
     fn update_usage(&mut self, usage: &[(u32, &sdk::NodeUsage)]) -> Result<(), CallError> {
         self.arm(usage.len());
         let converted: Vec<(u32, wit::NodeUsage)> =
             usage.iter().map(|(id, u)| (*id, node_usage(u))).collect();
-        self.world
-            .call_update_usage(&mut self.store, &converted)
+        call!(self, call_update_usage, update_usage, &converted)
             .map_err(|e| trapped("update-usage", e))
+    }
+
+    fn upsert_pods(&mut self, pods: &[(u32, sdk::ExistingPod)]) -> Result<(), CallError> {
+        // Like nodes: a plugin may index what it is sent (counts per topology domain).
+        let Some((world, store)) = self.current_armed(SYNC_PER_NODE_ALLOWANCE * pods.len() as u32)
+        else {
+            return Ok(());
+        };
+        let converted: Vec<(u32, wit::ExistingPod)> =
+            pods.iter().map(|(id, p)| (*id, existing_pod(p))).collect();
+        world
+            .call_upsert_pods(store, &converted)
+            .map_err(|e| trapped("upsert-pods", e))
+    }
+
+    fn remove_pods(&mut self, ids: &[u32]) -> Result<(), CallError> {
+        let Some((world, store)) = self.current_armed(PER_NODE_ALLOWANCE * ids.len() as u32) else {
+            return Ok(());
+        };
+        world
+            .call_remove_pods(store, ids)
+            .map_err(|e| trapped("remove-pods", e))
+    }
+
+    fn upsert_namespaces(&mut self, namespaces: &[(&str, &sdk::Labels)]) -> Result<(), CallError> {
+        let Some((world, store)) = self.current_armed(PER_NODE_ALLOWANCE * namespaces.len() as u32)
+        else {
+            return Ok(());
+        };
+        let converted: Vec<wit::NamespaceInfo> = namespaces
+            .iter()
+            .map(|(name, labels)| wit::NamespaceInfo {
+                name: name.to_string(),
+                labels: pairs(labels),
+            })
+            .collect();
+        world
+            .call_upsert_namespaces(store, &converted)
+            .map_err(|e| trapped("upsert-namespaces", e))
+    }
+
+    fn remove_namespaces(&mut self, names: &[&str]) -> Result<(), CallError> {
+        let Some((world, store)) = self.current_armed(PER_NODE_ALLOWANCE * names.len() as u32)
+        else {
+            return Ok(());
+        };
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        world
+            .call_remove_namespaces(store, &names)
+            .map_err(|e| trapped("remove-namespaces", e))
     }
 
     fn set_pod(&mut self, pod: &sdk::Pod) -> Result<sdk::PodPlan, CallError> {
         let items = pod_items(pod, self.descriptor.reads_pod);
         self.arm_for(SET_POD_PER_ITEM_ALLOWANCE * items as u32);
-        let plan = self
-            .world
-            .call_set_pod(&mut self.store, &wit_pod(pod, self.descriptor.reads_pod))
-            .map_err(|e| trapped("set-pod", e))?;
+        let sent = wit_pod(pod, self.descriptor.reads_pod);
+        let plan = match &self.exports {
+            Exports::Current(world) => world.call_set_pod(&mut self.store, &sent),
+            Exports::V01(exports) => exports.set_pod(&mut self.store, sent),
+        }
+        .map_err(|e| trapped("set-pod", e))?;
         match &plan.filter {
             wit::FilterPlan::Reject(f) => check_failure("set-pod", f)?,
             wit::FilterPlan::OnlyNodes(names) if names.len() > MAX_LISTED_NODES => {
@@ -534,10 +668,7 @@ impl PluginInstance for ComponentInstance {
 
     fn filter(&mut self, ids: &[u32], out: &mut sdk::FilterResults) -> Result<(), CallError> {
         self.arm(ids.len());
-        let results = self
-            .world
-            .call_filter(&mut self.store, ids)
-            .map_err(|e| trapped("filter", e))?;
+        let results = call!(self, call_filter, filter, ids).map_err(|e| trapped("filter", e))?;
         check_failures("filter", &results.failures, ids.len())?;
         let results = sdk::FilterResults {
             verdicts: results.verdicts,
@@ -552,10 +683,7 @@ impl PluginInstance for ComponentInstance {
 
     fn score(&mut self, ids: &[u32], out: &mut Vec<i64>) -> Result<(), CallError> {
         self.arm(ids.len());
-        let scores = self
-            .world
-            .call_score(&mut self.store, ids)
-            .map_err(|e| trapped("score", e))?;
+        let scores = call!(self, call_score, score, ids).map_err(|e| trapped("score", e))?;
         check_len("score", scores.len(), ids.len())?;
         if out.is_empty() {
             *out = scores;
@@ -567,10 +695,8 @@ impl PluginInstance for ComponentInstance {
 
     fn normalize(&mut self, scores: &mut Vec<i64>) -> Result<(), CallError> {
         self.arm(scores.len());
-        let normalized = self
-            .world
-            .call_normalize(&mut self.store, scores)
-            .map_err(|e| trapped("normalize", e))?;
+        let normalized =
+            call!(self, call_normalize, normalize, scores).map_err(|e| trapped("normalize", e))?;
         check_len("normalize", normalized.len(), scores.len())?;
         *scores = normalized;
         Ok(())
@@ -752,6 +878,89 @@ fn wit_pod(p: &sdk::Pod, parts: sdk::PodParts) -> wit::Pod {
                 })
                 .collect()
         }),
+        pod_affinity: part(sdk::PodParts::POD_AFFINITY).then(|| pod_affinity(&p.pod_affinity)),
+        host_ports: part(sdk::PodParts::HOST_PORTS).then(|| host_ports(&p.host_ports)),
+        topology_spread: part(sdk::PodParts::TOPOLOGY_SPREAD).then(|| wit::TopologySpread {
+            constraints: p
+                .topology_spread_constraints
+                .iter()
+                .map(|c| wit::TopologySpreadConstraint {
+                    max_skew: c.max_skew,
+                    topology_key: c.topology_key.clone(),
+                    when_unsatisfiable: c.when_unsatisfiable.clone(),
+                    label_selector: c.label_selector.as_ref().map(label_selector),
+                    min_domains: c.min_domains,
+                    node_affinity_policy: c.node_affinity_policy.clone(),
+                    node_taints_policy: c.node_taints_policy.clone(),
+                    match_label_keys: c.match_label_keys.clone(),
+                })
+                .collect(),
+            default_selector: p.default_spread_selector.as_ref().map(label_selector),
+        }),
+    }
+}
+
+fn label_selector(s: &sdk::LabelSelector) -> wit::LabelSelector {
+    wit::LabelSelector {
+        match_labels: pairs(&s.match_labels),
+        match_expressions: s
+            .match_expressions
+            .iter()
+            .map(|r| wit::LabelSelectorRequirement {
+                key: r.key.clone(),
+                operator: r.operator.clone(),
+                values: r.values.clone(),
+            })
+            .collect(),
+    }
+}
+
+fn affinity_term(t: &sdk::PodAffinityTerm) -> wit::PodAffinityTerm {
+    wit::PodAffinityTerm {
+        label_selector: t.label_selector.as_ref().map(label_selector),
+        namespaces: t.namespaces.clone(),
+        namespace_selector: t.namespace_selector.as_ref().map(label_selector),
+        topology_key: t.topology_key.clone(),
+    }
+}
+
+fn pod_affinity(a: &sdk::PodAffinity) -> wit::PodAffinity {
+    let weighted = |terms: &[sdk::WeightedPodAffinityTerm]| {
+        terms
+            .iter()
+            .map(|w| wit::WeightedPodAffinityTerm {
+                weight: w.weight,
+                term: affinity_term(&w.term),
+            })
+            .collect()
+    };
+    wit::PodAffinity {
+        required_affinity: a.required_affinity.iter().map(affinity_term).collect(),
+        preferred_affinity: weighted(&a.preferred_affinity),
+        required_anti_affinity: a.required_anti_affinity.iter().map(affinity_term).collect(),
+        preferred_anti_affinity: weighted(&a.preferred_anti_affinity),
+    }
+}
+
+fn host_ports(ports: &[sdk::HostPort]) -> Vec<wit::HostPort> {
+    ports
+        .iter()
+        .map(|p| wit::HostPort {
+            host_ip: p.host_ip.clone(),
+            protocol: p.protocol.clone(),
+            port: p.port,
+        })
+        .collect()
+}
+
+fn existing_pod(p: &sdk::ExistingPod) -> wit::ExistingPod {
+    wit::ExistingPod {
+        node: p.node,
+        namespace: p.namespace.clone(),
+        labels: pairs(&p.labels),
+        terminating: p.terminating,
+        pod_affinity: pod_affinity(&p.pod_affinity),
+        host_ports: host_ports(&p.host_ports),
     }
 }
 
@@ -790,11 +999,54 @@ fn pod_items(pod: &sdk::Pod, parts: sdk::PodParts) -> usize {
         (sdk::PodParts::TOLERATIONS, pod.tolerations.len()),
         (sdk::PodParts::VOLUME_CLAIMS, pod.volume_claims.len()),
         (sdk::PodParts::CONTAINERS, pod.containers.len()),
+        (
+            sdk::PodParts::POD_AFFINITY,
+            affinity_items(&pod.pod_affinity),
+        ),
+        (sdk::PodParts::HOST_PORTS, pod.host_ports.len()),
+        (
+            sdk::PodParts::TOPOLOGY_SPREAD,
+            pod.topology_spread_constraints
+                .iter()
+                .map(|c| 1 + c.label_selector.as_ref().map_or(0, selector_items))
+                .sum::<usize>()
+                + pod
+                    .default_spread_selector
+                    .as_ref()
+                    .map_or(0, selector_items),
+        ),
     ]
     .iter()
     .filter(|(part, _)| parts.contains(*part))
     .map(|&(_, items)| items)
     .sum()
+}
+
+fn selector_items(s: &sdk::LabelSelector) -> usize {
+    s.match_labels.len()
+        + s.match_expressions
+            .iter()
+            .map(|r| 1 + r.values.len())
+            .sum::<usize>()
+}
+
+fn affinity_items(a: &sdk::PodAffinity) -> usize {
+    let term = |t: &sdk::PodAffinityTerm| {
+        1 + t.namespaces.len()
+            + t.label_selector.as_ref().map_or(0, selector_items)
+            + t.namespace_selector.as_ref().map_or(0, selector_items)
+    };
+    a.required_affinity
+        .iter()
+        .chain(&a.required_anti_affinity)
+        .map(term)
+        .chain(
+            a.preferred_affinity
+                .iter()
+                .chain(&a.preferred_anti_affinity)
+                .map(|w| term(&w.term)),
+        )
+        .sum()
 }
 
 fn failure(f: wit::Failure) -> sdk::Failure {
@@ -823,6 +1075,15 @@ fn pod_plan(p: wit::PodPlan) -> sdk::PodPlan {
     }
 }
 
+pub(crate) fn normalize_kind(kind: wit::NormalizeKind) -> sdk::Normalize {
+    match kind {
+        wit::NormalizeKind::None => sdk::Normalize::None,
+        wit::NormalizeKind::Scale => sdk::Normalize::Scale,
+        wit::NormalizeKind::Reverse => sdk::Normalize::Reverse,
+        wit::NormalizeKind::Custom => sdk::Normalize::Custom,
+    }
+}
+
 impl From<wit::Descriptor> for sdk::Descriptor {
     fn from(d: wit::Descriptor) -> Self {
         sdk::Descriptor {
@@ -830,15 +1091,14 @@ impl From<wit::Descriptor> for sdk::Descriptor {
             version: d.version,
             filter: d.filter,
             score: d.score,
-            normalize: match d.normalize {
-                wit::NormalizeKind::None => sdk::Normalize::None,
-                wit::NormalizeKind::Scale => sdk::Normalize::Scale,
-                wit::NormalizeKind::Reverse => sdk::Normalize::Reverse,
-                wit::NormalizeKind::Custom => sdk::Normalize::Custom,
-            },
+            normalize: normalize_kind(d.normalize),
             reads_usage: d.reads_usage,
             // The canonical ABI numbers flags in the order the WIT declares them, as `PodParts` does.
             reads_pod: sdk::PodParts::from_bits(d.reads_pod.as_array()[0] as u16),
+            reads_existing_pods: sdk::ExistingPodParts::from_bits(
+                d.reads_existing_pods.as_array()[0] as u8,
+            ),
+            reads_namespaces: d.reads_namespaces,
         }
     }
 }

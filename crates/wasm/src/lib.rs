@@ -7,5 +7,6 @@
 pub mod component;
 pub mod config;
 pub mod embedded;
+mod legacy;
 pub mod plugin_build;
 pub mod wasi;

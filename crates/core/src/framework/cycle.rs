@@ -25,7 +25,7 @@ use wasched_sdk::{self as sdk, Code, FilterPlan, FilterResults, Normalize};
 
 use super::reasons;
 use super::spin::SpinPool;
-use super::{catch_up, OnFailure, Phase, PluginSpec, Profile, Slot, Worker};
+use super::{catch_up, OnFailure, Phase, PluginSpec, Profile, Reads, Slot, Worker};
 use crate::cache::Cache;
 use crate::runtime::{CallError, PluginInstance};
 
@@ -319,12 +319,12 @@ impl Profile {
     ) {
         let mut answers = Vec::new();
         let mut worker_errors: Vec<Vec<(usize, CallError)>> = vec![Vec::new(); self.workers.len()];
-        let (specs, mut instances): (Vec<(&PluginSpec, bool)>, Vec<InstanceRef>) = self
+        let (specs, mut instances): (Vec<(&PluginSpec, Reads)>, Vec<InstanceRef>) = self
             .slots
             .iter_mut()
             .map(|slot| {
                 (
-                    (&slot.spec, slot.descriptor.reads_usage),
+                    (&slot.spec, Reads::of(&slot.descriptor)),
                     &mut slot.instance,
                 )
             })
@@ -832,18 +832,18 @@ fn run_beside<T: Send>(
 /// are returned by slot (and the failed instance dropped, to be re-made at the next sync).
 fn prepare_worker(
     worker: &mut Worker,
-    specs: &[(&PluginSpec, bool)],
+    specs: &[(&PluginSpec, Reads)],
     cache: &Cache,
     left_out: &[bool],
     pod: &sdk::Pod,
     errors: &mut Vec<(usize, CallError)>,
 ) {
-    for (i, (spec, reads_usage)) in specs.iter().enumerate() {
+    for (i, (spec, reads)) in specs.iter().enumerate() {
         if left_out[i] {
             continue;
         }
         let (instance, synced) = (&mut worker.instances[i], &mut worker.synced[i]);
-        let result = catch_up(spec, *reads_usage, instance, synced, cache)
+        let result = catch_up(spec, *reads, instance, synced, cache)
             .and_then(|()| instance.as_mut().expect("caught up").set_pod(pod));
         if let Err(e) = result {
             *instance = None;
@@ -1170,6 +1170,18 @@ mod stage_tests {
         fn update_usage(&mut self, _: &[(u32, &sdk::NodeUsage)]) -> Result<(), CallError> {
             Ok(())
         }
+        fn upsert_pods(&mut self, _: &[(u32, sdk::ExistingPod)]) -> Result<(), CallError> {
+            Ok(())
+        }
+        fn remove_pods(&mut self, _: &[u32]) -> Result<(), CallError> {
+            Ok(())
+        }
+        fn upsert_namespaces(&mut self, _: &[(&str, &sdk::Labels)]) -> Result<(), CallError> {
+            Ok(())
+        }
+        fn remove_namespaces(&mut self, _: &[&str]) -> Result<(), CallError> {
+            Ok(())
+        }
         fn set_pod(&mut self, _: &sdk::Pod) -> Result<sdk::PodPlan, CallError> {
             self.call("set-pod")?;
             Ok(sdk::PodPlan {
@@ -1210,6 +1222,8 @@ mod stage_tests {
                     normalize: Normalize::None,
                     reads_usage: false,
                     reads_pod: sdk::PodParts::ALL,
+                    reads_existing_pods: sdk::ExistingPodParts::NONE,
+                    reads_namespaces: false,
                 },
                 names: HashMap::new(),
             }))

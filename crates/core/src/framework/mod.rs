@@ -115,6 +115,22 @@ impl PluginInstance for PlanReuse {
         self.last = None;
         self.inner.update_usage(usage)
     }
+    fn upsert_pods(&mut self, pods: &[(u32, sdk::ExistingPod)]) -> Result<(), CallError> {
+        self.last = None;
+        self.inner.upsert_pods(pods)
+    }
+    fn remove_pods(&mut self, ids: &[u32]) -> Result<(), CallError> {
+        self.last = None;
+        self.inner.remove_pods(ids)
+    }
+    fn upsert_namespaces(&mut self, namespaces: &[(&str, &sdk::Labels)]) -> Result<(), CallError> {
+        self.last = None;
+        self.inner.upsert_namespaces(namespaces)
+    }
+    fn remove_namespaces(&mut self, names: &[&str]) -> Result<(), CallError> {
+        self.last = None;
+        self.inner.remove_namespaces(names)
+    }
     fn set_pod(&mut self, pod: &sdk::Pod) -> Result<sdk::PodPlan, CallError> {
         let parts = self.inner.descriptor().reads_pod;
         if let Some((held, plan)) = &self.last {
@@ -169,6 +185,18 @@ impl PluginInstance for TimedInstance {
     }
     fn update_usage(&mut self, usage: &[(u32, &sdk::NodeUsage)]) -> Result<(), CallError> {
         self.timed(ExtensionPoint::Sync, |i| i.update_usage(usage))
+    }
+    fn upsert_pods(&mut self, pods: &[(u32, sdk::ExistingPod)]) -> Result<(), CallError> {
+        self.timed(ExtensionPoint::Sync, |i| i.upsert_pods(pods))
+    }
+    fn remove_pods(&mut self, ids: &[u32]) -> Result<(), CallError> {
+        self.timed(ExtensionPoint::Sync, |i| i.remove_pods(ids))
+    }
+    fn upsert_namespaces(&mut self, namespaces: &[(&str, &sdk::Labels)]) -> Result<(), CallError> {
+        self.timed(ExtensionPoint::Sync, |i| i.upsert_namespaces(namespaces))
+    }
+    fn remove_namespaces(&mut self, names: &[&str]) -> Result<(), CallError> {
+        self.timed(ExtensionPoint::Sync, |i| i.remove_namespaces(names))
     }
     fn set_pod(&mut self, pod: &sdk::Pod) -> Result<sdk::PodPlan, CallError> {
         self.timed(ExtensionPoint::PreFilter, |i| i.set_pod(pod))
@@ -374,7 +402,7 @@ impl Slot {
     fn sync(&mut self, cache: &Cache) -> Result<(), CallError> {
         catch_up(
             &self.spec,
-            self.descriptor.reads_usage,
+            Reads::of(&self.descriptor),
             &mut self.instance,
             &mut self.synced,
             cache,
@@ -382,11 +410,29 @@ impl Slot {
     }
 }
 
+/// What of the cache a plugin's mirror holds beyond its nodes (from its descriptor).
+#[derive(Debug, Clone, Copy)]
+struct Reads {
+    usage: bool,
+    existing_pods: sdk::ExistingPodParts,
+    namespaces: bool,
+}
+
+impl Reads {
+    fn of(descriptor: &sdk::Descriptor) -> Reads {
+        Reads {
+            usage: descriptor.reads_usage,
+            existing_pods: descriptor.reads_existing_pods,
+            namespaces: descriptor.reads_namespaces,
+        }
+    }
+}
+
 /// Brings one instance's mirror from generation `synced` up to the cache's, making a fresh
 /// instance (which gets every node) when there is none or the change log no longer reaches back.
 fn catch_up(
     spec: &PluginSpec,
-    reads_usage: bool,
+    reads: Reads,
     instance: &mut Option<Box<dyn PluginInstance>>,
     synced: &mut Option<u64>,
     cache: &Cache,
@@ -401,7 +447,7 @@ fn catch_up(
         *instance = Some(fresh);
     }
     let live = instance.as_mut().expect("made above");
-    let result = send_changes(live.as_mut(), reads_usage, *synced, cache);
+    let result = send_changes(live.as_mut(), reads, *synced, cache);
     match result {
         Ok(()) => *synced = Some(generation),
         Err(_) => {
@@ -414,10 +460,11 @@ fn catch_up(
 
 fn send_changes(
     instance: &mut dyn PluginInstance,
-    reads_usage: bool,
+    reads: Reads,
     synced: Option<u64>,
     cache: &Cache,
 ) -> Result<(), CallError> {
+    let parts = reads.existing_pods;
     match synced {
         None => {
             let nodes: Vec<(u32, &sdk::NodeInfo)> =
@@ -425,9 +472,38 @@ fn send_changes(
             for batch in nodes.chunks(SYNC_BATCH) {
                 instance.upsert_nodes(batch)?;
             }
+            if !parts.is_empty() {
+                let pods: Vec<(u32, sdk::ExistingPod)> = cache
+                    .existing_pods()
+                    .map(|(id, node, pod)| (id, pod.with_parts(node, parts)))
+                    .collect();
+                for batch in pods.chunks(SYNC_BATCH) {
+                    instance.upsert_pods(batch)?;
+                }
+            }
+            if reads.namespaces {
+                let namespaces: Vec<(&str, &sdk::Labels)> = cache.namespaces().collect();
+                for batch in namespaces.chunks(SYNC_BATCH) {
+                    instance.upsert_namespaces(batch)?;
+                }
+            }
         }
         Some(synced) if synced < cache.generation() => {
             let delta = cache.delta_since(synced);
+            // A node's pods leave before it and arrive after it, so that a mirror never holds a
+            // pod on a node it does not have.
+            let (mut pod_upserts, mut pod_removals) = (Vec::new(), Vec::new());
+            if !parts.is_empty() {
+                for &id in &delta.pods {
+                    match cache.existing_pod(id) {
+                        Some((node, pod)) => pod_upserts.push((id, pod.with_parts(node, parts))),
+                        None => pod_removals.push(id),
+                    }
+                }
+            }
+            for batch in pod_removals.chunks(SYNC_BATCH) {
+                instance.remove_pods(batch)?;
+            }
             if !delta.removals.is_empty() {
                 instance.remove_nodes(&delta.removals)?;
             }
@@ -441,7 +517,7 @@ fn send_changes(
                     instance.upsert_nodes(batch)?;
                 }
             }
-            if !delta.usage.is_empty() && reads_usage {
+            if !delta.usage.is_empty() && reads.usage {
                 let usage: Vec<(u32, &sdk::NodeUsage)> = delta
                     .usage
                     .iter()
@@ -449,6 +525,25 @@ fn send_changes(
                     .collect();
                 for batch in usage.chunks(SYNC_BATCH) {
                     instance.update_usage(batch)?;
+                }
+            }
+            for batch in pod_upserts.chunks(SYNC_BATCH) {
+                instance.upsert_pods(batch)?;
+            }
+            if reads.namespaces && !delta.namespaces.is_empty() {
+                let (mut upserts, mut removals) = (Vec::new(), Vec::new());
+                for &id in &delta.namespaces {
+                    match cache.namespace(id) {
+                        Some((name, Some(labels))) => upserts.push((name, labels)),
+                        Some((name, None)) => removals.push(name),
+                        None => {}
+                    }
+                }
+                if !removals.is_empty() {
+                    instance.remove_namespaces(&removals)?;
+                }
+                for batch in upserts.chunks(SYNC_BATCH) {
+                    instance.upsert_namespaces(batch)?;
                 }
             }
         }
@@ -702,7 +797,7 @@ impl Scheduler {
                     }
                     result = catch_up(
                         &slot.spec,
-                        slot.descriptor.reads_usage,
+                        Reads::of(&slot.descriptor),
                         &mut worker.instances[i],
                         &mut worker.synced[i],
                         &self.cache,
@@ -816,6 +911,18 @@ mod tests {
         fn update_usage(&mut self, _: &[(u32, &sdk::NodeUsage)]) -> Result<(), CallError> {
             Ok(())
         }
+        fn upsert_pods(&mut self, _: &[(u32, sdk::ExistingPod)]) -> Result<(), CallError> {
+            Ok(())
+        }
+        fn remove_pods(&mut self, _: &[u32]) -> Result<(), CallError> {
+            Ok(())
+        }
+        fn upsert_namespaces(&mut self, _: &[(&str, &sdk::Labels)]) -> Result<(), CallError> {
+            Ok(())
+        }
+        fn remove_namespaces(&mut self, _: &[&str]) -> Result<(), CallError> {
+            Ok(())
+        }
         fn set_pod(&mut self, _: &sdk::Pod) -> Result<sdk::PodPlan, CallError> {
             if self
                 .fail_next
@@ -861,6 +968,8 @@ mod tests {
                     normalize: sdk::Normalize::None,
                     reads_usage: true,
                     reads_pod: sdk::PodParts::TOLERATIONS,
+                    reads_existing_pods: sdk::ExistingPodParts::NONE,
+                    reads_namespaces: false,
                 },
                 set_pods: 0,
                 fail_next: fail_next.clone(),

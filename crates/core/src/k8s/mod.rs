@@ -1,5 +1,6 @@
 //! From Kubernetes API objects (as `kubectl get -o yaml/json` prints them) to the plugin model.
 
+mod placement;
 pub mod quantity;
 pub mod validation;
 
@@ -229,6 +230,7 @@ pub fn pod(pod: &core::Pod) -> Result<sdk::Pod, FieldError> {
                 })
                 .collect(),
         });
+    let pod_labels = labels(&pod.metadata.labels);
     Ok(sdk::Pod {
         namespace: pod
             .metadata
@@ -237,7 +239,6 @@ pub fn pod(pod: &core::Pod) -> Result<sdk::Pod, FieldError> {
             .unwrap_or_else(|| "default".to_string()),
         name: pod.metadata.name.clone().unwrap_or_default(),
         uid: pod.metadata.uid.clone().unwrap_or_default(),
-        labels: labels(&pod.metadata.labels),
         annotations: labels(&pod.metadata.annotations),
         scheduler_name: spec
             .scheduler_name
@@ -283,6 +284,12 @@ pub fn pod(pod: &core::Pod) -> Result<sdk::Pod, FieldError> {
                 image: c.image.clone().unwrap_or_default(),
             })
             .collect(),
+        pod_affinity: placement::pod_affinity(spec, &pod_labels),
+        host_ports: placement::host_ports(spec),
+        topology_spread_constraints: placement::topology_spread_constraints(spec),
+        default_spread_selector: None,
+        terminating: pod.metadata.deletion_timestamp.is_some(),
+        labels: pod_labels,
     })
 }
 

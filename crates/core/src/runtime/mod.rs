@@ -9,7 +9,9 @@
 pub mod defaults;
 pub mod native;
 
-use wasched_sdk::{Descriptor, FilterResults, NodeInfo, NodeUsage, Pod, PodPlan};
+use wasched_sdk::{
+    Descriptor, ExistingPod, FilterResults, Labels, NodeInfo, NodeUsage, Pod, PodPlan,
+};
 
 /// How a call into a plugin failed, for the counts operators read (`plugin list`, `/metrics`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +94,14 @@ pub trait PluginInstance: Send {
     fn remove_nodes(&mut self, ids: &[u32]) -> Result<(), CallError>;
     /// Replaces nodes' usage in the mirror.
     fn update_usage(&mut self, usage: &[(u32, &NodeUsage)]) -> Result<(), CallError>;
+    /// Adds or replaces existing pods in the mirror (only for a plugin that reads them).
+    fn upsert_pods(&mut self, pods: &[(u32, ExistingPod)]) -> Result<(), CallError>;
+    /// Removes existing pods from the mirror.
+    fn remove_pods(&mut self, ids: &[u32]) -> Result<(), CallError>;
+    /// Adds namespaces or replaces their labels (only for a plugin that reads them).
+    fn upsert_namespaces(&mut self, namespaces: &[(&str, &Labels)]) -> Result<(), CallError>;
+    /// Removes namespaces from the mirror.
+    fn remove_namespaces(&mut self, names: &[&str]) -> Result<(), CallError>;
     /// Starts a cycle for `pod`.
     fn set_pod(&mut self, pod: &Pod) -> Result<PodPlan, CallError>;
     /// Filters `ids`, appending exactly one verdict per id to `out`.

@@ -3,7 +3,10 @@
 
 use std::marker::PhantomData;
 
-use wasched_sdk::{Descriptor, Driver, Exported, FilterResults, NodeInfo, NodeUsage, Pod, PodPlan};
+use wasched_sdk::{
+    Descriptor, Driver, ExistingPod, Exported, FilterResults, Labels, NodeInfo, NodeUsage, Pod,
+    PodPlan,
+};
 
 use super::{check_len, CallError, LoadError, PluginFactory, PluginInstance};
 
@@ -58,6 +61,30 @@ impl<P: Exported + Send> PluginInstance for NativeInstance<P> {
     fn update_usage(&mut self, usage: &[(u32, &NodeUsage)]) -> Result<(), CallError> {
         self.driver
             .update_usage(usage.iter().map(|(id, u)| (*id, (*u).clone())));
+        Ok(())
+    }
+
+    fn upsert_pods(&mut self, pods: &[(u32, ExistingPod)]) -> Result<(), CallError> {
+        self.driver.upsert_pods(pods.iter().cloned());
+        Ok(())
+    }
+
+    fn remove_pods(&mut self, ids: &[u32]) -> Result<(), CallError> {
+        self.driver.remove_pods(ids);
+        Ok(())
+    }
+
+    fn upsert_namespaces(&mut self, namespaces: &[(&str, &Labels)]) -> Result<(), CallError> {
+        self.driver.upsert_namespaces(
+            namespaces
+                .iter()
+                .map(|(name, labels)| (name.to_string(), (*labels).clone())),
+        );
+        Ok(())
+    }
+
+    fn remove_namespaces(&mut self, names: &[&str]) -> Result<(), CallError> {
+        self.driver.remove_namespaces(names.iter().copied());
         Ok(())
     }
 
