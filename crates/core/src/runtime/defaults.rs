@@ -48,6 +48,7 @@ pub static DEFAULT_PLUGINS: &[DefaultPlugin] = &[
     default_plugin!(wasched_node_name::NodeName),
     default_plugin!(wasched_taint_toleration::TaintToleration),
     default_plugin!(wasched_node_affinity::NodeAffinity),
+    default_plugin!(wasched_node_ports::NodePorts),
     default_plugin!(wasched_node_resources_fit::NodeResourcesFit),
     default_plugin!(wasched_volume_zone::VolumeZone),
     default_plugin!(wasched_balanced_allocation::BalancedAllocation),
@@ -64,6 +65,7 @@ pub const DEFAULT_FILTERS: &[&str] = &[
     wasched_node_name::NAME,
     wasched_taint_toleration::NAME,
     wasched_node_affinity::NAME,
+    wasched_node_ports::NAME,
     wasched_node_resources_fit::NAME,
     wasched_volume_zone::NAME,
 ];
