@@ -264,7 +264,8 @@ fn plugin_inspect_tells_what_a_component_is_and_whether_it_is_accepted() {
     let output = stdout(&wasched(&["plugin", "inspect", path.to_str().unwrap()]));
     for line in [
         format!("sha256:   {}", wasched::component::sha256_hex(component)),
-        "imports:  wasched:plugin/types@0.1.0".to_string(),
+        "imports:  wasched:plugin/types@0.2.0".to_string(),
+        "world:    wasched:plugin/plugin@0.2.0".to_string(),
         "plugin:   TaintToleration 0.1.0 (filter, score)".to_string(),
         "reads:    pod tolerations".to_string(),
         "accepted: yes".to_string(),
@@ -289,5 +290,149 @@ fn plugin_inspect_tells_what_a_component_is_and_whether_it_is_accepted() {
     assert!(
         text.contains("accepted: no: imports wasi:filesystem/preopens@0.2.0"),
         "{text}"
+    );
+}
+
+/// Two nodes, a running pod holding host port 443 on `node-a`, and pods asking for host ports.
+const HOST_PORTS: &str = r#"
+apiVersion: v1
+kind: List
+items:
+- {apiVersion: v1, kind: Node, metadata: {name: node-a, labels: {kubernetes.io/hostname: node-a}}, status: {allocatable: {cpu: "4", memory: 8Gi, pods: "110"}}}
+- {apiVersion: v1, kind: Node, metadata: {name: node-b, labels: {kubernetes.io/hostname: node-b}}, status: {allocatable: {cpu: "4", memory: 8Gi, pods: "110"}}}
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: ingress, namespace: default}
+  spec:
+    nodeName: node-a
+    containers: [{name: c, ports: [{containerPort: 8443, hostPort: 443}]}]
+  status: {phase: Running}
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: tls, namespace: default}
+  spec:
+    containers: [{name: c, ports: [{containerPort: 443, hostPort: 443, hostIP: 10.0.0.1}]}]
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: web-1, namespace: default}
+  spec:
+    containers: [{name: c, ports: [{containerPort: 80, hostPort: 80}]}]
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: web-2, namespace: default}
+  spec:
+    initContainers: [{name: proxy, restartPolicy: Always, ports: [{containerPort: 80, hostPort: 80}]}]
+    containers: [{name: c}]
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: web-3, namespace: default}
+  spec:
+    containers: [{name: c, ports: [{containerPort: 80, hostPort: 80, protocol: TCP}]}]
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: dns, namespace: default}
+  spec:
+    containers: [{name: c, ports: [{containerPort: 53, hostPort: 80, protocol: UDP}]}]
+"#;
+
+#[test]
+fn host_ports_keep_pods_off_nodes_where_placed_or_running_pods_hold_them() {
+    let path = temp_file("host-ports.yaml", HOST_PORTS);
+    for runtime in ["wasm", "native"] {
+        let output = wasched(&["simulate", "--runtime", runtime, path.to_str().unwrap()]);
+        let lines: Vec<String> = stdout(&output).lines().map(String::from).collect();
+        let web_1 = lines[1].clone();
+        let web_2_node = if web_1.contains("node-a") {
+            "node-b"
+        } else {
+            "node-a"
+        };
+        assert_eq!(
+            lines,
+            [
+                r#"{"pod":"default/tls","node":"node-b"}"#.to_string(),
+                web_1.clone(),
+                format!(r#"{{"pod":"default/web-2","node":"{web_2_node}"}}"#),
+                r#"{"pod":"default/web-3","node":null,"message":"0/2 nodes are available: 2 node(s) didn't have free ports for the requested pod ports."}"#.to_string(),
+                lines[4].clone(),
+            ],
+            "runtime {runtime}: the running pod's 0.0.0.0:443 clashes with 10.0.0.1:443, and each \
+             placed pod holds port 80 for the next (a sidecar's port counts)"
+        );
+        assert!(
+            web_1.starts_with(r#"{"pod":"default/web-1","node":"node-"#),
+            "{web_1}"
+        );
+        assert!(
+            lines[4].starts_with(r#"{"pod":"default/dns","node":"node-"#),
+            "UDP 80 is free everywhere: {}",
+            lines[4]
+        );
+    }
+}
+
+#[test]
+fn a_plugin_built_against_wit_0_1_still_loads_and_answers() {
+    let component = wasched_test_programs::component("wasched_fixture_v01_maintenance.wasm");
+    let inspected = stdout(&wasched(&[
+        "plugin",
+        "inspect",
+        component.to_str().unwrap(),
+    ]));
+    for line in [
+        "world:    wasched:plugin/plugin@0.1.0",
+        "plugin:   V01Maintenance 0.1.0 (filter, score)",
+        "reads:    pod labels; node usage",
+        "accepted: yes",
+    ] {
+        assert!(
+            inspected.lines().any(|l| l == line),
+            "{line:?} missing from:\n{inspected}"
+        );
+    }
+    let config = temp_file(
+        "v01.toml",
+        &format!(
+            r#"
+[plugins.V01Maintenance]
+component = "{}"
+
+[[profiles]]
+scheduler_name = "default-scheduler"
+filters = ["NodeAffinity", "NodeResourcesFit", "V01Maintenance"]
+scores = [{{ plugin = "V01Maintenance", weight = 1 }}]
+"#,
+            component.display()
+        ),
+    );
+    let cluster = temp_file(
+        "v01.yaml",
+        r#"
+apiVersion: v1
+kind: List
+items:
+- {apiVersion: v1, kind: Node, metadata: {name: blue, labels: {pool: blue}}, status: {allocatable: {cpu: "4", memory: 8Gi, pods: "110"}}}
+- {apiVersion: v1, kind: Node, metadata: {name: green, labels: {pool: green}}, status: {allocatable: {cpu: "4", memory: 8Gi, pods: "1"}}}
+- {apiVersion: v1, kind: Node, metadata: {name: down, labels: {pool: green, maintenance: "true"}}, status: {allocatable: {cpu: "4", memory: 8Gi, pods: "110"}}}
+- {apiVersion: v1, kind: Node, metadata: {name: cordoned, labels: {pool: green}}, spec: {unschedulable: true}, status: {allocatable: {cpu: "4", memory: 8Gi, pods: "110"}}}
+- {apiVersion: v1, kind: Pod, metadata: {name: likes-blue, namespace: default, labels: {pool: blue}}, spec: {containers: [{name: c}]}}
+- {apiVersion: v1, kind: Pod, metadata: {name: green-1, namespace: default}, spec: {nodeSelector: {pool: green}, containers: [{name: c}]}}
+- {apiVersion: v1, kind: Pod, metadata: {name: green-2, namespace: default}, spec: {nodeSelector: {pool: green}, containers: [{name: c}]}}
+"#,
+    );
+    let output = wasched(&[
+        "simulate",
+        "--config",
+        config.to_str().unwrap(),
+        cluster.to_str().unwrap(),
+    ]);
+    let lines: Vec<String> = stdout(&output).lines().map(String::from).collect();
+    assert_eq!(
+        lines,
+        [
+            r#"{"pod":"default/likes-blue","node":"blue"}"#,
+            r#"{"pod":"default/green-1","node":"green"}"#,
+            r#"{"pod":"default/green-2","node":null,"message":"0/4 nodes are available: 1 Too many pods, 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) were cordoned, 1 node(s) were under maintenance."}"#,
+        ]
     );
 }

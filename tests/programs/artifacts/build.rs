@@ -13,6 +13,10 @@ const PROGRAMS: &[(&str, &str)] = &[
     ("wasched-hostile-bad-score", "wasched_hostile_bad_score"),
     (POOL_PREFERENCE, "wasched_fixture_pool_preference"),
     ("wasched-example-gpu-packing", "wasched_example_gpu_packing"),
+    (
+        "wasched-fixture-v01-maintenance",
+        "wasched_fixture_v01_maintenance",
+    ),
 ];
 
 /// Built twice (version one, then with the `green` feature) for the hot-swap test.

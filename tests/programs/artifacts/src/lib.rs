@@ -1,7 +1,8 @@
 //! Where the test programs were built: misbehaving plugins for the sandbox tests
 //! (`wasched_hostile_*.wasm`), the hot-swap fixture in two versions
-//! (`wasched_fixture_pool_preference{,_green}.wasm`) and the GPU packing example
-//! (`wasched_example_gpu_packing.wasm`).
+//! (`wasched_fixture_pool_preference{,_green}.wasm`), the GPU packing example
+//! (`wasched_example_gpu_packing.wasm`) and a plugin built against WIT 0.1.0
+//! (`wasched_fixture_v01_maintenance.wasm`).
 
 use std::path::{Path, PathBuf};
 
