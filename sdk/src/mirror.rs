@@ -752,4 +752,37 @@ mod tests {
         assert!(nodes.summary(1).is_none());
         assert!(nodes.is_empty());
     }
+
+    #[test]
+    fn pods_are_listed_on_their_node_through_moves_removals_and_the_node_leaving() {
+        let mut nodes = Nodes::default();
+        nodes.upsert(1, node("a", &[]));
+        nodes.upsert(2, node("b", &[]));
+        let on = |nodes: &Nodes, id: NodeId| {
+            let mut ids: Vec<PodId> = nodes.pods_on(id).map(|(pod, _)| pod).collect();
+            ids.sort_unstable();
+            ids
+        };
+        let pod = |node: NodeId| ExistingPod {
+            node,
+            ..ExistingPod::default()
+        };
+        for (id, node) in [(10, 1), (11, 1), (12, 2), (13, 1)] {
+            nodes.upsert_pod(id, pod(node));
+        }
+        assert_eq!((on(&nodes, 1), on(&nodes, 2)), (vec![10, 11, 13], vec![12]));
+        nodes.upsert_pod(10, pod(2));
+        assert_eq!(
+            (on(&nodes, 1), on(&nodes, 2)),
+            (vec![11, 13], vec![10, 12]),
+            "moved"
+        );
+        assert!(nodes.remove_pod(11).is_some());
+        assert!(nodes.remove_pod(11).is_none(), "removing twice");
+        assert_eq!(on(&nodes, 1), vec![13]);
+        nodes.remove(2);
+        assert!(on(&nodes, 2).is_empty(), "a node's pods leave with it");
+        assert_eq!(nodes.pod_count(), 1);
+        assert_eq!(nodes.pods().map(|(id, _)| id).collect::<Vec<_>>(), vec![13]);
+    }
 }

@@ -490,19 +490,30 @@ fn send_changes(
         }
         Some(synced) if synced < cache.generation() => {
             let delta = cache.delta_since(synced);
-            // A node's pods leave before it and arrive after it, so that a mirror never holds a
-            // pod on a node it does not have.
-            let (mut pod_upserts, mut pod_removals) = (Vec::new(), Vec::new());
+            // A mirror never holds a pod on a node it lacks: pods that left go first; pods on nodes
+            // the mirror already has (a pod that moved off a node being removed among them) go
+            // before the nodes are removed; pods on nodes being added go after them, and are
+            // removed first too, since where the mirror holds them may be a node being removed.
+            let (mut early, mut late, mut gone) = (Vec::new(), Vec::new(), Vec::new());
             if !parts.is_empty() {
+                let arriving: std::collections::HashSet<u32> =
+                    delta.upserts.iter().copied().collect();
                 for &id in &delta.pods {
                     match cache.existing_pod(id) {
-                        Some((node, pod)) => pod_upserts.push((id, pod.with_parts(node, parts))),
-                        None => pod_removals.push(id),
+                        Some((node, pod)) if arriving.contains(&node) => {
+                            gone.push(id);
+                            late.push((id, pod.with_parts(node, parts)));
+                        }
+                        Some((node, pod)) => early.push((id, pod.with_parts(node, parts))),
+                        None => gone.push(id),
                     }
                 }
             }
-            for batch in pod_removals.chunks(SYNC_BATCH) {
+            for batch in gone.chunks(SYNC_BATCH) {
                 instance.remove_pods(batch)?;
+            }
+            for batch in early.chunks(SYNC_BATCH) {
+                instance.upsert_pods(batch)?;
             }
             if !delta.removals.is_empty() {
                 instance.remove_nodes(&delta.removals)?;
@@ -527,7 +538,7 @@ fn send_changes(
                     instance.update_usage(batch)?;
                 }
             }
-            for batch in pod_upserts.chunks(SYNC_BATCH) {
+            for batch in late.chunks(SYNC_BATCH) {
                 instance.upsert_pods(batch)?;
             }
             if reads.namespaces && !delta.namespaces.is_empty() {
@@ -1027,5 +1038,235 @@ mod tests {
             "call 7",
             "a failed set-pod leaves the plugin holding no known pod"
         );
+    }
+
+    /// What the host has sent one instance: its nodes, existing pods and namespaces, with every
+    /// breach of the contract's ordering promises written down.
+    #[derive(Default)]
+    struct SentMirror {
+        nodes: std::collections::BTreeSet<u32>,
+        pods: std::collections::BTreeMap<u32, sdk::ExistingPod>,
+        namespaces: std::collections::BTreeMap<String, sdk::Labels>,
+        breaches: Vec<String>,
+    }
+
+    struct Recording {
+        descriptor: sdk::Descriptor,
+        sent: Arc<std::sync::Mutex<SentMirror>>,
+    }
+
+    impl PluginInstance for Recording {
+        fn descriptor(&self) -> &sdk::Descriptor {
+            &self.descriptor
+        }
+        fn upsert_nodes(&mut self, nodes: &[(u32, &sdk::NodeInfo)]) -> Result<(), CallError> {
+            let mut sent = self.sent.lock().unwrap();
+            sent.nodes.extend(nodes.iter().map(|(id, _)| *id));
+            Ok(())
+        }
+        fn remove_nodes(&mut self, ids: &[u32]) -> Result<(), CallError> {
+            let mut sent = self.sent.lock().unwrap();
+            for id in ids {
+                if sent.pods.values().any(|pod| pod.node == *id) {
+                    let breach = format!("node {id} removed while pods are on it");
+                    sent.breaches.push(breach);
+                }
+                sent.nodes.remove(id);
+            }
+            Ok(())
+        }
+        fn update_usage(&mut self, _: &[(u32, &sdk::NodeUsage)]) -> Result<(), CallError> {
+            Ok(())
+        }
+        fn upsert_pods(&mut self, pods: &[(u32, sdk::ExistingPod)]) -> Result<(), CallError> {
+            let mut sent = self.sent.lock().unwrap();
+            for (id, pod) in pods {
+                if !sent.nodes.contains(&pod.node) {
+                    let breach = format!("pod {id} sent on node {} the mirror lacks", pod.node);
+                    sent.breaches.push(breach);
+                }
+                sent.pods.insert(*id, pod.clone());
+            }
+            Ok(())
+        }
+        fn remove_pods(&mut self, ids: &[u32]) -> Result<(), CallError> {
+            let mut sent = self.sent.lock().unwrap();
+            ids.iter().for_each(|id| drop(sent.pods.remove(id)));
+            Ok(())
+        }
+        fn upsert_namespaces(
+            &mut self,
+            namespaces: &[(&str, &sdk::Labels)],
+        ) -> Result<(), CallError> {
+            let mut sent = self.sent.lock().unwrap();
+            for (name, labels) in namespaces {
+                sent.namespaces.insert(name.to_string(), (*labels).clone());
+            }
+            Ok(())
+        }
+        fn remove_namespaces(&mut self, names: &[&str]) -> Result<(), CallError> {
+            let mut sent = self.sent.lock().unwrap();
+            names
+                .iter()
+                .for_each(|name| drop(sent.namespaces.remove(*name)));
+            Ok(())
+        }
+        fn set_pod(&mut self, _: &sdk::Pod) -> Result<sdk::PodPlan, CallError> {
+            Ok(sdk::PodPlan::default())
+        }
+        fn filter(&mut self, _: &[u32], _: &mut sdk::FilterResults) -> Result<(), CallError> {
+            Ok(())
+        }
+        fn score(&mut self, _: &[u32], _: &mut Vec<i64>) -> Result<(), CallError> {
+            Ok(())
+        }
+        fn normalize(&mut self, _: &mut Vec<i64>) -> Result<(), CallError> {
+            Ok(())
+        }
+    }
+
+    /// Makes [`Recording`] instances; a fresh one starts from an empty mirror.
+    struct RecordingFactory {
+        parts: sdk::ExistingPodParts,
+        sent: Arc<std::sync::Mutex<SentMirror>>,
+    }
+
+    impl PluginFactory for RecordingFactory {
+        fn instantiate(&self, _: &str) -> Result<Box<dyn PluginInstance>, LoadError> {
+            *self.sent.lock().unwrap() = SentMirror::default();
+            Ok(Box::new(Recording {
+                descriptor: sdk::Descriptor {
+                    name: "recording".into(),
+                    version: "0".into(),
+                    filter: true,
+                    score: false,
+                    normalize: sdk::Normalize::None,
+                    reads_usage: false,
+                    reads_pod: sdk::PodParts::NONE,
+                    reads_existing_pods: self.parts,
+                    reads_namespaces: true,
+                },
+                sent: self.sent.clone(),
+            }))
+        }
+        fn kind(&self) -> &'static str {
+            "native"
+        }
+        fn identity(&self) -> String {
+            "recording".into()
+        }
+    }
+
+    /// Random cache changes (nodes joining, leaving and coming back; pods bound, assumed, forgotten,
+    /// moved, relabelled and deleted; namespaces relabelled and deleted), with the log compacted now
+    /// and then: after every catch-up, the instance's mirror holds exactly the cache's pods on the
+    /// cache's nodes with the parts it reads, and never held a pod on a node it lacked.
+    #[test]
+    fn an_instance_mirrors_exactly_the_existing_pods_and_namespaces_through_any_changes() {
+        for seed in 1..=20 {
+            mirror_follows_random_changes(seed);
+        }
+    }
+
+    fn mirror_follows_random_changes(seed: u64) {
+        let parts = sdk::ExistingPodParts::LABELS | sdk::ExistingPodParts::HOST_PORTS;
+        let sent = Arc::new(std::sync::Mutex::new(SentMirror::default()));
+        let spec = PluginSpec {
+            name: "recording".into(),
+            factory: Arc::new(RecordingFactory {
+                parts,
+                sent: sent.clone(),
+            }),
+            config: "{}".into(),
+            policy: FailurePolicy::default(),
+            stats: Arc::new(PluginCallStats::default()),
+        };
+        let reads = Reads {
+            usage: false,
+            existing_pods: parts,
+            namespaces: true,
+        };
+        let mut cache = Cache::default();
+        let (mut instance, mut synced) = (None, None);
+        let mut rng = Rng::new(seed);
+        let node = |i: u64| sdk::NodeInfo {
+            name: format!("node-{i}"),
+            ..sdk::NodeInfo::default()
+        };
+        let pod = |i: u64, version: u64| sdk::Pod {
+            namespace: format!("ns-{}", i % 3),
+            name: format!("pod-{i}"),
+            labels: [("app".to_string(), format!("v{version}"))]
+                .into_iter()
+                .collect(),
+            host_ports: (i % 2 == 0)
+                .then(|| sdk::HostPort {
+                    host_ip: "0.0.0.0".into(),
+                    protocol: "TCP".into(),
+                    port: 80 + i as i32,
+                })
+                .into_iter()
+                .collect(),
+            terminating: version % 5 == 0,
+            ..sdk::Pod::default()
+        };
+        for step in 0..3_000u64 {
+            let (n, p) = (rng.below(8), rng.below(24));
+            match rng.below(10) {
+                0 => {
+                    cache.upsert_node(node(n));
+                }
+                1 => {
+                    cache.remove_node(&format!("node-{n}"));
+                }
+                2..=3 => cache.add_pod(&pod(p, step), &format!("node-{n}")),
+                4..=5 => cache.assume_pod(&pod(p, step), &format!("node-{n}")),
+                6 => {
+                    cache.forget_pod(&format!("ns-{}/pod-{p}", p % 3));
+                }
+                7 => {
+                    cache.remove_pod(&format!("ns-{}/pod-{p}", p % 3));
+                }
+                8 => {
+                    let labels = [("team".to_string(), format!("t{}", step % 4))];
+                    cache.upsert_namespace(&format!("ns-{}", n % 4), labels.into_iter().collect());
+                }
+                _ => {
+                    cache.remove_namespace(&format!("ns-{}", n % 4));
+                }
+            }
+            if rng.below(4) == 0 {
+                catch_up(&spec, reads, &mut instance, &mut synced, &cache).expect("catch-up");
+                let sent = sent.lock().unwrap();
+                assert!(
+                    sent.breaches.is_empty(),
+                    "seed {seed} step {step}: {:?}",
+                    sent.breaches
+                );
+                let want: std::collections::BTreeMap<u32, sdk::ExistingPod> = cache
+                    .existing_pods()
+                    .map(|(id, node, pod)| (id, pod.with_parts(node, parts)))
+                    .collect();
+                assert_eq!(sent.pods, want, "seed {seed} step {step}: pods");
+                let nodes: std::collections::BTreeSet<u32> =
+                    cache.nodes().map(|(id, _)| id).collect();
+                assert_eq!(sent.nodes, nodes, "seed {seed} step {step}: nodes");
+                let namespaces: std::collections::BTreeMap<String, sdk::Labels> = cache
+                    .namespaces()
+                    .map(|(name, labels)| (name.to_string(), labels.clone()))
+                    .collect();
+                assert_eq!(
+                    sent.namespaces, namespaces,
+                    "seed {seed} step {step}: namespaces"
+                );
+            }
+            if rng.below(50) == 0 {
+                cache.compact(synced.unwrap_or(0).min(cache.generation()));
+            }
+            if rng.below(200) == 0 {
+                // The log no longer reaching back: the instance must be rebuilt from scratch.
+                cache.compact(cache.generation());
+            }
+        }
     }
 }
