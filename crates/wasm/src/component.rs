@@ -210,6 +210,23 @@ impl WasmRuntime {
                 ))
             })?)
         } else {
+            // Their types are checked when an instance is made; a component lacking one of them
+            // is no plugin of either version.
+            let exports: Vec<&str> = component_type
+                .exports(&self.engine)
+                .map(|(export, _)| export)
+                .collect();
+            let missing: Vec<&str> = crate::legacy::EXPORTS
+                .into_iter()
+                .filter(|wanted| !exports.contains(wanted))
+                .collect();
+            if !missing.is_empty() {
+                return Err(LoadError(format!(
+                    "plugin {name}: does not implement the wasched:plugin/plugin world \
+                     (0.2.0, or 0.1.0): it does not export {}",
+                    missing.join(", ")
+                )));
+            }
             Pre::V01(pre)
         };
         Ok(ComponentFactory {

@@ -107,6 +107,18 @@ impl From<wit::Pod> for PodV01 {
     }
 }
 
+/// The functions 0.1.0's `plugin` world exports.
+pub const EXPORTS: [&str; 8] = [
+    "init",
+    "upsert-nodes",
+    "remove-nodes",
+    "update-usage",
+    "set-pod",
+    "filter",
+    "score",
+    "normalize",
+];
+
 /// The exports of an instance of a 0.1.0 component. Each was type-checked against 0.2.0's types
 /// when the instance was made ([`ExportsV01::new`]); the calls then skip the check.
 pub struct ExportsV01 {
