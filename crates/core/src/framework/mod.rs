@@ -1199,7 +1199,8 @@ mod tests {
             labels: [("app".to_string(), format!("v{version}"))]
                 .into_iter()
                 .collect(),
-            host_ports: (i % 2 == 0)
+            host_ports: i
+                .is_multiple_of(2)
                 .then(|| sdk::HostPort {
                     host_ip: "0.0.0.0".into(),
                     protocol: "TCP".into(),
@@ -1207,7 +1208,7 @@ mod tests {
                 })
                 .into_iter()
                 .collect(),
-            terminating: version % 5 == 0,
+            terminating: version.is_multiple_of(5),
             ..sdk::Pod::default()
         };
         for step in 0..3_000u64 {
