@@ -144,17 +144,47 @@ async fn require(
         .and_then(|v| v.to_str().ok());
     match server.tokens.check(needs(request.method()), authorization) {
         Ok(()) => next.run(request).await,
-        Err(refusal) => ApiError::new(refusal.status, refusal.message).into_response(),
+        Err(refusal) => {
+            // A client sending a component without the right token must read the 401/403, not a
+            // broken pipe.
+            drain_body(request).await;
+            ApiError::new(refusal.status, refusal.message).into_response()
+        }
+    }
+}
+
+/// Reads and drops a request's body before it is refused, unless the client asked to be told
+/// first (`Expect: 100-continue`, which then gets no `100 Continue`) or it declares more than
+/// [`DRAIN_AT_MOST`]: a client still sending would otherwise see the connection reset (a broken
+/// pipe) instead of the refusal.
+async fn drain_body(request: Request) {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
+    let waits_for_continue = request
+        .headers()
+        .get(header::EXPECT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"));
+    if waits_for_continue || declared > DRAIN_AT_MOST {
+        return;
+    }
+    use futures_util::StreamExt as _;
+    let mut body = request.into_body().into_data_stream();
+    while let Some(chunk) = body.next().await {
+        if chunk.is_err() {
+            break;
+        }
     }
 }
 
 /// The most of an oversized body read and dropped before answering 413.
 const DRAIN_AT_MOST: u64 = 256 << 20;
 
-/// Answers 413 to a body declared larger than `limit`. Unless the client asked to be told first
-/// (`Expect: 100-continue`, which then gets no `100 Continue`), the body is read and dropped before
-/// the answer: a client still sending it would otherwise see the connection reset (a broken pipe)
-/// instead of the refusal.
+/// Answers 413 to a body declared larger than `limit`, after reading it ([`drain_body`]).
 async fn refuse_oversized(limit: usize, request: Request, next: Next) -> Response {
     let declared = request
         .headers()
@@ -164,20 +194,7 @@ async fn refuse_oversized(limit: usize, request: Request, next: Next) -> Respons
     let Some(length) = declared.filter(|&l| l > limit as u64) else {
         return next.run(request).await;
     };
-    let waits_for_continue = request
-        .headers()
-        .get(header::EXPECT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"));
-    if !waits_for_continue && length <= DRAIN_AT_MOST {
-        use futures_util::StreamExt as _;
-        let mut body = request.into_body().into_data_stream();
-        while let Some(chunk) = body.next().await {
-            if chunk.is_err() {
-                break;
-            }
-        }
-    }
+    drain_body(request).await;
     ApiError::new(
         413,
         format!(
