@@ -800,6 +800,16 @@ impl ExistingPod {
         }
     }
 
+    /// Whether this is what [`ExistingPod::of`] makes of `pod` (the node aside), compared without
+    /// copying the pod.
+    pub fn is_of(&self, pod: &Pod) -> bool {
+        self.namespace == pod.namespace
+            && self.labels == pod.labels
+            && self.terminating == pod.terminating
+            && self.pod_affinity == pod.pod_affinity
+            && self.host_ports == pod.host_ports
+    }
+
     /// A copy on `node` with only the parts `parts` names (what a plugin reading them is sent).
     pub fn with_parts(&self, node: NodeId, parts: ExistingPodParts) -> ExistingPod {
         let mut sent = ExistingPod {

@@ -231,9 +231,10 @@ impl Cache {
         if let Some(placed) = self.pods.get_mut(&key).filter(|p| p.node == node) {
             placed.assumed = false;
             // Labels and terminating state change on a running pod; pod-aware plugins count them.
-            let existing = sdk::ExistingPod::of(pod, 0);
-            if placed.existing != existing {
-                placed.existing = existing;
+            // Compared first: every binding the watch confirms comes through here, nearly always
+            // unchanged.
+            if !placed.existing.is_of(pod) {
+                placed.existing = sdk::ExistingPod::of(pod, 0);
                 self.log.push(Change::Pod(placed.id));
             }
             return;
