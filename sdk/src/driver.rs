@@ -50,16 +50,42 @@ impl<P: Exported> Driver<P> {
         &self.plugin
     }
 
-    /// Adds or replaces nodes in the mirror.
+    /// Adds or replaces nodes in the mirror. The pods of a node whose labels change are removed
+    /// from the plugin's view under the old labels and added again under the new ones.
     pub fn upsert_nodes(&mut self, nodes: impl IntoIterator<Item = (u32, NodeInfo)>) {
+        let none = Labels::default();
         for (id, node) in nodes {
+            let relabelled: Vec<PodId> = match self.nodes.pods_on(id).next() {
+                None => Vec::new(),
+                Some(_) => {
+                    let old = self.nodes.get(id).map_or(&none, |n| &n.labels);
+                    if *old == node.labels {
+                        Vec::new()
+                    } else {
+                        let pods: Vec<PodId> = self.nodes.pods_on(id).map(|(p, _)| p).collect();
+                        for &pod in &pods {
+                            if let Some(existing) = self.nodes.pod(pod) {
+                                self.plugin.pod_removed(pod, existing, old);
+                            }
+                        }
+                        pods
+                    }
+                }
+            };
             self.nodes.upsert(id, node);
+            for pod in relabelled {
+                self.announce_added(pod);
+            }
         }
     }
 
-    /// Removes nodes from the mirror.
+    /// Removes nodes from the mirror (with any pod the host left on them).
     pub fn remove_nodes(&mut self, ids: &[NodeId]) {
         for &id in ids {
+            let left: Vec<PodId> = self.nodes.pods_on(id).map(|(p, _)| p).collect();
+            for pod in left {
+                self.remove_pod(pod);
+            }
             self.nodes.remove(id);
         }
     }
@@ -74,14 +100,33 @@ impl<P: Exported> Driver<P> {
     /// Adds existing pods to the mirror or replaces them.
     pub fn upsert_pods(&mut self, pods: impl IntoIterator<Item = (PodId, ExistingPod)>) {
         for (id, pod) in pods {
+            self.remove_pod(id);
             self.nodes.upsert_pod(id, pod);
+            self.announce_added(id);
         }
     }
 
     /// Removes existing pods from the mirror; unknown ids are ignored.
     pub fn remove_pods(&mut self, ids: &[PodId]) {
         for &id in ids {
+            self.remove_pod(id);
+        }
+    }
+
+    fn remove_pod(&mut self, id: PodId) {
+        if let Some(pod) = self.nodes.pod(id) {
+            let none = Labels::default();
+            let labels = self.nodes.get(pod.node).map_or(&none, |n| &n.labels);
+            self.plugin.pod_removed(id, pod, labels);
             self.nodes.remove_pod(id);
+        }
+    }
+
+    fn announce_added(&mut self, id: PodId) {
+        if let Some(pod) = self.nodes.pod(id) {
+            let none = Labels::default();
+            let labels = self.nodes.get(pod.node).map_or(&none, |n| &n.labels);
+            self.plugin.pod_added(id, pod, labels);
         }
     }
 

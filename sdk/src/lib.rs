@@ -105,6 +105,22 @@ pub trait Plugin: Sized + 'static {
         let _ = (pod, nodes);
         PodPlan::default()
     }
+
+    /// Called when an existing pod enters the mirror, with the labels its node has in the mirror
+    /// (empty when the mirror lacks the node). Also called, after [`Plugin::pod_removed`] with the
+    /// old labels, for every pod of a node whose labels change: a plugin that keeps counts per
+    /// topology domain (kube-scheduler's PreFilter state, kept up to date instead of rebuilt per
+    /// pod) stays exact through adds, moves, relabels and removals.
+    fn pod_added(&mut self, id: PodId, pod: &ExistingPod, node_labels: &Labels) {
+        let _ = (id, pod, node_labels);
+    }
+
+    /// Called when an existing pod leaves the mirror (or its node is relabelled), with the labels
+    /// it was added under. Every [`Plugin::pod_added`] is matched by one call here with the same
+    /// pod and labels before the pod is added again or the node is removed.
+    fn pod_removed(&mut self, id: PodId, pod: &ExistingPod, node_labels: &Labels) {
+        let _ = (id, pod, node_labels);
+    }
 }
 
 /// A plugin that rules nodes out for a pod.

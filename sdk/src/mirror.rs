@@ -178,6 +178,10 @@ struct LabelColumn {
     texts: Vec<String>,
     /// Per node slot: the id of the node's value.
     of_node: Vec<u32>,
+    /// Per value id: the nodes that have it, in no particular order (entry 0 stays empty).
+    members: Vec<Vec<NodeId>>,
+    /// Per node slot that has the label: its position in its value's entry of `members`.
+    member_positions: Vec<u32>,
 }
 
 impl LabelIndex {
@@ -204,8 +208,14 @@ impl LabelIndex {
             };
             if column.of_node.len() < slots {
                 column.of_node.resize(slots, 0);
+                column.member_positions.resize(slots, 0);
             }
             column.of_node[slot] = id;
+            if column.members.len() <= id as usize {
+                column.members.resize_with(id as usize + 1, Vec::new);
+            }
+            column.member_positions[slot] = column.members[id as usize].len() as u32;
+            column.members[id as usize].push(slot as NodeId);
             self.live_pairs += 1;
         }
     }
@@ -213,7 +223,14 @@ impl LabelIndex {
     fn clear(&mut self, slot: usize, node: &NodeInfo) {
         for (key, _) in node.labels.iter() {
             if let Some(&c) = self.keys.get(key) {
-                self.columns[c].of_node[slot] = 0;
+                let column = &mut self.columns[c];
+                let id = std::mem::take(&mut column.of_node[slot]) as usize;
+                let position = column.member_positions[slot] as usize;
+                let members = &mut column.members[id];
+                members.swap_remove(position);
+                if let Some(&moved) = members.get(position) {
+                    column.member_positions[moved as usize] = position as u32;
+                }
                 self.live_pairs -= 1;
             }
         }
@@ -268,6 +285,26 @@ impl Nodes {
         LabelTest { column, holds }
     }
 
+    /// The nodes whose label `key` is `value`, in no particular order: how a plugin finds the
+    /// nodes of one topology domain without looking at every node.
+    ///
+    /// # Panics
+    /// When the plugin did not set [`crate::Plugin::INDEXES_LABELS`].
+    pub fn nodes_with_label(&self, key: &str, value: &str) -> &[NodeId] {
+        let index = self.labels.as_ref().expect(
+            "Nodes::nodes_with_label needs `const INDEXES_LABELS: bool = true` in the plugin",
+        );
+        index
+            .keys
+            .get(key)
+            .map(|&c| &index.columns[c])
+            .and_then(|column| {
+                let id = *column.ids.get(value)? as usize;
+                column.members.get(id).map(Vec::as_slice)
+            })
+            .unwrap_or(&[])
+    }
+
     /// Whether node `id` passes `test` (a node the mirror lacks counts as having no labels).
     #[inline]
     pub fn passes(&self, id: NodeId, test: &LabelTest) -> bool {
@@ -294,6 +331,21 @@ impl Nodes {
     /// updates): label tests and taint-set ids made at one generation hold until it changes.
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// One past the largest node id the mirror has held. Ids are small integers the host reuses,
+    /// so per-node state of a plugin fits a vector of this length.
+    pub fn id_bound(&self) -> usize {
+        self.infos.len()
+    }
+
+    /// The ids of the nodes in the mirror, in increasing order.
+    pub fn ids(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.present
+            .iter()
+            .enumerate()
+            .filter(|(_, present)| **present)
+            .map(|(id, _)| id as NodeId)
     }
 
     /// True when the mirror has node `id`.
@@ -726,6 +778,50 @@ mod tests {
         assert!(index.interned <= 2 * index.live_pairs + 1024 + 1);
         let last = nodes.label_test("kubernetes.io/hostname", |v| v == Some("node-4999"));
         assert_eq!((0..4).filter(|&id| nodes.passes(id, &last)).count(), 1);
+    }
+
+    #[test]
+    fn nodes_with_a_label_value_follow_upserts_relabels_removals_and_compaction() {
+        let mut nodes = Nodes::new(true);
+        let zones = ["a", "b", "c"];
+        // A small deterministic walk: relabels, one-off hostnames (which force compactions) and
+        // removals, checked against a scan of every node after each step.
+        let mut state: u64 = 7;
+        for step in 0..6_000u32 {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let id = ((state >> 33) % 40) as u32;
+            if (state >> 20) % 7 == 0 {
+                nodes.remove(id);
+            } else {
+                let zone = zones[((state >> 40) % 3) as usize];
+                let host = format!("host-{step}");
+                let mut pairs = vec![("kubernetes.io/hostname", host.as_str())];
+                if (state >> 45) % 5 != 0 {
+                    pairs.push(("zone", zone));
+                }
+                nodes.upsert(id, labelled(&pairs));
+            }
+            for zone in zones {
+                let mut listed = nodes.nodes_with_label("zone", zone).to_vec();
+                listed.sort_unstable();
+                let scanned: Vec<NodeId> = (0..40)
+                    .filter(|&n| {
+                        nodes
+                            .get(n)
+                            .is_some_and(|i| i.labels.get("zone") == Some(zone))
+                    })
+                    .collect();
+                assert_eq!(listed, scanned, "zone {zone} at step {step}");
+            }
+            if let Some(node) = nodes.get(id) {
+                let host = node.labels.get("kubernetes.io/hostname").unwrap();
+                assert_eq!(nodes.nodes_with_label("kubernetes.io/hostname", host), [id]);
+            }
+        }
+        assert!(nodes.nodes_with_label("zone", "z").is_empty());
+        assert!(nodes.nodes_with_label("rack", "a").is_empty());
     }
 
     #[test]

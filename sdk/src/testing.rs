@@ -231,6 +231,8 @@ pub struct Case {
     pub plan: Option<FilterPlan>,
     /// Pods already placed, each with the position in `nodes` of its node.
     pub existing: Vec<(usize, Pod)>,
+    /// Namespaces with their labels (for `namespaceSelector`s).
+    pub namespaces: Vec<(String, Labels)>,
 }
 
 impl Case {
@@ -250,6 +252,7 @@ impl Case {
             scores: None,
             plan: None,
             existing: Vec::new(),
+            namespaces: Vec::new(),
         }
     }
 
@@ -264,6 +267,7 @@ impl Case {
             scores: Some(scores),
             plan: None,
             existing: Vec::new(),
+            namespaces: Vec::new(),
         }
     }
 
@@ -276,6 +280,15 @@ impl Case {
     /// This row with `pods` already placed, each on the node at its position in the row's nodes.
     pub fn with_existing(mut self, pods: Vec<(usize, Pod)>) -> Case {
         self.existing = pods;
+        self
+    }
+
+    /// This row with namespaces `(name, labels)`.
+    pub fn with_namespaces(mut self, namespaces: &[(&str, &[(&str, &str)])]) -> Case {
+        self.namespaces = namespaces
+            .iter()
+            .map(|(name, pairs)| (name.to_string(), labels(pairs)))
+            .collect();
         self
     }
 
@@ -398,6 +411,9 @@ pub fn answers<P: Exported>(case: &Case) -> Answers {
     });
     let ids = node_ids(case.nodes.len());
     driver.upsert_nodes(ids.iter().copied().zip(case.nodes.iter().cloned()));
+    if P::READS_NAMESPACES {
+        driver.upsert_namespaces(case.namespaces.iter().cloned());
+    }
     if !P::READS_EXISTING_PODS.is_empty() {
         driver.upsert_pods(case.existing_pods(P::READS_EXISTING_PODS));
     }

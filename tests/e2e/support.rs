@@ -47,6 +47,16 @@ fn run_with(name: &str, runtime: DefaultPluginRuntime, case: &Case) -> Answers {
     let ids = node_ids(nodes.len());
     let entries: Vec<(u32, &NodeInfo)> = ids.iter().copied().zip(nodes).collect();
     instance.upsert_nodes(&entries).expect("upsert-nodes");
+    if descriptor.reads_namespaces {
+        let namespaces: Vec<(&str, &wasched_sdk::Labels)> = case
+            .namespaces
+            .iter()
+            .map(|(name, labels)| (name.as_str(), labels))
+            .collect();
+        instance
+            .upsert_namespaces(&namespaces)
+            .expect("upsert-namespaces");
+    }
     let parts = descriptor.reads_existing_pods;
     if !parts.is_empty() {
         instance
