@@ -51,6 +51,7 @@ pub static DEFAULT_PLUGINS: &[DefaultPlugin] = &[
     default_plugin!(wasched_node_ports::NodePorts),
     default_plugin!(wasched_node_resources_fit::NodeResourcesFit),
     default_plugin!(wasched_volume_zone::VolumeZone),
+    default_plugin!(wasched_inter_pod_affinity::InterPodAffinity),
     default_plugin!(wasched_balanced_allocation::BalancedAllocation),
 ];
 
@@ -68,14 +69,16 @@ pub const DEFAULT_FILTERS: &[&str] = &[
     wasched_node_ports::NAME,
     wasched_node_resources_fit::NAME,
     wasched_volume_zone::NAME,
+    wasched_inter_pod_affinity::NAME,
 ];
 
 /// kube-scheduler's default score plugins and weights, restricted to the plugins wasched has
-/// (PodTopologySpread 2, InterPodAffinity 2 and ImageLocality 1 are not implemented yet).
+/// (PodTopologySpread 2 and ImageLocality 1 are not implemented yet).
 pub const DEFAULT_SCORES: &[(&str, i64)] = &[
     (wasched_taint_toleration::NAME, 3),
     (wasched_node_affinity::NAME, 2),
     (wasched_node_resources_fit::NAME, 1),
+    (wasched_inter_pod_affinity::NAME, 2),
     (wasched_balanced_allocation::NAME, 1),
 ];
 

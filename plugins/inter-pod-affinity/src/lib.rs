@@ -1,0 +1,478 @@
+//! InterPodAffinity: keeps a pod where its required pod affinity finds matching pods and its
+//! required anti-affinity (and that of the pods already placed) finds none, and scores nodes by
+//! preferred terms (kube-scheduler's `interpodaffinity` plugin).
+//!
+//! kube-scheduler counts, for every pod it schedules, the matching pods of the whole cluster per
+//! topology pair. This plugin keeps those counts as pods enter and leave its mirror
+//! ([`Plugin::pod_added`]): per term list of recent pods ([`state::Tallies`]) and per distinct term
+//! of placed pods ([`state::Groups`]). `prepare` then only reads counts, and turns them into the
+//! failing nodes (through the mirror's label index, never looking at a node that cannot fail) and
+//! a raw score per node that has one, so the host calls neither the filter nor the score per node.
+
+mod args;
+pub mod state;
+pub mod terms;
+
+use std::collections::{HashMap, HashSet};
+
+use wasched_sdk::{
+    ExistingPod, ExistingPodParts, Failure, FilterPlan, FilterPlugin, FilterResults, Labels,
+    NodeId, NodeInfo, Nodes, Normalize, Plugin, Pod, PodId, PodParts, PodPlan, ScorePlugin,
+    Verdict, WeightedPodAffinityTerm,
+};
+
+pub use args::Args;
+use state::{Groups, ScoringKey, Tallies};
+use terms::{IncomingTerm, OwnedTerm};
+
+/// The name used in configs and messages.
+pub const NAME: &str = "InterPodAffinity";
+/// `ErrReasonAffinityRulesNotMatch` (UnschedulableAndUnresolvable).
+pub const AFFINITY_REASON: &str = "node(s) didn't match pod affinity rules";
+/// `ErrReasonAntiAffinityRulesNotMatch` (Unschedulable).
+pub const ANTI_AFFINITY_REASON: &str = "node(s) didn't match pod anti-affinity rules";
+/// `ErrReasonExistingAntiAffinityRulesNotMatch` (Unschedulable).
+pub const EXISTING_ANTI_AFFINITY_REASON: &str =
+    "node(s) didn't satisfy existing pods anti-affinity rules";
+
+/// Verdicts of the failing-nodes plan, in kube-scheduler's order of checks: a node failing
+/// several is reported with the first.
+const AFFINITY: u8 = 1;
+const ANTI_AFFINITY: u8 = 2;
+const EXISTING_ANTI_AFFINITY: u8 = 3;
+
+fn failures() -> Vec<Failure> {
+    vec![
+        Failure::unresolvable(AFFINITY_REASON),
+        Failure::unschedulable(ANTI_AFFINITY_REASON),
+        Failure::unschedulable(EXISTING_ANTI_AFFINITY_REASON),
+    ]
+}
+
+/// What `prepare` worked out for the current pod (kube-scheduler's PreFilter and PreScore
+/// state), read by the per-node filter and score.
+#[derive(Default)]
+struct Prepared {
+    /// The tally of the pod's required affinity terms, if it has any.
+    affinity: Option<usize>,
+    /// No pod matches the terms anywhere and the pod matches them itself: the first pod of a
+    /// group with affinity to itself may go to any node that has the topology keys.
+    first_of_group: bool,
+    /// The tallies of the pod's required anti-affinity terms.
+    anti_affinity: Vec<usize>,
+    /// Topology key → values where a placed pod's required anti-affinity term matches the pod.
+    existing_anti_affinity: HashMap<String, HashSet<String>>,
+    /// Topology key → value → score (kube-scheduler's `topologyScore`).
+    score: HashMap<String, HashMap<String, i64>>,
+}
+
+/// The plugin: its configuration, the counts it keeps, the current pod's state and per-node
+/// scratch space reused from pod to pod.
+pub struct InterPodAffinity {
+    args: Args,
+    tallies: Tallies,
+    /// Placed pods' required anti-affinity terms.
+    existing_anti_affinity: Groups<OwnedTerm>,
+    /// Placed pods' required affinity (at `hardPodAffinityWeight`) and preferred terms (at their
+    /// weight, negative for anti-affinity).
+    scoring: Groups<ScoringKey>,
+    prepared: Prepared,
+    /// Per node id: the failing-plan verdict of the current pod (0 = passes).
+    verdicts: Vec<u8>,
+    failing: Vec<NodeId>,
+    /// Per node id: whether it passes the current pod's required affinity.
+    passing: Vec<bool>,
+    passing_ids: Vec<NodeId>,
+    /// Per node id: the current pod's raw score; `scored` lists the ids that have one.
+    raw: Vec<i64>,
+    has_raw: Vec<bool>,
+    scored: Vec<NodeId>,
+}
+
+impl InterPodAffinity {
+    /// Counts a placed pod in (or out of) every tally and group.
+    fn track(&mut self, pod: &ExistingPod, node_labels: &Labels, up: bool) {
+        self.tallies.apply(pod, node_labels, up);
+        let affinity = &pod.pod_affinity;
+        for term in &affinity.required_anti_affinity {
+            let term = OwnedTerm::of(term, &pod.namespace);
+            let value = node_labels.get(&term.topology_key);
+            self.existing_anti_affinity.apply(term, value, up);
+        }
+        let hard = self.args.hard_pod_affinity_weight;
+        if hard > 0 {
+            for term in &affinity.required_affinity {
+                let term = OwnedTerm::of(term, &pod.namespace);
+                let value = node_labels.get(&term.topology_key);
+                self.scoring.apply((term, hard), value, up);
+            }
+        }
+        let weighted = |list: &[WeightedPodAffinityTerm], sign: i64| {
+            list.iter()
+                .map(|w| {
+                    (
+                        OwnedTerm::of(&w.term, &pod.namespace),
+                        sign * i64::from(w.weight),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        for key in weighted(&affinity.preferred_affinity, 1)
+            .into_iter()
+            .chain(weighted(&affinity.preferred_anti_affinity, -1))
+        {
+            let value = node_labels.get(&key.0.topology_key);
+            self.scoring.apply(key, value, up);
+        }
+    }
+
+    /// Empties the per-node scratch of the previous pod and sizes it for the mirror.
+    fn reset_scratch(&mut self, bound: usize) {
+        for id in self.failing.drain(..) {
+            self.verdicts[id as usize] = 0;
+        }
+        for id in self.scored.drain(..) {
+            self.raw[id as usize] = 0;
+            self.has_raw[id as usize] = false;
+        }
+        if self.verdicts.len() < bound {
+            self.verdicts.resize(bound, 0);
+            self.passing.resize(bound, false);
+            self.raw.resize(bound, 0);
+            self.has_raw.resize(bound, false);
+        }
+    }
+
+    fn mark(&mut self, id: NodeId, verdict: u8) {
+        let slot = &mut self.verdicts[id as usize];
+        if *slot == 0 {
+            *slot = verdict;
+            self.failing.push(id);
+        } else {
+            *slot = (*slot).min(verdict);
+        }
+    }
+
+    /// The nodes the current pod fails on, found through the label index: the domains where
+    /// anti-affinity counts, and the complement of those where affinity does.
+    fn failing_plan(&mut self, nodes: &Nodes) -> FilterPlan {
+        let prepared = std::mem::take(&mut self.prepared);
+        for (key, values) in &prepared.existing_anti_affinity {
+            for value in values {
+                for &id in nodes.nodes_with_label(key, value) {
+                    self.mark(id, EXISTING_ANTI_AFFINITY);
+                }
+            }
+        }
+        for &slot in &prepared.anti_affinity {
+            let tally = self.tallies.get(slot);
+            let key = &tally.terms[0].topology_key;
+            let ids: Vec<NodeId> = tally.counts[0]
+                .keys()
+                .flat_map(|value| nodes.nodes_with_label(key, value).iter().copied())
+                .collect();
+            for id in ids {
+                self.mark(id, ANTI_AFFINITY);
+            }
+        }
+        if let Some(slot) = prepared.affinity {
+            self.mark_affinity_failures(slot, prepared.first_of_group, nodes);
+        }
+        self.prepared = prepared;
+        if self.failing.is_empty() {
+            return FilterPlan::Skip;
+        }
+        self.failing.sort_unstable();
+        // Only the failures some node has: the host refuses a plan with more failures than nodes.
+        let mut results = FilterResults::default();
+        let mut interned = [0u32; 4];
+        let all = failures();
+        for &id in &self.failing {
+            let verdict = self.verdicts[id as usize] as usize;
+            if interned[verdict] == 0 {
+                interned[verdict] = results.intern(all[verdict - 1].clone());
+            }
+            results.verdicts.push(interned[verdict]);
+        }
+        FilterPlan::FailingNodes {
+            nodes: self.failing.clone(),
+            results,
+        }
+    }
+
+    fn mark_affinity_failures(&mut self, slot: usize, first_of_group: bool, nodes: &Nodes) {
+        let tally = self.tallies.get(slot);
+        let has_keys = |node: &NodeInfo| {
+            tally
+                .terms
+                .iter()
+                .all(|term| node.labels.get(&term.topology_key).is_some())
+        };
+        let in_every_domain = |node: &NodeInfo| {
+            tally.terms.iter().zip(&tally.counts).all(|(term, counts)| {
+                node.labels
+                    .get(&term.topology_key)
+                    .is_some_and(|value| counts.contains_key(value))
+            })
+        };
+        let mut passing_ids = std::mem::take(&mut self.passing_ids);
+        if first_of_group {
+            passing_ids.extend(
+                nodes
+                    .ids()
+                    .filter(|&id| nodes.get(id).is_some_and(has_keys)),
+            );
+        } else {
+            let first = &tally.terms[0].topology_key;
+            for value in tally.counts[0].keys() {
+                passing_ids.extend(
+                    nodes
+                        .nodes_with_label(first, value)
+                        .iter()
+                        .filter(|&&id| nodes.get(id).is_some_and(in_every_domain)),
+                );
+            }
+        }
+        for &id in &passing_ids {
+            self.passing[id as usize] = true;
+        }
+        for id in nodes.ids() {
+            if !self.passing[id as usize] {
+                self.mark(id, AFFINITY);
+            }
+        }
+        for id in passing_ids.drain(..) {
+            self.passing[id as usize] = false;
+        }
+        self.passing_ids = passing_ids;
+    }
+
+    /// kube-scheduler's PreScore: the topology score map of the current pod. Returns false when
+    /// the plugin has no opinion (kube-scheduler's Skip).
+    fn prepare_score(&mut self, pod: &Pod, nodes: &Nodes, namespace_labels: &Labels) -> bool {
+        let affinity = &pod.pod_affinity;
+        let has_preferred =
+            !affinity.preferred_affinity.is_empty() || !affinity.preferred_anti_affinity.is_empty();
+        if self.args.ignore_preferred_terms_of_existing_pods && !has_preferred {
+            return false;
+        }
+        let mut score: HashMap<String, HashMap<String, i64>> = HashMap::new();
+        let mut add = |key: &str, value: &str, points: i64| {
+            *score
+                .entry(key.to_string())
+                .or_default()
+                .entry(value.to_string())
+                .or_insert(0) += points;
+        };
+        for (list, sign) in [
+            (&affinity.preferred_affinity, 1),
+            (&affinity.preferred_anti_affinity, -1),
+        ] {
+            for weighted in list {
+                let term = IncomingTerm::resolve(&weighted.term, &pod.namespace, nodes);
+                let slot = self.tallies.slot(vec![term], nodes);
+                let tally = self.tallies.get(slot);
+                for (value, &count) in &tally.counts[0] {
+                    add(
+                        &tally.terms[0].topology_key,
+                        value,
+                        sign * i64::from(weighted.weight) * i64::from(count),
+                    );
+                }
+            }
+        }
+        for ((term, weight), group) in &self.scoring.map {
+            if !group.counts.is_empty()
+                && term.matches(&pod.namespace, namespace_labels, &pod.labels)
+            {
+                for (value, &count) in &group.counts {
+                    add(&term.topology_key, value, weight * i64::from(count));
+                }
+            }
+        }
+        for (key, values) in &score {
+            for (value, &points) in values {
+                for &id in nodes.nodes_with_label(key, value) {
+                    let slot = id as usize;
+                    if !self.has_raw[slot] {
+                        self.has_raw[slot] = true;
+                        self.scored.push(id);
+                    }
+                    self.raw[slot] += points;
+                }
+            }
+        }
+        let any = !score.is_empty();
+        self.prepared.score = score;
+        any
+    }
+}
+
+impl Plugin for InterPodAffinity {
+    const NAME: &'static str = NAME;
+    const READS_POD: PodParts = PodParts::IDENTITY
+        .union(PodParts::LABELS)
+        .union(PodParts::POD_AFFINITY);
+    const READS_EXISTING_PODS: ExistingPodParts =
+        ExistingPodParts::LABELS.union(ExistingPodParts::POD_AFFINITY);
+    const READS_NAMESPACES: bool = true;
+    const INDEXES_LABELS: bool = true;
+
+    fn new(config: &str) -> Result<Self, String> {
+        Ok(InterPodAffinity {
+            args: Args::parse(config)?,
+            tallies: Tallies::default(),
+            existing_anti_affinity: Groups::default(),
+            scoring: Groups::default(),
+            prepared: Prepared::default(),
+            verdicts: Vec::new(),
+            failing: Vec::new(),
+            passing: Vec::new(),
+            passing_ids: Vec::new(),
+            raw: Vec::new(),
+            has_raw: Vec::new(),
+            scored: Vec::new(),
+        })
+    }
+
+    fn prepare(&mut self, pod: &Pod, nodes: &Nodes) -> PodPlan {
+        self.tallies.begin();
+        self.reset_scratch(nodes.id_bound());
+        let none = Labels::default();
+        let namespace_labels = nodes.namespace_labels(&pod.namespace).unwrap_or(&none);
+        let affinity = &pod.pod_affinity;
+        let resolve = |term| IncomingTerm::resolve(term, &pod.namespace, nodes);
+
+        let mut prepared = Prepared::default();
+        if !affinity.required_affinity.is_empty() {
+            let terms = affinity.required_affinity.iter().map(resolve).collect();
+            let slot = self.tallies.slot(terms, nodes);
+            let tally = self.tallies.get(slot);
+            prepared.first_of_group = tally.is_empty()
+                && tally
+                    .terms
+                    .iter()
+                    .all(|term| term.matches(&pod.namespace, &pod.labels));
+            prepared.affinity = Some(slot);
+        }
+        for term in &affinity.required_anti_affinity {
+            let slot = self.tallies.slot(vec![resolve(term)], nodes);
+            prepared.anti_affinity.push(slot);
+        }
+        for (term, group) in &self.existing_anti_affinity.map {
+            if !group.counts.is_empty()
+                && term.matches(&pod.namespace, namespace_labels, &pod.labels)
+            {
+                prepared
+                    .existing_anti_affinity
+                    .entry(term.topology_key.clone())
+                    .or_default()
+                    .extend(group.counts.keys().cloned());
+            }
+        }
+        let nothing_required = prepared.affinity.is_none()
+            && prepared.anti_affinity.is_empty()
+            && prepared.existing_anti_affinity.is_empty();
+        self.prepared = prepared;
+        let filter = if nothing_required {
+            FilterPlan::Skip
+        } else {
+            self.failing_plan(nodes)
+        };
+        let score = self.prepare_score(pod, nodes, namespace_labels);
+        PodPlan { filter, score }
+    }
+
+    fn pod_added(&mut self, _id: PodId, pod: &ExistingPod, node_labels: &Labels) {
+        self.track(pod, node_labels, true);
+    }
+
+    fn pod_removed(&mut self, _id: PodId, pod: &ExistingPod, node_labels: &Labels) {
+        self.track(pod, node_labels, false);
+    }
+}
+
+impl FilterPlugin for InterPodAffinity {
+    fn filter(&self, _pod: &Pod, node: &NodeInfo) -> Verdict {
+        let prepared = &self.prepared;
+        if let Some(slot) = prepared.affinity {
+            let tally = self.tallies.get(slot);
+            let mut in_every_domain = true;
+            for (term, counts) in tally.terms.iter().zip(&tally.counts) {
+                match node.labels.get(&term.topology_key) {
+                    None => return Err(Failure::unresolvable(AFFINITY_REASON)),
+                    Some(value) => in_every_domain &= counts.contains_key(value),
+                }
+            }
+            if !in_every_domain && !prepared.first_of_group {
+                return Err(Failure::unresolvable(AFFINITY_REASON));
+            }
+        }
+        for &slot in &prepared.anti_affinity {
+            let tally = self.tallies.get(slot);
+            if node
+                .labels
+                .get(&tally.terms[0].topology_key)
+                .is_some_and(|value| tally.counts[0].contains_key(value))
+            {
+                return Err(Failure::unschedulable(ANTI_AFFINITY_REASON));
+            }
+        }
+        if node.labels.iter().any(|(key, value)| {
+            prepared
+                .existing_anti_affinity
+                .get(key)
+                .is_some_and(|values| values.contains(value))
+        }) {
+            return Err(Failure::unschedulable(EXISTING_ANTI_AFFINITY_REASON));
+        }
+        Ok(())
+    }
+}
+
+impl ScorePlugin for InterPodAffinity {
+    const NORMALIZE: Normalize = Normalize::Custom;
+
+    fn score(&self, _pod: &Pod, node: &NodeInfo) -> i64 {
+        self.prepared
+            .score
+            .iter()
+            .filter_map(|(key, values)| values.get(node.labels.get(key)?))
+            .sum()
+    }
+
+    fn score_batch(&mut self, _pod: &Pod, nodes: &Nodes, ids: &[NodeId], out: &mut Vec<i64>) {
+        out.extend(ids.iter().map(|&id| {
+            if nodes.contains(id) {
+                self.raw.get(id as usize).copied().unwrap_or(0)
+            } else {
+                i64::MIN
+            }
+        }));
+    }
+
+    /// kube-scheduler's NormalizeScore: `100 * (s - min) / (max - min)` in floating point,
+    /// truncated; all equal gives 0.
+    fn normalize(&self, _pod: &Pod, scores: &mut [i64]) {
+        let (Some(&min), Some(&max)) = (scores.iter().min(), scores.iter().max()) else {
+            return;
+        };
+        let spread = max - min;
+        for score in scores.iter_mut() {
+            *score = if spread > 0 {
+                (100.0 * ((*score - min) as f64 / spread as f64)) as i64
+            } else {
+                0
+            };
+        }
+    }
+}
+
+wasched_sdk::export_plugin!(InterPodAffinity: filter, score);
+
+#[cfg(not(target_arch = "wasm32"))]
+mod cases;
+#[cfg(test)]
+mod incremental_tests;
+#[cfg(not(target_arch = "wasm32"))]
+pub use cases::cases;
