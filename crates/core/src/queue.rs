@@ -61,6 +61,8 @@ pub enum ClusterEvent {
     /// A pod was placed on a node: it only takes resources away.
     AssignedPodAdded,
     StorageChanged,
+    /// A namespace appeared, went or was relabelled (pod affinity's `namespaceSelector`s).
+    NamespaceChanged,
 }
 
 impl ClusterEvent {
@@ -72,6 +74,7 @@ impl ClusterEvent {
                 | ClusterEvent::NodeChanged
                 | ClusterEvent::AssignedPodDeleted
                 | ClusterEvent::StorageChanged
+                | ClusterEvent::NamespaceChanged
         )
     }
 }
@@ -295,6 +298,24 @@ impl SchedulingQueue {
 
     /// A cluster change: if it may help, every unschedulable pod is retried (after its backoff).
     pub fn on_event(&mut self, event: ClusterEvent) {
+        if event == ClusterEvent::AssignedPodAdded {
+            // A new pod only takes resources away, but it can be the one a parked pod's required
+            // pod affinity waits for (kube-scheduler's InterPodAffinity queueing hint).
+            let waiting: Vec<String> = self
+                .unschedulable
+                .iter()
+                .filter(|key| {
+                    self.entries
+                        .get(*key)
+                        .is_some_and(|e| !e.pod.pod_affinity.required_affinity.is_empty())
+                })
+                .cloned()
+                .collect();
+            for key in waiting {
+                self.move_after_backoff(&key);
+            }
+            return;
+        }
         if !event.may_help() {
             return;
         }
@@ -430,6 +451,25 @@ mod tests {
             "past its 1s backoff: straight to activeQ"
         );
         assert_eq!(q.status("ns/p").unwrap().attempts, 2);
+    }
+
+    #[test]
+    fn a_placed_pod_wakes_only_the_parked_pods_with_required_pod_affinity() {
+        let (mut q, clock) = queue();
+        let mut web = pod("web", 0);
+        web.pod_affinity
+            .required_affinity
+            .push(sdk::PodAffinityTerm::default());
+        q.add(web);
+        q.add(pod("big", 0));
+        popped(&mut q);
+        popped(&mut q);
+        q.unschedulable("ns/web", "affinity".into());
+        q.unschedulable("ns/big", "cpu".into());
+        clock.advance(Duration::from_secs(30));
+        q.on_event(ClusterEvent::AssignedPodAdded);
+        assert_eq!(q.status("ns/web").unwrap().queue, QueueName::Active);
+        assert_eq!(q.status("ns/big").unwrap().queue, QueueName::Unschedulable);
     }
 
     #[test]
