@@ -140,9 +140,15 @@ pub fn simulate(
     let clock = Arc::new(SystemClock::default());
     let mut service = Service::with_pipeline(scheduler, binder, clock, pipeline.clone())
         .with_explain(options.explain);
-    // Storage and nodes first, then running pods, then pending pods in priority order, so that
+    // Namespaces, storage and nodes first, then running pods, then pending pods in priority order, so that
     // the queue's arrival order is the input order.
     let mut objects: Vec<Object> = Vec::new();
+    objects.extend(
+        cluster
+            .namespaces
+            .iter()
+            .map(|n| Object::Namespace(Box::new(n.clone()))),
+    );
     objects.extend(
         cluster
             .classes

@@ -365,6 +365,12 @@ impl Cache {
         self.log.push(Change::Namespace(id));
     }
 
+    /// The labels of namespace `name`, if the cache has it.
+    pub fn namespace_labels(&self, name: &str) -> Option<&sdk::Labels> {
+        let id = *self.namespace_ids.get(name)?;
+        self.namespaces[id as usize].labels.as_ref()
+    }
+
     /// Removes a namespace. Returns false if the cache did not have it.
     pub fn remove_namespace(&mut self, name: &str) -> bool {
         let Some(&id) = self.namespace_ids.get(name) else {

@@ -24,6 +24,7 @@ pub enum Kind {
     PersistentVolume,
     PersistentVolumeClaim,
     StorageClass,
+    Namespace,
 }
 
 /// A Kubernetes object the scheduler follows.
@@ -34,6 +35,7 @@ pub enum Object {
     Volume(Box<core::PersistentVolume>),
     Claim(Box<core::PersistentVolumeClaim>),
     Class(Box<StorageClass>),
+    Namespace(Box<core::Namespace>),
 }
 
 /// Identifies an object: kind, namespace (empty for cluster-scoped kinds) and name.
@@ -52,6 +54,7 @@ impl Object {
             Object::Volume(o) => &o.metadata,
             Object::Claim(o) => &o.metadata,
             Object::Class(o) => &o.metadata,
+            Object::Namespace(o) => &o.metadata,
         }
     }
 
@@ -62,6 +65,7 @@ impl Object {
             Object::Volume(_) => Kind::PersistentVolume,
             Object::Claim(_) => Kind::PersistentVolumeClaim,
             Object::Class(_) => Kind::StorageClass,
+            Object::Namespace(_) => Kind::Namespace,
         }
     }
 

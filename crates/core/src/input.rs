@@ -50,6 +50,7 @@ pub struct Cluster {
     pub volumes: Vec<core::PersistentVolume>,
     pub claims: Vec<core::PersistentVolumeClaim>,
     pub classes: Vec<StorageClass>,
+    pub namespaces: Vec<core::Namespace>,
     /// Objects of other kinds that were skipped, counted by kind.
     pub skipped: BTreeMap<String, usize>,
     /// Files that held no object at all (empty, or only comments): most likely the wrong file.
@@ -64,6 +65,7 @@ impl Cluster {
             + self.volumes.len()
             + self.claims.len()
             + self.classes.len()
+            + self.namespaces.len()
     }
 
     /// Objects of every kind, skipped ones included.
@@ -291,6 +293,7 @@ fn add_object(
         "PersistentVolume" => cluster.volumes.push(typed(value).map_err(error)?),
         "PersistentVolumeClaim" => cluster.claims.push(typed(value).map_err(error)?),
         "StorageClass" => cluster.classes.push(typed(value).map_err(error)?),
+        "Namespace" => cluster.namespaces.push(typed(value).map_err(error)?),
         other => *cluster.skipped.entry(other.to_string()).or_default() += 1,
     }
     Ok(())

@@ -328,6 +328,15 @@ impl<B: Binder> Service<B> {
                 cache.upsert_class((**class).clone());
                 self.queue.on_event(ClusterEvent::StorageChanged);
             }
+            Object::Namespace(namespace) => {
+                let name = namespace.metadata.name.as_deref().unwrap_or_default();
+                let labels = namespace.metadata.labels.iter().flatten();
+                let labels = labels.map(|(k, v)| (k.clone(), v.clone())).collect();
+                if cache.namespace_labels(name) != Some(&labels) {
+                    cache.upsert_namespace(name, labels);
+                    self.queue.on_event(ClusterEvent::NamespaceChanged);
+                }
+            }
         }
         Ok(())
     }
@@ -360,6 +369,11 @@ impl<B: Binder> Service<B> {
             Kind::StorageClass => {
                 cache.remove_class(&key.name);
                 self.queue.on_event(ClusterEvent::StorageChanged);
+            }
+            Kind::Namespace => {
+                if cache.remove_namespace(&key.name) {
+                    self.queue.on_event(ClusterEvent::NamespaceChanged);
+                }
             }
         }
     }

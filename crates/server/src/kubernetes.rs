@@ -1,5 +1,5 @@
 //! `serve --kubernetes`: a Kubernetes API server, not the embedded store, holds the cluster's
-//! objects. Watches of nodes, pods, PersistentVolumes, claims and StorageClasses feed the event
+//! objects. Watches of nodes, pods, PersistentVolumes, claims, StorageClasses and namespaces feed the event
 //! pipeline (kube-runtime's watcher lists, then watches from the list's resourceVersion, and
 //! lists again after `410 Gone` or a dropped connection); the status writer binds pods through the
 //! `binding` subresource and writes the `PodScheduled` condition of pods no node fits. The
@@ -129,7 +129,7 @@ pub fn watch_cluster(
     gates: &[Arc<StartGate>],
     stats: &Arc<WatchStats>,
 ) {
-    let unlisted = Arc::new(AtomicUsize::new(5));
+    let unlisted = Arc::new(AtomicUsize::new(6));
     let feed = |kind| Feed {
         kind,
         pipeline: pipeline.clone(),
@@ -165,6 +165,11 @@ pub fn watch_cluster(
         Api::<StorageClass>::all(client.clone()),
         feed(Kind::StorageClass),
         |class| Some(Object::Class(Box::new(class))),
+    ));
+    tokio::spawn(watch_kind(
+        Api::<core::Namespace>::all(client.clone()),
+        feed(Kind::Namespace),
+        |namespace| Some(Object::Namespace(Box::new(namespace))),
     ));
 }
 
@@ -306,6 +311,10 @@ fn stub(key: &ObjectKey) -> Object {
             ..Default::default()
         })),
         Kind::StorageClass => Object::Class(Box::new(StorageClass {
+            metadata,
+            ..Default::default()
+        })),
+        Kind::Namespace => Object::Namespace(Box::new(core::Namespace {
             metadata,
             ..Default::default()
         })),

@@ -67,6 +67,7 @@ pub fn kind_name(kind: Kind) -> &'static str {
         Kind::PersistentVolume => "PersistentVolume",
         Kind::PersistentVolumeClaim => "PersistentVolumeClaim",
         Kind::StorageClass => "StorageClass",
+        Kind::Namespace => "Namespace",
     }
 }
 
@@ -78,6 +79,7 @@ pub fn object_json(object: &Object) -> serde_json::Value {
         Object::Volume(o) => serde_json::to_value(o),
         Object::Claim(o) => serde_json::to_value(o),
         Object::Class(o) => serde_json::to_value(o),
+        Object::Namespace(o) => serde_json::to_value(o),
     }
     .expect("Kubernetes objects serialize");
     let api_version = match object {
@@ -102,6 +104,7 @@ fn decode(kind: Kind, bytes: &[u8]) -> Result<Object, StoreError> {
             Object::Claim(Box::new(serde_json::from_slice(bytes).map_err(err)?))
         }
         Kind::StorageClass => Object::Class(Box::new(serde_json::from_slice(bytes).map_err(err)?)),
+        Kind::Namespace => Object::Namespace(Box::new(serde_json::from_slice(bytes).map_err(err)?)),
     })
 }
 
@@ -112,6 +115,7 @@ fn kind_of_key(key: &str) -> Option<Kind> {
         "PersistentVolume" => Kind::PersistentVolume,
         "PersistentVolumeClaim" => Kind::PersistentVolumeClaim,
         "StorageClass" => Kind::StorageClass,
+        "Namespace" => Kind::Namespace,
         _ => return None,
     })
 }
@@ -124,6 +128,7 @@ pub fn set_resource_version(object: &mut Object, version: u64) {
         Object::Volume(o) => &mut o.metadata,
         Object::Claim(o) => &mut o.metadata,
         Object::Class(o) => &mut o.metadata,
+        Object::Namespace(o) => &mut o.metadata,
     };
     metadata.resource_version = Some(version.to_string());
 }

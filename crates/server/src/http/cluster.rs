@@ -30,6 +30,7 @@ const RESOURCES: &[(&str, Kind, bool)] = &[
     ("nodes", Kind::Node, false),
     ("persistentvolumes", Kind::PersistentVolume, false),
     ("storageclasses", Kind::StorageClass, false),
+    ("namespaces", Kind::Namespace, false),
     ("pods", Kind::Pod, true),
     ("persistentvolumeclaims", Kind::PersistentVolumeClaim, true),
 ];
@@ -94,6 +95,13 @@ pub(super) fn routes(server: &Shared) -> Router<Shared> {
                     ),
                 );
         } else {
+            // `/v1/namespaces/{namespace}` shares its first segments with the namespaced routes,
+            // whose parameter there is named `namespace`; the router wants one name per place.
+            let one = if kind == Kind::Namespace {
+                "{namespace}"
+            } else {
+                "{name}"
+            };
             cluster = cluster
                 .route(
                     &format!("/v1/{resource}"),
@@ -106,7 +114,7 @@ pub(super) fn routes(server: &Shared) -> Router<Shared> {
                     ),
                 )
                 .route(
-                    &format!("/v1/{resource}/{{name}}"),
+                    &format!("/v1/{resource}/{one}"),
                     get(
                         move |s: State<Shared>, Path(name): Path<String>| async move {
                             get_one(s, kind, String::new(), name).await
@@ -176,12 +184,18 @@ fn objects_of(documents: Vec<Value>) -> Result<(Vec<Object>, BTreeMap<String, us
         return Err(ApiError::new(
             400,
             format!(
-                "unsupported kind(s) {}: wasched serves Node, Pod, PersistentVolume, PersistentVolumeClaim and StorageClass",
+                "unsupported kind(s) {}: wasched serves Node, Pod, PersistentVolume, PersistentVolumeClaim, StorageClass and Namespace",
                 kinds.join(", ")
             ),
         ));
     }
     let mut objects: Vec<Object> = Vec::new();
+    objects.extend(
+        cluster
+            .namespaces
+            .into_iter()
+            .map(|o| Object::Namespace(Box::new(o))),
+    );
     objects.extend(
         cluster
             .classes
@@ -209,6 +223,7 @@ fn objects_of(documents: Vec<Value>) -> Result<(Vec<Object>, BTreeMap<String, us
             Object::Node(o) => (false, &mut o.metadata),
             Object::Volume(o) => (false, &mut o.metadata),
             Object::Class(o) => (false, &mut o.metadata),
+            Object::Namespace(o) => (false, &mut o.metadata),
         };
         if namespaced {
             if metadata.namespace.as_deref().is_none_or(str::is_empty) {
@@ -289,6 +304,7 @@ fn metadata_mut(
         Object::Volume(o) => &mut o.metadata,
         Object::Claim(o) => &mut o.metadata,
         Object::Class(o) => &mut o.metadata,
+        Object::Namespace(o) => &mut o.metadata,
     }
 }
 
@@ -301,6 +317,7 @@ fn merge(server: &Server, stored: Option<&Object>, incoming: &mut Object) -> Res
         Object::Volume(o) => o.metadata.uid.clone(),
         Object::Claim(o) => o.metadata.uid.clone(),
         Object::Class(o) => o.metadata.uid.clone(),
+        Object::Namespace(o) => o.metadata.uid.clone(),
     });
     let metadata = metadata_mut(incoming);
     metadata.uid = stored_uid.or_else(|| metadata.uid.take()).or_else(|| {
