@@ -371,6 +371,193 @@ fn host_ports_keep_pods_off_nodes_where_placed_or_running_pods_hold_them() {
     }
 }
 
+/// A StatefulSet with one replica more than the nodes that can take it, each replica keeping off
+/// the others' hosts; one node is too small for a replica anyway.
+const ANTI_AFFINITY_REPLICAS: &str = r#"
+apiVersion: v1
+kind: List
+items:
+- {apiVersion: v1, kind: Node, metadata: {name: n1, labels: {kubernetes.io/hostname: n1}}, status: {allocatable: {cpu: "8", memory: 16Gi, pods: "110"}}}
+- {apiVersion: v1, kind: Node, metadata: {name: n2, labels: {kubernetes.io/hostname: n2}}, status: {allocatable: {cpu: "8", memory: 16Gi, pods: "110"}}}
+- {apiVersion: v1, kind: Node, metadata: {name: n3, labels: {kubernetes.io/hostname: n3}}, status: {allocatable: {cpu: "8", memory: 16Gi, pods: "110"}}}
+- {apiVersion: v1, kind: Node, metadata: {name: small, labels: {kubernetes.io/hostname: small}}, status: {allocatable: {cpu: "1", memory: 16Gi, pods: "110"}}}
+"#;
+
+fn kafka_replica(i: usize) -> String {
+    format!(
+        r#"- apiVersion: v1
+  kind: Pod
+  metadata: {{name: kafka-{i}, namespace: streaming, labels: {{app: kafka}}}}
+  spec:
+    containers: [{{name: broker, resources: {{requests: {{cpu: "2"}}}}}}]
+    affinity:
+      podAntiAffinity:
+        requiredDuringSchedulingIgnoredDuringExecution:
+        - labelSelector: {{matchLabels: {{app: kafka}}}}
+          topologyKey: kubernetes.io/hostname
+"#
+    )
+}
+
+#[test]
+fn anti_affinity_replicas_beyond_the_nodes_stay_pending_with_kube_schedulers_reason() {
+    let mut cluster = ANTI_AFFINITY_REPLICAS.to_string();
+    for i in 0..4 {
+        cluster.push_str(&kafka_replica(i));
+    }
+    let path = temp_file("kafka.yaml", &cluster);
+    for runtime in ["wasm", "native"] {
+        let output = wasched(&["simulate", "--runtime", runtime, path.to_str().unwrap()]);
+        let lines: Vec<String> = stdout(&output).lines().map(String::from).collect();
+        let mut hosts: Vec<String> = lines[..3]
+            .iter()
+            .map(|line| {
+                let value: serde_json::Value = serde_json::from_str(line).unwrap();
+                value["node"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{line}"))
+                    .to_string()
+            })
+            .collect();
+        hosts.sort();
+        assert_eq!(
+            hosts,
+            ["n1", "n2", "n3"],
+            "runtime {runtime}: one replica per host"
+        );
+        assert_eq!(
+            lines[3],
+            r#"{"pod":"streaming/kafka-3","node":null,"message":"0/4 nodes are available: 1 Insufficient cpu, 3 node(s) didn't match pod anti-affinity rules."}"#,
+            "runtime {runtime}"
+        );
+    }
+}
+
+/// Web pods that need a memcached in their zone, the first created before any memcached runs;
+/// memcached itself is the first pod of a group with affinity to itself.
+const AFFINITY_TO_A_PENDING_POD: &str = r#"
+apiVersion: v1
+kind: List
+items:
+- {apiVersion: v1, kind: Node, metadata: {name: a1, labels: {topology.kubernetes.io/zone: zone-a}}, status: {allocatable: {cpu: "4", memory: 8Gi, pods: "110"}}}
+- {apiVersion: v1, kind: Node, metadata: {name: b1, labels: {topology.kubernetes.io/zone: zone-b}}, status: {allocatable: {cpu: "4", memory: 8Gi, pods: "110"}}}
+- {apiVersion: v1, kind: Node, metadata: {name: c1, labels: {topology.kubernetes.io/zone: zone-c}}, status: {allocatable: {cpu: "4", memory: 8Gi, pods: "110"}}}
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: web-1, namespace: shop, labels: {app: web}}
+  spec:
+    containers: [{name: c}]
+    affinity:
+      podAffinity:
+        requiredDuringSchedulingIgnoredDuringExecution:
+        - labelSelector: {matchLabels: {app: memcached}}
+          topologyKey: topology.kubernetes.io/zone
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: memcached, namespace: shop, labels: {app: memcached}}
+  spec:
+    containers: [{name: c}]
+    affinity:
+      podAffinity:
+        requiredDuringSchedulingIgnoredDuringExecution:
+        - labelSelector: {matchLabels: {app: memcached}}
+          topologyKey: topology.kubernetes.io/zone
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: web-2, namespace: shop, labels: {app: web}}
+  spec:
+    containers: [{name: c}]
+    affinity:
+      podAffinity:
+        requiredDuringSchedulingIgnoredDuringExecution:
+        - labelSelector: {matchLabels: {app: memcached}}
+          topologyKey: topology.kubernetes.io/zone
+"#;
+
+#[test]
+fn affinity_to_a_pod_not_running_yet_waits_for_it_then_follows_it() {
+    let path = temp_file("memcached.yaml", AFFINITY_TO_A_PENDING_POD);
+    for runtime in ["wasm", "native"] {
+        let output = wasched(&["simulate", "--runtime", runtime, path.to_str().unwrap()]);
+        let lines: Vec<serde_json::Value> = stdout(&output)
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        let by_pod = |name: &str| {
+            lines
+                .iter()
+                .find(|l| l["pod"] == format!("shop/{name}"))
+                .unwrap_or_else(|| panic!("runtime {runtime}: no line for {name}: {lines:?}"))
+        };
+        assert_eq!(
+            by_pod("web-1")["message"],
+            "0/3 nodes are available: 3 node(s) didn't match pod affinity rules.",
+            "runtime {runtime}"
+        );
+        let memcached = by_pod("memcached")["node"]
+            .as_str()
+            .expect("memcached is placed");
+        assert_eq!(
+            by_pod("web-2")["node"],
+            memcached,
+            "runtime {runtime}: each zone has one node, so web-2 shares memcached's"
+        );
+    }
+}
+
+const NAMESPACE_SELECTORS: &str = r#"
+apiVersion: v1
+kind: List
+items:
+- {apiVersion: v1, kind: Namespace, metadata: {name: team-a, labels: {team: a}}}
+- {apiVersion: v1, kind: Namespace, metadata: {name: team-b, labels: {team: b}}}
+- {apiVersion: v1, kind: Node, metadata: {name: a1, labels: {topology.kubernetes.io/zone: zone-a}}, status: {allocatable: {cpu: "4", memory: 8Gi, pods: "110"}}}
+- {apiVersion: v1, kind: Node, metadata: {name: b1, labels: {topology.kubernetes.io/zone: zone-b}}, status: {allocatable: {cpu: "4", memory: 8Gi, pods: "110"}}}
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: cache, namespace: team-a, labels: {app: cache}}
+  spec: {nodeName: a1, containers: [{name: c}]}
+  status: {phase: Running}
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: near-team-a, namespace: web}
+  spec:
+    containers: [{name: c}]
+    affinity:
+      podAffinity:
+        requiredDuringSchedulingIgnoredDuringExecution:
+        - labelSelector: {matchLabels: {app: cache}}
+          namespaceSelector: {matchLabels: {team: a}}
+          topologyKey: topology.kubernetes.io/zone
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: near-team-b, namespace: web}
+  spec:
+    containers: [{name: c}]
+    affinity:
+      podAffinity:
+        requiredDuringSchedulingIgnoredDuringExecution:
+        - labelSelector: {matchLabels: {app: cache}}
+          namespaceSelector: {matchLabels: {team: b}}
+          topologyKey: topology.kubernetes.io/zone
+"#;
+
+#[test]
+fn namespace_selectors_read_the_namespaces_of_the_input() {
+    let path = temp_file("namespaces.yaml", NAMESPACE_SELECTORS);
+    for runtime in ["wasm", "native"] {
+        let output = wasched(&["simulate", "--runtime", runtime, path.to_str().unwrap()]);
+        assert_eq!(
+            stdout(&output).lines().collect::<Vec<_>>(),
+            [
+                r#"{"pod":"web/near-team-a","node":"a1"}"#,
+                r#"{"pod":"web/near-team-b","node":null,"message":"0/2 nodes are available: 2 node(s) didn't match pod affinity rules."}"#,
+            ],
+            "runtime {runtime}: the cache runs in team-a, which only the first pod's selector picks"
+        );
+    }
+}
+
 #[test]
 fn a_plugin_built_against_wit_0_1_still_loads_and_answers() {
     let component = wasched_test_programs::component("wasched_fixture_v01_maintenance.wasm");
