@@ -27,19 +27,28 @@ pub enum Scenario {
     Mixed,
     /// Mixed, with a placed pod deleted every 10 cycles and a node replaced every 100.
     Churn,
+    /// As many running pods as nodes, in StatefulSet-like groups of 20 whose replicas keep off
+    /// each other's hosts (required anti-affinity on the hostname); new pods join those groups or
+    /// start new ones.
+    PodAntiAffinity,
+    /// As many running pods as nodes, caches of 50 groups; each new pod requires a cache of its
+    /// group in its zone or prefers hosts running one, and prefers hosts without its own group.
+    PodAffinity,
     /// Every scenario above.
     All,
 }
 
 impl Scenario {
     /// Every scenario but [`Scenario::All`].
-    pub const EACH: [Scenario; 6] = [
+    pub const EACH: [Scenario; 8] = [
         Scenario::Basic,
         Scenario::NodeAffinity,
         Scenario::Taints,
         Scenario::VolumeZones,
         Scenario::Mixed,
         Scenario::Churn,
+        Scenario::PodAntiAffinity,
+        Scenario::PodAffinity,
     ];
 
     pub fn name(self) -> &'static str {
@@ -50,6 +59,8 @@ impl Scenario {
             Scenario::VolumeZones => "volume-zones",
             Scenario::Mixed => "mixed",
             Scenario::Churn => "churn",
+            Scenario::PodAntiAffinity => "pod-anti-affinity",
+            Scenario::PodAffinity => "pod-affinity",
             Scenario::All => "all",
         }
     }
@@ -97,6 +108,8 @@ const INSTANCE_TYPES: [&str; 4] = ["m5.2xlarge", "m5.4xlarge", "c5.4xlarge", "r5
 /// A generated cluster: nodes and the pods to schedule.
 pub struct Synthetic {
     pub nodes: Vec<sdk::NodeInfo>,
+    /// Pods running before the first is scheduled, with their node's name.
+    pub running: Vec<(sdk::Pod, String)>,
     pub pods: Vec<sdk::Pod>,
     pub volumes: Vec<core::PersistentVolume>,
     pub claims: Vec<core::PersistentVolumeClaim>,
@@ -117,6 +130,9 @@ impl Synthetic {
         }
         for node in &self.nodes {
             cache.upsert_node(node.clone());
+        }
+        for (pod, node) in &self.running {
+            cache.add_pod(pod, node);
         }
     }
 }
@@ -183,7 +199,7 @@ fn synthetic_node(rng: &mut Rng, i: usize, taints_on: bool) -> sdk::NodeInfo {
 /// same cluster.
 pub fn cluster(scenario: Scenario, nodes: usize, pods: usize, seed: u64) -> Synthetic {
     let mut rng = Rng::new(seed);
-    let nodes = (0..nodes)
+    let nodes: Vec<sdk::NodeInfo> = (0..nodes)
         .map(|i| synthetic_node(&mut rng, i, scenario.taints()))
         .collect();
 
@@ -191,6 +207,7 @@ pub fn cluster(scenario: Scenario, nodes: usize, pods: usize, seed: u64) -> Synt
         "metadata": {"name": "zonal"}, "provisioner": "example.com/disk", "volumeBindingMode": "Immediate"
     }))
     .expect("valid StorageClass");
+    let running = running_pods(scenario, &nodes, &mut rng);
     let mut volumes = Vec::new();
     let mut claims = Vec::new();
     let pods = (0..pods)
@@ -278,15 +295,123 @@ pub fn cluster(scenario: Scenario, nodes: usize, pods: usize, seed: u64) -> Synt
                     claim: None,
                 });
             }
+            pod_affinity(scenario, &mut pod, nodes.len(), &mut rng);
             pod
         })
         .collect();
     Synthetic {
         nodes,
+        running,
         pods,
         volumes,
         claims,
         classes: vec![class],
+    }
+}
+
+/// Replicas per group of the pod-anti-affinity scenario; pods per cache group of pod-affinity.
+const ANTI_AFFINITY_GROUP: usize = 20;
+const CACHE_GROUPS: usize = 50;
+
+fn app(pod: &mut sdk::Pod, value: String) {
+    pod.labels = [("app".to_string(), value)].into_iter().collect();
+}
+
+fn app_term(value: String, topology_key: &str) -> sdk::PodAffinityTerm {
+    sdk::PodAffinityTerm {
+        label_selector: Some(sdk::LabelSelector {
+            match_labels: [("app".to_string(), value)].into_iter().collect(),
+            match_expressions: Vec::new(),
+        }),
+        namespaces: Vec::new(),
+        namespace_selector: None,
+        topology_key: topology_key.into(),
+    }
+}
+
+const HOSTNAME: &str = "kubernetes.io/hostname";
+const ZONE: &str = "topology.kubernetes.io/zone";
+
+/// The pods running before a scenario starts: one per node for the pod-affinity scenarios, none
+/// for the others.
+fn running_pods(
+    scenario: Scenario,
+    nodes: &[sdk::NodeInfo],
+    rng: &mut Rng,
+) -> Vec<(sdk::Pod, String)> {
+    if !matches!(scenario, Scenario::PodAntiAffinity | Scenario::PodAffinity) {
+        return Vec::new();
+    }
+    let requests = Resources {
+        milli_cpu: 100,
+        memory: 128 << 20,
+        ..Resources::default()
+    };
+    (0..nodes.len())
+        .map(|i| {
+            let mut pod = sdk::Pod {
+                namespace: "bench".into(),
+                name: format!("running-{i:06}"),
+                scheduler_name: crate::DEFAULT_SCHEDULER_NAME.into(),
+                requests: requests.clone(),
+                non_zero_requests: requests.clone(),
+                ..sdk::Pod::default()
+            };
+            let node = if scenario == Scenario::PodAntiAffinity {
+                // Groups fill hosts in turn, so no two replicas of a group share one.
+                let group = format!("db-{}", i / ANTI_AFFINITY_GROUP);
+                app(&mut pod, group.clone());
+                pod.pod_affinity
+                    .required_anti_affinity
+                    .push(app_term(group, HOSTNAME));
+                i
+            } else {
+                app(&mut pod, format!("cache-{}", i % CACHE_GROUPS));
+                rng.below(nodes.len() as u64) as usize
+            };
+            (pod, nodes[node].name.clone())
+        })
+        .collect()
+}
+
+/// The pod (anti-)affinity of a pod to schedule in the pod-affinity scenarios.
+fn pod_affinity(scenario: Scenario, pod: &mut sdk::Pod, nodes: usize, rng: &mut Rng) {
+    let affinity = &mut pod.pod_affinity;
+    match scenario {
+        Scenario::PodAntiAffinity => {
+            // Half join a running group (whose hosts they must avoid), half start new groups.
+            let groups = nodes.div_ceil(ANTI_AFFINITY_GROUP).max(1) as u64;
+            let group = format!("db-{}", rng.below(2 * groups));
+            affinity
+                .required_anti_affinity
+                .push(app_term(group.clone(), HOSTNAME));
+            app(pod, group);
+        }
+        Scenario::PodAffinity => {
+            let group = rng.below(CACHE_GROUPS as u64);
+            let cache = format!("cache-{group}");
+            if rng.chance(0.5) {
+                affinity.required_affinity.push(app_term(cache, ZONE));
+            } else {
+                affinity
+                    .preferred_affinity
+                    .push(sdk::WeightedPodAffinityTerm {
+                        weight: 100,
+                        term: app_term(cache, HOSTNAME),
+                    });
+            }
+            let own = format!("web-{group}");
+            if rng.chance(0.3) {
+                affinity
+                    .preferred_anti_affinity
+                    .push(sdk::WeightedPodAffinityTerm {
+                        weight: 50,
+                        term: app_term(own.clone(), HOSTNAME),
+                    });
+            }
+            app(pod, own);
+        }
+        _ => {}
     }
 }
 
