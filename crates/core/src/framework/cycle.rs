@@ -847,7 +847,7 @@ fn prepare_worker(
             .and_then(|()| instance.as_mut().expect("caught up").set_pod(pod));
         if let Err(e) = result {
             *instance = None;
-            *synced = None;
+            *synced = Default::default();
             errors.push((i, e));
         }
     }

@@ -311,8 +311,7 @@ struct Slot {
     spec: PluginSpec,
     instance: Option<Box<dyn PluginInstance>>,
     descriptor: sdk::Descriptor,
-    /// The cache generation the instance's mirror reflects; `None` while its mirror is empty.
-    synced: Option<u64>,
+    synced: Synced,
     failures: u64,
     consecutive_failures: u32,
     quarantined_until: Option<Duration>,
@@ -334,7 +333,7 @@ impl Slot {
             spec,
             instance: Some(instance),
             descriptor,
-            synced: None,
+            synced: Synced::default(),
             failures: 0,
             consecutive_failures: 0,
             quarantined_until: None,
@@ -394,7 +393,7 @@ impl Slot {
     /// Drops a misbehaving instance; the next sync makes a fresh one.
     fn discard(&mut self) {
         self.instance = None;
-        self.synced = None;
+        self.synced = Synced::default();
     }
 
     /// Brings the instance's mirror up to the cache's generation, replacing a broken instance by a
@@ -428,31 +427,69 @@ impl Reads {
     }
 }
 
+/// How far an instance's mirror follows the cache.
+#[derive(Debug, Clone, Default)]
+struct Synced {
+    /// The cache generation the mirror reflects; `None` while it is empty.
+    generation: Option<u64>,
+    /// Per pod id, for a plugin that reads no labels: whether its mirror holds the pod. Such a
+    /// plugin is not sent the pods that have none of the parts it reads (NodePorts reads host
+    /// ports, which few pods have): that spares a call per placement, and since its mirror then
+    /// does not change, its plan for the next pod of the same shape stands too.
+    held: Vec<bool>,
+}
+
+impl Synced {
+    fn holds(&self, pod: u32) -> bool {
+        self.held.get(pod as usize).copied().unwrap_or(false)
+    }
+
+    fn hold(&mut self, pod: u32, held: bool) {
+        let slot = pod as usize;
+        if slot >= self.held.len() {
+            if !held {
+                return;
+            }
+            self.held.resize(slot + 1, false);
+        }
+        self.held[slot] = held;
+    }
+}
+
+/// Whether a plugin reading `parts` of placed pods needs `pod` in its mirror: one that reads
+/// labels needs every pod; otherwise only a pod with something in a part it reads.
+fn worth_sending(pod: &sdk::ExistingPod, parts: sdk::ExistingPodParts) -> bool {
+    use sdk::ExistingPodParts as Parts;
+    parts.contains(Parts::LABELS)
+        || (parts.contains(Parts::POD_AFFINITY) && !pod.pod_affinity.is_empty())
+        || (parts.contains(Parts::HOST_PORTS) && !pod.host_ports.is_empty())
+}
+
 /// Brings one instance's mirror from generation `synced` up to the cache's, making a fresh
 /// instance (which gets every node) when there is none or the change log no longer reaches back.
 fn catch_up(
     spec: &PluginSpec,
     reads: Reads,
     instance: &mut Option<Box<dyn PluginInstance>>,
-    synced: &mut Option<u64>,
+    synced: &mut Synced,
     cache: &Cache,
 ) -> Result<(), CallError> {
     let generation = cache.generation();
-    let lagging = synced.is_some_and(|s| s < cache.log_start());
+    let lagging = synced.generation.is_some_and(|s| s < cache.log_start());
     if instance.is_none() || lagging {
-        *synced = None;
+        *synced = Synced::default();
         let fresh = spec
             .instantiate()
             .map_err(|e| CallError::of_kind(FailureKind::Init, "init", e.0))?;
         *instance = Some(fresh);
     }
     let live = instance.as_mut().expect("made above");
-    let result = send_changes(live.as_mut(), reads, *synced, cache);
+    let result = send_changes(live.as_mut(), reads, synced, cache);
     match result {
-        Ok(()) => *synced = Some(generation),
+        Ok(()) => synced.generation = Some(generation),
         Err(_) => {
             *instance = None;
-            *synced = None;
+            *synced = Synced::default();
         }
     }
     result
@@ -461,11 +498,11 @@ fn catch_up(
 fn send_changes(
     instance: &mut dyn PluginInstance,
     reads: Reads,
-    synced: Option<u64>,
+    synced: &mut Synced,
     cache: &Cache,
 ) -> Result<(), CallError> {
     let parts = reads.existing_pods;
-    match synced {
+    match synced.generation {
         None => {
             let nodes: Vec<(u32, &sdk::NodeInfo)> =
                 cache.nodes().map(|(id, entry)| (id, &entry.info)).collect();
@@ -475,8 +512,12 @@ fn send_changes(
             if !parts.is_empty() {
                 let pods: Vec<(u32, sdk::ExistingPod)> = cache
                     .existing_pods()
+                    .filter(|(_, _, pod)| worth_sending(pod, parts))
                     .map(|(id, node, pod)| (id, pod.with_parts(node, parts)))
                     .collect();
+                for &(id, _) in &pods {
+                    synced.hold(id, true);
+                }
                 for batch in pods.chunks(SYNC_BATCH) {
                     instance.upsert_pods(batch)?;
                 }
@@ -488,8 +529,8 @@ fn send_changes(
                 }
             }
         }
-        Some(synced) if synced < cache.generation() => {
-            let delta = cache.delta_since(synced);
+        Some(since) if since < cache.generation() => {
+            let delta = cache.delta_since(since);
             // A mirror never holds a pod on a node it lacks: pods that left go first; pods on nodes
             // the mirror already has (a pod that moved off a node being removed among them) go
             // before the nodes are removed; pods on nodes being added go after them, and are
@@ -498,14 +539,29 @@ fn send_changes(
             if !parts.is_empty() {
                 let arriving: std::collections::HashSet<u32> =
                     delta.upserts.iter().copied().collect();
+                let every_pod = parts.contains(sdk::ExistingPodParts::LABELS);
                 for &id in &delta.pods {
                     match cache.existing_pod(id) {
+                        Some((_, pod)) if !worth_sending(pod, parts) => {
+                            if synced.holds(id) {
+                                gone.push(id);
+                                synced.hold(id, false);
+                            }
+                        }
                         Some((node, pod)) if arriving.contains(&node) => {
                             gone.push(id);
                             late.push((id, pod.with_parts(node, parts)));
+                            synced.hold(id, true);
                         }
-                        Some((node, pod)) => early.push((id, pod.with_parts(node, parts))),
-                        None => gone.push(id),
+                        Some((node, pod)) => {
+                            early.push((id, pod.with_parts(node, parts)));
+                            synced.hold(id, true);
+                        }
+                        None if every_pod || synced.holds(id) => {
+                            gone.push(id);
+                            synced.hold(id, false);
+                        }
+                        None => {}
                     }
                 }
             }
@@ -568,14 +624,14 @@ fn send_changes(
 #[derive(Default)]
 struct Worker {
     instances: Vec<Option<Box<dyn PluginInstance>>>,
-    synced: Vec<Option<u64>>,
+    synced: Vec<Synced>,
 }
 
 impl Worker {
     fn new(slots: usize) -> Worker {
         Worker {
             instances: (0..slots).map(|_| None).collect(),
-            synced: vec![None; slots],
+            synced: vec![Synced::default(); slots],
         }
     }
 }
@@ -672,11 +728,11 @@ impl Profile {
         // An instance with an empty mirror gets every node anyway: it holds nothing back.
         self.slots
             .iter()
-            .filter_map(|s| s.synced)
+            .filter_map(|s| s.synced.generation)
             .chain(
                 self.workers
                     .iter()
-                    .flat_map(|w| w.synced.iter().flatten().copied()),
+                    .flat_map(|w| w.synced.iter().filter_map(|s| s.generation)),
             )
             .min()
             .unwrap_or(u64::MAX)
@@ -1160,16 +1216,20 @@ mod tests {
     /// Random cache changes (nodes joining, leaving and coming back; pods bound, assumed, forgotten,
     /// moved, relabelled and deleted; namespaces relabelled and deleted), with the log compacted now
     /// and then: after every catch-up, the instance's mirror holds exactly the cache's pods on the
-    /// cache's nodes with the parts it reads, and never held a pod on a node it lacked.
+    /// cache's nodes with the parts it reads, and never held a pod on a node it lacked. A plugin
+    /// reading only host ports holds exactly the pods that have some.
     #[test]
     fn an_instance_mirrors_exactly_the_existing_pods_and_namespaces_through_any_changes() {
         for seed in 1..=20 {
-            mirror_follows_random_changes(seed);
+            mirror_follows_random_changes(
+                seed,
+                sdk::ExistingPodParts::LABELS | sdk::ExistingPodParts::HOST_PORTS,
+            );
+            mirror_follows_random_changes(seed, sdk::ExistingPodParts::HOST_PORTS);
         }
     }
 
-    fn mirror_follows_random_changes(seed: u64) {
-        let parts = sdk::ExistingPodParts::LABELS | sdk::ExistingPodParts::HOST_PORTS;
+    fn mirror_follows_random_changes(seed: u64, parts: sdk::ExistingPodParts) {
         let sent = Arc::new(std::sync::Mutex::new(SentMirror::default()));
         let spec = PluginSpec {
             name: "recording".into(),
@@ -1187,7 +1247,7 @@ mod tests {
             namespaces: true,
         };
         let mut cache = Cache::default();
-        let (mut instance, mut synced) = (None, None);
+        let (mut instance, mut synced) = (None, Synced::default());
         let mut rng = Rng::new(seed);
         let node = |i: u64| sdk::NodeInfo {
             name: format!("node-{i}"),
@@ -1199,7 +1259,8 @@ mod tests {
             labels: [("app".to_string(), format!("v{version}"))]
                 .into_iter()
                 .collect(),
-            host_ports: i
+            // Ports come and go on one pod too, as a replaced object may bring them.
+            host_ports: (i + version / 3)
                 .is_multiple_of(2)
                 .then(|| sdk::HostPort {
                     host_ip: "0.0.0.0".into(),
@@ -1246,6 +1307,9 @@ mod tests {
                 );
                 let want: std::collections::BTreeMap<u32, sdk::ExistingPod> = cache
                     .existing_pods()
+                    .filter(|(_, _, pod)| {
+                        parts.contains(sdk::ExistingPodParts::LABELS) || !pod.host_ports.is_empty()
+                    })
                     .map(|(id, node, pod)| (id, pod.with_parts(node, parts)))
                     .collect();
                 assert_eq!(sent.pods, want, "seed {seed} step {step}: pods");
@@ -1262,7 +1326,7 @@ mod tests {
                 );
             }
             if rng.below(50) == 0 {
-                cache.compact(synced.unwrap_or(0).min(cache.generation()));
+                cache.compact(synced.generation.unwrap_or(0).min(cache.generation()));
             }
             if rng.below(200) == 0 {
                 // The log no longer reaching back: the instance must be rebuilt from scratch.
