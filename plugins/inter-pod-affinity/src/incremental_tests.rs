@@ -154,7 +154,6 @@ fn assert_counts_are_from_scratch(driver: &Driver<InterPodAffinity>, when: &str)
     }
     let kept: HashMap<OwnedTerm, (u32, Counts)> = plugin
         .existing_anti_affinity
-        .map
         .iter()
         .map(|(term, group)| (term.clone(), (group.pods, group.counts.clone())))
         .collect();
@@ -249,7 +248,7 @@ fn counts_kept_through_churn_equal_counts_from_scratch() {
 fn the_least_recently_used_tallies_are_dropped_beyond_capacity() {
     let mut driver = Driver::<InterPodAffinity>::new("{}").unwrap();
     driver.upsert_nodes([(0, random_node(&mut Walk(1), 0))]);
-    for i in 0..200 {
+    for i in 0..crate::state::TALLY_CAPACITY + 100 {
         let mut incoming = pod("incoming");
         let selector = LabelSelector {
             match_labels: labels(&[("app", &format!("app-{i}"))]),
@@ -265,6 +264,9 @@ fn the_least_recently_used_tallies_are_dropped_beyond_capacity() {
             });
         driver.set_pod(incoming);
     }
-    assert_eq!(driver.plugin().tallies.iter().count(), 64);
+    assert_eq!(
+        driver.plugin().tallies.iter().count(),
+        crate::state::TALLY_CAPACITY
+    );
     let _ = <InterPodAffinity as Plugin>::NAME;
 }

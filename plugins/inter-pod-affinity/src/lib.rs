@@ -22,7 +22,7 @@ use wasched_sdk::{
 };
 
 pub use args::Args;
-use state::{Groups, ScoringKey, Tallies};
+use state::{Groups, PodsByLabel, ScoringKey, Tallies};
 use terms::{IncomingTerm, OwnedTerm};
 
 /// The name used in configs and messages.
@@ -71,6 +71,7 @@ struct Prepared {
 pub struct InterPodAffinity {
     args: Args,
     tallies: Tallies,
+    pods_by_label: PodsByLabel,
     /// Placed pods' required anti-affinity terms.
     existing_anti_affinity: Groups<OwnedTerm>,
     /// Placed pods' required affinity (at `hardPodAffinityWeight`) and preferred terms (at their
@@ -91,8 +92,9 @@ pub struct InterPodAffinity {
 
 impl InterPodAffinity {
     /// Counts a placed pod in (or out of) every tally and group.
-    fn track(&mut self, pod: &ExistingPod, node_labels: &Labels, up: bool) {
+    fn track(&mut self, id: PodId, pod: &ExistingPod, node_labels: &Labels, up: bool) {
         self.tallies.apply(pod, node_labels, up);
+        self.pods_by_label.apply(id, &pod.labels, up);
         let affinity = &pod.pod_affinity;
         for term in &affinity.required_anti_affinity {
             let term = OwnedTerm::of(term, &pod.namespace);
@@ -223,22 +225,29 @@ impl InterPodAffinity {
                     .filter(|&id| nodes.get(id).is_some_and(has_keys)),
             );
         } else {
+            // The nodes of the first term's domains pass it; only the other terms need a look.
             let first = &tally.terms[0].topology_key;
             for value in tally.counts[0].keys() {
-                passing_ids.extend(
-                    nodes
-                        .nodes_with_label(first, value)
-                        .iter()
-                        .filter(|&&id| nodes.get(id).is_some_and(in_every_domain)),
-                );
+                let domain = nodes.nodes_with_label(first, value);
+                if tally.terms.len() == 1 {
+                    passing_ids.extend_from_slice(domain);
+                } else {
+                    passing_ids.extend(
+                        domain
+                            .iter()
+                            .filter(|&&id| nodes.get(id).is_some_and(in_every_domain)),
+                    );
+                }
             }
         }
-        for &id in &passing_ids {
-            self.passing[id as usize] = true;
-        }
-        for id in nodes.ids() {
-            if !self.passing[id as usize] {
-                self.mark(id, AFFINITY);
+        if passing_ids.len() < nodes.len() {
+            for &id in &passing_ids {
+                self.passing[id as usize] = true;
+            }
+            for id in nodes.ids() {
+                if !self.passing[id as usize] {
+                    self.mark(id, AFFINITY);
+                }
             }
         }
         for id in passing_ids.drain(..) {
@@ -258,11 +267,16 @@ impl InterPodAffinity {
         }
         let mut score: HashMap<String, HashMap<String, i64>> = HashMap::new();
         let mut add = |key: &str, value: &str, points: i64| {
-            *score
-                .entry(key.to_string())
-                .or_default()
-                .entry(value.to_string())
-                .or_insert(0) += points;
+            if !score.contains_key(key) {
+                score.insert(key.to_string(), HashMap::new());
+            }
+            let values = score.get_mut(key).expect("inserted above");
+            match values.get_mut(value) {
+                Some(sum) => *sum += points,
+                None => {
+                    values.insert(value.to_string(), points);
+                }
+            }
         };
         for (list, sign) in [
             (&affinity.preferred_affinity, 1),
@@ -270,7 +284,7 @@ impl InterPodAffinity {
         ] {
             for weighted in list {
                 let term = IncomingTerm::resolve(&weighted.term, &pod.namespace, nodes);
-                let slot = self.tallies.slot(vec![term], nodes);
+                let slot = self.tallies.slot(vec![term], nodes, &self.pods_by_label);
                 let tally = self.tallies.get(slot);
                 for (value, &count) in &tally.counts[0] {
                     add(
@@ -281,7 +295,7 @@ impl InterPodAffinity {
                 }
             }
         }
-        for ((term, weight), group) in &self.scoring.map {
+        for ((term, weight), group) in self.scoring.candidates(&pod.labels) {
             if !group.counts.is_empty()
                 && term.matches(&pod.namespace, namespace_labels, &pod.labels)
             {
@@ -322,6 +336,7 @@ impl Plugin for InterPodAffinity {
         Ok(InterPodAffinity {
             args: Args::parse(config)?,
             tallies: Tallies::default(),
+            pods_by_label: PodsByLabel::default(),
             existing_anti_affinity: Groups::default(),
             scoring: Groups::default(),
             prepared: Prepared::default(),
@@ -346,7 +361,7 @@ impl Plugin for InterPodAffinity {
         let mut prepared = Prepared::default();
         if !affinity.required_affinity.is_empty() {
             let terms = affinity.required_affinity.iter().map(resolve).collect();
-            let slot = self.tallies.slot(terms, nodes);
+            let slot = self.tallies.slot(terms, nodes, &self.pods_by_label);
             let tally = self.tallies.get(slot);
             prepared.first_of_group = tally.is_empty()
                 && tally
@@ -356,10 +371,12 @@ impl Plugin for InterPodAffinity {
             prepared.affinity = Some(slot);
         }
         for term in &affinity.required_anti_affinity {
-            let slot = self.tallies.slot(vec![resolve(term)], nodes);
+            let slot = self
+                .tallies
+                .slot(vec![resolve(term)], nodes, &self.pods_by_label);
             prepared.anti_affinity.push(slot);
         }
-        for (term, group) in &self.existing_anti_affinity.map {
+        for (term, group) in self.existing_anti_affinity.candidates(&pod.labels) {
             if !group.counts.is_empty()
                 && term.matches(&pod.namespace, namespace_labels, &pod.labels)
             {
@@ -383,12 +400,12 @@ impl Plugin for InterPodAffinity {
         PodPlan { filter, score }
     }
 
-    fn pod_added(&mut self, _id: PodId, pod: &ExistingPod, node_labels: &Labels) {
-        self.track(pod, node_labels, true);
+    fn pod_added(&mut self, id: PodId, pod: &ExistingPod, node_labels: &Labels) {
+        self.track(id, pod, node_labels, true);
     }
 
-    fn pod_removed(&mut self, _id: PodId, pod: &ExistingPod, node_labels: &Labels) {
-        self.track(pod, node_labels, false);
+    fn pod_removed(&mut self, id: PodId, pod: &ExistingPod, node_labels: &Labels) {
+        self.track(id, pod, node_labels, false);
     }
 }
 

@@ -2,10 +2,10 @@
 //! they schedule, kept up to date instead as pods enter and leave the mirror: per topology value,
 //! how many placed pods match a term.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 
-use wasched_sdk::{ExistingPod, Labels, Nodes};
+use wasched_sdk::{ExistingPod, LabelSelector, Labels, Nodes, PodId};
 
 use crate::terms::{IncomingTerm, OwnedTerm};
 
@@ -15,12 +15,99 @@ pub type Counts = HashMap<String, u32>;
 
 fn count(counts: &mut Counts, value: &str, up: bool) {
     if up {
-        *counts.entry(value.to_string()).or_insert(0) += 1;
+        match counts.get_mut(value) {
+            Some(n) => *n += 1,
+            None => {
+                counts.insert(value.to_string(), 1);
+            }
+        }
     } else if let Some(n) = counts.get_mut(value) {
         *n -= 1;
         if *n == 0 {
             counts.remove(value);
         }
+    }
+}
+
+/// A label pair every pod matching `selector` has (a `matchLabels` pair, or an `In` requirement
+/// with one value): only pods with it need checking against the selector.
+pub fn anchor(selector: Option<&LabelSelector>) -> Option<(&str, &str)> {
+    let selector = selector?;
+    if let Some(pair) = selector.match_labels.iter().next() {
+        return Some(pair);
+    }
+    selector
+        .match_expressions
+        .iter()
+        .find(|r| r.operator == "In" && r.values.len() == 1)
+        .map(|r| (r.key.as_str(), r.values[0].as_str()))
+}
+
+type Pair = (String, String);
+
+fn owned(pair: Option<(&str, &str)>) -> Option<Pair> {
+    pair.map(|(k, v)| (k.to_string(), v.to_string()))
+}
+
+/// The placed pods by label: what a term's selector requires narrows the pods a new tally has to
+/// look at from all of them to those with the label.
+#[derive(Default)]
+pub struct PodsByLabel {
+    by_pair: HashMap<String, HashMap<String, HashSet<PodId>>>,
+}
+
+impl PodsByLabel {
+    pub fn apply(&mut self, id: PodId, labels: &Labels, up: bool) {
+        for (key, value) in labels.iter() {
+            if up {
+                if !self.by_pair.contains_key(key) {
+                    self.by_pair.insert(key.to_string(), HashMap::new());
+                }
+                let values = self.by_pair.get_mut(key).expect("inserted above");
+                match values.get_mut(value) {
+                    Some(ids) => {
+                        ids.insert(id);
+                    }
+                    None => {
+                        values.insert(value.to_string(), HashSet::from([id]));
+                    }
+                }
+            } else if let Some(values) = self.by_pair.get_mut(key) {
+                if let Some(ids) = values.get_mut(value) {
+                    ids.remove(&id);
+                    if ids.is_empty() {
+                        values.remove(value);
+                    }
+                }
+                if values.is_empty() {
+                    self.by_pair.remove(key);
+                }
+            }
+        }
+    }
+
+    /// The pods that can match `selector`, when it requires a label value (a `matchLabels` pair
+    /// or an `In` requirement); `None` when any pod can.
+    fn candidates(&self, selector: &LabelSelector) -> Option<Vec<PodId>> {
+        let values_of = |key: &str| self.by_pair.get(key);
+        if let Some((key, value)) = selector.match_labels.iter().next() {
+            let ids = values_of(key).and_then(|values| values.get(value));
+            return Some(ids.map_or_else(Vec::new, |ids| ids.iter().copied().collect()));
+        }
+        let requirement = selector
+            .match_expressions
+            .iter()
+            .find(|r| r.operator == "In")?;
+        let values = values_of(&requirement.key);
+        Some(
+            requirement
+                .values
+                .iter()
+                .filter_map(|value| values.and_then(|v| v.get(value)))
+                .flatten()
+                .copied()
+                .collect(),
+        )
     }
 }
 
@@ -59,15 +146,22 @@ impl Tally {
 
 /// How many distinct term lists are kept counted. Pods of one workload share their terms, so this
 /// covers the workloads being scheduled at a time; the least recently used list is dropped (and
-/// counted again from the mirror if asked for again).
-const TALLY_CAPACITY: usize = 64;
+/// counted again from the mirror if asked for again). A placed pod updates only the tallies
+/// anchored on one of its labels (and the few without an anchor), so a large table costs little.
+pub const TALLY_CAPACITY: usize = 1024;
 
 /// The tallies of the term lists recent pods asked for.
 #[derive(Default)]
 pub struct Tallies {
     slots: Vec<Tally>,
     index: HashMap<Vec<IncomingTerm>, usize>,
+    /// Slots by a label pair every pod they count has; `None`: slots any pod may count in.
+    by_anchor: HashMap<Option<Pair>, Vec<usize>>,
     clock: u64,
+}
+
+fn tally_anchor(terms: &[IncomingTerm]) -> Option<Pair> {
+    owned(terms.iter().find_map(|t| anchor(t.selector.as_ref())))
 }
 
 impl Tallies {
@@ -76,8 +170,14 @@ impl Tallies {
         self.clock += 1;
     }
 
-    /// The slot of the tally of `terms`, counted from the mirror's pods the first time.
-    pub fn slot(&mut self, terms: Vec<IncomingTerm>, nodes: &Nodes) -> usize {
+    /// The slot of the tally of `terms`, counted from the mirror's pods the first time (only
+    /// those `by_label` says can match, when a term's selector requires a label value).
+    pub fn slot(
+        &mut self,
+        terms: Vec<IncomingTerm>,
+        nodes: &Nodes,
+        by_label: &PodsByLabel,
+    ) -> usize {
         if let Some(&slot) = self.index.get(&terms) {
             self.slots[slot].used = self.clock;
             return slot;
@@ -88,9 +188,20 @@ impl Tallies {
             used: self.clock,
         };
         let none = Labels::default();
-        for (_, pod) in nodes.pods() {
+        let mut count = |pod: &ExistingPod| {
             let labels = nodes.get(pod.node).map_or(&none, |n| &n.labels);
             tally.apply(pod, labels, true);
+        };
+        let narrowest = terms
+            .iter()
+            .filter_map(|term| by_label.candidates(term.selector.as_ref()?))
+            .min_by_key(Vec::len);
+        match narrowest {
+            Some(ids) => ids
+                .iter()
+                .filter_map(|&id| nodes.pod(id))
+                .for_each(&mut count),
+            None => nodes.pods().for_each(|(_, pod)| count(pod)),
         }
         let evictable = (self.slots.len() >= TALLY_CAPACITY)
             .then(|| {
@@ -101,8 +212,15 @@ impl Tallies {
             .flatten();
         let slot = match evictable {
             Some(slot) => {
-                self.index.remove(&self.slots[slot].terms);
-                self.slots[slot] = tally;
+                let old = std::mem::replace(&mut self.slots[slot], tally);
+                self.index.remove(&old.terms);
+                let bucket = tally_anchor(&old.terms);
+                if let Some(slots) = self.by_anchor.get_mut(&bucket) {
+                    slots.retain(|&s| s != slot);
+                    if slots.is_empty() {
+                        self.by_anchor.remove(&bucket);
+                    }
+                }
                 slot
             }
             None => {
@@ -110,6 +228,10 @@ impl Tallies {
                 self.slots.len() - 1
             }
         };
+        self.by_anchor
+            .entry(tally_anchor(&terms))
+            .or_default()
+            .push(slot);
         self.index.insert(terms, slot);
         slot
     }
@@ -119,8 +241,16 @@ impl Tallies {
     }
 
     pub fn apply(&mut self, pod: &ExistingPod, node_labels: &Labels, up: bool) {
-        for tally in &mut self.slots {
-            tally.apply(pod, node_labels, up);
+        let mut buckets = vec![None];
+        buckets.extend(
+            pod.labels
+                .iter()
+                .map(|(k, v)| Some((k.to_string(), v.to_string()))),
+        );
+        for bucket in &buckets {
+            for &slot in self.by_anchor.get(bucket).into_iter().flatten() {
+                self.slots[slot].apply(pod, node_labels, up);
+            }
         }
     }
 
@@ -136,37 +266,86 @@ pub struct Group {
     pub counts: Counts,
 }
 
-/// Groups by term (and whatever else tells them apart, e.g. a weight).
+/// What a group is keyed by: its term tells the label pair every pod it matches has.
+pub trait Keyed: Hash + Eq {
+    fn term(&self) -> &OwnedTerm;
+}
+
+impl Keyed for OwnedTerm {
+    fn term(&self) -> &OwnedTerm {
+        self
+    }
+}
+
+impl Keyed for ScoringKey {
+    fn term(&self) -> &OwnedTerm {
+        &self.0
+    }
+}
+
+/// Groups by term (and whatever else tells them apart, e.g. a weight), bucketed by the label pair
+/// their term requires, so a pod is checked only against the groups it can match.
 pub struct Groups<K> {
-    pub map: HashMap<K, Group>,
+    buckets: HashMap<Option<Pair>, HashMap<K, Group>>,
 }
 
 impl<K> Default for Groups<K> {
     fn default() -> Self {
         Groups {
-            map: HashMap::new(),
+            buckets: HashMap::new(),
         }
     }
 }
 
-impl<K: Hash + Eq> Groups<K> {
+impl<K: Keyed> Groups<K> {
+    /// Every group, for checks.
+    pub fn iter(&self) -> impl Iterator<Item = (&K, &Group)> {
+        self.buckets.values().flatten()
+    }
+
+    /// The groups whose term a pod with `labels` may match (all others cannot).
+    pub fn candidates<'a>(
+        &'a self,
+        labels: &'a Labels,
+    ) -> impl Iterator<Item = (&'a K, &'a Group)> {
+        std::iter::once(None)
+            .chain(
+                labels
+                    .iter()
+                    .map(|(k, v)| Some((k.to_string(), v.to_string()))),
+            )
+            .filter_map(|bucket| self.buckets.get(&bucket))
+            .flatten()
+    }
+
     pub fn apply(&mut self, key: K, topology_value: Option<&str>, up: bool) {
+        let bucket = owned(anchor(key.term().selector.as_ref()));
         if up {
-            let group = self.map.entry(key).or_insert_with(|| Group {
-                pods: 0,
-                counts: Counts::new(),
-            });
+            let group = self
+                .buckets
+                .entry(bucket)
+                .or_default()
+                .entry(key)
+                .or_insert_with(|| Group {
+                    pods: 0,
+                    counts: Counts::new(),
+                });
             group.pods += 1;
             if let Some(value) = topology_value {
                 count(&mut group.counts, value, true);
             }
-        } else if let Some(group) = self.map.get_mut(&key) {
-            if let Some(value) = topology_value {
-                count(&mut group.counts, value, false);
+        } else if let Some(groups) = self.buckets.get_mut(&bucket) {
+            if let Some(group) = groups.get_mut(&key) {
+                if let Some(value) = topology_value {
+                    count(&mut group.counts, value, false);
+                }
+                group.pods -= 1;
+                if group.pods == 0 {
+                    groups.remove(&key);
+                }
             }
-            group.pods -= 1;
-            if group.pods == 0 {
-                self.map.remove(&key);
+            if groups.is_empty() {
+                self.buckets.remove(&bucket);
             }
         }
     }
