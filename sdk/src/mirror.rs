@@ -792,13 +792,13 @@ mod tests {
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
             let id = ((state >> 33) % 40) as u32;
-            if (state >> 20) % 7 == 0 {
+            if (state >> 20).is_multiple_of(7) {
                 nodes.remove(id);
             } else {
                 let zone = zones[((state >> 40) % 3) as usize];
                 let host = format!("host-{step}");
                 let mut pairs = vec![("kubernetes.io/hostname", host.as_str())];
-                if (state >> 45) % 5 != 0 {
+                if !(state >> 45).is_multiple_of(5) {
                     pairs.push(("zone", zone));
                 }
                 nodes.upsert(id, labelled(&pairs));

@@ -542,12 +542,11 @@ fn send_changes(
                 let every_pod = parts.contains(sdk::ExistingPodParts::LABELS);
                 for &id in &delta.pods {
                     match cache.existing_pod(id) {
-                        Some((_, pod)) if !worth_sending(pod, parts) => {
-                            if synced.holds(id) {
-                                gone.push(id);
-                                synced.hold(id, false);
-                            }
+                        Some((_, pod)) if !worth_sending(pod, parts) && synced.holds(id) => {
+                            gone.push(id);
+                            synced.hold(id, false);
                         }
+                        Some((_, pod)) if !worth_sending(pod, parts) => {}
                         Some((node, pod)) if arriving.contains(&node) => {
                             gone.push(id);
                             late.push((id, pod.with_parts(node, parts)));
