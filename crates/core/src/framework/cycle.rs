@@ -209,7 +209,7 @@ impl Profile {
             let message = reasons::nodes_unavailable(all.len(), reasons);
             return Ok(Outcome::unschedulable(
                 message,
-                explain(cache, cycle, &search, None),
+                explain(cache, cycle, all, &candidates, &search, None),
             ));
         }
         self.phases.lap(Phase::Filter, &mut cycle.mark);
@@ -222,7 +222,7 @@ impl Profile {
             node: Some(node_name(cache, search.feasible[best])),
             message: None,
             error: false,
-            nodes: explain(cache, cycle, &search, Some(&scores)),
+            nodes: explain(cache, cycle, all, &candidates, &search, Some(&scores)),
         };
         self.phases.lap(Phase::Select, &mut cycle.mark);
         Ok(outcome)
@@ -385,8 +385,15 @@ impl Profile {
             None => Cow::Borrowed(all),
             Some(names) if names.is_empty() => {
                 let reason = reasons::no_node_in_every_narrowed_set(&narrowing);
-                let message = reasons::rejected_before_filtering(all.len(), &[reason]);
-                return Err(Outcome::unschedulable(message, Vec::new()));
+                let message = reasons::rejected_before_filtering(all.len(), &[&reason]);
+                let report = if cycle.explain {
+                    all.iter()
+                        .map(|&id| infeasible(cache, id, vec![reason.clone()]))
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                return Err(Outcome::unschedulable(message, report));
             }
             Some(names) => Cow::Owned(
                 all.iter()
@@ -689,11 +696,14 @@ fn rejected_before_filtering(
     Outcome::unschedulable(message, report)
 }
 
-/// Stage 7: what `--explain` shows, when asked: every rejected node with its reasons, then every
+/// Stage 7: what `--explain` shows, when asked: every rejected node with its reasons, every node
+/// a PreFilter node list left out with the reason kube-scheduler records for it, then every
 /// feasible node with its scores per plugin and total.
 fn explain(
     cache: &Cache,
     cycle: &CycleState,
+    all: &[u32],
+    candidates: &Candidates,
     search: &Search,
     scores: Option<&Scores>,
 ) -> Vec<NodeReport> {
@@ -705,6 +715,16 @@ fn explain(
         .iter()
         .enumerate()
         .map(|(k, &id)| infeasible(cache, id, search.reasons(k)));
+    let kept: std::collections::HashSet<u32> = match &candidates.nodes {
+        Cow::Borrowed(_) => std::collections::HashSet::new(),
+        Cow::Owned(nodes) => nodes.iter().copied().collect(),
+    };
+    let narrowed = matches!(candidates.nodes, Cow::Owned(_));
+    let absent = all
+        .iter()
+        .filter(|id| narrowed && !kept.contains(id))
+        .map(|&id| infeasible(cache, id, vec![candidates.absent_reason.clone()]));
+    let rejected = rejected.chain(absent);
     let feasible = scores.into_iter().flat_map(|scores| {
         search
             .feasible
@@ -1421,13 +1441,25 @@ mod stage_tests {
             outcome.message.as_deref(),
             Some("0/4 nodes are available: 2 Insufficient cpu, 2 node(s) didn't satisfy plugin(s) [A B].")
         );
-        let explained: Vec<&str> = outcome.nodes.iter().map(|r| r.node.as_str()).collect();
-        assert_eq!(
-            explained.len(),
-            2,
-            "the narrowed-out nodes were never examined"
-        );
-        assert!(explained.contains(&"n2") && explained.contains(&"n3"));
+        let explained: Vec<(&str, &[String])> = outcome
+            .nodes
+            .iter()
+            .map(|r| (r.node.as_str(), r.reasons.as_slice()))
+            .collect();
+        let left_out = "node(s) didn't satisfy plugin(s) [A B]".to_string();
+        let cpu = "Insufficient cpu".to_string();
+        for (node, reasons) in [
+            ("n1", &left_out),
+            ("n2", &cpu),
+            ("n3", &cpu),
+            ("n4", &left_out),
+        ] {
+            assert!(
+                explained.contains(&(node, std::slice::from_ref(reasons))),
+                "{node}: {explained:?}"
+            );
+        }
+        assert_eq!(explained.len(), 4, "each node once: {explained:?}");
     }
 
     #[test]
@@ -1448,6 +1480,12 @@ mod stage_tests {
             both.schedule(&pod(), false).expect("profile").message.as_deref(),
             Some("0/2 nodes are available: node(s) didn't satisfy plugin(s) [NodeName Pinned] simultaneously.")
         );
+        let explained = both.schedule(&pod(), true).expect("profile").nodes;
+        assert_eq!(explained.len(), 2, "every node is explained: {explained:?}");
+        assert!(explained
+            .iter()
+            .all(|n| n.reasons
+                == ["node(s) didn't satisfy plugin(s) [NodeName Pinned] simultaneously"]));
         let none = Script {
             plan: FilterPlan::OnlyNodes(Vec::new()),
             ..Script::default()
