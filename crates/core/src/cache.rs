@@ -104,6 +104,8 @@ pub struct Cache {
     log: Vec<Change>,
     /// The generation of `log[0]`.
     log_base: u64,
+    /// Placed pods with any pod (anti-)affinity term.
+    pods_with_pod_affinity: usize,
 }
 
 impl Cache {
@@ -234,6 +236,9 @@ impl Cache {
             // Compared first: every binding the watch confirms comes through here, nearly always
             // unchanged.
             if !placed.existing.is_of(pod) {
+                let before = usize::from(!placed.existing.pod_affinity.is_empty());
+                let after = usize::from(!pod.pod_affinity.is_empty());
+                self.pods_with_pod_affinity = self.pods_with_pod_affinity + after - before;
                 placed.existing = sdk::ExistingPod::of(pod, 0);
                 self.log.push(Change::Pod(placed.id));
             }
@@ -267,6 +272,7 @@ impl Cache {
         } else {
             self.pod_ids[id as usize] = Some(key.clone());
         }
+        self.pods_with_pod_affinity += usize::from(!pod.pod_affinity.is_empty());
         let placed = PlacedPod {
             id,
             existing: sdk::ExistingPod::of(pod, 0),
@@ -301,6 +307,7 @@ impl Cache {
         };
         self.pod_ids[placed.id as usize] = None;
         self.free_pod_ids.push(placed.id);
+        self.pods_with_pod_affinity -= usize::from(!placed.existing.pod_affinity.is_empty());
         match self.by_name.get(&placed.node) {
             Some(&id) => {
                 let entry = self.nodes[id as usize]
@@ -321,6 +328,11 @@ impl Cache {
             }
         }
         true
+    }
+
+    /// How many placed pods have a pod (anti-)affinity term.
+    pub fn pods_with_pod_affinity(&self) -> usize {
+        self.pods_with_pod_affinity
     }
 
     /// The node a pod is placed on, if any.

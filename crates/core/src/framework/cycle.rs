@@ -116,7 +116,15 @@ struct CycleState<'p> {
     mark: Instant,
     /// The pod, to tell a plugin failing for one pod from one failing for all.
     pod: &'p sdk::Pod,
+    /// Per slot: its answer for this pod is known without a call
+    /// ([`super::PluginSpec::idle_without_pod_affinity`]).
+    idle: Vec<bool>,
 }
+
+/// How far (in cache changes) an idle plugin's mirror may fall behind before it is brought up
+/// to date anyway: the change log is kept from the oldest mirror on, so this bounds it, and the
+/// changes go in one batch instead of one call per cycle.
+const IDLE_SYNC_LAG: u64 = 1024;
 
 /// The nodes the filters will look at, and what the plans said about the others.
 struct Candidates<'a> {
@@ -159,12 +167,18 @@ struct Scores {
 impl Profile {
     /// Runs one cycle for `pod` against the cache. Does not place the pod.
     pub(super) fn schedule(&mut self, cache: &mut Cache, pod: &sdk::Pod, explain: bool) -> Outcome {
+        let quiet = pod.pod_affinity.is_empty() && cache.pods_with_pod_affinity() == 0;
         let mut cycle = CycleState {
             now: self.clock.now(),
             explain,
             left_out: vec![false; self.slots.len()],
             mark: Instant::now(),
             pod,
+            idle: self
+                .slots
+                .iter()
+                .map(|slot| quiet && slot.spec.idle_without_pod_affinity)
+                .collect(),
         };
         let outcome = self
             .run_stages(cache, pod, &mut cycle)
@@ -270,6 +284,13 @@ impl Profile {
                 }
                 continue;
             }
+            let recent = slot
+                .synced
+                .generation
+                .is_some_and(|g| g >= cache.log_start() && cache.generation() - g < IDLE_SYNC_LAG);
+            if cycle.idle[i] && slot.instance.is_some() && recent {
+                continue;
+            }
             if let Err(e) = slot.sync(cache) {
                 self.plugin_failed(cycle, i, &e)?;
             }
@@ -285,7 +306,8 @@ impl Profile {
         pod: &sdk::Pod,
         cycle: &mut CycleState,
     ) -> Stage<Vec<sdk::PodPlan>> {
-        let (answers, worker_errors) = self.start_pod_on_every_thread(cache, pod, &cycle.left_out);
+        let (answers, worker_errors) =
+            self.start_pod_on_every_thread(cache, pod, &cycle.left_out, &cycle.idle);
         let mut plans = Vec::with_capacity(answers.len());
         for (i, answer) in answers.into_iter().enumerate() {
             match answer {
@@ -313,6 +335,7 @@ impl Profile {
         cache: &Cache,
         pod: &sdk::Pod,
         left_out: &[bool],
+        idle: &[bool],
     ) -> (
         Vec<Option<Result<sdk::PodPlan, CallError>>>,
         Vec<Vec<(usize, CallError)>>,
@@ -332,15 +355,24 @@ impl Profile {
         let main = || {
             answers = instances
                 .iter_mut()
-                .zip(left_out)
-                .map(|(instance, &out)| {
-                    (!out).then(|| instance.as_mut().expect("synced").set_pod(pod))
+                .zip(left_out.iter().zip(idle))
+                .map(|(instance, (&out, &idle))| {
+                    (!out).then(|| {
+                        if idle {
+                            Ok(sdk::PodPlan {
+                                filter: sdk::FilterPlan::Skip,
+                                score: false,
+                            })
+                        } else {
+                            instance.as_mut().expect("synced").set_pod(pod)
+                        }
+                    })
                 })
                 .collect();
         };
         let helpers = self.workers.iter_mut().zip(&mut worker_errors);
         run_beside(self.pool.as_ref(), main, helpers, |(worker, errors)| {
-            prepare_worker(worker, &specs, cache, left_out, pod, errors)
+            prepare_worker(worker, &specs, cache, left_out, idle, pod, errors)
         });
         (answers, worker_errors)
     }
@@ -855,11 +887,12 @@ fn prepare_worker(
     specs: &[(&PluginSpec, Reads)],
     cache: &Cache,
     left_out: &[bool],
+    idle: &[bool],
     pod: &sdk::Pod,
     errors: &mut Vec<(usize, CallError)>,
 ) {
     for (i, (spec, reads)) in specs.iter().enumerate() {
-        if left_out[i] {
+        if left_out[i] || idle[i] {
             continue;
         }
         let (instance, synced) = (&mut worker.instances[i], &mut worker.synced[i]);
@@ -1266,6 +1299,7 @@ mod stage_tests {
                 ..FailurePolicy::default()
             },
             stats: Arc::default(),
+            idle_without_pod_affinity: false,
         }
     }
 
@@ -1460,6 +1494,45 @@ mod stage_tests {
             );
         }
         assert_eq!(explained.len(), 4, "each node once: {explained:?}");
+    }
+
+    /// The host answers for an idle InterPodAffinity only while neither the pod nor any placed
+    /// pod has pod (anti-)affinity; otherwise the plugin is asked (here it rejects every pod).
+    #[test]
+    fn an_idle_plugin_is_answered_for_only_while_no_pod_has_pod_affinity() {
+        let reject = Script {
+            plan: FilterPlan::Reject(sdk::Failure::unresolvable("asked")),
+            ..Script::default()
+        };
+        let mut gated = plugin("Gated", reject, OnFailure::Fail);
+        gated.idle_without_pod_affinity = true;
+        let mut scheduler = scheduler(2, vec![gated], vec![]);
+        let plain = pod();
+        assert!(scheduler
+            .schedule(&plain, false)
+            .expect("profile")
+            .node
+            .is_some());
+        let mut with_terms = pod();
+        with_terms.name = "q".into();
+        with_terms
+            .pod_affinity
+            .required_anti_affinity
+            .push(sdk::PodAffinityTerm::default());
+        let asked = scheduler.schedule(&with_terms, false).expect("profile");
+        assert_eq!(
+            asked.message.as_deref(),
+            Some("0/2 nodes are available: asked.")
+        );
+        scheduler.cache_mut().add_pod(&with_terms, "n1");
+        let after = scheduler.schedule(&plain, false).expect("profile");
+        assert!(after.node.is_none(), "a placed pod with terms wakes it");
+        scheduler.cache_mut().remove_pod(&with_terms.key());
+        assert!(scheduler
+            .schedule(&plain, false)
+            .expect("profile")
+            .node
+            .is_some());
     }
 
     #[test]

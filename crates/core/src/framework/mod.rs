@@ -71,6 +71,10 @@ pub struct PluginSpec {
     pub policy: FailurePolicy,
     /// Where the instances' call times are recorded.
     pub stats: Arc<PluginCallStats>,
+    /// The plugin is the default InterPodAffinity, whose answer for a pod without pod
+    /// (anti-)affinity terms, while no placed pod has any, is kube-scheduler's Skip with no
+    /// score: the host gives that answer without calling it (and syncs its mirror in batches).
+    pub idle_without_pod_affinity: bool,
 }
 
 impl PluginSpec {
@@ -1239,6 +1243,7 @@ mod tests {
             config: "{}".into(),
             policy: FailurePolicy::default(),
             stats: Arc::new(PluginCallStats::default()),
+            idle_without_pod_affinity: false,
         };
         let reads = Reads {
             usage: false,

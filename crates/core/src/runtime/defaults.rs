@@ -55,6 +55,11 @@ pub static DEFAULT_PLUGINS: &[DefaultPlugin] = &[
     default_plugin!(wasched_balanced_allocation::BalancedAllocation),
 ];
 
+/// The default plugin whose answer for a pod without pod (anti-)affinity terms, in a cluster
+/// where no placed pod has any, is Skip with no score
+/// ([`crate::framework::PluginSpec::idle_without_pod_affinity`]).
+pub const INTER_POD_AFFINITY: &str = wasched_inter_pod_affinity::NAME;
+
 /// The default plugin named `name`.
 pub fn find(name: &str) -> Option<&'static DefaultPlugin> {
     DEFAULT_PLUGINS.iter().find(|p| p.name == name)
