@@ -37,7 +37,7 @@ import uuid
 
 import aiohttp.web
 import kmock
-from kmock._internal import enums
+from kmock._internal import enums, parsing
 
 # What a scheduler lists, watches and writes (kmock serves only declared resources).
 RESOURCES = [
@@ -51,6 +51,21 @@ RESOURCES = [
     ('coordination.k8s.io/v1/leases', 'Lease', True, set()),
     ('v1/configmaps', 'ConfigMap', True, set()),
 ]
+
+# kmock reads `/api/v1/namespaces[/{name}]` as the start of a namespaced path and fails (500):
+# there `namespaces` is the resource, as for any cluster-scoped kind.
+_parse_path = parsing.parse_path
+
+
+def _parse_path_with_namespaces(path: str) -> parsing.ParsedPath:
+    parts = path.strip('/').split('/')
+    if len(parts) in (3, 4) and parts[:3] == ['api', 'v1', 'namespaces']:
+        name = parts[3] if len(parts) == 4 else None
+        return parsing.ParsedPath('', 'v1', 'namespaces', None, name, None)
+    return _parse_path(path)
+
+
+parsing.parse_path = _parse_path_with_namespaces
 
 # Events kept for watches that resume from a resourceVersion; older ones get 410 Gone.
 KEPT_EVENTS = 100_000
