@@ -27,7 +27,8 @@ pub struct Args {
     /// Number of pods to schedule per run.
     #[arg(long, default_value_t = 5000)]
     pub pods: usize,
-    /// Workloads to run, comma-separated (basic, node-affinity, taints, volume-zones, mixed, churn),
+    /// Workloads to run, comma-separated (basic, node-affinity, taints, volume-zones, mixed, churn,
+    /// pod-anti-affinity, pod-affinity),
     /// or `all` (mirroring kube-scheduler's scheduler_perf).
     #[arg(long, value_delimiter = ',', default_value = "mixed")]
     pub scenario: Vec<Scenario>,
