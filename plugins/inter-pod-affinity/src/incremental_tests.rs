@@ -90,25 +90,23 @@ fn random_pod(walk: &mut Walk, name: &str) -> Pod {
     }
     pod.labels = labels(&pairs);
     let affinity = &mut pod.pod_affinity;
-    for _ in 0..walk.below(4).saturating_sub(2) {
-        affinity.required_affinity.push(random_term(walk));
+    for list in [
+        &mut affinity.required_affinity,
+        &mut affinity.required_anti_affinity,
+    ] {
+        for _ in 0..walk.below(4).saturating_sub(2) {
+            list.push(random_term(walk));
+        }
     }
-    for _ in 0..walk.below(4).saturating_sub(2) {
-        affinity.required_anti_affinity.push(random_term(walk));
-    }
-    for _ in 0..walk.below(4).saturating_sub(2) {
-        let term = random_term(walk);
-        let weight = 1 + walk.below(100) as i32;
-        affinity
-            .preferred_affinity
-            .push(WeightedPodAffinityTerm { weight, term });
-    }
-    for _ in 0..walk.below(4).saturating_sub(2) {
-        let term = random_term(walk);
-        let weight = 1 + walk.below(100) as i32;
-        affinity
-            .preferred_anti_affinity
-            .push(WeightedPodAffinityTerm { weight, term });
+    for list in [
+        &mut affinity.preferred_affinity,
+        &mut affinity.preferred_anti_affinity,
+    ] {
+        for _ in 0..walk.below(4).saturating_sub(2) {
+            let term = random_term(walk);
+            let weight = 1 + walk.below(100) as i32;
+            list.push(WeightedPodAffinityTerm { weight, term });
+        }
     }
     pod
 }

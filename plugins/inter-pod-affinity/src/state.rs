@@ -43,10 +43,75 @@ pub fn anchor(selector: Option<&LabelSelector>) -> Option<(&str, &str)> {
         .map(|r| (r.key.as_str(), r.values[0].as_str()))
 }
 
-type Pair = (String, String);
+/// Entries filed under the label pair (an [`anchor`]) every pod they can match has, the others
+/// apart: the entries a pod may match are those of its own labels' pairs and the unanchored
+/// ones. Found by borrowed strings, so a pod's labels need no copying to look them up.
+struct ByAnchor<T> {
+    unanchored: T,
+    anchored: HashMap<String, HashMap<String, T>>,
+}
 
-fn owned(pair: Option<(&str, &str)>) -> Option<Pair> {
-    pair.map(|(k, v)| (k.to_string(), v.to_string()))
+impl<T: Default> Default for ByAnchor<T> {
+    fn default() -> Self {
+        ByAnchor {
+            unanchored: T::default(),
+            anchored: HashMap::new(),
+        }
+    }
+}
+
+impl<T: Default> ByAnchor<T> {
+    fn entry(&mut self, anchor: Option<(&str, &str)>) -> &mut T {
+        let Some((key, value)) = anchor else {
+            return &mut self.unanchored;
+        };
+        if !self.anchored.contains_key(key) {
+            self.anchored.insert(key.to_string(), HashMap::new());
+        }
+        let values = self.anchored.get_mut(key).expect("inserted above");
+        if !values.contains_key(value) {
+            values.insert(value.to_string(), T::default());
+        }
+        values.get_mut(value).expect("inserted above")
+    }
+
+    /// Changes the entry of `anchor`, if there is one, and drops it once `is_empty` says so.
+    fn update(
+        &mut self,
+        anchor: Option<(&str, &str)>,
+        change: impl FnOnce(&mut T),
+        is_empty: impl Fn(&T) -> bool,
+    ) {
+        let Some((key, value)) = anchor else {
+            change(&mut self.unanchored);
+            return;
+        };
+        let Some(values) = self.anchored.get_mut(key) else {
+            return;
+        };
+        if let Some(entry) = values.get_mut(value) {
+            change(entry);
+            if is_empty(entry) {
+                values.remove(value);
+            }
+        }
+        if values.is_empty() {
+            self.anchored.remove(key);
+        }
+    }
+
+    /// The entries a pod with `labels` may match.
+    fn matching<'a>(&'a self, labels: &'a Labels) -> impl Iterator<Item = &'a T> {
+        std::iter::once(&self.unanchored).chain(
+            labels
+                .iter()
+                .filter_map(|(key, value)| self.anchored.get(key)?.get(value)),
+        )
+    }
+
+    fn all(&self) -> impl Iterator<Item = &T> {
+        std::iter::once(&self.unanchored).chain(self.anchored.values().flat_map(|v| v.values()))
+    }
 }
 
 /// The placed pods by label: what a term's selector requires narrows the pods a new tally has to
@@ -155,13 +220,13 @@ pub const TALLY_CAPACITY: usize = 1024;
 pub struct Tallies {
     slots: Vec<Tally>,
     index: HashMap<Vec<IncomingTerm>, usize>,
-    /// Slots by a label pair every pod they count has; `None`: slots any pod may count in.
-    by_anchor: HashMap<Option<Pair>, Vec<usize>>,
+    /// Slots by a label pair every pod they count has.
+    by_anchor: ByAnchor<Vec<usize>>,
     clock: u64,
 }
 
-fn tally_anchor(terms: &[IncomingTerm]) -> Option<Pair> {
-    owned(terms.iter().find_map(|t| anchor(t.selector.as_ref())))
+fn tally_anchor(terms: &[IncomingTerm]) -> Option<(&str, &str)> {
+    terms.iter().find_map(|t| anchor(t.selector.as_ref()))
 }
 
 impl Tallies {
@@ -214,13 +279,11 @@ impl Tallies {
             Some(slot) => {
                 let old = std::mem::replace(&mut self.slots[slot], tally);
                 self.index.remove(&old.terms);
-                let bucket = tally_anchor(&old.terms);
-                if let Some(slots) = self.by_anchor.get_mut(&bucket) {
-                    slots.retain(|&s| s != slot);
-                    if slots.is_empty() {
-                        self.by_anchor.remove(&bucket);
-                    }
-                }
+                self.by_anchor.update(
+                    tally_anchor(&old.terms),
+                    |slots| slots.retain(|&s| s != slot),
+                    Vec::is_empty,
+                );
                 slot
             }
             None => {
@@ -228,10 +291,7 @@ impl Tallies {
                 self.slots.len() - 1
             }
         };
-        self.by_anchor
-            .entry(tally_anchor(&terms))
-            .or_default()
-            .push(slot);
+        self.by_anchor.entry(tally_anchor(&terms)).push(slot);
         self.index.insert(terms, slot);
         slot
     }
@@ -241,14 +301,8 @@ impl Tallies {
     }
 
     pub fn apply(&mut self, pod: &ExistingPod, node_labels: &Labels, up: bool) {
-        let mut buckets = vec![None];
-        buckets.extend(
-            pod.labels
-                .iter()
-                .map(|(k, v)| Some((k.to_string(), v.to_string()))),
-        );
-        for bucket in &buckets {
-            for &slot in self.by_anchor.get(bucket).into_iter().flatten() {
+        for slots in self.by_anchor.matching(&pod.labels) {
+            for &slot in slots {
                 self.slots[slot].apply(pod, node_labels, up);
             }
         }
@@ -286,13 +340,13 @@ impl Keyed for ScoringKey {
 /// Groups by term (and whatever else tells them apart, e.g. a weight), bucketed by the label pair
 /// their term requires, so a pod is checked only against the groups it can match.
 pub struct Groups<K> {
-    buckets: HashMap<Option<Pair>, HashMap<K, Group>>,
+    buckets: ByAnchor<HashMap<K, Group>>,
 }
 
 impl<K> Default for Groups<K> {
     fn default() -> Self {
         Groups {
-            buckets: HashMap::new(),
+            buckets: ByAnchor::default(),
         }
     }
 }
@@ -300,7 +354,7 @@ impl<K> Default for Groups<K> {
 impl<K: Keyed> Groups<K> {
     /// Every group, for checks.
     pub fn iter(&self) -> impl Iterator<Item = (&K, &Group)> {
-        self.buckets.values().flatten()
+        self.buckets.all().flatten()
     }
 
     /// The groups whose term a pod with `labels` may match (all others cannot).
@@ -308,45 +362,34 @@ impl<K: Keyed> Groups<K> {
         &'a self,
         labels: &'a Labels,
     ) -> impl Iterator<Item = (&'a K, &'a Group)> {
-        std::iter::once(None)
-            .chain(
-                labels
-                    .iter()
-                    .map(|(k, v)| Some((k.to_string(), v.to_string()))),
-            )
-            .filter_map(|bucket| self.buckets.get(&bucket))
-            .flatten()
+        self.buckets.matching(labels).flatten()
     }
 
     pub fn apply(&mut self, key: K, topology_value: Option<&str>, up: bool) {
-        let bucket = owned(anchor(key.term().selector.as_ref()));
         if up {
-            let group = self
-                .buckets
-                .entry(bucket)
-                .or_default()
-                .entry(key)
-                .or_insert_with(|| Group {
-                    pods: 0,
-                    counts: Counts::new(),
-                });
+            let groups = self.buckets.entry(anchor(key.term().selector.as_ref()));
+            let group = groups.entry(key).or_insert_with(|| Group {
+                pods: 0,
+                counts: Counts::new(),
+            });
             group.pods += 1;
             if let Some(value) = topology_value {
                 count(&mut group.counts, value, true);
             }
-        } else if let Some(groups) = self.buckets.get_mut(&bucket) {
-            if let Some(group) = groups.get_mut(&key) {
-                if let Some(value) = topology_value {
-                    count(&mut group.counts, value, false);
+        } else {
+            let change = |groups: &mut HashMap<K, Group>| {
+                if let Some(group) = groups.get_mut(&key) {
+                    if let Some(value) = topology_value {
+                        count(&mut group.counts, value, false);
+                    }
+                    group.pods -= 1;
+                    if group.pods == 0 {
+                        groups.remove(&key);
+                    }
                 }
-                group.pods -= 1;
-                if group.pods == 0 {
-                    groups.remove(&key);
-                }
-            }
-            if groups.is_empty() {
-                self.buckets.remove(&bucket);
-            }
+            };
+            let bucket = anchor(key.term().selector.as_ref());
+            self.buckets.update(bucket, change, HashMap::is_empty);
         }
     }
 }
