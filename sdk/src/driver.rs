@@ -50,16 +50,16 @@ impl<P: Exported> Driver<P> {
         &self.plugin
     }
 
-    /// Adds or replaces nodes in the mirror. The pods of a node whose labels change are removed
-    /// from the plugin's view under the old labels and added again under the new ones.
+    /// Adds or replaces nodes in the mirror. The pods of a node whose labels (or name) change are
+    /// removed from the plugin's view under the old node and added again under the new one.
     pub fn upsert_nodes(&mut self, nodes: impl IntoIterator<Item = (u32, NodeInfo)>) {
-        let none = Labels::default();
+        let none = NodeInfo::default();
         for (id, node) in nodes {
             let relabelled: Vec<PodId> = match self.nodes.pods_on(id).next() {
                 None => Vec::new(),
                 Some(_) => {
-                    let old = self.nodes.get(id).map_or(&none, |n| &n.labels);
-                    if *old == node.labels {
+                    let old = self.nodes.get(id).unwrap_or(&none);
+                    if old.labels == node.labels && old.name == node.name {
                         Vec::new()
                     } else {
                         let pods: Vec<PodId> = self.nodes.pods_on(id).map(|(p, _)| p).collect();
@@ -115,18 +115,18 @@ impl<P: Exported> Driver<P> {
 
     fn remove_pod(&mut self, id: PodId) {
         if let Some(pod) = self.nodes.pod(id) {
-            let none = Labels::default();
-            let labels = self.nodes.get(pod.node).map_or(&none, |n| &n.labels);
-            self.plugin.pod_removed(id, pod, labels);
+            let none = NodeInfo::default();
+            let node = self.nodes.get(pod.node).unwrap_or(&none);
+            self.plugin.pod_removed(id, pod, node);
             self.nodes.remove_pod(id);
         }
     }
 
     fn announce_added(&mut self, id: PodId) {
         if let Some(pod) = self.nodes.pod(id) {
-            let none = Labels::default();
-            let labels = self.nodes.get(pod.node).map_or(&none, |n| &n.labels);
-            self.plugin.pod_added(id, pod, labels);
+            let none = NodeInfo::default();
+            let node = self.nodes.get(pod.node).unwrap_or(&none);
+            self.plugin.pod_added(id, pod, node);
         }
     }
 

@@ -47,6 +47,8 @@ mod driver;
 pub mod guest;
 pub mod helpers;
 mod mirror;
+pub mod node_selector;
+pub mod pod_index;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod testing;
 mod types;
@@ -106,20 +108,20 @@ pub trait Plugin: Sized + 'static {
         PodPlan::default()
     }
 
-    /// Called when an existing pod enters the mirror, with the labels its node has in the mirror
-    /// (empty when the mirror lacks the node). Also called, after [`Plugin::pod_removed`] with the
-    /// old labels, for every pod of a node whose labels change: a plugin that keeps counts per
+    /// Called when an existing pod enters the mirror, with its node as the mirror has it (an
+    /// empty node when the mirror lacks it). Also called, after [`Plugin::pod_removed`] with the
+    /// old node, for every pod of a node whose labels change: a plugin that keeps counts per
     /// topology domain (kube-scheduler's PreFilter state, kept up to date instead of rebuilt per
     /// pod) stays exact through adds, moves, relabels and removals.
-    fn pod_added(&mut self, id: PodId, pod: &ExistingPod, node_labels: &Labels) {
-        let _ = (id, pod, node_labels);
+    fn pod_added(&mut self, id: PodId, pod: &ExistingPod, node: &NodeInfo) {
+        let _ = (id, pod, node);
     }
 
-    /// Called when an existing pod leaves the mirror (or its node is relabelled), with the labels
+    /// Called when an existing pod leaves the mirror (or its node is relabelled), with the node
     /// it was added under. Every [`Plugin::pod_added`] is matched by one call here with the same
-    /// pod and labels before the pod is added again or the node is removed.
-    fn pod_removed(&mut self, id: PodId, pod: &ExistingPod, node_labels: &Labels) {
-        let _ = (id, pod, node_labels);
+    /// pod and node before the pod is added again or the node is removed.
+    fn pod_removed(&mut self, id: PodId, pod: &ExistingPod, node: &NodeInfo) {
+        let _ = (id, pod, node);
     }
 }
 
@@ -155,7 +157,10 @@ pub trait ScorePlugin: Plugin {
     fn score(&self, pod: &Pod, node: &NodeInfo) -> i64;
 
     /// Scores a batch: appends one raw score per id of `ids` to `out`, in order. The default calls
-    /// [`ScorePlugin::score`] per node; an override must give exactly the same scores.
+    /// [`ScorePlugin::score`] per node; an override must give exactly the same scores. With
+    /// [`Normalize::Custom`] the batch is every feasible node of the cycle, in one call, so scores
+    /// may weigh a node against the whole feasible set (kube-scheduler's PreScore); otherwise the
+    /// host may split the feasible nodes between threads.
     fn score_batch(&mut self, pod: &Pod, nodes: &Nodes, ids: &[NodeId], out: &mut Vec<i64>) {
         out.extend(ids.iter().map(|&id| match nodes.get(id) {
             Some(node) => self.score(pod, node),

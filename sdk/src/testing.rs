@@ -233,6 +233,9 @@ pub struct Case {
     pub existing: Vec<(usize, Pod)>,
     /// Namespaces with their labels (for `namespaceSelector`s).
     pub namespaces: Vec<(String, Labels)>,
+    /// The positions of the nodes that passed every filter, which are scored (`scores` has one
+    /// entry per position); `None` scores every node.
+    pub feasible: Option<Vec<usize>>,
 }
 
 impl Case {
@@ -253,6 +256,7 @@ impl Case {
             plan: None,
             existing: Vec::new(),
             namespaces: Vec::new(),
+            feasible: None,
         }
     }
 
@@ -268,6 +272,7 @@ impl Case {
             plan: None,
             existing: Vec::new(),
             namespaces: Vec::new(),
+            feasible: None,
         }
     }
 
@@ -307,6 +312,22 @@ impl Case {
                 )
             })
             .collect()
+    }
+
+    /// This row scoring only the nodes at `positions` (kube-scheduler's tests' `failedNodes` are
+    /// the others).
+    pub fn with_feasible(mut self, positions: &[usize]) -> Case {
+        self.feasible = Some(positions.to_vec());
+        self
+    }
+
+    /// The mirror ids of the nodes the row scores, in order.
+    pub fn scored_ids(&self) -> Vec<NodeId> {
+        let ids = node_ids(self.nodes.len());
+        match &self.feasible {
+            Some(positions) => positions.iter().map(|&p| ids[p]).collect(),
+            None => ids,
+        }
     }
 
     /// This row also checking the filter plan.
@@ -448,13 +469,21 @@ pub fn answers<P: Exported>(case: &Case) -> Answers {
 
     let mut scores = Vec::new();
     if P::SCORE && plan.score {
-        let split = ids.len() / 2;
-        driver.score(&ids[..split], &mut scores);
-        driver.score(&ids[split..], &mut scores);
-        let one_by_one: Vec<i64> = case
-            .nodes
+        let scored = case.scored_ids();
+        // As the host does: a plugin normalizing its own scores gets every feasible node at once.
+        if P::NORMALIZE == Normalize::Custom {
+            driver.score(&scored, &mut scores);
+        } else {
+            let split = scored.len() / 2;
+            driver.score(&scored[..split], &mut scores);
+            driver.score(&scored[split..], &mut scores);
+        }
+        let one_by_one: Vec<i64> = scored
             .iter()
-            .map(|node| driver.plugin().score_one(&seen, node))
+            .map(|&id| {
+                let node = driver.nodes().get(id).expect("a node of the row");
+                driver.plugin().score_one(&seen, node)
+            })
             .collect();
         assert_eq!(scores, one_by_one, "{}", what("score_batch vs score"));
         match P::NORMALIZE {

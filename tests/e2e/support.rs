@@ -85,7 +85,9 @@ fn run_with(name: &str, runtime: DefaultPluginRuntime, case: &Case) -> Answers {
     };
     let mut scores = Vec::new();
     if descriptor.score && plan.score {
-        instance.score(&ids, &mut scores).expect("score");
+        instance
+            .score(&case.scored_ids(), &mut scores)
+            .expect("score");
         match descriptor.normalize {
             Normalize::None => {}
             Normalize::Scale => wasched_sdk::helpers::default_normalize(&mut scores, false),

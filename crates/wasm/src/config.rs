@@ -676,7 +676,7 @@ impl Config {
             raw.as_ref()
                 .is_none_or(|r| r.component.is_none() && r.default.is_none())
         });
-        let mut idle_without_pod_affinity = false;
+        let mut idle_when = None;
         let factory: Arc<dyn PluginFactory> = match raw.as_ref().and_then(|r| r.component.clone()) {
             None if uploaded.is_some() => {
                 let bytes = uploaded.expect("checked by the guard");
@@ -719,7 +719,7 @@ impl Config {
                 if raw.as_ref().is_none_or(|r| r.call_timeout_ms.is_none()) {
                     limits.call_timeout = BUILT_IN_CALL_TIMEOUT;
                 }
-                idle_without_pod_affinity = plugin.name == defaults::INTER_POD_AFFINITY;
+                idle_when = defaults::idle_when(plugin.name);
                 default_factory_with(plugin, self.default_plugins, limits, self.deadlines)
                     .map_err(|e| self.error(definition.map(Spanned::span).unwrap_or(0..0), e))?
             }
@@ -730,7 +730,7 @@ impl Config {
             config: config_json,
             policy,
             stats: self.stats.get(name),
-            idle_without_pod_affinity,
+            idle_when,
         })
     }
 }

@@ -22,8 +22,9 @@ use wasched_sdk::{
 };
 
 pub use args::Args;
-use state::{Groups, PodsByLabel, ScoringKey, Tallies};
+use state::{Groups, ScoringKey, Tallies};
 use terms::{IncomingTerm, OwnedTerm};
+use wasched_sdk::pod_index::PodsByLabel;
 
 /// The name used in configs and messages.
 pub const NAME: &str = "InterPodAffinity";
@@ -400,12 +401,12 @@ impl Plugin for InterPodAffinity {
         PodPlan { filter, score }
     }
 
-    fn pod_added(&mut self, id: PodId, pod: &ExistingPod, node_labels: &Labels) {
-        self.track(id, pod, node_labels, true);
+    fn pod_added(&mut self, id: PodId, pod: &ExistingPod, node: &NodeInfo) {
+        self.track(id, pod, &node.labels, true);
     }
 
-    fn pod_removed(&mut self, id: PodId, pod: &ExistingPod, node_labels: &Labels) {
-        self.track(id, pod, node_labels, false);
+    fn pod_removed(&mut self, id: PodId, pod: &ExistingPod, node: &NodeInfo) {
+        self.track(id, pod, &node.labels, false);
     }
 }
 

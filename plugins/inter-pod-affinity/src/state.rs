@@ -2,10 +2,11 @@
 //! they schedule, kept up to date instead as pods enter and leave the mirror: per topology value,
 //! how many placed pods match a term.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::Hash;
 
-use wasched_sdk::{ExistingPod, LabelSelector, Labels, Nodes, PodId};
+use wasched_sdk::pod_index::{anchor, ByAnchor, PodsByLabel};
+use wasched_sdk::{ExistingPod, Labels, Nodes};
 
 use crate::terms::{IncomingTerm, OwnedTerm};
 
@@ -26,153 +27,6 @@ fn count(counts: &mut Counts, value: &str, up: bool) {
         if *n == 0 {
             counts.remove(value);
         }
-    }
-}
-
-/// A label pair every pod matching `selector` has (a `matchLabels` pair, or an `In` requirement
-/// with one value): only pods with it need checking against the selector.
-pub fn anchor(selector: Option<&LabelSelector>) -> Option<(&str, &str)> {
-    let selector = selector?;
-    if let Some(pair) = selector.match_labels.iter().next() {
-        return Some(pair);
-    }
-    selector
-        .match_expressions
-        .iter()
-        .find(|r| r.operator == "In" && r.values.len() == 1)
-        .map(|r| (r.key.as_str(), r.values[0].as_str()))
-}
-
-/// Entries filed under the label pair (an [`anchor`]) every pod they can match has, the others
-/// apart: the entries a pod may match are those of its own labels' pairs and the unanchored
-/// ones. Found by borrowed strings, so a pod's labels need no copying to look them up.
-struct ByAnchor<T> {
-    unanchored: T,
-    anchored: HashMap<String, HashMap<String, T>>,
-}
-
-impl<T: Default> Default for ByAnchor<T> {
-    fn default() -> Self {
-        ByAnchor {
-            unanchored: T::default(),
-            anchored: HashMap::new(),
-        }
-    }
-}
-
-impl<T: Default> ByAnchor<T> {
-    fn entry(&mut self, anchor: Option<(&str, &str)>) -> &mut T {
-        let Some((key, value)) = anchor else {
-            return &mut self.unanchored;
-        };
-        if !self.anchored.contains_key(key) {
-            self.anchored.insert(key.to_string(), HashMap::new());
-        }
-        let values = self.anchored.get_mut(key).expect("inserted above");
-        if !values.contains_key(value) {
-            values.insert(value.to_string(), T::default());
-        }
-        values.get_mut(value).expect("inserted above")
-    }
-
-    /// Changes the entry of `anchor`, if there is one, and drops it once `is_empty` says so.
-    fn update(
-        &mut self,
-        anchor: Option<(&str, &str)>,
-        change: impl FnOnce(&mut T),
-        is_empty: impl Fn(&T) -> bool,
-    ) {
-        let Some((key, value)) = anchor else {
-            change(&mut self.unanchored);
-            return;
-        };
-        let Some(values) = self.anchored.get_mut(key) else {
-            return;
-        };
-        if let Some(entry) = values.get_mut(value) {
-            change(entry);
-            if is_empty(entry) {
-                values.remove(value);
-            }
-        }
-        if values.is_empty() {
-            self.anchored.remove(key);
-        }
-    }
-
-    /// The entries a pod with `labels` may match.
-    fn matching<'a>(&'a self, labels: &'a Labels) -> impl Iterator<Item = &'a T> {
-        std::iter::once(&self.unanchored).chain(
-            labels
-                .iter()
-                .filter_map(|(key, value)| self.anchored.get(key)?.get(value)),
-        )
-    }
-
-    fn all(&self) -> impl Iterator<Item = &T> {
-        std::iter::once(&self.unanchored).chain(self.anchored.values().flat_map(|v| v.values()))
-    }
-}
-
-/// The placed pods by label: what a term's selector requires narrows the pods a new tally has to
-/// look at from all of them to those with the label.
-#[derive(Default)]
-pub struct PodsByLabel {
-    by_pair: HashMap<String, HashMap<String, HashSet<PodId>>>,
-}
-
-impl PodsByLabel {
-    pub fn apply(&mut self, id: PodId, labels: &Labels, up: bool) {
-        for (key, value) in labels.iter() {
-            if up {
-                if !self.by_pair.contains_key(key) {
-                    self.by_pair.insert(key.to_string(), HashMap::new());
-                }
-                let values = self.by_pair.get_mut(key).expect("inserted above");
-                match values.get_mut(value) {
-                    Some(ids) => {
-                        ids.insert(id);
-                    }
-                    None => {
-                        values.insert(value.to_string(), HashSet::from([id]));
-                    }
-                }
-            } else if let Some(values) = self.by_pair.get_mut(key) {
-                if let Some(ids) = values.get_mut(value) {
-                    ids.remove(&id);
-                    if ids.is_empty() {
-                        values.remove(value);
-                    }
-                }
-                if values.is_empty() {
-                    self.by_pair.remove(key);
-                }
-            }
-        }
-    }
-
-    /// The pods that can match `selector`, when it requires a label value (a `matchLabels` pair
-    /// or an `In` requirement); `None` when any pod can.
-    fn candidates(&self, selector: &LabelSelector) -> Option<Vec<PodId>> {
-        let values_of = |key: &str| self.by_pair.get(key);
-        if let Some((key, value)) = selector.match_labels.iter().next() {
-            let ids = values_of(key).and_then(|values| values.get(value));
-            return Some(ids.map_or_else(Vec::new, |ids| ids.iter().copied().collect()));
-        }
-        let requirement = selector
-            .match_expressions
-            .iter()
-            .find(|r| r.operator == "In")?;
-        let values = values_of(&requirement.key);
-        Some(
-            requirement
-                .values
-                .iter()
-                .filter_map(|value| values.and_then(|v| v.get(value)))
-                .flatten()
-                .copied()
-                .collect(),
-        )
     }
 }
 

@@ -1,12 +1,10 @@
 //! NodeAffinity: `spec.nodeSelector` and required node affinity must both hold; preferred node
 //! affinity terms add their weights to a node's score.
 
-mod selector;
-
-use selector::{parse_term, CompiledTerm, Term};
+use wasched_sdk::node_selector::{parse_term, CompiledTerm, RequiredNodeAffinity, Term};
 use wasched_sdk::{
-    Failure, FilterPlan, FilterPlugin, FilterResults, LabelTest, Labels, NodeInfo, Nodes,
-    Normalize, Plugin, Pod, PodParts, PodPlan, ScorePlugin, Verdict,
+    Failure, FilterPlan, FilterPlugin, FilterResults, LabelTest, NodeInfo, Nodes, Normalize,
+    Plugin, Pod, PodParts, PodPlan, ScorePlugin, Verdict,
 };
 
 /// The name used in configs and messages.
@@ -15,15 +13,12 @@ pub const NAME: &str = "NodeAffinity";
 pub const REASON: &str = "node(s) didn't match Pod's node affinity/selector";
 /// kube-scheduler's reason when every term names nodes by `metadata.name` and no name is common.
 pub const REASON_CONFLICT: &str = "pod affinity terms conflict";
-/// The field key `matchFields` supports.
-pub const NAME_FIELD: &str = "metadata.name";
+pub use wasched_sdk::node_selector::NAME_FIELD;
 
 /// The plugin; holds the current pod's parsed selector and terms.
 #[derive(Default)]
 pub struct NodeAffinity {
-    node_selector: Labels,
-    /// `None`: no required affinity. `Some`: the valid, non-empty terms (ORed).
-    required: Option<Vec<Term>>,
+    required: RequiredNodeAffinity,
     preferred: Vec<(i64, Term)>,
     /// The above as label tests against the mirror, made at the pod's first batch, with the
     /// mirror's generation they were made at.
@@ -41,13 +36,14 @@ impl Compiled {
     fn new(plugin: &NodeAffinity, nodes: &Nodes) -> Self {
         Compiled {
             node_selector: plugin
-                .node_selector
+                .required
+                .node_selector()
                 .iter()
                 .map(|(key, wanted)| nodes.label_test(key, |value| value == Some(wanted)))
                 .collect(),
             required: plugin
                 .required
-                .as_ref()
+                .terms()
                 .map(|terms| terms.iter().map(|t| t.compile(nodes)).collect()),
             preferred: plugin
                 .preferred
@@ -94,17 +90,9 @@ impl Plugin for NodeAffinity {
 
     fn prepare(&mut self, pod: &Pod, _nodes: &Nodes) -> PodPlan {
         self.compiled = None;
-        self.node_selector = pod.node_selector.clone();
+        self.required = RequiredNodeAffinity::of(pod);
         let affinity = pod.node_affinity.as_ref();
         let required_terms = affinity.and_then(|a| a.required.as_ref());
-        // An empty or invalid term matches nothing, so it is simply left out of the ORed list.
-        self.required = required_terms.map(|terms| {
-            terms
-                .iter()
-                .filter(|t| !t.match_expressions.is_empty() || !t.match_fields.is_empty())
-                .filter_map(|t| parse_term(t).ok())
-                .collect()
-        });
         self.preferred.clear();
         let mut invalid_preference = None;
         for term in affinity.map(|a| a.preferred.as_slice()).unwrap_or_default() {
@@ -125,7 +113,7 @@ impl Plugin for NodeAffinity {
             FilterPlan::Reject(Failure::error(format!(
                 "invalid preferred node affinity: {error}"
             )))
-        } else if required_terms.is_none() && self.node_selector.is_empty() {
+        } else if self.required.is_empty() {
             FilterPlan::Skip
         } else {
             required_terms.map_or(FilterPlan::Run, |terms| plan_by_node_name(terms))
@@ -178,15 +166,7 @@ fn plan_by_node_name(terms: &[wasched_sdk::NodeSelectorTerm]) -> FilterPlan {
 
 impl FilterPlugin for NodeAffinity {
     fn filter(&self, _pod: &Pod, node: &NodeInfo) -> Verdict {
-        let selector_matches = self
-            .node_selector
-            .iter()
-            .all(|(key, value)| node.labels.get(key) == Some(value));
-        let affinity_matches = match &self.required {
-            None => true,
-            Some(terms) => terms.iter().any(|t| t.matches(node)),
-        };
-        if selector_matches && affinity_matches {
+        if self.required.matches(node) {
             Ok(())
         } else {
             Err(Failure::unresolvable(REASON))

@@ -117,7 +117,7 @@ struct CycleState<'p> {
     /// The pod, to tell a plugin failing for one pod from one failing for all.
     pod: &'p sdk::Pod,
     /// Per slot: its answer for this pod is known without a call
-    /// ([`super::PluginSpec::idle_without_pod_affinity`]).
+    /// ([`super::PluginSpec::idle_when`]).
     idle: Vec<bool>,
 }
 
@@ -167,7 +167,6 @@ struct Scores {
 impl Profile {
     /// Runs one cycle for `pod` against the cache. Does not place the pod.
     pub(super) fn schedule(&mut self, cache: &mut Cache, pod: &sdk::Pod, explain: bool) -> Outcome {
-        let quiet = pod.pod_affinity.is_empty() && cache.pods_with_pod_affinity() == 0;
         let mut cycle = CycleState {
             now: self.clock.now(),
             explain,
@@ -177,7 +176,7 @@ impl Profile {
             idle: self
                 .slots
                 .iter()
-                .map(|slot| quiet && slot.spec.idle_without_pod_affinity)
+                .map(|slot| slot.spec.idle_when.is_some_and(|w| w.holds(pod, cache)))
                 .collect(),
         };
         let outcome = self
@@ -602,23 +601,38 @@ impl Profile {
             .copied()
             .filter(|&(i, _)| plans[i].score && !cycle.left_out[i])
             .collect();
-        let plugins: Vec<usize> = scoring.iter().map(|&(i, _)| i).collect();
+        // A plugin that normalizes its own scores may weigh each node against the whole feasible
+        // set (PodTopologySpread counts its domains), so it scores every feasible node in one call
+        // on this thread; the others are split between the threads.
+        let (whole, split): (Vec<usize>, Vec<usize>) = scoring
+            .iter()
+            .map(|&(i, _)| i)
+            .partition(|&i| self.slots[i].descriptor.normalize == Normalize::Custom);
         let mut parts: Vec<Vec<Result<Vec<i64>, CallError>>> =
             vec![Vec::new(); 1 + self.workers.len()];
         let used = self.on_each_part(feasible, &mut parts, |instances, nodes, part| {
-            score_part(instances, &plugins, nodes, part)
+            score_part(instances, &split, nodes, part)
         });
         parts.truncate(used);
+        let mut whole_results = Vec::with_capacity(whole.len());
+        let mut main_instances: Vec<InstanceRef> =
+            self.slots.iter_mut().map(|s| &mut s.instance).collect();
+        score_part(&mut main_instances, &whole, feasible, &mut whole_results);
+        let mut whole_results = whole_results.into_iter();
         let mut per_part: Vec<_> = parts.into_iter().map(Vec::into_iter).collect();
         for &(i, weight) in &scoring {
-            // Every part holds one result per plugin, in `scoring` order.
-            let joined: Result<Vec<i64>, CallError> = per_part
-                .iter_mut()
-                .map(|part| part.next().expect("one result per plugin"))
-                .try_fold(Vec::with_capacity(feasible.len()), |mut all, part| {
-                    all.extend(part?);
-                    Ok(all)
-                });
+            // Every part holds one result per split plugin, in `scoring` order.
+            let joined: Result<Vec<i64>, CallError> = if whole.contains(&i) {
+                whole_results.next().expect("one result per plugin")
+            } else {
+                per_part
+                    .iter_mut()
+                    .map(|part| part.next().expect("one result per plugin"))
+                    .try_fold(Vec::with_capacity(feasible.len()), |mut all, part| {
+                        all.extend(part?);
+                        Ok(all)
+                    })
+            };
             let normalized =
                 joined.and_then(|mut raw| normalize(&mut self.slots[i], &mut raw).map(|()| raw));
             let plugin_scores = match normalized {
@@ -1189,6 +1203,10 @@ mod stage_tests {
         scores: HashMap<&'static str, i64>,
         /// The call that fails, every time.
         fails_in: Option<&'static str>,
+        /// How its scores are normalized (`Custom` leaves them as they are).
+        normalize: Normalize,
+        /// The size of every `score` batch, across the instances.
+        score_batches: Arc<std::sync::Mutex<Vec<usize>>>,
     }
 
     struct Scripted {
@@ -1252,6 +1270,7 @@ mod stage_tests {
         }
         fn score(&mut self, ids: &[u32], out: &mut Vec<i64>) -> Result<(), CallError> {
             self.call("score")?;
+            self.script.score_batches.lock().unwrap().push(ids.len());
             let score = |id| self.script.scores.get(self.names[id].as_str()).copied();
             out.extend(ids.iter().map(|id| score(id).unwrap_or(0)));
             Ok(())
@@ -1272,7 +1291,7 @@ mod stage_tests {
                     version: "0".into(),
                     filter: true,
                     score: true,
-                    normalize: Normalize::None,
+                    normalize: self.0.normalize,
                     reads_usage: false,
                     reads_pod: sdk::PodParts::ALL,
                     reads_existing_pods: sdk::ExistingPodParts::NONE,
@@ -1299,7 +1318,7 @@ mod stage_tests {
                 ..FailurePolicy::default()
             },
             stats: Arc::default(),
-            idle_without_pod_affinity: false,
+            idle_when: None,
         }
     }
 
@@ -1309,12 +1328,21 @@ mod stage_tests {
         filters: Vec<PluginSpec>,
         scores: Vec<(PluginSpec, i64)>,
     ) -> Scheduler {
+        threaded_scheduler(nodes, filters, scores, 1)
+    }
+
+    fn threaded_scheduler(
+        nodes: usize,
+        filters: Vec<PluginSpec>,
+        scores: Vec<(PluginSpec, i64)>,
+        parallelism: usize,
+    ) -> Scheduler {
         let profile = ProfileSpec {
             scheduler_name: "default-scheduler".into(),
             filters,
             scores,
             percentage_of_nodes_to_score: Some(100),
-            parallelism: 1,
+            parallelism,
         };
         let clock = Arc::new(crate::clock::FakeClock::default());
         let mut scheduler = Scheduler::with_clock(&[profile], 7, clock).expect("profile");
@@ -1350,6 +1378,32 @@ mod stage_tests {
             fails_in: Some(call),
             ..Script::default()
         }
+    }
+
+    #[test]
+    fn a_custom_normalizing_plugin_scores_every_feasible_node_in_one_batch() {
+        let nodes = 4 * MIN_NODES_PER_WORKER;
+        let script = |normalize| Script {
+            normalize,
+            ..Script::default()
+        };
+        let whole = script(Normalize::Custom);
+        let shared = script(Normalize::None);
+        let mut scheduler = threaded_scheduler(
+            nodes,
+            vec![],
+            vec![
+                (plugin("Whole", whole.clone(), OnFailure::Fail), 1),
+                (plugin("Shared", shared.clone(), OnFailure::Fail), 1),
+            ],
+            2,
+        );
+        let outcome = scheduler.schedule(&pod(), false).expect("profile");
+        assert!(outcome.node.is_some());
+        assert_eq!(*whole.score_batches.lock().unwrap(), [nodes]);
+        let shared_batches = shared.score_batches.lock().unwrap().clone();
+        assert_eq!(shared_batches.len(), 2, "split between the threads");
+        assert_eq!(shared_batches.iter().sum::<usize>(), nodes);
     }
 
     #[test]
@@ -1505,7 +1559,7 @@ mod stage_tests {
             ..Script::default()
         };
         let mut gated = plugin("Gated", reject, OnFailure::Fail);
-        gated.idle_without_pod_affinity = true;
+        gated.idle_when = Some(super::super::IdleWhen::NoPodAffinity);
         let mut scheduler = scheduler(2, vec![gated], vec![]);
         let plain = pod();
         assert!(scheduler

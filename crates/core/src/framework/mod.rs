@@ -71,10 +71,35 @@ pub struct PluginSpec {
     pub policy: FailurePolicy,
     /// Where the instances' call times are recorded.
     pub stats: Arc<PluginCallStats>,
-    /// The plugin is the default InterPodAffinity, whose answer for a pod without pod
-    /// (anti-)affinity terms, while no placed pod has any, is kube-scheduler's Skip with no
-    /// score: the host gives that answer without calling it (and syncs its mirror in batches).
-    pub idle_without_pod_affinity: bool,
+    /// When the plugin is a default one whose answer for some pods is known without calling it
+    /// (kube-scheduler's Skip with no score): the host then gives that answer itself and syncs
+    /// the plugin's mirror in batches.
+    pub idle_when: Option<IdleWhen>,
+}
+
+/// Pods a default plugin has no opinion on, told from the pod and the cache alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdleWhen {
+    /// InterPodAffinity: the pod has no pod (anti-)affinity terms and no placed pod has any.
+    NoPodAffinity,
+    /// PodTopologySpread: the pod has no spread constraints of its own and no default spread
+    /// selector (no Service or controller selects it), so neither its own nor the cluster
+    /// default constraints apply.
+    NoTopologySpread,
+}
+
+impl IdleWhen {
+    /// Whether the plugin has no opinion on `pod`.
+    pub fn holds(self, pod: &sdk::Pod, cache: &Cache) -> bool {
+        match self {
+            IdleWhen::NoPodAffinity => {
+                pod.pod_affinity.is_empty() && cache.pods_with_pod_affinity() == 0
+            }
+            IdleWhen::NoTopologySpread => {
+                pod.topology_spread_constraints.is_empty() && pod.default_spread_selector.is_none()
+            }
+        }
+    }
 }
 
 impl PluginSpec {
@@ -961,6 +986,26 @@ impl Scheduler {
 mod tests {
     use super::*;
 
+    #[test]
+    fn pod_topology_spread_is_idle_only_for_pods_no_constraint_applies_to() {
+        let cache = Cache::default();
+        let plain = sdk::Pod::default();
+        assert!(IdleWhen::NoTopologySpread.holds(&plain, &cache));
+        let own = sdk::Pod {
+            topology_spread_constraints: vec![sdk::TopologySpreadConstraint::default()],
+            ..sdk::Pod::default()
+        };
+        assert!(!IdleWhen::NoTopologySpread.holds(&own, &cache));
+        let selected = sdk::Pod {
+            default_spread_selector: Some(sdk::LabelSelector::default()),
+            ..sdk::Pod::default()
+        };
+        assert!(
+            !IdleWhen::NoTopologySpread.holds(&selected, &cache),
+            "a Service selects it"
+        );
+    }
+
     /// Counts `set-pod` calls; its plan says how many calls it has seen, so a reused plan shows.
     struct CountingInstance {
         descriptor: sdk::Descriptor,
@@ -1243,7 +1288,7 @@ mod tests {
             config: "{}".into(),
             policy: FailurePolicy::default(),
             stats: Arc::new(PluginCallStats::default()),
-            idle_without_pod_affinity: false,
+            idle_when: None,
         };
         let reads = Reads {
             usage: false,

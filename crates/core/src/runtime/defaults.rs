@@ -10,6 +10,7 @@ use wasched_sdk::testing::Case;
 
 use super::native::NativeFactory;
 use super::PluginFactory;
+use crate::framework::IdleWhen;
 
 /// One default plugin.
 pub struct DefaultPlugin {
@@ -51,14 +52,20 @@ pub static DEFAULT_PLUGINS: &[DefaultPlugin] = &[
     default_plugin!(wasched_node_ports::NodePorts),
     default_plugin!(wasched_node_resources_fit::NodeResourcesFit),
     default_plugin!(wasched_volume_zone::VolumeZone),
+    default_plugin!(wasched_pod_topology_spread::PodTopologySpread),
     default_plugin!(wasched_inter_pod_affinity::InterPodAffinity),
     default_plugin!(wasched_balanced_allocation::BalancedAllocation),
 ];
 
-/// The default plugin whose answer for a pod without pod (anti-)affinity terms, in a cluster
-/// where no placed pod has any, is Skip with no score
-/// ([`crate::framework::PluginSpec::idle_without_pod_affinity`]).
-pub const INTER_POD_AFFINITY: &str = wasched_inter_pod_affinity::NAME;
+/// The pods the default plugin `name` has no opinion on, when the host can tell them
+/// ([`crate::framework::PluginSpec::idle_when`]).
+pub fn idle_when(name: &str) -> Option<IdleWhen> {
+    match name {
+        wasched_inter_pod_affinity::NAME => Some(IdleWhen::NoPodAffinity),
+        wasched_pod_topology_spread::NAME => Some(IdleWhen::NoTopologySpread),
+        _ => None,
+    }
+}
 
 /// The default plugin named `name`.
 pub fn find(name: &str) -> Option<&'static DefaultPlugin> {
@@ -74,15 +81,17 @@ pub const DEFAULT_FILTERS: &[&str] = &[
     wasched_node_ports::NAME,
     wasched_node_resources_fit::NAME,
     wasched_volume_zone::NAME,
+    wasched_pod_topology_spread::NAME,
     wasched_inter_pod_affinity::NAME,
 ];
 
 /// kube-scheduler's default score plugins and weights, restricted to the plugins wasched has
-/// (PodTopologySpread 2 and ImageLocality 1 are not implemented yet).
+/// (ImageLocality 1 is not implemented yet).
 pub const DEFAULT_SCORES: &[(&str, i64)] = &[
     (wasched_taint_toleration::NAME, 3),
     (wasched_node_affinity::NAME, 2),
     (wasched_node_resources_fit::NAME, 1),
+    (wasched_pod_topology_spread::NAME, 2),
     (wasched_inter_pod_affinity::NAME, 2),
     (wasched_balanced_allocation::NAME, 1),
 ];

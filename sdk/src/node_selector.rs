@@ -1,9 +1,66 @@
 //! Node selector terms parsed once per pod, with Kubernetes' validation rules: a term with any
-//! invalid requirement is an error (and, for required affinity, matches nothing).
+//! invalid requirement is an error (and, for required affinity, matches nothing). What the
+//! NodeAffinity plugin filters with, and what PodTopologySpread's `nodeAffinityPolicy: Honor`
+//! counts nodes by (Kubernetes' `component-helpers/scheduling/corev1/nodeaffinity`).
 
-use wasched_sdk::{LabelTest, NodeInfo, NodeSelectorRequirement, NodeSelectorTerm, Nodes};
+use crate::{LabelTest, Labels, NodeInfo, NodeSelectorRequirement, NodeSelectorTerm, Nodes, Pod};
 
-use crate::NAME_FIELD;
+/// The field key `matchFields` supports.
+pub const NAME_FIELD: &str = "metadata.name";
+
+/// A pod's `spec.nodeSelector` and required node affinity, parsed: what a node must match for the
+/// pod to run there (Kubernetes' `RequiredNodeAffinity`).
+#[derive(Debug, Default)]
+pub struct RequiredNodeAffinity {
+    node_selector: Labels,
+    /// `None`: no required affinity. `Some`: the valid, non-empty terms (ORed).
+    terms: Option<Vec<Term>>,
+}
+
+impl RequiredNodeAffinity {
+    /// Parses `pod`'s selector and required terms. An empty or invalid term matches nothing, so it
+    /// is left out of the ORed list (Kubernetes ignores the parse error for backward
+    /// compatibility).
+    pub fn of(pod: &Pod) -> Self {
+        let required = pod.node_affinity.as_ref().and_then(|a| a.required.as_ref());
+        RequiredNodeAffinity {
+            node_selector: pod.node_selector.clone(),
+            terms: required.map(|terms| {
+                terms
+                    .iter()
+                    .filter(|t| !t.match_expressions.is_empty() || !t.match_fields.is_empty())
+                    .filter_map(|t| parse_term(t).ok())
+                    .collect()
+            }),
+        }
+    }
+
+    /// True when the pod has neither a node selector nor required node affinity.
+    pub fn is_empty(&self) -> bool {
+        self.node_selector.is_empty() && self.terms.is_none()
+    }
+
+    /// The node selector, as given.
+    pub fn node_selector(&self) -> &Labels {
+        &self.node_selector
+    }
+
+    /// The required terms: `None` when the pod has no required affinity.
+    pub fn terms(&self) -> Option<&[Term]> {
+        self.terms.as_deref()
+    }
+
+    /// Whether `node` matches the selector and one of the terms.
+    pub fn matches(&self, node: &NodeInfo) -> bool {
+        self.node_selector
+            .iter()
+            .all(|(key, value)| node.labels.get(key) == Some(value))
+            && self
+                .terms
+                .as_ref()
+                .is_none_or(|terms| terms.iter().any(|t| t.matches(node)))
+    }
+}
 
 /// A parsed node selector term.
 #[derive(Debug)]

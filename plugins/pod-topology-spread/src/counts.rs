@@ -1,0 +1,333 @@
+//! What kube-scheduler's PreFilter and PreScore recount from every pod and node of the cluster
+//! for each pod they schedule, kept instead: per selector, how many placed pods it matches on
+//! each node ([`Tallies`], kept up to date as pods come and go), and per set of constraints, which
+//! nodes count and which domains they make ([`Eligibility`], worked out again only when nodes
+//! change).
+
+use std::collections::HashMap;
+
+use wasched_sdk::helpers::tolerated_by_any;
+use wasched_sdk::node_selector::RequiredNodeAffinity;
+use wasched_sdk::pod_index::{ByAnchor, PodsByLabel};
+use wasched_sdk::{
+    effect, ExistingPod, Labels, NodeAffinity, NodeId, NodeInfo, Nodes, Pod, Toleration,
+};
+
+use crate::constraints::{Constraint, SpreadSelector};
+
+/// The placed pods of one namespace that one selector matches, per node (terminating pods left
+/// out, as kube-scheduler's `countPodsMatchSelector` does).
+pub struct Tally {
+    pub namespace: String,
+    pub selector: SpreadSelector,
+    /// Node id → matching pods on it; absent when none.
+    pub per_node: HashMap<NodeId, u32>,
+    /// The same by node name, for the single-node score.
+    pub per_name: HashMap<String, u32>,
+    used: u64,
+}
+
+impl Tally {
+    fn counts(&self, pod: &ExistingPod) -> bool {
+        !pod.terminating && pod.namespace == self.namespace && self.selector.matches(&pod.labels)
+    }
+
+    fn apply(&mut self, pod: &ExistingPod, node: &NodeInfo, up: bool) {
+        if !self.counts(pod) {
+            return;
+        }
+        step(&mut self.per_node, pod.node, up);
+        match self.per_name.get_mut(node.name.as_str()) {
+            Some(n) if up => *n += 1,
+            Some(n) => {
+                *n -= 1;
+                if *n == 0 {
+                    self.per_name.remove(node.name.as_str());
+                }
+            }
+            None if up => {
+                self.per_name.insert(node.name.clone(), 1);
+            }
+            None => {}
+        }
+    }
+
+    /// Matching pods on node `id`.
+    pub fn on_node(&self, id: NodeId) -> u32 {
+        self.per_node.get(&id).copied().unwrap_or(0)
+    }
+}
+
+fn step(counts: &mut HashMap<NodeId, u32>, id: NodeId, up: bool) {
+    if up {
+        *counts.entry(id).or_insert(0) += 1;
+    } else if let Some(n) = counts.get_mut(&id) {
+        *n -= 1;
+        if *n == 0 {
+            counts.remove(&id);
+        }
+    }
+}
+
+/// How many selectors are kept counted: those of the workloads being scheduled at a time. The
+/// least recently used is dropped (and counted again from the mirror if asked for again).
+pub const TALLY_CAPACITY: usize = 1024;
+
+/// The tallies of the selectors recent pods asked for, filed under a label pair their pods have
+/// so a placed pod updates only those it can match.
+#[derive(Default)]
+pub struct Tallies {
+    slots: Vec<Tally>,
+    index: HashMap<(String, SpreadSelector), usize>,
+    by_anchor: ByAnchor<Vec<usize>>,
+    by_label: PodsByLabel,
+    clock: u64,
+}
+
+impl Tallies {
+    /// Starts a pod's cycle: the tallies it asks for from now on are not evicted during it.
+    pub fn begin(&mut self) {
+        self.clock += 1;
+    }
+
+    /// The slot of the tally of `selector` in `namespace`, counted from the mirror the first
+    /// time (only over the pods with the label pair the selector requires, when it requires one).
+    pub fn slot(&mut self, namespace: &str, selector: &SpreadSelector, nodes: &Nodes) -> usize {
+        let key = (namespace.to_string(), selector.clone());
+        if let Some(&slot) = self.index.get(&key) {
+            self.slots[slot].used = self.clock;
+            return slot;
+        }
+        let mut tally = Tally {
+            namespace: key.0.clone(),
+            selector: key.1.clone(),
+            per_node: HashMap::new(),
+            per_name: HashMap::new(),
+            used: self.clock,
+        };
+        let none = NodeInfo::default();
+        let mut count = |pod: &ExistingPod| {
+            tally.apply(pod, nodes.get(pod.node).unwrap_or(&none), true);
+        };
+        let narrowed = match selector.pairs().first() {
+            Some((key, value)) => Some(self.by_label.with_label(key, value)),
+            None => selector
+                .selector()
+                .and_then(|s| self.by_label.candidates(s)),
+        };
+        if !selector.counts_nothing() {
+            match narrowed {
+                Some(ids) => ids
+                    .iter()
+                    .filter_map(|&id| nodes.pod(id))
+                    .for_each(&mut count),
+                None => nodes.pods().for_each(|(_, pod)| count(pod)),
+            }
+        }
+        let evictable = (self.slots.len() >= TALLY_CAPACITY)
+            .then(|| {
+                (0..self.slots.len())
+                    .filter(|&s| self.slots[s].used != self.clock)
+                    .min_by_key(|&s| self.slots[s].used)
+            })
+            .flatten();
+        let anchor_of = |t: &Tally| {
+            t.selector
+                .anchor()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        };
+        let new_anchor = anchor_of(&tally);
+        let slot = match evictable {
+            Some(slot) => {
+                let old = std::mem::replace(&mut self.slots[slot], tally);
+                let old_anchor = anchor_of(&old);
+                self.index.remove(&(old.namespace, old.selector));
+                self.by_anchor.update(
+                    old_anchor.as_ref().map(|(k, v)| (k.as_str(), v.as_str())),
+                    |slots| slots.retain(|&s| s != slot),
+                    Vec::is_empty,
+                );
+                slot
+            }
+            None => {
+                self.slots.push(tally);
+                self.slots.len() - 1
+            }
+        };
+        self.by_anchor
+            .entry(new_anchor.as_ref().map(|(k, v)| (k.as_str(), v.as_str())))
+            .push(slot);
+        self.index.insert(key, slot);
+        slot
+    }
+
+    pub fn get(&self, slot: usize) -> &Tally {
+        &self.slots[slot]
+    }
+
+    /// Counts a placed pod in (or out of) every tally it matches.
+    pub fn apply(&mut self, id: wasched_sdk::PodId, pod: &ExistingPod, node: &NodeInfo, up: bool) {
+        self.by_label.apply(id, &pod.labels, up);
+        for slots in self.by_anchor.matching(&pod.labels) {
+            for &slot in slots {
+                self.slots[slot].apply(pod, node, up);
+            }
+        }
+    }
+
+    /// Every tally, for checks.
+    pub fn iter(&self) -> impl Iterator<Item = &Tally> {
+        self.slots.iter()
+    }
+}
+
+/// What decides which nodes count for a set of constraints: their keys, their policies, and the
+/// parts of the pod the policies read.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct EligibilityKey {
+    /// Keys every counted node must have (none when the score's system defaults allow nodes
+    /// missing some).
+    required_keys: Vec<String>,
+    /// Per constraint: its key and whether it honors node affinity and taints.
+    policies: Vec<(String, bool, bool)>,
+    node_selection: Option<(Labels, Option<NodeAffinity>)>,
+    tolerations: Option<Vec<Toleration>>,
+}
+
+impl EligibilityKey {
+    pub fn new(pod: &Pod, constraints: &[Constraint], require_all_keys: bool) -> Self {
+        let honors_affinity = constraints.iter().any(|c| c.honor_affinity);
+        let honors_taints = constraints.iter().any(|c| c.honor_taints);
+        let mut required_keys: Vec<String> = if require_all_keys {
+            constraints.iter().map(|c| c.topology_key.clone()).collect()
+        } else {
+            Vec::new()
+        };
+        required_keys.sort();
+        required_keys.dedup();
+        let selects_nodes = !pod.node_selector.is_empty()
+            || pod
+                .node_affinity
+                .as_ref()
+                .is_some_and(|a| a.required.is_some());
+        EligibilityKey {
+            required_keys,
+            policies: constraints
+                .iter()
+                .map(|c| {
+                    (
+                        c.topology_key.clone(),
+                        c.honor_affinity && selects_nodes,
+                        c.honor_taints,
+                    )
+                })
+                .collect(),
+            node_selection: (honors_affinity && selects_nodes)
+                .then(|| (pod.node_selector.clone(), pod.node_affinity.clone())),
+            tolerations: honors_taints.then(|| pod.tolerations.clone()),
+        }
+    }
+}
+
+/// The nodes that count for each constraint of a set, and the domains they make.
+pub struct Eligibility {
+    generation: u64,
+    used: u64,
+    /// Per constraint, per node id: whether the node counts.
+    pub eligible: Vec<Vec<bool>>,
+    /// Per constraint: the domain values of the nodes that count (a node without the key, when
+    /// keys are not required, makes the empty value).
+    pub domains: Vec<HashMap<String, u32>>,
+}
+
+impl Eligibility {
+    fn compute(key: &EligibilityKey, nodes: &Nodes) -> Self {
+        let required = key
+            .node_selection
+            .as_ref()
+            .map(|(selector, affinity)| {
+                RequiredNodeAffinity::of(&Pod {
+                    node_selector: selector.clone(),
+                    node_affinity: affinity.clone(),
+                    ..Pod::default()
+                })
+            })
+            .unwrap_or_default();
+        let tolerations = key.tolerations.as_deref().unwrap_or_default();
+        let count = key.policies.len();
+        let mut eligible = vec![vec![false; nodes.id_bound()]; count];
+        let mut domains = vec![HashMap::new(); count];
+        for id in nodes.ids() {
+            let Some(node) = nodes.get(id) else { continue };
+            if !key
+                .required_keys
+                .iter()
+                .all(|k| node.labels.get(k).is_some())
+            {
+                continue;
+            }
+            let matches_affinity = required.matches(node);
+            let tolerated = node
+                .taints
+                .iter()
+                .filter(|t| t.effect == effect::NO_SCHEDULE || t.effect == effect::NO_EXECUTE)
+                .all(|t| tolerated_by_any(tolerations, t));
+            for (i, (topology_key, affinity, taints)) in key.policies.iter().enumerate() {
+                if (*affinity && !matches_affinity) || (*taints && !tolerated) {
+                    continue;
+                }
+                eligible[i][id as usize] = true;
+                let value = node.labels.get(topology_key).unwrap_or_default();
+                *domains[i].entry(value.to_string()).or_insert(0) += 1;
+            }
+        }
+        Eligibility {
+            generation: nodes.generation(),
+            used: 0,
+            eligible,
+            domains,
+        }
+    }
+
+    /// Whether node `id` counts for constraint `i`.
+    pub fn counts(&self, i: usize, id: NodeId) -> bool {
+        self.eligible[i].get(id as usize).copied().unwrap_or(false)
+    }
+}
+
+/// How many sets of constraints' eligible nodes are kept: pods of one workload share them.
+const ELIGIBILITY_CAPACITY: usize = 64;
+
+/// The [`Eligibility`] of recent constraint sets, valid while the mirror's nodes do not change.
+#[derive(Default)]
+pub struct EligibilityCache {
+    entries: HashMap<EligibilityKey, Eligibility>,
+    clock: u64,
+}
+
+impl EligibilityCache {
+    pub fn get(&mut self, key: EligibilityKey, nodes: &Nodes) -> &Eligibility {
+        self.clock += 1;
+        let fresh = self
+            .entries
+            .get(&key)
+            .is_some_and(|e| e.generation == nodes.generation());
+        if !fresh {
+            if self.entries.len() >= ELIGIBILITY_CAPACITY {
+                let oldest = self
+                    .entries
+                    .iter()
+                    .min_by_key(|(_, e)| e.used)
+                    .map(|(k, _)| k.clone());
+                if let Some(oldest) = oldest {
+                    self.entries.remove(&oldest);
+                }
+            }
+            let computed = Eligibility::compute(&key, nodes);
+            self.entries.insert(key.clone(), computed);
+        }
+        let entry = self.entries.get_mut(&key).expect("inserted above");
+        entry.used = self.clock;
+        entry
+    }
+}
