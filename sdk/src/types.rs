@@ -484,6 +484,20 @@ pub struct Pod {
     /// `metadata.deletionTimestamp` is set. The host's own: never sent in a pod part, only as
     /// [`ExistingPod::terminating`].
     pub terminating: bool,
+    /// The owner reference marked `controller: true`, if any. The host's own: it works out
+    /// [`Pod::default_spread_selector`] from it, and never sends it.
+    pub controller: Option<ControllerRef>,
+}
+
+/// A pod's controlling owner (`metadata.ownerReferences[]` with `controller: true`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ControllerRef {
+    /// `apiVersion`, e.g. `apps/v1`.
+    pub api_version: String,
+    /// `kind`, e.g. `ReplicaSet`.
+    pub kind: String,
+    /// `name`.
+    pub name: String,
 }
 
 impl Pod {
@@ -1102,8 +1116,9 @@ mod tests {
             host_ports: vec![HostPort::default()],
             topology_spread_constraints: vec![TopologySpreadConstraint::default()],
             default_spread_selector: Some(LabelSelector::default()),
-            // The host's own: in no part, so no plugin's copy of the pod carries it.
+            // The host's own: in no part, so no plugin's copy of the pod carries them.
             terminating: false,
+            controller: None,
         }
     }
 

@@ -140,39 +140,18 @@ pub fn simulate(
     let clock = Arc::new(SystemClock::default());
     let mut service = Service::with_pipeline(scheduler, binder, clock, pipeline.clone())
         .with_explain(options.explain);
-    // Namespaces, storage and nodes first, then running pods, then pending pods in priority order, so that
-    // the queue's arrival order is the input order.
-    let mut objects: Vec<Object> = Vec::new();
-    objects.extend(
-        cluster
-            .namespaces
-            .iter()
-            .map(|n| Object::Namespace(Box::new(n.clone()))),
-    );
-    objects.extend(
-        cluster
-            .classes
-            .iter()
-            .map(|c| Object::Class(Box::new(c.clone()))),
-    );
-    objects.extend(
-        cluster
-            .volumes
-            .iter()
-            .map(|v| Object::Volume(Box::new(v.clone()))),
-    );
-    objects.extend(
-        cluster
-            .claims
-            .iter()
-            .map(|c| Object::Claim(Box::new(c.clone()))),
-    );
-    objects.extend(
-        cluster
-            .nodes
-            .iter()
-            .map(|n| Object::Node(Box::new(n.clone()))),
-    );
+    // Namespaces, storage, Services and controllers, and nodes first, then running pods, then
+    // pending pods in priority order, so that the queue's arrival order is the input order.
+    let mut objects: Vec<Object> = Cluster {
+        nodes: cluster.nodes.clone(),
+        volumes: cluster.volumes.clone(),
+        claims: cluster.claims.clone(),
+        classes: cluster.classes.clone(),
+        namespaces: cluster.namespaces.clone(),
+        selectors: cluster.selectors.clone(),
+        ..Cluster::default()
+    }
+    .into_objects();
     let live = cluster.pods.iter().filter(|p| !k8s::is_terminated(p));
     let (running, mut pending): (Vec<&core::Pod>, Vec<&core::Pod>) = live.partition(|p| {
         p.spec

@@ -9,6 +9,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use wasched_sdk as sdk;
 
 use crate::nodetree::{zone_key, NodeTree};
+use crate::spread::SpreadSelectors;
 
 /// One node and what is placed on it.
 #[derive(Debug, Clone)]
@@ -101,6 +102,8 @@ pub struct Cache {
     claims: HashMap<(String, String), core::PersistentVolumeClaim>,
     volumes: HashMap<String, core::PersistentVolume>,
     classes: HashMap<String, StorageClass>,
+    /// Services and controllers, for pods' default spread selectors.
+    spread: SpreadSelectors,
     log: Vec<Change>,
     /// The generation of `log[0]`.
     log_base: u64,
@@ -448,6 +451,22 @@ impl Cache {
     /// Keys of every placed pod with its node.
     pub fn placed_pods(&self) -> impl Iterator<Item = (&str, &str)> {
         self.pods.iter().map(|(k, p)| (k.as_str(), p.node.as_str()))
+    }
+
+    /// The Services and controllers known, by which pods without spread constraints of their
+    /// own are spread.
+    pub fn spread_selectors(&mut self) -> &mut SpreadSelectors {
+        &mut self.spread
+    }
+
+    /// Sets the pod's default spread selector from the Services and controllers known now (none
+    /// for a pod with constraints of its own, which the defaults never apply to).
+    pub fn resolve_spread_selector(&self, pod: &mut sdk::Pod) {
+        pod.default_spread_selector = if pod.topology_spread_constraints.is_empty() {
+            self.spread.default_selector(pod)
+        } else {
+            None
+        };
     }
 
     /// Fills in each of the pod's volume claims from the claims, volumes and classes known now.

@@ -13,8 +13,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
+use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// The kinds of object the scheduler follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -25,6 +27,69 @@ pub enum Kind {
     PersistentVolumeClaim,
     StorageClass,
     Namespace,
+    Service,
+    ReplicationController,
+    ReplicaSet,
+    StatefulSet,
+}
+
+impl Kind {
+    /// Every kind, in the order a cluster is best loaded (what pods refer to first).
+    pub const ALL: [Kind; 10] = [
+        Kind::Namespace,
+        Kind::StorageClass,
+        Kind::PersistentVolume,
+        Kind::PersistentVolumeClaim,
+        Kind::Service,
+        Kind::ReplicationController,
+        Kind::ReplicaSet,
+        Kind::StatefulSet,
+        Kind::Node,
+        Kind::Pod,
+    ];
+
+    /// The kind's name in Kubernetes (`kind:` of its objects).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Node => "Node",
+            Kind::Pod => "Pod",
+            Kind::PersistentVolume => "PersistentVolume",
+            Kind::PersistentVolumeClaim => "PersistentVolumeClaim",
+            Kind::StorageClass => "StorageClass",
+            Kind::Namespace => "Namespace",
+            Kind::Service => "Service",
+            Kind::ReplicationController => "ReplicationController",
+            Kind::ReplicaSet => "ReplicaSet",
+            Kind::StatefulSet => "StatefulSet",
+        }
+    }
+
+    /// The kind named `name`, if wasched follows it.
+    pub fn named(name: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// The `apiVersion` of its objects.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            Kind::StorageClass => "storage.k8s.io/v1",
+            Kind::ReplicaSet | Kind::StatefulSet => "apps/v1",
+            _ => "v1",
+        }
+    }
+
+    /// Whether its objects live in a namespace.
+    pub fn is_namespaced(self) -> bool {
+        matches!(
+            self,
+            Kind::Pod
+                | Kind::PersistentVolumeClaim
+                | Kind::Service
+                | Kind::ReplicationController
+                | Kind::ReplicaSet
+                | Kind::StatefulSet
+        )
+    }
 }
 
 /// A Kubernetes object the scheduler follows.
@@ -36,6 +101,10 @@ pub enum Object {
     Claim(Box<core::PersistentVolumeClaim>),
     Class(Box<StorageClass>),
     Namespace(Box<core::Namespace>),
+    Service(Box<core::Service>),
+    ReplicationController(Box<core::ReplicationController>),
+    ReplicaSet(Box<apps::ReplicaSet>),
+    StatefulSet(Box<apps::StatefulSet>),
 }
 
 /// Identifies an object: kind, namespace (empty for cluster-scoped kinds) and name.
@@ -47,7 +116,7 @@ pub struct ObjectKey {
 }
 
 impl Object {
-    fn metadata(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+    pub fn metadata(&self) -> &ObjectMeta {
         match self {
             Object::Node(o) => &o.metadata,
             Object::Pod(o) => &o.metadata,
@@ -55,6 +124,25 @@ impl Object {
             Object::Claim(o) => &o.metadata,
             Object::Class(o) => &o.metadata,
             Object::Namespace(o) => &o.metadata,
+            Object::Service(o) => &o.metadata,
+            Object::ReplicationController(o) => &o.metadata,
+            Object::ReplicaSet(o) => &o.metadata,
+            Object::StatefulSet(o) => &o.metadata,
+        }
+    }
+
+    pub fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        match self {
+            Object::Node(o) => &mut o.metadata,
+            Object::Pod(o) => &mut o.metadata,
+            Object::Volume(o) => &mut o.metadata,
+            Object::Claim(o) => &mut o.metadata,
+            Object::Class(o) => &mut o.metadata,
+            Object::Namespace(o) => &mut o.metadata,
+            Object::Service(o) => &mut o.metadata,
+            Object::ReplicationController(o) => &mut o.metadata,
+            Object::ReplicaSet(o) => &mut o.metadata,
+            Object::StatefulSet(o) => &mut o.metadata,
         }
     }
 
@@ -66,12 +154,63 @@ impl Object {
             Object::Claim(_) => Kind::PersistentVolumeClaim,
             Object::Class(_) => Kind::StorageClass,
             Object::Namespace(_) => Kind::Namespace,
+            Object::Service(_) => Kind::Service,
+            Object::ReplicationController(_) => Kind::ReplicationController,
+            Object::ReplicaSet(_) => Kind::ReplicaSet,
+            Object::StatefulSet(_) => Kind::StatefulSet,
         }
+    }
+
+    /// An object of `kind` parsed from its JSON.
+    ///
+    /// # Errors
+    /// The JSON does not fit the kind.
+    pub fn from_json(kind: Kind, value: serde_json::Value) -> Result<Object, serde_json::Error> {
+        use serde_json::from_value as parse;
+        Ok(match kind {
+            Kind::Node => Object::Node(Box::new(parse(value)?)),
+            Kind::Pod => Object::Pod(Box::new(parse(value)?)),
+            Kind::PersistentVolume => Object::Volume(Box::new(parse(value)?)),
+            Kind::PersistentVolumeClaim => Object::Claim(Box::new(parse(value)?)),
+            Kind::StorageClass => Object::Class(Box::new(parse(value)?)),
+            Kind::Namespace => Object::Namespace(Box::new(parse(value)?)),
+            Kind::Service => Object::Service(Box::new(parse(value)?)),
+            Kind::ReplicationController => Object::ReplicationController(Box::new(parse(value)?)),
+            Kind::ReplicaSet => Object::ReplicaSet(Box::new(parse(value)?)),
+            Kind::StatefulSet => Object::StatefulSet(Box::new(parse(value)?)),
+        })
+    }
+
+    /// The object as JSON.
+    pub fn to_json(&self) -> serde_json::Value {
+        let value = match self {
+            Object::Node(o) => serde_json::to_value(o),
+            Object::Pod(o) => serde_json::to_value(o),
+            Object::Volume(o) => serde_json::to_value(o),
+            Object::Claim(o) => serde_json::to_value(o),
+            Object::Class(o) => serde_json::to_value(o),
+            Object::Namespace(o) => serde_json::to_value(o),
+            Object::Service(o) => serde_json::to_value(o),
+            Object::ReplicationController(o) => serde_json::to_value(o),
+            Object::ReplicaSet(o) => serde_json::to_value(o),
+            Object::StatefulSet(o) => serde_json::to_value(o),
+        };
+        value.expect("Kubernetes objects serialize")
+    }
+
+    /// A stand-in carrying only `key`'s namespace and name, for a deletion.
+    pub fn stub(key: &ObjectKey) -> Object {
+        let metadata = serde_json::json!({
+            "name": key.name,
+            "namespace": key.kind.is_namespaced().then_some(&key.namespace),
+        });
+        Object::from_json(key.kind, serde_json::json!({ "metadata": metadata }))
+            .expect("every kind accepts bare metadata")
     }
 
     pub fn key(&self) -> ObjectKey {
         let meta = self.metadata();
-        let namespaced = matches!(self.kind(), Kind::Pod | Kind::PersistentVolumeClaim);
+        let namespaced = self.kind().is_namespaced();
         ObjectKey {
             kind: self.kind(),
             namespace: if namespaced {

@@ -11,6 +11,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::events::Object;
 use crate::k8s;
 
 /// Where an object came from, for error messages.
@@ -51,6 +52,9 @@ pub struct Cluster {
     pub claims: Vec<core::PersistentVolumeClaim>,
     pub classes: Vec<StorageClass>,
     pub namespaces: Vec<core::Namespace>,
+    /// Services, ReplicationControllers, ReplicaSets and StatefulSets: what kube-scheduler's
+    /// default topology spreading selects a pod's peers by.
+    pub selectors: Vec<Object>,
     /// Objects of other kinds that were skipped, counted by kind.
     pub skipped: BTreeMap<String, usize>,
     /// Files that held no object at all (empty, or only comments): most likely the wrong file.
@@ -66,6 +70,29 @@ impl Cluster {
             + self.claims.len()
             + self.classes.len()
             + self.namespaces.len()
+            + self.selectors.len()
+    }
+
+    /// Every kept object, in the order a cluster is best loaded: namespaces, storage, selectors,
+    /// nodes, then pods in input order.
+    pub fn into_objects(self) -> Vec<Object> {
+        let mut objects: Vec<Object> = Vec::with_capacity(self.kept_objects());
+        objects.extend(
+            self.namespaces
+                .into_iter()
+                .map(|o| Object::Namespace(Box::new(o))),
+        );
+        objects.extend(self.classes.into_iter().map(|o| Object::Class(Box::new(o))));
+        objects.extend(
+            self.volumes
+                .into_iter()
+                .map(|o| Object::Volume(Box::new(o))),
+        );
+        objects.extend(self.claims.into_iter().map(|o| Object::Claim(Box::new(o))));
+        objects.extend(self.selectors);
+        objects.extend(self.nodes.into_iter().map(|o| Object::Node(Box::new(o))));
+        objects.extend(self.pods.into_iter().map(|o| Object::Pod(Box::new(o))));
+        objects
     }
 
     /// Objects of every kind, skipped ones included.
@@ -294,6 +321,24 @@ fn add_object(
         "PersistentVolumeClaim" => cluster.claims.push(typed(value).map_err(error)?),
         "StorageClass" => cluster.classes.push(typed(value).map_err(error)?),
         "Namespace" => cluster.namespaces.push(typed(value).map_err(error)?),
+        "Service" => {
+            let service = typed(value).map_err(error)?;
+            cluster.selectors.push(Object::Service(Box::new(service)));
+        }
+        "ReplicationController" => {
+            let controller = typed(value).map_err(error)?;
+            cluster
+                .selectors
+                .push(Object::ReplicationController(Box::new(controller)));
+        }
+        "ReplicaSet" => {
+            let set = typed(value).map_err(error)?;
+            cluster.selectors.push(Object::ReplicaSet(Box::new(set)));
+        }
+        "StatefulSet" => {
+            let set = typed(value).map_err(error)?;
+            cluster.selectors.push(Object::StatefulSet(Box::new(set)));
+        }
         other => *cluster.skipped.entry(other.to_string()).or_default() += 1,
     }
     Ok(())
@@ -361,7 +406,7 @@ mod tests {
         let yaml = write(
             &dir,
             "a.yaml",
-            "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n---\n---\napiVersion: v1\nkind: List\nitems:\n- kind: Pod\n  apiVersion: v1\n  metadata: {name: p1}\n  spec: {containers: [{name: c}]}\n- kind: Service\n  metadata: {name: s}\n",
+            "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n---\n---\napiVersion: v1\nkind: List\nitems:\n- kind: Pod\n  apiVersion: v1\n  metadata: {name: p1}\n  spec: {containers: [{name: c}]}\n- kind: Service\n  metadata: {name: s}\n  spec: {selector: {app: web}}\n- kind: ConfigMap\n  metadata: {name: c}\n",
         );
         let json = write(
             &dir,
@@ -375,8 +420,13 @@ mod tests {
             2,
             "the PodList item takes its kind from the list"
         );
-        assert_eq!(cluster.skipped.get("Service"), Some(&1));
-        assert!(cluster.skipped_warning().unwrap().contains("1 Service"));
+        assert_eq!(
+            cluster.selectors.len(),
+            1,
+            "a Service selects pods to spread"
+        );
+        assert_eq!(cluster.skipped.get("ConfigMap"), Some(&1));
+        assert!(cluster.skipped_warning().unwrap().contains("1 ConfigMap"));
         assert_eq!(cluster.empty_files_warning(), None);
         let empty = write(&dir, "empty.yaml", "# nothing here\n---\n");
         let cluster = load_files(std::slice::from_ref(&empty)).unwrap();

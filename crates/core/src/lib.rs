@@ -20,6 +20,7 @@ pub mod nodetree;
 pub mod queue;
 pub mod runtime;
 pub mod service;
+pub mod spread;
 pub mod synthetic;
 pub mod util;
 

@@ -328,6 +328,12 @@ impl<B: Binder> Service<B> {
                 cache.upsert_class((**class).clone());
                 self.queue.on_event(ClusterEvent::StorageChanged);
             }
+            Object::Service(_)
+            | Object::ReplicationController(_)
+            | Object::ReplicaSet(_)
+            | Object::StatefulSet(_) => {
+                cache.spread_selectors().upsert(object);
+            }
             Object::Namespace(namespace) => {
                 let name = namespace.metadata.name.as_deref().unwrap_or_default();
                 let labels = namespace.metadata.labels.iter().flatten();
@@ -374,6 +380,9 @@ impl<B: Binder> Service<B> {
                 if cache.remove_namespace(&key.name) {
                     self.queue.on_event(ClusterEvent::NamespaceChanged);
                 }
+            }
+            Kind::Service | Kind::ReplicationController | Kind::ReplicaSet | Kind::StatefulSet => {
+                cache.spread_selectors().remove(key);
             }
         }
     }

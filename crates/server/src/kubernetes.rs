@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use futures_util::{StreamExt, TryFutureExt as _};
+use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -129,7 +130,7 @@ pub fn watch_cluster(
     gates: &[Arc<StartGate>],
     stats: &Arc<WatchStats>,
 ) {
-    let unlisted = Arc::new(AtomicUsize::new(6));
+    let unlisted = Arc::new(AtomicUsize::new(10));
     let feed = |kind| Feed {
         kind,
         pipeline: pipeline.clone(),
@@ -171,6 +172,27 @@ pub fn watch_cluster(
         feed(Kind::Namespace),
         |namespace| Some(Object::Namespace(Box::new(namespace))),
     ));
+    // What kube-scheduler's default topology spreading selects a pod's peers by.
+    tokio::spawn(watch_kind(
+        Api::<core::Service>::all(client.clone()),
+        feed(Kind::Service),
+        |service| Some(Object::Service(Box::new(service))),
+    ));
+    tokio::spawn(watch_kind(
+        Api::<core::ReplicationController>::all(client.clone()),
+        feed(Kind::ReplicationController),
+        |controller| Some(Object::ReplicationController(Box::new(controller))),
+    ));
+    tokio::spawn(watch_kind(
+        Api::<apps::ReplicaSet>::all(client.clone()),
+        feed(Kind::ReplicaSet),
+        |set| Some(Object::ReplicaSet(Box::new(set))),
+    ));
+    tokio::spawn(watch_kind(
+        Api::<apps::StatefulSet>::all(client.clone()),
+        feed(Kind::StatefulSet),
+        |set| Some(Object::StatefulSet(Box::new(set))),
+    ));
 }
 
 /// Where one kind's watch sends what it sees.
@@ -188,7 +210,7 @@ impl Feed {
     fn submit(&self, key: ObjectKey, version: u64, kept: Option<Object>) {
         let event = match kept {
             Some(object) => Event::with_version(Action::Upsert, object, version),
-            None => Event::with_version(Action::Delete, stub(&key), version),
+            None => Event::with_version(Action::Delete, Object::stub(&key), version),
         };
         self.pipeline.submit(event);
     }
@@ -273,7 +295,7 @@ fn repair(feed: &Feed, known: &mut HashMap<ObjectKey, u64>, listed: &HashMap<Obj
 /// server backed by etcd gives one).
 fn parts(feed: &Feed, meta: &ObjectMeta) -> Option<(ObjectKey, u64)> {
     let version = meta.resource_version.as_deref()?.parse().ok()?;
-    let namespaced = matches!(feed.kind, Kind::Pod | Kind::PersistentVolumeClaim);
+    let namespaced = feed.kind.is_namespaced();
     let key = ObjectKey {
         kind: feed.kind,
         namespace: if namespaced {
@@ -284,41 +306,6 @@ fn parts(feed: &Feed, meta: &ObjectMeta) -> Option<(ObjectKey, u64)> {
         name: meta.name.clone()?,
     };
     Some((key, version))
-}
-
-/// An object carrying only the name of the deleted object `key`.
-fn stub(key: &ObjectKey) -> Object {
-    let metadata = ObjectMeta {
-        name: Some(key.name.clone()),
-        namespace: (!key.namespace.is_empty()).then(|| key.namespace.clone()),
-        ..Default::default()
-    };
-    match key.kind {
-        Kind::Node => Object::Node(Box::new(core::Node {
-            metadata,
-            ..Default::default()
-        })),
-        Kind::Pod => Object::Pod(Box::new(core::Pod {
-            metadata,
-            ..Default::default()
-        })),
-        Kind::PersistentVolume => Object::Volume(Box::new(core::PersistentVolume {
-            metadata,
-            ..Default::default()
-        })),
-        Kind::PersistentVolumeClaim => Object::Claim(Box::new(core::PersistentVolumeClaim {
-            metadata,
-            ..Default::default()
-        })),
-        Kind::StorageClass => Object::Class(Box::new(StorageClass {
-            metadata,
-            ..Default::default()
-        })),
-        Kind::Namespace => Object::Namespace(Box::new(core::Namespace {
-            metadata,
-            ..Default::default()
-        })),
-    }
 }
 
 /// kube-scheduler's client-side rate limit (client-go's token bucket): `qps` requests a second

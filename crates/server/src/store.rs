@@ -61,76 +61,31 @@ pub fn storage_key(key: &ObjectKey) -> String {
 
 /// The `kind` of an object as Kubernetes spells it.
 pub fn kind_name(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Node => "Node",
-        Kind::Pod => "Pod",
-        Kind::PersistentVolume => "PersistentVolume",
-        Kind::PersistentVolumeClaim => "PersistentVolumeClaim",
-        Kind::StorageClass => "StorageClass",
-        Kind::Namespace => "Namespace",
-    }
+    kind.name()
 }
 
 /// An object as JSON, with `apiVersion` and `kind` set.
 pub fn object_json(object: &Object) -> serde_json::Value {
-    let mut value = match object {
-        Object::Node(o) => serde_json::to_value(o),
-        Object::Pod(o) => serde_json::to_value(o),
-        Object::Volume(o) => serde_json::to_value(o),
-        Object::Claim(o) => serde_json::to_value(o),
-        Object::Class(o) => serde_json::to_value(o),
-        Object::Namespace(o) => serde_json::to_value(o),
-    }
-    .expect("Kubernetes objects serialize");
-    let api_version = match object {
-        Object::Class(_) => "storage.k8s.io/v1",
-        _ => "v1",
-    };
+    let mut value = object.to_json();
     if let Some(map) = value.as_object_mut() {
-        map.insert("apiVersion".into(), api_version.into());
+        map.insert("apiVersion".into(), object.kind().api_version().into());
         map.insert("kind".into(), kind_name(object.kind()).into());
     }
     value
 }
 
 fn decode(kind: Kind, bytes: &[u8]) -> Result<Object, StoreError> {
-    Ok(match kind {
-        Kind::Node => Object::Node(Box::new(serde_json::from_slice(bytes).map_err(err)?)),
-        Kind::Pod => Object::Pod(Box::new(serde_json::from_slice(bytes).map_err(err)?)),
-        Kind::PersistentVolume => {
-            Object::Volume(Box::new(serde_json::from_slice(bytes).map_err(err)?))
-        }
-        Kind::PersistentVolumeClaim => {
-            Object::Claim(Box::new(serde_json::from_slice(bytes).map_err(err)?))
-        }
-        Kind::StorageClass => Object::Class(Box::new(serde_json::from_slice(bytes).map_err(err)?)),
-        Kind::Namespace => Object::Namespace(Box::new(serde_json::from_slice(bytes).map_err(err)?)),
-    })
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(err)?;
+    Object::from_json(kind, value).map_err(err)
 }
 
 fn kind_of_key(key: &str) -> Option<Kind> {
-    Some(match key.split('/').next()? {
-        "Node" => Kind::Node,
-        "Pod" => Kind::Pod,
-        "PersistentVolume" => Kind::PersistentVolume,
-        "PersistentVolumeClaim" => Kind::PersistentVolumeClaim,
-        "StorageClass" => Kind::StorageClass,
-        "Namespace" => Kind::Namespace,
-        _ => return None,
-    })
+    Kind::named(key.split('/').next()?)
 }
 
 /// Sets `metadata.resourceVersion`.
 pub fn set_resource_version(object: &mut Object, version: u64) {
-    let metadata = match object {
-        Object::Node(o) => &mut o.metadata,
-        Object::Pod(o) => &mut o.metadata,
-        Object::Volume(o) => &mut o.metadata,
-        Object::Claim(o) => &mut o.metadata,
-        Object::Class(o) => &mut o.metadata,
-        Object::Namespace(o) => &mut o.metadata,
-    };
-    metadata.resource_version = Some(version.to_string());
+    object.metadata_mut().resource_version = Some(version.to_string());
 }
 
 /// How a write treats an object that already exists.

@@ -921,6 +921,7 @@ impl Scheduler {
             .position(|p| p.scheduler_name == pod.scheduler_name)?;
         let mut pod = pod.clone();
         self.cache.resolve_claims(&mut pod);
+        self.cache.resolve_spread_selector(&mut pod);
         let outcome = self.profiles[index].schedule(&mut self.cache, &pod, explain);
         self.trim_log();
         Some(outcome)

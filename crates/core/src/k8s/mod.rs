@@ -1,6 +1,8 @@
 //! From Kubernetes API objects (as `kubectl get -o yaml/json` prints them) to the plugin model.
 
 mod placement;
+
+pub use placement::selector as label_selector;
 pub mod quantity;
 pub mod validation;
 
@@ -289,6 +291,17 @@ pub fn pod(pod: &core::Pod) -> Result<sdk::Pod, FieldError> {
         topology_spread_constraints: placement::topology_spread_constraints(spec),
         default_spread_selector: None,
         terminating: pod.metadata.deletion_timestamp.is_some(),
+        controller: pod
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true))
+            .map(|o| sdk::ControllerRef {
+                api_version: o.api_version.clone(),
+                kind: o.kind.clone(),
+                name: o.name.clone(),
+            }),
         labels: pod_labels,
     })
 }

@@ -7,7 +7,7 @@ use wasched_sdk as sdk;
 
 use super::labels;
 
-fn selector(s: &meta::LabelSelector) -> sdk::LabelSelector {
+pub fn selector(s: &meta::LabelSelector) -> sdk::LabelSelector {
     sdk::LabelSelector {
         match_labels: labels(&s.match_labels),
         match_expressions: s

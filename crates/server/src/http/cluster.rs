@@ -33,6 +33,10 @@ const RESOURCES: &[(&str, Kind, bool)] = &[
     ("namespaces", Kind::Namespace, false),
     ("pods", Kind::Pod, true),
     ("persistentvolumeclaims", Kind::PersistentVolumeClaim, true),
+    ("services", Kind::Service, true),
+    ("replicationcontrollers", Kind::ReplicationController, true),
+    ("replicasets", Kind::ReplicaSet, true),
+    ("statefulsets", Kind::StatefulSet, true),
 ];
 
 /// Reads need a read token, changes a write token (when the cluster API is guarded).
@@ -184,47 +188,16 @@ fn objects_of(documents: Vec<Value>) -> Result<(Vec<Object>, BTreeMap<String, us
         return Err(ApiError::new(
             400,
             format!(
-                "unsupported kind(s) {}: wasched serves Node, Pod, PersistentVolume, PersistentVolumeClaim, StorageClass and Namespace",
-                kinds.join(", ")
+                "unsupported kind(s) {}: wasched serves {}",
+                kinds.join(", "),
+                Kind::ALL.map(Kind::name).join(", ")
             ),
         ));
     }
-    let mut objects: Vec<Object> = Vec::new();
-    objects.extend(
-        cluster
-            .namespaces
-            .into_iter()
-            .map(|o| Object::Namespace(Box::new(o))),
-    );
-    objects.extend(
-        cluster
-            .classes
-            .into_iter()
-            .map(|o| Object::Class(Box::new(o))),
-    );
-    objects.extend(
-        cluster
-            .volumes
-            .into_iter()
-            .map(|o| Object::Volume(Box::new(o))),
-    );
-    objects.extend(
-        cluster
-            .claims
-            .into_iter()
-            .map(|o| Object::Claim(Box::new(o))),
-    );
-    objects.extend(cluster.nodes.into_iter().map(|o| Object::Node(Box::new(o))));
-    objects.extend(cluster.pods.into_iter().map(|o| Object::Pod(Box::new(o))));
+    let mut objects = cluster.into_objects();
     for object in &mut objects {
-        let (namespaced, metadata) = match object {
-            Object::Pod(o) => (true, &mut o.metadata),
-            Object::Claim(o) => (true, &mut o.metadata),
-            Object::Node(o) => (false, &mut o.metadata),
-            Object::Volume(o) => (false, &mut o.metadata),
-            Object::Class(o) => (false, &mut o.metadata),
-            Object::Namespace(o) => (false, &mut o.metadata),
-        };
+        let namespaced = object.kind().is_namespaced();
+        let metadata = object.metadata_mut();
         if namespaced {
             if metadata.namespace.as_deref().is_none_or(str::is_empty) {
                 metadata.namespace = Some("default".into());
@@ -295,31 +268,11 @@ fn one_object(
     Ok(objects.remove(0))
 }
 
-fn metadata_mut(
-    object: &mut Object,
-) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-    match object {
-        Object::Node(o) => &mut o.metadata,
-        Object::Pod(o) => &mut o.metadata,
-        Object::Volume(o) => &mut o.metadata,
-        Object::Claim(o) => &mut o.metadata,
-        Object::Class(o) => &mut o.metadata,
-        Object::Namespace(o) => &mut o.metadata,
-    }
-}
-
 /// Keeps what the server owns when a client writes an object: its uid, and for pods the binding
 /// and the status.
 fn merge(server: &Server, stored: Option<&Object>, incoming: &mut Object) -> Result<(), String> {
-    let stored_uid = stored.and_then(|s| match s {
-        Object::Node(o) => o.metadata.uid.clone(),
-        Object::Pod(o) => o.metadata.uid.clone(),
-        Object::Volume(o) => o.metadata.uid.clone(),
-        Object::Claim(o) => o.metadata.uid.clone(),
-        Object::Class(o) => o.metadata.uid.clone(),
-        Object::Namespace(o) => o.metadata.uid.clone(),
-    });
-    let metadata = metadata_mut(incoming);
+    let stored_uid = stored.and_then(|s| s.metadata().uid.clone());
+    let metadata = incoming.metadata_mut();
     metadata.uid = stored_uid.or_else(|| metadata.uid.take()).or_else(|| {
         let mut rng = server.uids.lock().unwrap_or_else(|e| e.into_inner());
         Some(crate::engine::new_uid(&mut rng))
@@ -482,7 +435,7 @@ async fn list(
         .list_objects(Some(kind), namespace.as_deref())?;
     let items: Vec<Value> = objects.iter().map(object_json).collect();
     Ok(Json(json!({
-        "apiVersion": if kind == Kind::StorageClass { "storage.k8s.io/v1" } else { "v1" },
+        "apiVersion": kind.api_version(),
         "kind": format!("{}List", kind_name(kind)),
         "metadata": { "resourceVersion": version.to_string() },
         "items": items,
