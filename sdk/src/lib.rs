@@ -54,7 +54,7 @@ pub mod testing;
 mod types;
 
 pub use driver::Driver;
-pub use mirror::{LabelTest, NodeSummary, Nodes, NO_TAINTS};
+pub use mirror::{LabelColumnId, LabelTest, NodeSummary, Nodes, NO_TAINTS};
 pub use types::*;
 
 /// A plugin: its name and how it is built from its configuration.

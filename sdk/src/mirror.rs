@@ -237,6 +237,10 @@ impl LabelIndex {
     }
 }
 
+/// A label key's column in the mirror's label index ([`Nodes::label_column`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LabelColumnId(usize);
+
 /// A condition on one label, worked out once per distinct value of that label in the mirror, so
 /// that checking a node is one table lookup. Made by [`Nodes::label_test`]; valid for the cycle.
 #[derive(Clone, Debug)]
@@ -303,6 +307,55 @@ impl Nodes {
                 column.members.get(id).map(Vec::as_slice)
             })
             .unwrap_or(&[])
+    }
+
+    /// The column of label `key` in the label index, `None` when no node ever had it: a node's
+    /// value of it is then one array read ([`Nodes::label_value`]), and per-value state of a
+    /// plugin fits a vector of [`Nodes::label_value_bound`] entries.
+    ///
+    /// # Panics
+    /// When the plugin did not set [`crate::Plugin::INDEXES_LABELS`].
+    pub fn label_column(&self, key: &str) -> Option<LabelColumnId> {
+        let index = self
+            .labels
+            .as_ref()
+            .expect("Nodes::label_column needs `const INDEXES_LABELS: bool = true` in the plugin");
+        index.keys.get(key).map(|&c| LabelColumnId(c))
+    }
+
+    /// Node `id`'s value of the label of `column` as a small integer: 0 when it lacks the label
+    /// (or the mirror lacks the node), else 1 up to [`Nodes::label_value_bound`] (excluded). Ids
+    /// stay valid while the mirror does not change.
+    #[inline]
+    pub fn label_value(&self, column: LabelColumnId, id: NodeId) -> u32 {
+        self.labels
+            .as_ref()
+            .and_then(|index| index.columns[column.0].of_node.get(id as usize).copied())
+            .unwrap_or(0)
+    }
+
+    /// One past the largest value id of `column`.
+    pub fn label_value_bound(&self, column: LabelColumnId) -> usize {
+        self.labels
+            .as_ref()
+            .map_or(1, |index| index.columns[column.0].texts.len() + 1)
+    }
+
+    /// The text of value id `value` of `column` (`None` for 0, which means no label).
+    pub fn label_value_text(&self, column: LabelColumnId, value: u32) -> Option<&str> {
+        let index = self.labels.as_ref()?;
+        let texts = &index.columns[column.0].texts;
+        texts
+            .get((value as usize).checked_sub(1)?)
+            .map(String::as_str)
+    }
+
+    /// The nodes whose value of `column` is `value` ([`Nodes::nodes_with_label`] by value id).
+    pub fn nodes_with_label_value(&self, column: LabelColumnId, value: u32) -> &[NodeId] {
+        self.labels
+            .as_ref()
+            .and_then(|index| index.columns[column.0].members.get(value as usize))
+            .map_or(&[], Vec::as_slice)
     }
 
     /// Whether node `id` passes `test` (a node the mirror lacks counts as having no labels).

@@ -2,7 +2,7 @@
 //! selector matches (InterPodAffinity, PodTopologySpread): a placed pod needs checking only
 //! against the selectors it can match, and a new selector only against the pods that can match it.
 
-use std::collections::{HashMap, HashSet};
+use crate::helpers::{FastMap, FastSet};
 
 use crate::{LabelSelector, Labels, PodId};
 
@@ -25,14 +25,14 @@ pub fn anchor(selector: Option<&LabelSelector>) -> Option<(&str, &str)> {
 /// ones. Found by borrowed strings, so a pod's labels need no copying to look them up.
 pub struct ByAnchor<T> {
     unanchored: T,
-    anchored: HashMap<String, HashMap<String, T>>,
+    anchored: FastMap<String, FastMap<String, T>>,
 }
 
 impl<T: Default> Default for ByAnchor<T> {
     fn default() -> Self {
         ByAnchor {
             unanchored: T::default(),
-            anchored: HashMap::new(),
+            anchored: FastMap::default(),
         }
     }
 }
@@ -44,7 +44,7 @@ impl<T: Default> ByAnchor<T> {
             return &mut self.unanchored;
         };
         if !self.anchored.contains_key(key) {
-            self.anchored.insert(key.to_string(), HashMap::new());
+            self.anchored.insert(key.to_string(), FastMap::default());
         }
         let values = self.anchored.get_mut(key).expect("inserted above");
         if !values.contains_key(value) {
@@ -97,7 +97,7 @@ impl<T: Default> ByAnchor<T> {
 /// look at from all of them to those with the label.
 #[derive(Default)]
 pub struct PodsByLabel {
-    by_pair: HashMap<String, HashMap<String, HashSet<PodId>>>,
+    by_pair: FastMap<String, FastMap<String, FastSet<PodId>>>,
 }
 
 impl PodsByLabel {
@@ -106,7 +106,7 @@ impl PodsByLabel {
         for (key, value) in labels.iter() {
             if up {
                 if !self.by_pair.contains_key(key) {
-                    self.by_pair.insert(key.to_string(), HashMap::new());
+                    self.by_pair.insert(key.to_string(), FastMap::default());
                 }
                 let values = self.by_pair.get_mut(key).expect("inserted above");
                 match values.get_mut(value) {
@@ -114,7 +114,7 @@ impl PodsByLabel {
                         ids.insert(id);
                     }
                     None => {
-                        values.insert(value.to_string(), HashSet::from([id]));
+                        values.insert(value.to_string(), FastSet::from_iter([id]));
                     }
                 }
             } else if let Some(values) = self.by_pair.get_mut(key) {

@@ -758,12 +758,12 @@ fn the_cluster_api_refuses_what_an_api_server_refuses_and_skips_kinds_it_does_no
         assert_eq!(reply.status, 400, "{}", reply.body);
         assert!(reply.body.contains(expected), "{expected}: {}", reply.body);
     }
-    let manifests = b"kind: Service\nmetadata: {name: web}\n---\n\
+    let manifests = b"kind: Deployment\nmetadata: {name: web}\n---\n\
                       kind: Node\nmetadata: {name: n1}\nstatus: {capacity: {cpu: '4', pods: '10'}}\n"
         .to_vec();
     let applied = ok(post(manifests));
     assert_eq!(applied["items"][0]["name"], "n1", "{applied}");
-    assert_eq!(applied["skipped"]["Service"], 1, "{applied}");
+    assert_eq!(applied["skipped"]["Deployment"], 1, "{applied}");
     let nodes = ok(client.request("GET", "/v1/nodes", None).unwrap());
     let names: Vec<&str> = nodes["items"]
         .as_array()

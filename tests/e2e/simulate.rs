@@ -55,7 +55,7 @@ fn demo_cluster_is_placed_and_explained_as_kube_scheduler_would() {
         assert_eq!(lines, DEMO_DECISIONS, "runtime {runtime}");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(
-            stderr.contains("skipped 1 Service"),
+            stderr.contains("skipped 1 Deployment"),
             "one warning for the skipped kind: {stderr}"
         );
     }
@@ -430,6 +430,140 @@ fn anti_affinity_replicas_beyond_the_nodes_stay_pending_with_kube_schedulers_rea
             r#"{"pod":"streaming/kafka-3","node":null,"message":"0/4 nodes are available: 1 Insufficient cpu, 3 node(s) didn't match pod anti-affinity rules."}"#,
             "runtime {runtime}"
         );
+    }
+}
+
+/// Four replicas spread over three zones with `maxSkew: 1`, where zone-c's only node is too
+/// small for them: zone-c still counts as a domain with none, so the third replica has nowhere to
+/// go (kube-scheduler's explanation), and neither has the fourth.
+const ZONE_SPREAD_WITH_A_SMALL_ZONE: &str = r#"
+apiVersion: v1
+kind: List
+items:
+- {apiVersion: v1, kind: Node, metadata: {name: a1, labels: {topology.kubernetes.io/zone: zone-a}}, status: {allocatable: {cpu: "4", memory: 8Gi, pods: "110"}}}
+- {apiVersion: v1, kind: Node, metadata: {name: b1, labels: {topology.kubernetes.io/zone: zone-b}}, status: {allocatable: {cpu: "4", memory: 8Gi, pods: "110"}}}
+- {apiVersion: v1, kind: Node, metadata: {name: c1, labels: {topology.kubernetes.io/zone: zone-c}}, status: {allocatable: {cpu: 500m, memory: 8Gi, pods: "110"}}}
+"#;
+
+fn zone_spread_replica(i: usize) -> String {
+    format!(
+        r#"- apiVersion: v1
+  kind: Pod
+  metadata: {{name: api-{i}, namespace: shop, labels: {{app: api}}}}
+  spec:
+    containers: [{{name: c, resources: {{requests: {{cpu: "1"}}}}}}]
+    topologySpreadConstraints:
+    - {{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {{matchLabels: {{app: api}}}}}}
+"#
+    )
+}
+
+#[test]
+fn zone_spread_with_a_zone_too_small_stays_pending_with_kube_schedulers_reason() {
+    let mut cluster = ZONE_SPREAD_WITH_A_SMALL_ZONE.to_string();
+    for i in 0..4 {
+        cluster.push_str(&zone_spread_replica(i));
+    }
+    let path = temp_file("spread.yaml", &cluster);
+    let pending = "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't match pod topology spread constraints.";
+    for runtime in ["wasm", "native"] {
+        let output = wasched(&["simulate", "--runtime", runtime, path.to_str().unwrap()]);
+        let lines: Vec<serde_json::Value> = stdout(&output)
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        let mut zones: Vec<&str> = lines[..2]
+            .iter()
+            .map(|l| l["node"].as_str().unwrap())
+            .collect();
+        zones.sort();
+        assert_eq!(
+            zones,
+            ["a1", "b1"],
+            "runtime {runtime}: one replica per zone that fits"
+        );
+        for line in &lines[2..] {
+            assert_eq!(
+                line["node"],
+                serde_json::Value::Null,
+                "runtime {runtime}: {line}"
+            );
+            assert_eq!(line["message"], pending, "runtime {runtime}");
+        }
+    }
+}
+
+/// Two equal nodes, three web pods running on n1 and three others on n2; new web pods have no
+/// constraints of their own, but a Service (or their ReplicaSet) selects them, so
+/// kube-scheduler's system default constraints spread them: they go to n2 until it holds as many.
+const DEFAULT_SPREADING: &str = r#"
+apiVersion: v1
+kind: List
+items:
+- {apiVersion: v1, kind: Node, metadata: {name: n1, labels: {kubernetes.io/hostname: n1}}, status: {allocatable: {cpu: "4", memory: 8Gi, pods: "110"}}}
+- {apiVersion: v1, kind: Node, metadata: {name: n2, labels: {kubernetes.io/hostname: n2}}, status: {allocatable: {cpu: "4", memory: 8Gi, pods: "110"}}}
+"#;
+
+fn default_spreading_pod(name: &str, app: &str, node: Option<&str>, owner: &str) -> String {
+    let node = node.map_or(String::new(), |n| format!(", nodeName: {n}"));
+    format!(
+        r#"- apiVersion: v1
+  kind: Pod
+  metadata: {{name: {name}, namespace: shop, labels: {{app: {app}}}{owner}}}
+  spec: {{containers: [{{name: c, resources: {{requests: {{cpu: 100m, memory: 128Mi}}}}}}]{node}}}
+"#
+    )
+}
+
+#[test]
+fn pods_a_service_or_replicaset_selects_are_spread_by_the_system_defaults() {
+    let selectors = [
+        (
+            "- {apiVersion: v1, kind: Service, metadata: {name: web, namespace: shop}, spec: {selector: {app: web}}}\n",
+            "",
+        ),
+        (
+            "- {apiVersion: apps/v1, kind: ReplicaSet, metadata: {name: web-7d, namespace: shop}, spec: {selector: {matchLabels: {app: web}}, template: {metadata: {labels: {app: web}}}}}\n",
+            ", ownerReferences: [{apiVersion: apps/v1, kind: ReplicaSet, name: web-7d, uid: u1, controller: true}]",
+        ),
+    ];
+    for (selector, owner) in selectors {
+        let mut cluster = DEFAULT_SPREADING.to_string();
+        cluster.push_str(selector);
+        for i in 0..3 {
+            cluster.push_str(&default_spreading_pod(
+                &format!("web-{i}"),
+                "web",
+                Some("n1"),
+                owner,
+            ));
+            cluster.push_str(&default_spreading_pod(
+                &format!("db-{i}"),
+                "db",
+                Some("n2"),
+                "",
+            ));
+        }
+        for i in 3..6 {
+            cluster.push_str(&default_spreading_pod(
+                &format!("web-{i}"),
+                "web",
+                None,
+                owner,
+            ));
+        }
+        let path = temp_file("default-spread.yaml", &cluster);
+        for runtime in ["wasm", "native"] {
+            let output = wasched(&["simulate", "--runtime", runtime, path.to_str().unwrap()]);
+            let nodes: Vec<String> = stdout(&output)
+                .lines()
+                .map(|line| {
+                    let value: serde_json::Value = serde_json::from_str(line).unwrap();
+                    value["node"].as_str().unwrap_or("none").to_string()
+                })
+                .collect();
+            assert_eq!(nodes, ["n2", "n2", "n2"], "runtime {runtime}, {selector}");
+        }
     }
 }
 

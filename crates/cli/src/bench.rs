@@ -28,7 +28,7 @@ pub struct Args {
     #[arg(long, default_value_t = 5000)]
     pub pods: usize,
     /// Workloads to run, comma-separated (basic, node-affinity, taints, volume-zones, mixed, churn,
-    /// pod-anti-affinity, pod-affinity),
+    /// pod-anti-affinity, pod-affinity, topology-spread),
     /// or `all` (mirroring kube-scheduler's scheduler_perf).
     #[arg(long, value_delimiter = ',', default_value = "mixed")]
     pub scenario: Vec<Scenario>,

@@ -9,6 +9,7 @@ use serde::Serialize;
 use wasched_sdk as sdk;
 use wasched_sdk::{Labels, Resources};
 
+use crate::events::Object;
 use crate::util::Rng;
 
 /// What the pods and nodes of a run exercise.
@@ -34,13 +35,18 @@ pub enum Scenario {
     /// As many running pods as nodes, caches of 50 groups; each new pod requires a cache of its
     /// group in its zone or prefers hosts running one, and prefers hosts without its own group.
     PodAffinity,
+    /// As many running pods as nodes, in 100 Deployments whose ReplicaSets the cluster knows;
+    /// each new pod joins one and either spreads itself (zones with `maxSkew: 1`, required, and
+    /// hosts, preferred) or is spread by the cluster default constraints its ReplicaSet selects
+    /// it for.
+    TopologySpread,
     /// Every scenario above.
     All,
 }
 
 impl Scenario {
     /// Every scenario but [`Scenario::All`].
-    pub const EACH: [Scenario; 8] = [
+    pub const EACH: [Scenario; 9] = [
         Scenario::Basic,
         Scenario::NodeAffinity,
         Scenario::Taints,
@@ -49,6 +55,7 @@ impl Scenario {
         Scenario::Churn,
         Scenario::PodAntiAffinity,
         Scenario::PodAffinity,
+        Scenario::TopologySpread,
     ];
 
     pub fn name(self) -> &'static str {
@@ -61,6 +68,7 @@ impl Scenario {
             Scenario::Churn => "churn",
             Scenario::PodAntiAffinity => "pod-anti-affinity",
             Scenario::PodAffinity => "pod-affinity",
+            Scenario::TopologySpread => "topology-spread",
             Scenario::All => "all",
         }
     }
@@ -114,6 +122,8 @@ pub struct Synthetic {
     pub volumes: Vec<core::PersistentVolume>,
     pub claims: Vec<core::PersistentVolumeClaim>,
     pub classes: Vec<StorageClass>,
+    /// Services and controllers (the ReplicaSets of the topology-spread scenario).
+    pub selectors: Vec<Object>,
 }
 
 impl Synthetic {
@@ -127,6 +137,9 @@ impl Synthetic {
         }
         for claim in &self.claims {
             cache.upsert_claim(claim.clone());
+        }
+        for selector in &self.selectors {
+            cache.spread_selectors().upsert(selector);
         }
         for node in &self.nodes {
             cache.upsert_node(node.clone());
@@ -296,9 +309,17 @@ pub fn cluster(scenario: Scenario, nodes: usize, pods: usize, seed: u64) -> Synt
                 });
             }
             pod_affinity(scenario, &mut pod, nodes.len(), &mut rng);
+            if scenario == Scenario::TopologySpread {
+                topology_spread(&mut pod, &mut rng);
+            }
             pod
         })
         .collect();
+    let selectors = if scenario == Scenario::TopologySpread {
+        (0..SPREAD_GROUPS).map(replica_set).collect()
+    } else {
+        Vec::new()
+    };
     Synthetic {
         nodes,
         running,
@@ -306,6 +327,56 @@ pub fn cluster(scenario: Scenario, nodes: usize, pods: usize, seed: u64) -> Synt
         volumes,
         claims,
         classes: vec![class],
+        selectors,
+    }
+}
+
+/// Deployments of the topology-spread scenario.
+const SPREAD_GROUPS: usize = 100;
+
+fn replica_set(group: usize) -> Object {
+    Object::from_json(
+        crate::events::Kind::ReplicaSet,
+        serde_json::json!({
+            "metadata": {"name": format!("web-{group}"), "namespace": "bench"},
+            "spec": {"selector": {"matchLabels": {"app": format!("web-{group}")}}},
+        }),
+    )
+    .expect("a valid ReplicaSet")
+}
+
+/// Makes `pod` a replica of Deployment `group` (its label and its ReplicaSet).
+fn replica_of(pod: &mut sdk::Pod, group: usize) {
+    app(pod, format!("web-{group}"));
+    pod.controller = Some(sdk::ControllerRef {
+        api_version: "apps/v1".into(),
+        kind: "ReplicaSet".into(),
+        name: format!("web-{group}"),
+    });
+}
+
+/// A pod to schedule in the topology-spread scenario: half spread themselves, half are spread by
+/// the cluster defaults.
+fn topology_spread(pod: &mut sdk::Pod, rng: &mut Rng) {
+    let group = rng.below(SPREAD_GROUPS as u64) as usize;
+    replica_of(pod, group);
+    if rng.chance(0.5) {
+        let selector = sdk::LabelSelector {
+            match_labels: [("app".to_string(), format!("web-{group}"))]
+                .into_iter()
+                .collect(),
+            match_expressions: Vec::new(),
+        };
+        for (key, when) in [(ZONE, "DoNotSchedule"), (HOSTNAME, "ScheduleAnyway")] {
+            pod.topology_spread_constraints
+                .push(sdk::TopologySpreadConstraint {
+                    max_skew: 1,
+                    topology_key: key.into(),
+                    when_unsatisfiable: when.into(),
+                    label_selector: Some(selector.clone()),
+                    ..sdk::TopologySpreadConstraint::default()
+                });
+        }
     }
 }
 
@@ -332,14 +403,17 @@ fn app_term(value: String, topology_key: &str) -> sdk::PodAffinityTerm {
 const HOSTNAME: &str = "kubernetes.io/hostname";
 const ZONE: &str = "topology.kubernetes.io/zone";
 
-/// The pods running before a scenario starts: one per node for the pod-affinity scenarios, none
-/// for the others.
+/// The pods running before a scenario starts: one per node for the pod-affinity and
+/// topology-spread scenarios, none for the others.
 fn running_pods(
     scenario: Scenario,
     nodes: &[sdk::NodeInfo],
     rng: &mut Rng,
 ) -> Vec<(sdk::Pod, String)> {
-    if !matches!(scenario, Scenario::PodAntiAffinity | Scenario::PodAffinity) {
+    if !matches!(
+        scenario,
+        Scenario::PodAntiAffinity | Scenario::PodAffinity | Scenario::TopologySpread
+    ) {
         return Vec::new();
     }
     let requests = Resources {
@@ -357,7 +431,10 @@ fn running_pods(
                 non_zero_requests: requests.clone(),
                 ..sdk::Pod::default()
             };
-            let node = if scenario == Scenario::PodAntiAffinity {
+            let node = if scenario == Scenario::TopologySpread {
+                replica_of(&mut pod, i % SPREAD_GROUPS);
+                rng.below(nodes.len() as u64) as usize
+            } else if scenario == Scenario::PodAntiAffinity {
                 // Groups fill hosts in turn, so no two replicas of a group share one.
                 let group = format!("db-{}", i / ANTI_AFFINITY_GROUP);
                 app(&mut pod, group.clone());

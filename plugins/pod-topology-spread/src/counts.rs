@@ -6,6 +6,8 @@
 
 use std::collections::HashMap;
 
+use wasched_sdk::helpers::FastMap;
+
 use wasched_sdk::helpers::tolerated_by_any;
 use wasched_sdk::node_selector::RequiredNodeAffinity;
 use wasched_sdk::pod_index::{ByAnchor, PodsByLabel};
@@ -21,9 +23,9 @@ pub struct Tally {
     pub namespace: String,
     pub selector: SpreadSelector,
     /// Node id → matching pods on it; absent when none.
-    pub per_node: HashMap<NodeId, u32>,
+    pub per_node: FastMap<NodeId, u32>,
     /// The same by node name, for the single-node score.
-    pub per_name: HashMap<String, u32>,
+    pub per_name: FastMap<String, u32>,
     used: u64,
 }
 
@@ -58,7 +60,7 @@ impl Tally {
     }
 }
 
-fn step(counts: &mut HashMap<NodeId, u32>, id: NodeId, up: bool) {
+fn step(counts: &mut FastMap<NodeId, u32>, id: NodeId, up: bool) {
     if up {
         *counts.entry(id).or_insert(0) += 1;
     } else if let Some(n) = counts.get_mut(&id) {
@@ -78,7 +80,8 @@ pub const TALLY_CAPACITY: usize = 1024;
 #[derive(Default)]
 pub struct Tallies {
     slots: Vec<Tally>,
-    index: HashMap<(String, SpreadSelector), usize>,
+    /// Namespace → selector → slot, looked up without copying either.
+    index: FastMap<String, FastMap<SpreadSelector, usize>>,
     by_anchor: ByAnchor<Vec<usize>>,
     by_label: PodsByLabel,
     clock: u64,
@@ -93,16 +96,15 @@ impl Tallies {
     /// The slot of the tally of `selector` in `namespace`, counted from the mirror the first
     /// time (only over the pods with the label pair the selector requires, when it requires one).
     pub fn slot(&mut self, namespace: &str, selector: &SpreadSelector, nodes: &Nodes) -> usize {
-        let key = (namespace.to_string(), selector.clone());
-        if let Some(&slot) = self.index.get(&key) {
+        if let Some(&slot) = self.index.get(namespace).and_then(|s| s.get(selector)) {
             self.slots[slot].used = self.clock;
             return slot;
         }
         let mut tally = Tally {
-            namespace: key.0.clone(),
-            selector: key.1.clone(),
-            per_node: HashMap::new(),
-            per_name: HashMap::new(),
+            namespace: namespace.to_string(),
+            selector: selector.clone(),
+            per_node: FastMap::default(),
+            per_name: FastMap::default(),
             used: self.clock,
         };
         let none = NodeInfo::default();
@@ -141,7 +143,12 @@ impl Tallies {
             Some(slot) => {
                 let old = std::mem::replace(&mut self.slots[slot], tally);
                 let old_anchor = anchor_of(&old);
-                self.index.remove(&(old.namespace, old.selector));
+                if let Some(selectors) = self.index.get_mut(&old.namespace) {
+                    selectors.remove(&old.selector);
+                    if selectors.is_empty() {
+                        self.index.remove(&old.namespace);
+                    }
+                }
                 self.by_anchor.update(
                     old_anchor.as_ref().map(|(k, v)| (k.as_str(), v.as_str())),
                     |slots| slots.retain(|&s| s != slot),
@@ -157,7 +164,10 @@ impl Tallies {
         self.by_anchor
             .entry(new_anchor.as_ref().map(|(k, v)| (k.as_str(), v.as_str())))
             .push(slot);
-        self.index.insert(key, slot);
+        self.index
+            .entry(namespace.to_string())
+            .or_default()
+            .insert(selector.clone(), slot);
         slot
     }
 
@@ -301,16 +311,16 @@ const ELIGIBILITY_CAPACITY: usize = 64;
 /// The [`Eligibility`] of recent constraint sets, valid while the mirror's nodes do not change.
 #[derive(Default)]
 pub struct EligibilityCache {
-    entries: HashMap<EligibilityKey, Eligibility>,
+    entries: FastMap<EligibilityKey, Eligibility>,
     clock: u64,
 }
 
 impl EligibilityCache {
-    pub fn get(&mut self, key: EligibilityKey, nodes: &Nodes) -> &Eligibility {
+    pub fn get(&mut self, key: &EligibilityKey, nodes: &Nodes) -> &Eligibility {
         self.clock += 1;
         let fresh = self
             .entries
-            .get(&key)
+            .get(key)
             .is_some_and(|e| e.generation == nodes.generation());
         if !fresh {
             if self.entries.len() >= ELIGIBILITY_CAPACITY {
@@ -323,10 +333,10 @@ impl EligibilityCache {
                     self.entries.remove(&oldest);
                 }
             }
-            let computed = Eligibility::compute(&key, nodes);
+            let computed = Eligibility::compute(key, nodes);
             self.entries.insert(key.clone(), computed);
         }
-        let entry = self.entries.get_mut(&key).expect("inserted above");
+        let entry = self.entries.get_mut(key).expect("inserted above");
         entry.used = self.clock;
         entry
     }

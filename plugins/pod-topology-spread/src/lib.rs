@@ -14,11 +14,14 @@ pub mod args;
 pub mod constraints;
 pub mod counts;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+
+use wasched_sdk::helpers::FastMap;
 
 use wasched_sdk::{
-    ExistingPod, ExistingPodParts, Failure, FilterPlan, FilterPlugin, FilterResults, NodeId,
-    NodeInfo, Nodes, Normalize, Plugin, Pod, PodId, PodParts, PodPlan, ScorePlugin, Verdict,
+    ExistingPod, ExistingPodParts, Failure, FilterPlan, FilterPlugin, FilterResults, LabelColumnId,
+    NodeId, NodeInfo, Nodes, Normalize, Plugin, Pod, PodId, PodParts, PodPlan, ScorePlugin,
+    Verdict,
 };
 
 pub use args::{Args, Defaulting};
@@ -45,19 +48,93 @@ const IGNORED: i64 = -1;
 /// One `DoNotSchedule` constraint as PreFilter leaves it for Filter.
 struct FilterConstraint {
     topology_key: String,
+    /// The key's column in the mirror's label index (`None`: no node has the key).
+    column: Option<LabelColumnId>,
     max_skew: i64,
     /// The smallest count over the eligible domains (0 with fewer than `minDomains` of them).
     min_match: i64,
     /// 1 when the pod matches its own selector.
     self_match: i64,
-    /// Domain value → matching pods on the eligible nodes there; absent means 0.
-    counts: HashMap<String, i64>,
+    /// Per value id of the key: the skew there exceeds `maxSkew`.
+    fails: Vec<bool>,
 }
 
-impl FilterConstraint {
-    fn skew_fails(&self, value: &str) -> bool {
-        self.counts.get(value).copied().unwrap_or(0) + self.self_match - self.min_match
-            > self.max_skew
+/// Matching pods per domain value, kept from cycle to cycle so that counting allocates only for
+/// values never seen before: an entry counts only when stamped with the current cycle.
+#[derive(Default)]
+struct DomainCounts {
+    stamp: u64,
+    counts: FastMap<String, (u64, i64)>,
+}
+
+/// Entries kept before the map is emptied (distinct values of one key stay far below this).
+const DOMAIN_COUNTS_LIMIT: usize = 1 << 16;
+
+impl DomainCounts {
+    fn begin(&mut self, stamp: u64) {
+        if self.counts.len() > DOMAIN_COUNTS_LIMIT {
+            self.counts.clear();
+        }
+        self.stamp = stamp;
+    }
+
+    fn add(&mut self, value: &str, n: i64) {
+        let stamp = self.stamp;
+        match self.counts.get_mut(value) {
+            Some(entry) if entry.0 == stamp => entry.1 += n,
+            Some(entry) => *entry = (stamp, n),
+            None => {
+                self.counts.insert(value.to_string(), (stamp, n));
+            }
+        }
+    }
+
+    fn get(&self, value: &str) -> i64 {
+        match self.counts.get(value) {
+            Some(&(stamp, n)) if stamp == self.stamp => n,
+            _ => 0,
+        }
+    }
+
+    /// This cycle's counts.
+    #[cfg(test)]
+    fn current(&self) -> HashMap<String, i64> {
+        self.counts
+            .iter()
+            .filter(|(_, (stamp, _))| *stamp == self.stamp)
+            .map(|(value, &(_, n))| (value.clone(), n))
+            .collect()
+    }
+}
+
+/// Per-value (or per-node) sums of one cycle in a vector reused from cycle to cycle, with the
+/// indexes touched so that emptying it costs what filling it did.
+#[derive(Default)]
+struct Scratch {
+    sums: Vec<i64>,
+    touched: Vec<u32>,
+}
+
+impl Scratch {
+    fn add(&mut self, index: u32, n: i64) {
+        let slot = index as usize;
+        if slot >= self.sums.len() {
+            self.sums.resize(slot + 1, 0);
+        }
+        if self.sums[slot] == 0 {
+            self.touched.push(index);
+        }
+        self.sums[slot] += n;
+    }
+
+    fn get(&self, index: u32) -> i64 {
+        self.sums.get(index as usize).copied().unwrap_or(0)
+    }
+
+    fn clear(&mut self) {
+        for index in self.touched.drain(..) {
+            self.sums[index as usize] = 0;
+        }
     }
 }
 
@@ -86,14 +163,23 @@ pub struct PodTopologySpread {
     tallies: Tallies,
     eligibility: EligibilityCache,
     filter: Vec<FilterConstraint>,
+    /// Per filter constraint position: its domain counts, by value text.
+    domains: Vec<DomainCounts>,
+    cycle: u64,
     prescore: Option<PreScore>,
     scored: Scored,
     /// Per topology key: the nodes without it, at the mirror generation they were listed at.
-    missing: HashMap<String, (u64, Vec<NodeId>)>,
+    missing: FastMap<String, (u64, Vec<NodeId>)>,
     /// Per node id: the failing-plan verdict of the current pod (0 = passes).
     verdicts: Vec<u8>,
     failing: Vec<NodeId>,
+    by_value: Scratch,
+    by_node: Scratch,
 }
+
+/// At most this share of the nodes (1/8) goes into a failing-nodes plan; beyond it the host
+/// calls the batch filter, a table lookup per node, for the nodes it examines.
+const FAILING_PLAN_SHARE: usize = 8;
 
 impl PodTopologySpread {
     fn mark(&mut self, id: NodeId, verdict: u8) {
@@ -104,19 +190,21 @@ impl PodTopologySpread {
         }
     }
 
-    fn nodes_missing(&mut self, key: &str, nodes: &Nodes) -> Vec<NodeId> {
-        match self.missing.get(key) {
-            Some((generation, ids)) if *generation == nodes.generation() => ids.clone(),
-            _ => {
-                let ids: Vec<NodeId> = nodes
-                    .ids()
-                    .filter(|&id| nodes.get(id).is_some_and(|n| n.labels.get(key).is_none()))
-                    .collect();
-                self.missing
-                    .insert(key.to_string(), (nodes.generation(), ids.clone()));
-                ids
-            }
+    /// The nodes without label `key`, listed again only when the nodes change.
+    fn nodes_missing(&mut self, key: &str, nodes: &Nodes) -> &[NodeId] {
+        let fresh = self
+            .missing
+            .get(key)
+            .is_some_and(|(generation, _)| *generation == nodes.generation());
+        if !fresh {
+            let ids: Vec<NodeId> = nodes
+                .ids()
+                .filter(|&id| nodes.get(id).is_some_and(|n| n.labels.get(key).is_none()))
+                .collect();
+            self.missing
+                .insert(key.to_string(), (nodes.generation(), ids));
         }
+        &self.missing[key].1
     }
 
     /// kube-scheduler's PreFilter: per `DoNotSchedule` constraint, the matching pods per
@@ -127,6 +215,11 @@ impl PodTopologySpread {
         if constraints.is_empty() {
             return FilterPlan::Skip;
         }
+        self.cycle += 1;
+        if self.domains.len() < constraints.len() {
+            self.domains
+                .resize_with(constraints.len(), DomainCounts::default);
+        }
         let slots: Vec<Option<usize>> = constraints
             .iter()
             .map(|c| {
@@ -135,47 +228,74 @@ impl PodTopologySpread {
             })
             .collect();
         let key = EligibilityKey::new(pod, &constraints, true);
-        let eligibility = self.eligibility.get(key, nodes);
+        let eligibility = self.eligibility.get(&key, nodes);
         for (i, c) in constraints.iter().enumerate() {
-            let mut counts: HashMap<String, i64> = HashMap::new();
-            if let Some(slot) = slots[i] {
+            let column = nodes.label_column(&c.topology_key);
+            let domains = &mut self.domains[i];
+            domains.begin(self.cycle);
+            if let (Some(slot), Some(column)) = (slots[i], column) {
                 for (&id, &n) in &self.tallies.get(slot).per_node {
                     if !eligibility.counts(i, id) {
                         continue;
                     }
-                    if let Some(value) = nodes.get(id).and_then(|n| n.labels.get(&c.topology_key)) {
-                        match counts.get_mut(value) {
-                            Some(sum) => *sum += i64::from(n),
-                            None => {
-                                counts.insert(value.to_string(), i64::from(n));
-                            }
-                        }
+                    let Some(node) = nodes.get(id) else { continue };
+                    if let Some(value) = node.labels.get(&c.topology_key) {
+                        domains.add(value, i64::from(n));
+                        self.by_value
+                            .add(nodes.label_value(column, id), i64::from(n));
                     }
                 }
             }
-            let domains = eligibility.domains[i].len() as i64;
-            let min_match = if domains < c.min_domains {
+            let eligible_domains = eligibility.domains[i].len() as i64;
+            let counted = &self.by_value.touched;
+            let min_match = if eligible_domains < c.min_domains {
                 0
-            } else if domains == 0 {
+            } else if eligible_domains == 0 {
                 i64::from(i32::MAX)
-            } else if (counts.len() as i64) < domains {
+            } else if (counted.len() as i64) < eligible_domains {
                 0
             } else {
-                counts.values().copied().min().unwrap_or(0)
+                counted
+                    .iter()
+                    .map(|&v| self.by_value.get(v))
+                    .min()
+                    .unwrap_or(0)
             };
+            let self_match = i64::from(c.selector.matches(&pod.labels));
+            let mut fails = vec![false; column.map_or(1, |c| nodes.label_value_bound(c))];
+            for &value in counted {
+                fails[value as usize] =
+                    self.by_value.get(value) + self_match - min_match > c.max_skew;
+            }
+            self.by_value.clear();
             self.filter.push(FilterConstraint {
                 topology_key: c.topology_key.clone(),
+                column,
                 max_skew: c.max_skew,
                 min_match,
-                self_match: i64::from(c.selector.matches(&pod.labels)),
-                counts,
+                self_match,
+                fails,
             });
         }
         self.failing_plan(nodes)
     }
 
-    /// The nodes the current pod fails on: those missing a key, and those of the domains whose
-    /// skew would exceed `maxSkew`; a node failing several constraints reports the first.
+    /// The verdict of node `id` under the prepared constraints: the first one it fails.
+    fn verdict(&self, nodes: &Nodes, id: NodeId) -> u8 {
+        for c in &self.filter {
+            let value = c.column.map_or(0, |column| nodes.label_value(column, id));
+            if value == 0 {
+                return MISSING_LABEL;
+            }
+            if c.fails[value as usize] {
+                return SKEW;
+            }
+        }
+        0
+    }
+
+    /// Names the failing nodes when they are few: those missing a key, and those of the domains
+    /// whose skew would exceed `maxSkew`; a node failing several constraints reports the first.
     fn failing_plan(&mut self, nodes: &Nodes) -> FilterPlan {
         for id in self.failing.drain(..) {
             self.verdicts[id as usize] = 0;
@@ -184,13 +304,29 @@ impl PodTopologySpread {
             self.verdicts.resize(nodes.id_bound(), 0);
         }
         let filter = std::mem::take(&mut self.filter);
+        let mut failing = 0;
         for c in &filter {
-            for id in self.nodes_missing(&c.topology_key, nodes) {
+            failing += self.nodes_missing(&c.topology_key, nodes).len();
+            if let Some(column) = c.column {
+                for (value, _) in c.fails.iter().enumerate().filter(|(_, &f)| f) {
+                    failing += nodes.nodes_with_label_value(column, value as u32).len();
+                }
+            }
+        }
+        if failing > nodes.len() / FAILING_PLAN_SHARE {
+            self.filter = filter;
+            return FilterPlan::Run;
+        }
+        for c in &filter {
+            let missing = self.nodes_missing(&c.topology_key, nodes).to_vec();
+            for id in missing {
                 self.mark(id, MISSING_LABEL);
             }
-            for value in c.counts.keys().filter(|value| c.skew_fails(value)) {
-                for &id in nodes.nodes_with_label(&c.topology_key, value) {
-                    self.mark(id, SKEW);
+            if let Some(column) = c.column {
+                for (value, _) in c.fails.iter().enumerate().filter(|(_, &f)| f) {
+                    for &id in nodes.nodes_with_label_value(column, value as u32) {
+                        self.mark(id, SKEW);
+                    }
                 }
             }
         }
@@ -204,11 +340,7 @@ impl PodTopologySpread {
         for &id in &self.failing {
             let verdict = self.verdicts[id as usize] as usize;
             if interned[verdict] == 0 {
-                interned[verdict] = results.intern(if verdict == MISSING_LABEL as usize {
-                    Failure::unresolvable(MISSING_LABEL_REASON)
-                } else {
-                    Failure::unschedulable(CONSTRAINTS_REASON)
-                });
+                interned[verdict] = results.intern(failure(verdict as u8));
             }
             results.verdicts.push(interned[verdict]);
         }
@@ -251,24 +383,24 @@ impl PodTopologySpread {
                 .all(|c| node.labels.get(&c.topology_key).is_some())
     }
 
-    /// The raw score of `node` under the state of the last score batch.
-    fn raw_score(&self, pre: &PreScore, node: &NodeInfo, on_node: impl Fn(usize) -> i64) -> i64 {
-        if Self::ignored(pre, node) {
-            return IGNORED;
-        }
+    /// kube-scheduler's Score from the counts of one node: per constraint whose key it has, its
+    /// domain's count (its own for the hostname) weighted, plus `maxSkew - 1`; rounded once.
+    fn raw_score(pre: &PreScore, weights: &[f64], count: impl Fn(usize) -> Option<i64>) -> i64 {
         let mut score = 0.0;
         for (i, c) in pre.constraints.iter().enumerate() {
-            let Some(value) = node.labels.get(&c.topology_key) else {
-                continue;
-            };
-            let count = if c.is_hostname() {
-                on_node(i)
-            } else {
-                self.scored.counts[i].get(value).copied().unwrap_or(0)
-            };
-            score += count as f64 * self.scored.weights[i] + (c.max_skew - 1) as f64;
+            if let Some(count) = count(i) {
+                score += count as f64 * weights[i] + (c.max_skew - 1) as f64;
+            }
         }
         score.round() as i64
+    }
+}
+
+fn failure(verdict: u8) -> Failure {
+    if verdict == MISSING_LABEL {
+        Failure::unresolvable(MISSING_LABEL_REASON)
+    } else {
+        Failure::unschedulable(CONSTRAINTS_REASON)
     }
 }
 
@@ -288,11 +420,15 @@ impl Plugin for PodTopologySpread {
             tallies: Tallies::default(),
             eligibility: EligibilityCache::default(),
             filter: Vec::new(),
+            domains: Vec::new(),
+            cycle: 0,
             prescore: None,
             scored: Scored::default(),
-            missing: HashMap::new(),
+            missing: FastMap::default(),
             verdicts: Vec::new(),
             failing: Vec::new(),
+            by_value: Scratch::default(),
+            by_node: Scratch::default(),
         })
     }
 
@@ -314,16 +450,31 @@ impl Plugin for PodTopologySpread {
 
 impl FilterPlugin for PodTopologySpread {
     fn filter(&self, _pod: &Pod, node: &NodeInfo) -> Verdict {
-        for c in &self.filter {
+        for (c, domains) in self.filter.iter().zip(&self.domains) {
             match node.labels.get(&c.topology_key) {
-                None => return Err(Failure::unresolvable(MISSING_LABEL_REASON)),
-                Some(value) if c.skew_fails(value) => {
-                    return Err(Failure::unschedulable(CONSTRAINTS_REASON))
+                None => return Err(failure(MISSING_LABEL)),
+                Some(value) if domains.get(value) + c.self_match - c.min_match > c.max_skew => {
+                    return Err(failure(SKEW))
                 }
                 Some(_) => {}
             }
         }
         Ok(())
+    }
+
+    fn filter_batch(&mut self, _pod: &Pod, nodes: &Nodes, ids: &[NodeId], out: &mut FilterResults) {
+        let mut interned = [0u32; 3];
+        for &id in ids {
+            if !nodes.contains(id) {
+                out.push(Err(Nodes::unknown(id)));
+                continue;
+            }
+            let verdict = self.verdict(nodes, id) as usize;
+            if verdict != 0 && interned[verdict] == 0 {
+                interned[verdict] = out.intern(failure(verdict as u8));
+            }
+            out.verdicts.push(interned[verdict]);
+        }
     }
 }
 
@@ -336,63 +487,117 @@ impl ScorePlugin for PodTopologySpread {
         let Some(pre) = &self.prescore else {
             return 0;
         };
-        self.raw_score(pre, node, |i| {
-            pre.slots[i].map_or(0, |slot| {
-                let tally = self.tallies.get(slot);
-                i64::from(tally.per_name.get(node.name.as_str()).copied().unwrap_or(0))
+        if Self::ignored(pre, node) {
+            return IGNORED;
+        }
+        Self::raw_score(pre, &self.scored.weights, |i| {
+            let c = &pre.constraints[i];
+            let value = node.labels.get(&c.topology_key)?;
+            Some(if c.is_hostname() {
+                pre.slots[i].map_or(0, |slot| {
+                    let per_name = &self.tallies.get(slot).per_name;
+                    i64::from(per_name.get(node.name.as_str()).copied().unwrap_or(0))
+                })
+            } else {
+                self.scored.counts[i].get(value).copied().unwrap_or(0)
             })
         })
     }
 
     /// kube-scheduler's PreScore over the feasible nodes `ids` (the domains they make weigh the
-    /// counts), then its Score per node.
+    /// counts), then its Score per node, on label value ids.
     fn score_batch(&mut self, _pod: &Pod, nodes: &Nodes, ids: &[NodeId], out: &mut Vec<i64>) {
         let Some(pre) = self.prescore.take() else {
             out.extend(ids.iter().map(|_| 0));
             return;
         };
-        let eligibility = self.eligibility.get(pre.eligibility.clone(), nodes);
-        let considered: Vec<&NodeInfo> = ids
+        let eligibility = self.eligibility.get(&pre.eligibility, nodes);
+        let columns: Vec<Option<LabelColumnId>> = pre
+            .constraints
             .iter()
-            .filter_map(|&id| nodes.get(id))
-            .filter(|node| !Self::ignored(&pre, node))
+            .map(|c| nodes.label_column(&c.topology_key))
             .collect();
+        // Each feasible node's value id per constraint (0: no such label), read once.
+        let width = pre.constraints.len();
+        let mut values = Vec::with_capacity(ids.len() * width);
+        for &id in ids {
+            values.extend(
+                columns
+                    .iter()
+                    .map(|column| column.map_or(0, |c| nodes.label_value(c, id))),
+            );
+        }
+        let of = |k: usize| &values[k * width..(k + 1) * width];
+        let considered: Vec<bool> = ids
+            .iter()
+            .enumerate()
+            .map(|(k, &id)| nodes.contains(id) && !(pre.require_all_keys && of(k).contains(&0)))
+            .collect();
+        let value = |i: usize, id: NodeId| columns[i].map_or(0, |c| nodes.label_value(c, id));
+        let considered_count = considered.iter().filter(|&&c| c).count();
         let mut scored = Scored::default();
+        let mut counts_by_value: Vec<Vec<i64>> = Vec::with_capacity(pre.constraints.len());
         for (i, c) in pre.constraints.iter().enumerate() {
+            let mut by_value = Vec::new();
             let mut counts = HashMap::new();
             let size = if c.is_hostname() {
-                considered.len()
+                considered_count
             } else {
-                let domains: HashSet<&str> = considered
-                    .iter()
-                    .map(|node| node.labels.get(&c.topology_key).unwrap_or_default())
-                    .collect();
+                // Domains of the feasible nodes not left out; value 0 is the domain of nodes
+                // without the key, which counts when keys are not required.
+                let bound = columns[i].map_or(1, |c| nodes.label_value_bound(c));
+                let mut domain = vec![false; bound];
+                for k in (0..ids.len()).filter(|&k| considered[k]) {
+                    domain[of(k)[i] as usize] = true;
+                }
+                by_value = vec![0i64; bound];
                 if let Some(slot) = pre.slots[i] {
                     for (&id, &n) in &self.tallies.get(slot).per_node {
-                        if !eligibility.counts(i, id) {
-                            continue;
-                        }
-                        let Some(node) = nodes.get(id) else { continue };
-                        let value = node.labels.get(&c.topology_key).unwrap_or_default();
-                        if domains.contains(value) {
-                            *counts.entry(value.to_string()).or_insert(0) += i64::from(n);
+                        let v = value(i, id) as usize;
+                        if eligibility.counts(i, id) && domain[v] {
+                            by_value[v] += i64::from(n);
                         }
                     }
                 }
-                domains.len()
+                if let Some(column) = columns[i] {
+                    for (v, &n) in by_value.iter().enumerate().skip(1).filter(|(_, &n)| n > 0) {
+                        let text = nodes.label_value_text(column, v as u32).unwrap_or_default();
+                        counts.insert(text.to_string(), n);
+                    }
+                }
+                domain.iter().filter(|&&d| d).count()
             };
+            if c.is_hostname() {
+                if let Some(slot) = pre.slots[i] {
+                    for (&id, &n) in &self.tallies.get(slot).per_node {
+                        self.by_node.add(id, i64::from(n));
+                    }
+                }
+            }
             scored.weights.push(((size + 2) as f64).ln());
             scored.counts.push(counts);
+            counts_by_value.push(by_value);
         }
-        self.scored = scored;
-        for &id in ids {
-            out.push(match nodes.get(id) {
-                None => i64::MIN,
-                Some(node) => self.raw_score(&pre, node, |i| {
-                    pre.slots[i].map_or(0, |slot| i64::from(self.tallies.get(slot).on_node(id)))
-                }),
+        for (k, &id) in ids.iter().enumerate() {
+            out.push(if !nodes.contains(id) {
+                i64::MIN
+            } else if !considered[k] {
+                IGNORED
+            } else {
+                Self::raw_score(&pre, &scored.weights, |i| {
+                    let v = of(k)[i];
+                    (v != 0).then(|| {
+                        if pre.constraints[i].is_hostname() {
+                            self.by_node.get(id)
+                        } else {
+                            counts_by_value[i][v as usize]
+                        }
+                    })
+                })
             });
         }
+        self.by_node.clear();
+        self.scored = scored;
         self.prescore = Some(pre);
     }
 
@@ -418,5 +623,7 @@ wasched_sdk::export_plugin!(PodTopologySpread: filter, score);
 
 #[cfg(not(target_arch = "wasm32"))]
 mod cases;
+#[cfg(test)]
+mod incremental_tests;
 #[cfg(not(target_arch = "wasm32"))]
 pub use cases::cases;
