@@ -313,6 +313,8 @@ const ELIGIBILITY_CAPACITY: usize = 64;
 pub struct EligibilityCache {
     entries: FastMap<EligibilityKey, Eligibility>,
     clock: u64,
+    /// How many times eligible nodes were worked out (each a pass over every node).
+    pub computed: u64,
 }
 
 impl EligibilityCache {
@@ -334,6 +336,7 @@ impl EligibilityCache {
                 }
             }
             let computed = Eligibility::compute(key, nodes);
+            self.computed += 1;
             self.entries.insert(key.clone(), computed);
         }
         let entry = self.entries.get_mut(key).expect("inserted above");

@@ -327,3 +327,36 @@ fn the_least_recently_used_tallies_are_dropped_beyond_capacity() {
     );
     let _ = Args::parse("{}");
 }
+
+#[test]
+fn eligible_nodes_are_worked_out_again_only_when_nodes_change() {
+    let mut walk = Walk(3);
+    let mut driver = Driver::<PodTopologySpread>::new("{}").unwrap();
+    driver.upsert_nodes((0..NODES as NodeId).map(|id| (id, random_node(&mut walk, id))));
+    let spread = |driver: &mut Driver<PodTopologySpread>, k: u64| {
+        let mut questions = Walk(k);
+        let mut incoming = random_pod(&mut questions, "incoming");
+        incoming.terminating = false;
+        incoming.topology_spread_constraints = vec![TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: "zone".into(),
+            when_unsatisfiable: DO_NOT_SCHEDULE.into(),
+            label_selector: random_selector(&mut questions),
+            ..TopologySpreadConstraint::default()
+        }];
+        driver.set_pod(incoming);
+    };
+    for k in 0..50 {
+        spread(&mut driver, k);
+        let placed = random_pod(&mut walk, &format!("p{k}"));
+        driver.upsert_pods([(k as PodId, ExistingPod::of(&placed, (k % NODES) as NodeId))]);
+    }
+    assert_eq!(
+        driver.plugin().eligibility.computed,
+        1,
+        "pods come and go, nodes stay"
+    );
+    driver.upsert_nodes([(0, random_node(&mut walk, 0))]);
+    spread(&mut driver, 99);
+    assert_eq!(driver.plugin().eligibility.computed, 2, "a node changed");
+}

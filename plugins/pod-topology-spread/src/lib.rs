@@ -234,16 +234,16 @@ impl PodTopologySpread {
             let domains = &mut self.domains[i];
             domains.begin(self.cycle);
             if let (Some(slot), Some(column)) = (slots[i], column) {
+                // Compact per-node arrays only: the nodes themselves are not read.
                 for (&id, &n) in &self.tallies.get(slot).per_node {
-                    if !eligibility.counts(i, id) {
-                        continue;
+                    let value = nodes.label_value(column, id);
+                    if value != 0 && eligibility.counts(i, id) {
+                        self.by_value.add(value, i64::from(n));
                     }
-                    let Some(node) = nodes.get(id) else { continue };
-                    if let Some(value) = node.labels.get(&c.topology_key) {
-                        domains.add(value, i64::from(n));
-                        self.by_value
-                            .add(nodes.label_value(column, id), i64::from(n));
-                    }
+                }
+                for &value in &self.by_value.touched {
+                    let text = nodes.label_value_text(column, value).unwrap_or_default();
+                    domains.add(text, self.by_value.get(value));
                 }
             }
             let eligible_domains = eligibility.domains[i].len() as i64;
