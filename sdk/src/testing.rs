@@ -82,6 +82,25 @@ pub fn with_taints(mut node: NodeInfo, taints: &[(&str, &str, &str)]) -> NodeInf
     node
 }
 
+/// A seeded random walk (splitmix64) for property tests: the same seed gives the same steps.
+pub struct Walk(pub u64);
+
+impl Walk {
+    /// A number in `0..bound`.
+    pub fn below(&mut self, bound: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) % bound
+    }
+
+    /// One of `from`.
+    pub fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
+        from[self.below(from.len() as u64) as usize]
+    }
+}
+
 /// A pod in `default` for the default scheduler, requesting nothing.
 pub fn pod(name: &str) -> Pod {
     Pod {

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use wasched_sdk::testing::{labels, pod};
+use wasched_sdk::testing::{labels, pod, Walk};
 use wasched_sdk::{
     Driver, ExistingPod, LabelSelector, LabelSelectorRequirement, Labels, NodeId, NodeInfo, Nodes,
     Plugin, Pod, PodAffinityTerm, PodId, WeightedPodAffinityTerm,
@@ -13,22 +13,6 @@ use wasched_sdk::{
 use crate::state::Counts;
 use crate::terms::OwnedTerm;
 use crate::InterPodAffinity;
-
-/// splitmix64: the same seed gives the same walk.
-struct Walk(u64);
-
-impl Walk {
-    fn below(&mut self, bound: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (z ^ (z >> 31)) % bound
-    }
-    fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
-        from[self.below(from.len() as u64) as usize]
-    }
-}
 
 const NODES: u64 = 12;
 const PODS: u64 = 40;
