@@ -163,3 +163,30 @@ impl PodsByLabel {
         )
     }
 }
+
+/// Puts `entry` into `slots`: in a new slot while fewer than `capacity` are taken, else in place of
+/// the least recently used entry (by `used`) not used in the current round `now`, which is
+/// returned for the caller to take out of its indexes. How a plugin bounds the selectors it keeps
+/// counted (the entries asked for in the current pod's cycle stay).
+pub fn place_least_recently_used<T>(
+    slots: &mut Vec<T>,
+    capacity: usize,
+    now: u64,
+    used: impl Fn(&T) -> u64,
+    entry: T,
+) -> (usize, Option<T>) {
+    let evictable = (slots.len() >= capacity)
+        .then(|| {
+            (0..slots.len())
+                .filter(|&s| used(&slots[s]) != now)
+                .min_by_key(|&s| used(&slots[s]))
+        })
+        .flatten();
+    match evictable {
+        Some(slot) => (slot, Some(std::mem::replace(&mut slots[slot], entry))),
+        None => {
+            slots.push(entry);
+            (slots.len() - 1, None)
+        }
+    }
+}

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 
-use wasched_sdk::pod_index::{anchor, ByAnchor, PodsByLabel};
+use wasched_sdk::pod_index::{anchor, place_least_recently_used, ByAnchor, PodsByLabel};
 use wasched_sdk::{ExistingPod, Labels, Nodes};
 
 use crate::terms::{IncomingTerm, OwnedTerm};
@@ -122,29 +122,21 @@ impl Tallies {
                 .for_each(&mut count),
             None => nodes.pods().for_each(|(_, pod)| count(pod)),
         }
-        let evictable = (self.slots.len() >= TALLY_CAPACITY)
-            .then(|| {
-                (0..self.slots.len())
-                    .filter(|&s| self.slots[s].used != self.clock)
-                    .min_by_key(|&s| self.slots[s].used)
-            })
-            .flatten();
-        let slot = match evictable {
-            Some(slot) => {
-                let old = std::mem::replace(&mut self.slots[slot], tally);
-                self.index.remove(&old.terms);
-                self.by_anchor.update(
-                    tally_anchor(&old.terms),
-                    |slots| slots.retain(|&s| s != slot),
-                    Vec::is_empty,
-                );
-                slot
-            }
-            None => {
-                self.slots.push(tally);
-                self.slots.len() - 1
-            }
-        };
+        let (slot, evicted) = place_least_recently_used(
+            &mut self.slots,
+            TALLY_CAPACITY,
+            self.clock,
+            |t| t.used,
+            tally,
+        );
+        if let Some(old) = evicted {
+            self.index.remove(&old.terms);
+            self.by_anchor.update(
+                tally_anchor(&old.terms),
+                |slots| slots.retain(|&s| s != slot),
+                Vec::is_empty,
+            );
+        }
         self.by_anchor.entry(tally_anchor(&terms)).push(slot);
         self.index.insert(terms, slot);
         slot

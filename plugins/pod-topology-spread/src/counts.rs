@@ -10,7 +10,7 @@ use wasched_sdk::helpers::FastMap;
 
 use wasched_sdk::helpers::tolerated_by_any;
 use wasched_sdk::node_selector::RequiredNodeAffinity;
-use wasched_sdk::pod_index::{ByAnchor, PodsByLabel};
+use wasched_sdk::pod_index::{place_least_recently_used, ByAnchor, PodsByLabel};
 use wasched_sdk::{
     effect, ExistingPod, Labels, NodeAffinity, NodeId, NodeInfo, Nodes, Pod, Toleration,
 };
@@ -126,41 +126,33 @@ impl Tallies {
                 None => nodes.pods().for_each(|(_, pod)| count(pod)),
             }
         }
-        let evictable = (self.slots.len() >= TALLY_CAPACITY)
-            .then(|| {
-                (0..self.slots.len())
-                    .filter(|&s| self.slots[s].used != self.clock)
-                    .min_by_key(|&s| self.slots[s].used)
-            })
-            .flatten();
         let anchor_of = |t: &Tally| {
             t.selector
                 .anchor()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
         };
         let new_anchor = anchor_of(&tally);
-        let slot = match evictable {
-            Some(slot) => {
-                let old = std::mem::replace(&mut self.slots[slot], tally);
-                let old_anchor = anchor_of(&old);
-                if let Some(selectors) = self.index.get_mut(&old.namespace) {
-                    selectors.remove(&old.selector);
-                    if selectors.is_empty() {
-                        self.index.remove(&old.namespace);
-                    }
+        let (slot, evicted) = place_least_recently_used(
+            &mut self.slots,
+            TALLY_CAPACITY,
+            self.clock,
+            |t| t.used,
+            tally,
+        );
+        if let Some(old) = evicted {
+            let old_anchor = anchor_of(&old);
+            if let Some(selectors) = self.index.get_mut(&old.namespace) {
+                selectors.remove(&old.selector);
+                if selectors.is_empty() {
+                    self.index.remove(&old.namespace);
                 }
-                self.by_anchor.update(
-                    old_anchor.as_ref().map(|(k, v)| (k.as_str(), v.as_str())),
-                    |slots| slots.retain(|&s| s != slot),
-                    Vec::is_empty,
-                );
-                slot
             }
-            None => {
-                self.slots.push(tally);
-                self.slots.len() - 1
-            }
-        };
+            self.by_anchor.update(
+                old_anchor.as_ref().map(|(k, v)| (k.as_str(), v.as_str())),
+                |slots| slots.retain(|&s| s != slot),
+                Vec::is_empty,
+            );
+        }
         self.by_anchor
             .entry(new_anchor.as_ref().map(|(k, v)| (k.as_str(), v.as_str())))
             .push(slot);
