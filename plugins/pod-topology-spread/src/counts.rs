@@ -4,7 +4,7 @@
 //! nodes count and which domains they make ([`Eligibility`], worked out again only when nodes
 //! change).
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 
 use wasched_sdk::helpers::FastMap;
 
@@ -237,9 +237,9 @@ pub struct Eligibility {
     used: u64,
     /// Per constraint, per node id: whether the node counts.
     pub eligible: Vec<Vec<bool>>,
-    /// Per constraint: the domain values of the nodes that count (a node without the key, when
-    /// keys are not required, makes the empty value).
-    pub domains: Vec<HashMap<String, u32>>,
+    /// Per constraint: how many domains the nodes that count make (a node without the key, when
+    /// keys are not required, makes the empty value's).
+    pub domain_count: Vec<usize>,
 }
 
 impl Eligibility {
@@ -258,7 +258,7 @@ impl Eligibility {
         let tolerations = key.tolerations.as_deref().unwrap_or_default();
         let count = key.policies.len();
         let mut eligible = vec![vec![false; nodes.id_bound()]; count];
-        let mut domains = vec![HashMap::new(); count];
+        let mut domains: Vec<HashSet<&str>> = vec![HashSet::new(); count];
         for id in nodes.ids() {
             let Some(node) = nodes.get(id) else { continue };
             if !key
@@ -280,14 +280,14 @@ impl Eligibility {
                 }
                 eligible[i][id as usize] = true;
                 let value = node.labels.get(topology_key).unwrap_or_default();
-                *domains[i].entry(value.to_string()).or_insert(0) += 1;
+                domains[i].insert(value);
             }
         }
         Eligibility {
             generation: nodes.generation(),
             used: 0,
             eligible,
-            domains,
+            domain_count: domains.iter().map(HashSet::len).collect(),
         }
     }
 

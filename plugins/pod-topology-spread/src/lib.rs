@@ -246,7 +246,7 @@ impl PodTopologySpread {
                     domains.add(text, self.by_value.get(value));
                 }
             }
-            let eligible_domains = eligibility.domains[i].len() as i64;
+            let eligible_domains = eligibility.domain_count[i] as i64;
             let counted = &self.by_value.touched;
             let min_match = if eligible_domains < c.min_domains {
                 0
