@@ -7,6 +7,7 @@
 //! ([`crate::FilterPlugin::filter_batch`], [`crate::ScorePlugin::score_batch`]) read those and
 //! compute per distinct taint set instead of per node.
 
+use crate::helpers::FastMap;
 use std::collections::{BTreeSet, HashMap};
 
 use crate::types::{
@@ -164,7 +165,7 @@ impl Default for Nodes {
 /// Per label key, every node's value as a small integer: a label test is then one table lookup.
 #[derive(Default)]
 struct LabelIndex {
-    keys: HashMap<String, usize>,
+    keys: FastMap<String, usize>,
     columns: Vec<LabelColumn>,
     /// Values interned over all keys, live or not; compared with `live_pairs` to compact.
     interned: usize,
@@ -174,7 +175,7 @@ struct LabelIndex {
 #[derive(Default)]
 struct LabelColumn {
     /// Value id 0 is "no such label"; value `i` is `texts[i - 1]`.
-    ids: HashMap<String, u32>,
+    ids: FastMap<String, u32>,
     texts: Vec<String>,
     /// Per node slot: the id of the node's value.
     of_node: Vec<u32>,
@@ -348,6 +349,15 @@ impl Nodes {
         texts
             .get((value as usize).checked_sub(1)?)
             .map(String::as_str)
+    }
+
+    /// The value id of text `value` in `column` (what [`Nodes::label_value`] gives the nodes
+    /// with that value), `None` when no node has it: a plugin that keeps per-value counts by text
+    /// finds the nodes of each with [`Nodes::nodes_with_label_value`] and no string hashing per
+    /// key.
+    pub fn label_value_id(&self, column: LabelColumnId, value: &str) -> Option<u32> {
+        let index = self.labels.as_ref()?;
+        index.columns[column.0].ids.get(value).copied()
     }
 
     /// The nodes whose value of `column` is `value` ([`Nodes::nodes_with_label`] by value id).
@@ -871,6 +881,10 @@ mod tests {
             if let Some(node) = nodes.get(id) {
                 let host = node.labels.get("kubernetes.io/hostname").unwrap();
                 assert_eq!(nodes.nodes_with_label("kubernetes.io/hostname", host), [id]);
+                let column = nodes.label_column("kubernetes.io/hostname").unwrap();
+                let value = nodes.label_value_id(column, host);
+                assert_eq!(value, Some(nodes.label_value(column, id)), "step {step}");
+                assert_eq!(nodes.nodes_with_label_value(column, value.unwrap()), [id]);
             }
         }
         assert!(nodes.nodes_with_label("zone", "z").is_empty());

@@ -103,7 +103,7 @@ fn assert_counts_are_from_scratch(driver: &Driver<InterPodAffinity>, when: &str)
     let (plugin, nodes) = (driver.plugin(), driver.nodes());
     let none = Labels::default();
     for tally in plugin.tallies.iter() {
-        let mut expected = vec![Counts::new(); tally.terms.len()];
+        let mut expected = vec![Counts::default(); tally.terms.len()];
         for (_, pod) in nodes.pods() {
             if tally
                 .terms

@@ -13,8 +13,6 @@ mod args;
 pub mod state;
 pub mod terms;
 
-use std::collections::{HashMap, HashSet};
-
 use wasched_sdk::{
     ExistingPod, ExistingPodParts, Failure, FilterPlan, FilterPlugin, FilterResults, Labels,
     NodeId, NodeInfo, Nodes, Normalize, Plugin, Pod, PodId, PodParts, PodPlan, ScorePlugin,
@@ -22,7 +20,7 @@ use wasched_sdk::{
 };
 
 pub use args::Args;
-use state::{Groups, ScoringKey, Tallies};
+use state::{Counts, Groups, ScoringKey, Tallies};
 use terms::{IncomingTerm, OwnedTerm};
 use wasched_sdk::pod_index::PodsByLabel;
 
@@ -61,16 +59,76 @@ struct Prepared {
     first_of_group: bool,
     /// The tallies of the pod's required anti-affinity terms.
     anti_affinity: Vec<usize>,
-    /// Topology key → values where a placed pod's required anti-affinity term matches the pod.
-    existing_anti_affinity: HashMap<String, HashSet<String>>,
-    /// Topology key → value → score (kube-scheduler's `topologyScore`).
-    score: HashMap<String, HashMap<String, i64>>,
+    /// The placed pods' required anti-affinity groups that match the pod, by position (ascending)
+    /// in `existing_anti_affinity.candidates(pod labels)`, which holds still during the cycle.
+    existing_anti_affinity: Vec<usize>,
+    /// The tallies of the pod's preferred terms, with their weight (negative for anti-affinity).
+    score_tallies: Vec<(usize, i64)>,
+    /// The placed pods' scoring groups that match the pod, by position (ascending) in
+    /// `scoring.candidates(pod labels)`.
+    score_groups: Vec<usize>,
+}
+
+/// Per node id, the failing-plan verdict of the current pod (0 = passes), and the nodes that have
+/// one.
+#[derive(Default)]
+struct Verdicts {
+    of_node: Vec<u8>,
+    failing: Vec<NodeId>,
+}
+
+impl Verdicts {
+    /// Records `verdict` for node `id`, keeping the first check's when it fails several.
+    fn mark(&mut self, id: NodeId, verdict: u8) {
+        let slot = &mut self.of_node[id as usize];
+        if *slot == 0 {
+            *slot = verdict;
+            self.failing.push(id);
+        } else {
+            *slot = (*slot).min(verdict);
+        }
+    }
+}
+
+/// Per node id, the current pod's raw score, and the nodes that have one.
+#[derive(Default)]
+struct RawScores {
+    of_node: Vec<i64>,
+    scored: Vec<bool>,
+    ids: Vec<NodeId>,
+}
+
+impl RawScores {
+    fn add(&mut self, id: NodeId, points: i64) {
+        let slot = id as usize;
+        if !self.scored[slot] {
+            self.scored[slot] = true;
+            self.ids.push(id);
+        }
+        self.of_node[slot] += points;
+    }
+}
+
+/// Calls `each` with every node of every domain of `counts` (values of label `key`) and that
+/// domain's count, finding the domains by value id: one string lookup per domain, none per node.
+fn each_node_counted(nodes: &Nodes, key: &str, counts: &Counts, mut each: impl FnMut(NodeId, u32)) {
+    let Some(column) = nodes.label_column(key) else {
+        return;
+    };
+    for (value, &count) in counts {
+        if let Some(value) = nodes.label_value_id(column, value) {
+            for &id in nodes.nodes_with_label_value(column, value) {
+                each(id, count);
+            }
+        }
+    }
 }
 
 /// The plugin: its configuration, the counts it keeps, the current pod's state and per-node
 /// scratch space reused from pod to pod.
 pub struct InterPodAffinity {
     args: Args,
+    failures: Vec<Failure>,
     tallies: Tallies,
     pods_by_label: PodsByLabel,
     /// Placed pods' required anti-affinity terms.
@@ -79,16 +137,11 @@ pub struct InterPodAffinity {
     /// weight, negative for anti-affinity).
     scoring: Groups<ScoringKey>,
     prepared: Prepared,
-    /// Per node id: the failing-plan verdict of the current pod (0 = passes).
-    verdicts: Vec<u8>,
-    failing: Vec<NodeId>,
+    verdicts: Verdicts,
     /// Per node id: whether it passes the current pod's required affinity.
     passing: Vec<bool>,
     passing_ids: Vec<NodeId>,
-    /// Per node id: the current pod's raw score; `scored` lists the ids that have one.
-    raw: Vec<i64>,
-    has_raw: Vec<bool>,
-    scored: Vec<NodeId>,
+    raw: RawScores,
 }
 
 impl InterPodAffinity {
@@ -131,79 +184,70 @@ impl InterPodAffinity {
 
     /// Empties the per-node scratch of the previous pod and sizes it for the mirror.
     fn reset_scratch(&mut self, bound: usize) {
-        for id in self.failing.drain(..) {
-            self.verdicts[id as usize] = 0;
+        for id in self.verdicts.failing.drain(..) {
+            self.verdicts.of_node[id as usize] = 0;
         }
-        for id in self.scored.drain(..) {
-            self.raw[id as usize] = 0;
-            self.has_raw[id as usize] = false;
+        for id in self.raw.ids.drain(..) {
+            self.raw.of_node[id as usize] = 0;
+            self.raw.scored[id as usize] = false;
         }
-        if self.verdicts.len() < bound {
-            self.verdicts.resize(bound, 0);
+        if self.verdicts.of_node.len() < bound {
+            self.verdicts.of_node.resize(bound, 0);
             self.passing.resize(bound, false);
-            self.raw.resize(bound, 0);
-            self.has_raw.resize(bound, false);
-        }
-    }
-
-    fn mark(&mut self, id: NodeId, verdict: u8) {
-        let slot = &mut self.verdicts[id as usize];
-        if *slot == 0 {
-            *slot = verdict;
-            self.failing.push(id);
-        } else {
-            *slot = (*slot).min(verdict);
+            self.raw.of_node.resize(bound, 0);
+            self.raw.scored.resize(bound, false);
         }
     }
 
     /// The nodes the current pod fails on, found through the label index: the domains where
     /// anti-affinity counts, and the complement of those where affinity does.
-    fn failing_plan(&mut self, nodes: &Nodes) -> FilterPlan {
-        let prepared = std::mem::take(&mut self.prepared);
-        for (key, values) in &prepared.existing_anti_affinity {
-            for value in values {
-                for &id in nodes.nodes_with_label(key, value) {
-                    self.mark(id, EXISTING_ANTI_AFFINITY);
+    fn failing_plan(&mut self, pod: &Pod, nodes: &Nodes) -> FilterPlan {
+        let prepared = &self.prepared;
+        let verdicts = &mut self.verdicts;
+        if !prepared.existing_anti_affinity.is_empty() {
+            let groups = self.existing_anti_affinity.candidates(&pod.labels);
+            for (position, (term, group)) in groups.enumerate() {
+                if prepared.existing_anti_affinity.contains(&position) {
+                    each_node_counted(nodes, &term.topology_key, &group.counts, |id, _| {
+                        verdicts.mark(id, EXISTING_ANTI_AFFINITY)
+                    });
                 }
             }
         }
         for &slot in &prepared.anti_affinity {
             let tally = self.tallies.get(slot);
-            let key = &tally.terms[0].topology_key;
-            let ids: Vec<NodeId> = tally.counts[0]
-                .keys()
-                .flat_map(|value| nodes.nodes_with_label(key, value).iter().copied())
-                .collect();
-            for id in ids {
-                self.mark(id, ANTI_AFFINITY);
-            }
+            each_node_counted(
+                nodes,
+                &tally.terms[0].topology_key,
+                &tally.counts[0],
+                |id, _| verdicts.mark(id, ANTI_AFFINITY),
+            );
         }
         if let Some(slot) = prepared.affinity {
-            self.mark_affinity_failures(slot, prepared.first_of_group, nodes);
+            self.mark_affinity_failures(slot, nodes);
         }
-        self.prepared = prepared;
-        if self.failing.is_empty() {
+        let failing = &mut self.verdicts.failing;
+        if failing.is_empty() {
             return FilterPlan::Skip;
         }
-        self.failing.sort_unstable();
+        failing.sort_unstable();
         // Only the failures some node has: the host refuses a plan with more failures than nodes.
         let mut results = FilterResults::default();
         let mut interned = [0u32; 4];
-        let all = failures();
-        for &id in &self.failing {
-            let verdict = self.verdicts[id as usize] as usize;
+        for &id in failing.iter() {
+            let verdict = self.verdicts.of_node[id as usize] as usize;
             if interned[verdict] == 0 {
-                interned[verdict] = results.intern(all[verdict - 1].clone());
+                interned[verdict] = results.intern(self.failures[verdict - 1].clone());
             }
             results.verdicts.push(interned[verdict]);
         }
         FilterPlan::FailingNodes {
-            nodes: self.failing.clone(),
+            nodes: failing.clone(),
             results,
         }
     }
 
-    fn mark_affinity_failures(&mut self, slot: usize, first_of_group: bool, nodes: &Nodes) {
+    fn mark_affinity_failures(&mut self, slot: usize, nodes: &Nodes) {
         let tally = self.tallies.get(slot);
         let has_keys = |node: &NodeInfo| {
             tally
@@ -218,47 +262,62 @@ impl InterPodAffinity {
                     .is_some_and(|value| counts.contains_key(value))
             })
         };
-        let mut passing_ids = std::mem::take(&mut self.passing_ids);
-        if first_of_group {
+        let passing_ids = &mut self.passing_ids;
+        if self.prepared.first_of_group {
             passing_ids.extend(
                 nodes
                     .ids()
                     .filter(|&id| nodes.get(id).is_some_and(has_keys)),
             );
+        } else if tally.terms.len() == 1 {
+            // The nodes of the term's domains pass; when they are every node, none fails.
+            let mut covered = 0;
+            each_node_counted(
+                nodes,
+                &tally.terms[0].topology_key,
+                &tally.counts[0],
+                |_, _| covered += 1,
+            );
+            if covered == nodes.len() {
+                return;
+            }
+            each_node_counted(
+                nodes,
+                &tally.terms[0].topology_key,
+                &tally.counts[0],
+                |id, _| passing_ids.push(id),
+            );
         } else {
             // The nodes of the first term's domains pass it; only the other terms need a look.
-            let first = &tally.terms[0].topology_key;
-            for value in tally.counts[0].keys() {
-                let domain = nodes.nodes_with_label(first, value);
-                if tally.terms.len() == 1 {
-                    passing_ids.extend_from_slice(domain);
-                } else {
-                    passing_ids.extend(
-                        domain
-                            .iter()
-                            .filter(|&&id| nodes.get(id).is_some_and(in_every_domain)),
-                    );
-                }
-            }
+            each_node_counted(
+                nodes,
+                &tally.terms[0].topology_key,
+                &tally.counts[0],
+                |id, _| {
+                    if nodes.get(id).is_some_and(in_every_domain) {
+                        passing_ids.push(id);
+                    }
+                },
+            );
         }
         if passing_ids.len() < nodes.len() {
-            for &id in &passing_ids {
+            for &id in passing_ids.iter() {
                 self.passing[id as usize] = true;
             }
             for id in nodes.ids() {
                 if !self.passing[id as usize] {
-                    self.mark(id, AFFINITY);
+                    self.verdicts.mark(id, AFFINITY);
                 }
             }
         }
         for id in passing_ids.drain(..) {
             self.passing[id as usize] = false;
         }
-        self.passing_ids = passing_ids;
     }
 
-    /// kube-scheduler's PreScore: the topology score map of the current pod. Returns false when
-    /// the plugin has no opinion (kube-scheduler's Skip).
+    /// kube-scheduler's PreScore: the topology score of the current pod, added up per node.
+    /// Returns false when the plugin has no opinion (kube-scheduler's Skip: no term counts
+    /// anywhere).
     fn prepare_score(&mut self, pod: &Pod, nodes: &Nodes, namespace_labels: &Labels) -> bool {
         let affinity = &pod.pod_affinity;
         let has_preferred =
@@ -266,19 +325,8 @@ impl InterPodAffinity {
         if self.args.ignore_preferred_terms_of_existing_pods && !has_preferred {
             return false;
         }
-        let mut score: HashMap<String, HashMap<String, i64>> = HashMap::new();
-        let mut add = |key: &str, value: &str, points: i64| {
-            if !score.contains_key(key) {
-                score.insert(key.to_string(), HashMap::new());
-            }
-            let values = score.get_mut(key).expect("inserted above");
-            match values.get_mut(value) {
-                Some(sum) => *sum += points,
-                None => {
-                    values.insert(value.to_string(), points);
-                }
-            }
-        };
+        let mut any = false;
+        let raw = &mut self.raw;
         for (list, sign) in [
             (&affinity.preferred_affinity, 1),
             (&affinity.preferred_anti_affinity, -1),
@@ -286,39 +334,30 @@ impl InterPodAffinity {
             for weighted in list {
                 let term = IncomingTerm::resolve(&weighted.term, &pod.namespace, nodes);
                 let slot = self.tallies.slot(vec![term], nodes, &self.pods_by_label);
+                let weight = sign * i64::from(weighted.weight);
                 let tally = self.tallies.get(slot);
-                for (value, &count) in &tally.counts[0] {
-                    add(
-                        &tally.terms[0].topology_key,
-                        value,
-                        sign * i64::from(weighted.weight) * i64::from(count),
-                    );
-                }
+                any |= !tally.counts[0].is_empty();
+                each_node_counted(
+                    nodes,
+                    &tally.terms[0].topology_key,
+                    &tally.counts[0],
+                    |id, count| raw.add(id, weight * i64::from(count)),
+                );
+                self.prepared.score_tallies.push((slot, weight));
             }
         }
-        for ((term, weight), group) in self.scoring.candidates(&pod.labels) {
+        for (position, ((term, weight), group)) in self.scoring.candidates(&pod.labels).enumerate()
+        {
             if !group.counts.is_empty()
                 && term.matches(&pod.namespace, namespace_labels, &pod.labels)
             {
-                for (value, &count) in &group.counts {
-                    add(&term.topology_key, value, weight * i64::from(count));
-                }
+                any = true;
+                each_node_counted(nodes, &term.topology_key, &group.counts, |id, count| {
+                    raw.add(id, weight * i64::from(count))
+                });
+                self.prepared.score_groups.push(position);
             }
         }
-        for (key, values) in &score {
-            for (value, &points) in values {
-                for &id in nodes.nodes_with_label(key, value) {
-                    let slot = id as usize;
-                    if !self.has_raw[slot] {
-                        self.has_raw[slot] = true;
-                        self.scored.push(id);
-                    }
-                    self.raw[slot] += points;
-                }
-            }
-        }
-        let any = !score.is_empty();
-        self.prepared.score = score;
         any
     }
 }
@@ -336,18 +375,16 @@ impl Plugin for InterPodAffinity {
     fn new(config: &str) -> Result<Self, String> {
         Ok(InterPodAffinity {
             args: Args::parse(config)?,
+            failures: failures(),
             tallies: Tallies::default(),
             pods_by_label: PodsByLabel::default(),
             existing_anti_affinity: Groups::default(),
             scoring: Groups::default(),
             prepared: Prepared::default(),
-            verdicts: Vec::new(),
-            failing: Vec::new(),
+            verdicts: Verdicts::default(),
             passing: Vec::new(),
             passing_ids: Vec::new(),
-            raw: Vec::new(),
-            has_raw: Vec::new(),
-            scored: Vec::new(),
+            raw: RawScores::default(),
         })
     }
 
@@ -377,15 +414,12 @@ impl Plugin for InterPodAffinity {
                 .slot(vec![resolve(term)], nodes, &self.pods_by_label);
             prepared.anti_affinity.push(slot);
         }
-        for (term, group) in self.existing_anti_affinity.candidates(&pod.labels) {
+        let groups = self.existing_anti_affinity.candidates(&pod.labels);
+        for (position, (term, group)) in groups.enumerate() {
             if !group.counts.is_empty()
                 && term.matches(&pod.namespace, namespace_labels, &pod.labels)
             {
-                prepared
-                    .existing_anti_affinity
-                    .entry(term.topology_key.clone())
-                    .or_default()
-                    .extend(group.counts.keys().cloned());
+                prepared.existing_anti_affinity.push(position);
             }
         }
         let nothing_required = prepared.affinity.is_none()
@@ -395,7 +429,7 @@ impl Plugin for InterPodAffinity {
         let filter = if nothing_required {
             FilterPlan::Skip
         } else {
-            self.failing_plan(nodes)
+            self.failing_plan(pod, nodes)
         };
         let score = self.prepare_score(pod, nodes, namespace_labels);
         PodPlan { filter, score }
@@ -411,7 +445,7 @@ impl Plugin for InterPodAffinity {
 }
 
 impl FilterPlugin for InterPodAffinity {
-    fn filter(&self, _pod: &Pod, node: &NodeInfo) -> Verdict {
+    fn filter(&self, pod: &Pod, node: &NodeInfo) -> Verdict {
         let prepared = &self.prepared;
         if let Some(slot) = prepared.affinity {
             let tally = self.tallies.get(slot);
@@ -436,13 +470,18 @@ impl FilterPlugin for InterPodAffinity {
                 return Err(Failure::unschedulable(ANTI_AFFINITY_REASON));
             }
         }
-        if node.labels.iter().any(|(key, value)| {
-            prepared
-                .existing_anti_affinity
-                .get(key)
-                .is_some_and(|values| values.contains(value))
-        }) {
-            return Err(Failure::unschedulable(EXISTING_ANTI_AFFINITY_REASON));
+        if !prepared.existing_anti_affinity.is_empty() {
+            let groups = self.existing_anti_affinity.candidates(&pod.labels);
+            for (position, (term, group)) in groups.enumerate() {
+                if prepared.existing_anti_affinity.contains(&position)
+                    && node
+                        .labels
+                        .get(&term.topology_key)
+                        .is_some_and(|value| group.counts.contains_key(value))
+                {
+                    return Err(Failure::unschedulable(EXISTING_ANTI_AFFINITY_REASON));
+                }
+            }
         }
         Ok(())
     }
@@ -451,18 +490,33 @@ impl FilterPlugin for InterPodAffinity {
 impl ScorePlugin for InterPodAffinity {
     const NORMALIZE: Normalize = Normalize::Custom;
 
-    fn score(&self, _pod: &Pod, node: &NodeInfo) -> i64 {
-        self.prepared
-            .score
-            .iter()
-            .filter_map(|(key, values)| values.get(node.labels.get(key)?))
-            .sum()
+    fn score(&self, pod: &Pod, node: &NodeInfo) -> i64 {
+        let counted = |key: &str, counts: &Counts| {
+            node.labels
+                .get(key)
+                .and_then(|value| counts.get(value))
+                .map_or(0, |&count| i64::from(count))
+        };
+        let mut score = 0;
+        for &(slot, weight) in &self.prepared.score_tallies {
+            let tally = self.tallies.get(slot);
+            score += weight * counted(&tally.terms[0].topology_key, &tally.counts[0]);
+        }
+        if !self.prepared.score_groups.is_empty() {
+            let groups = self.scoring.candidates(&pod.labels);
+            for (position, ((term, weight), group)) in groups.enumerate() {
+                if self.prepared.score_groups.contains(&position) {
+                    score += weight * counted(&term.topology_key, &group.counts);
+                }
+            }
+        }
+        score
     }
 
     fn score_batch(&mut self, _pod: &Pod, nodes: &Nodes, ids: &[NodeId], out: &mut Vec<i64>) {
         out.extend(ids.iter().map(|&id| {
             if nodes.contains(id) {
-                self.raw.get(id as usize).copied().unwrap_or(0)
+                self.raw.of_node.get(id as usize).copied().unwrap_or(0)
             } else {
                 i64::MIN
             }

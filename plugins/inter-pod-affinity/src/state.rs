@@ -2,9 +2,9 @@
 //! they schedule, kept up to date instead as pods enter and leave the mirror: per topology value,
 //! how many placed pods match a term.
 
-use std::collections::HashMap;
 use std::hash::Hash;
 
+use wasched_sdk::helpers::FastMap;
 use wasched_sdk::pod_index::{anchor, place_least_recently_used, ByAnchor, PodsByLabel};
 use wasched_sdk::{ExistingPod, Labels, Nodes};
 
@@ -12,7 +12,7 @@ use crate::terms::{IncomingTerm, OwnedTerm};
 
 /// Per value of a term's topology key: how many pods count there. A value is absent rather than
 /// zero, so an empty map means no pod counts anywhere.
-pub type Counts = HashMap<String, u32>;
+pub type Counts = FastMap<String, u32>;
 
 fn count(counts: &mut Counts, value: &str, up: bool) {
     if up {
@@ -73,7 +73,7 @@ pub const TALLY_CAPACITY: usize = 1024;
 #[derive(Default)]
 pub struct Tallies {
     slots: Vec<Tally>,
-    index: HashMap<Vec<IncomingTerm>, usize>,
+    index: FastMap<Vec<IncomingTerm>, usize>,
     /// Slots by a label pair every pod they count has.
     by_anchor: ByAnchor<Vec<usize>>,
     clock: u64,
@@ -102,7 +102,7 @@ impl Tallies {
             return slot;
         }
         let mut tally = Tally {
-            counts: vec![Counts::new(); terms.len()],
+            counts: vec![Counts::default(); terms.len()],
             terms: terms.clone(),
             used: self.clock,
         };
@@ -186,7 +186,7 @@ impl Keyed for ScoringKey {
 /// Groups by term (and whatever else tells them apart, e.g. a weight), bucketed by the label pair
 /// their term requires, so a pod is checked only against the groups it can match.
 pub struct Groups<K> {
-    buckets: ByAnchor<HashMap<K, Group>>,
+    buckets: ByAnchor<FastMap<K, Group>>,
 }
 
 impl<K> Default for Groups<K> {
@@ -216,14 +216,14 @@ impl<K: Keyed> Groups<K> {
             let groups = self.buckets.entry(anchor(key.term().selector.as_ref()));
             let group = groups.entry(key).or_insert_with(|| Group {
                 pods: 0,
-                counts: Counts::new(),
+                counts: Counts::default(),
             });
             group.pods += 1;
             if let Some(value) = topology_value {
                 count(&mut group.counts, value, true);
             }
         } else {
-            let change = |groups: &mut HashMap<K, Group>| {
+            let change = |groups: &mut FastMap<K, Group>| {
                 if let Some(group) = groups.get_mut(&key) {
                     if let Some(value) = topology_value {
                         count(&mut group.counts, value, false);
@@ -235,7 +235,7 @@ impl<K: Keyed> Groups<K> {
                 }
             };
             let bucket = anchor(key.term().selector.as_ref());
-            self.buckets.update(bucket, change, HashMap::is_empty);
+            self.buckets.update(bucket, change, FastMap::is_empty);
         }
     }
 }
