@@ -171,6 +171,32 @@ fn wasm_and_native_place_a_synthetic_cluster_identically() {
         wasm.iter().filter(|(node, _)| node.is_some()).count() > 500,
         "most pods fit"
     );
+    // The pod-aware pods of the mixed scenario were placed by their rules: no two replicas of a
+    // group with required anti-affinity share a host, no two pods take one host port of a node.
+    let mut seen = std::collections::HashSet::new();
+    let (mut anti, mut ports) = (0, 0);
+    for (pod, (node, _)) in cluster.pods.iter().zip(&wasm) {
+        let Some(node) = node else { continue };
+        if !pod.pod_affinity.required_anti_affinity.is_empty() {
+            let group = pod.labels.get("app").unwrap();
+            assert!(
+                seen.insert((group.to_string(), node.clone())),
+                "{group} twice on {node}"
+            );
+            anti += 1;
+        }
+        for port in &pod.host_ports {
+            assert!(
+                seen.insert((port.port.to_string(), node.clone())),
+                "port on {node} twice"
+            );
+            ports += 1;
+        }
+    }
+    assert!(
+        anti > 20 && ports > 10,
+        "{anti} anti-affinity pods, {ports} host ports placed"
+    );
 }
 
 #[test]
@@ -184,6 +210,22 @@ fn bench_scenarios_exercise_only_their_features_and_report_where_time_goes() {
         && p.node_affinity.is_none()
         && p.node_selector.is_empty()
         && p.volume_claims.is_empty()));
+    assert!(basic.pods.iter().all(|p| p.labels.is_empty()
+        && p.host_ports.is_empty()
+        && p.topology_spread_constraints.is_empty()));
+    let mixed = synthetic::cluster(Scenario::Mixed, 300, 400, 5);
+    let has = |test: fn(&wasched_sdk::Pod) -> bool| mixed.pods.iter().any(test);
+    assert!(has(|p| !p.pod_affinity.required_anti_affinity.is_empty()));
+    assert!(has(|p| !p.pod_affinity.preferred_affinity.is_empty()));
+    assert!(has(|p| !p.topology_spread_constraints.is_empty()));
+    assert!(has(
+        |p| p.controller.is_some() && p.topology_spread_constraints.is_empty()
+    ));
+    assert!(has(|p| !p.host_ports.is_empty()));
+    assert!(
+        !mixed.selectors.is_empty(),
+        "the ReplicaSets of its Deployments"
+    );
     let taints = synthetic::cluster(Scenario::Taints, 300, 400, 5);
     assert!(taints.nodes.iter().any(|n| !n.taints.is_empty()));
     assert!(taints.pods.iter().any(|p| !p.tolerations.is_empty()));
@@ -252,7 +294,15 @@ fn bench_scenarios_exercise_only_their_features_and_report_where_time_goes() {
 /// place every pod exactly where one thread would, and explain failures the same way.
 #[test]
 fn two_filter_and_score_threads_place_pods_exactly_like_one() {
-    let cluster = synthetic::cluster(Scenario::Mixed, 400, 300, 11);
+    let mut cluster = synthetic::cluster(Scenario::Mixed, 400, 300, 11);
+    // Pods too big for any node, among the others, so that failure messages are compared too.
+    for i in 0..5 {
+        let mut pod = cluster.pods[i * 50].clone();
+        pod.name = format!("too-big-{i}");
+        pod.requests.milli_cpu = 1_000_000;
+        pod.non_zero_requests.milli_cpu = 1_000_000;
+        cluster.pods.insert(i * 60, pod);
+    }
     let run =
         |runtime: DefaultPluginRuntime, threads: usize| -> Vec<(Option<String>, Option<String>)> {
             let toml = format!("[runtime]\nparallelism = {threads}\n");
@@ -274,7 +324,7 @@ fn two_filter_and_score_threads_place_pods_exactly_like_one() {
         assert!(one.iter().any(|(node, _)| node.is_some()));
         assert!(
             one.iter().any(|(_, message)| message.is_some()),
-            "some pods fit nowhere, so failure messages are compared too"
+            "some pods fit nowhere"
         );
         assert_eq!(one, two, "{runtime:?}");
     }

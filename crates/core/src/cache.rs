@@ -172,7 +172,17 @@ impl Cache {
             let entry = self.nodes[id as usize]
                 .as_mut()
                 .expect("indexed node exists");
-            info.usage = std::mem::take(&mut entry.info.usage);
+            // The cache keeps the usage; the update's own is not the placed pods'.
+            info.usage = sdk::NodeUsage::default();
+            let usage = std::mem::take(&mut entry.info.usage);
+            let unchanged = entry.info == info;
+            info.usage = usage;
+            if unchanged {
+                // A status update that changes nothing plugins see (kubelet heartbeats,
+                // conditions): their mirrors, and what plugins worked out from them, stay valid.
+                entry.info.usage = info.usage;
+                return id;
+            }
             if entry.zone != zone {
                 self.tree.update(id, &entry.zone, &zone);
                 self.listing = None;
@@ -593,6 +603,25 @@ mod tests {
     }
 
     #[test]
+    fn an_update_that_changes_nothing_plugins_see_is_not_sent_to_them() {
+        let mut cache = Cache::default();
+        cache.upsert_node(node("n1", "a"));
+        cache.add_pod(&pod("p1", 500), "n1");
+        let id = cache.node_id("n1").unwrap();
+        let since = cache.generation();
+        cache.upsert_node(node("n1", "a"));
+        assert!(cache.delta_since(since).upserts.is_empty(), "a heartbeat");
+        assert_eq!(cache.node(id).unwrap().info.usage.requested.milli_cpu, 500);
+        cache.upsert_node(node("n1", "b"));
+        assert_eq!(cache.delta_since(since).upserts, [id], "relabelled");
+        assert_eq!(
+            cache.node(id).unwrap().info.usage.requested.milli_cpu,
+            500,
+            "the usage stays with the node"
+        );
+    }
+
+    #[test]
     fn placing_and_removing_pods_updates_usage() {
         let mut cache = Cache::default();
         cache.upsert_node(node("n1", "a"));
@@ -680,7 +709,7 @@ mod tests {
         cache.add_pod(&pod("p1", 1), "a");
         cache.add_pod(&pod("p2", 1), "a");
         cache.add_pod(&pod("p3", 1), "b");
-        cache.upsert_node(node("b", "z"));
+        cache.upsert_node(node("b", "y"));
         cache.remove_node("a");
         let delta = cache.delta_since(since);
         assert_eq!(delta.removals, vec![a]);

@@ -24,7 +24,10 @@ pub enum Scenario {
     Taints,
     /// Pods with zonal PersistentVolumes.
     VolumeZones,
-    /// All of the above.
+    /// All of the above, and some pods of each pod-aware kind: StatefulSet-like replicas with
+    /// required anti-affinity on the hostname, Deployment replicas spread over zones (by their
+    /// own constraint or by the cluster defaults), pods preferring the zone of a StatefulSet, and
+    /// pods with a host port.
     Mixed,
     /// Mixed, with a placed pod deleted every 10 cycles and a node replaced every 100.
     Churn,
@@ -82,6 +85,10 @@ impl Scenario {
 
     fn taints(self) -> bool {
         matches!(self, Scenario::Taints | Scenario::Mixed | Scenario::Churn)
+    }
+
+    fn pod_aware(self) -> bool {
+        matches!(self, Scenario::Mixed | Scenario::Churn)
     }
 
     fn volumes(self) -> bool {
@@ -312,10 +319,13 @@ pub fn cluster(scenario: Scenario, nodes: usize, pods: usize, seed: u64) -> Synt
             if scenario == Scenario::TopologySpread {
                 topology_spread(&mut pod, &mut rng);
             }
+            if scenario.pod_aware() {
+                some_pod_aware(&mut pod, pods, &mut rng);
+            }
             pod
         })
         .collect();
-    let selectors = if scenario == Scenario::TopologySpread {
+    let selectors = if scenario == Scenario::TopologySpread || scenario.pod_aware() {
         (0..SPREAD_GROUPS).map(replica_set).collect()
     } else {
         Vec::new()
@@ -377,6 +387,36 @@ fn topology_spread(pod: &mut sdk::Pod, rng: &mut Rng) {
                     ..sdk::TopologySpreadConstraint::default()
                 });
         }
+    }
+}
+
+/// Gives a pod of the mixed scenarios one pod-aware trait, or none (about 30% of the pods have
+/// one): required anti-affinity within a StatefulSet-like group (10%), a Deployment's replica
+/// (10%), preferred affinity to a group's zone (5%), or a host port (5%).
+fn some_pod_aware(pod: &mut sdk::Pod, pods: usize, rng: &mut Rng) {
+    let groups = pods.div_ceil(ANTI_AFFINITY_GROUP).max(1) as u64;
+    let draw = rng.below(20);
+    if draw < 2 {
+        let group = format!("db-{}", rng.below(groups));
+        pod.pod_affinity
+            .required_anti_affinity
+            .push(app_term(group.clone(), HOSTNAME));
+        app(pod, group);
+    } else if draw < 4 {
+        topology_spread(pod, rng);
+    } else if draw < 5 {
+        pod.pod_affinity
+            .preferred_affinity
+            .push(sdk::WeightedPodAffinityTerm {
+                weight: 50,
+                term: app_term(format!("db-{}", rng.below(groups)), ZONE),
+            });
+    } else if draw < 6 {
+        pod.host_ports.push(sdk::HostPort {
+            host_ip: "0.0.0.0".into(),
+            protocol: "TCP".into(),
+            port: 9100,
+        });
     }
 }
 

@@ -5,15 +5,17 @@
 //! `TCP` (the host fills both in). A wanted port conflicts with a used one of the same protocol and
 //! number when either IP is `0.0.0.0` or the two are equal; IPs compare as strings.
 //!
-//! The nodes that fail are exactly those holding a conflicting pod, and the mirror has every
-//! placed pod's ports: `prepare` lists them in a `failing-nodes` plan, so the host never asks about
-//! each node, and a pod without host ports skips the plugin.
+//! The nodes that fail are exactly those holding a conflicting pod: the plugin files every placed
+//! pod's ports by number as pods enter and leave its mirror, `prepare` looks up the numbers the pod
+//! wants and lists the nodes in a `failing-nodes` plan, so the host never asks about each node,
+//! and a pod without host ports skips the plugin.
 
 use std::collections::BTreeSet;
 
+use wasched_sdk::helpers::FastMap;
 use wasched_sdk::{
-    ExistingPodParts, Failure, FilterPlan, FilterPlugin, FilterResults, HostPort, NodeId, NodeInfo,
-    Nodes, Plugin, Pod, PodParts, PodPlan, Verdict,
+    ExistingPod, ExistingPodParts, Failure, FilterPlan, FilterPlugin, FilterResults, HostPort,
+    NodeId, NodeInfo, Nodes, Plugin, Pod, PodId, PodParts, PodPlan, Verdict,
 };
 
 /// The name used in configs and messages.
@@ -23,10 +25,12 @@ pub const REASON: &str = "node(s) didn't have free ports for the requested pod p
 /// The host IP that stands for every address.
 pub const ANY_IP: &str = "0.0.0.0";
 
-/// The plugin; holds the names of the nodes the current pod's ports conflict on (for the per-node
-/// filter, which the host does not call when the plan lists them).
+/// The plugin: the placed pods' ports by number, and the names of the nodes the current pod's
+/// ports conflict on (for the per-node filter, which the host does not call when the plan lists
+/// them).
 #[derive(Default)]
 pub struct NodePorts {
+    used: FastMap<i32, Vec<(PodId, NodeId, HostPort)>>,
     conflicting: BTreeSet<String>,
 }
 
@@ -59,15 +63,15 @@ impl Plugin for NodePorts {
                 ..plan
             };
         }
-        let mut failing: Vec<NodeId> = nodes
-            .pods()
-            .filter(|(_, existing)| {
-                existing
-                    .host_ports
-                    .iter()
-                    .any(|used| pod.host_ports.iter().any(|wanted| conflicts(wanted, used)))
+        let mut failing: Vec<NodeId> = pod
+            .host_ports
+            .iter()
+            .filter_map(|wanted| Some((wanted, self.used.get(&wanted.port)?)))
+            .flat_map(|(wanted, used)| {
+                used.iter()
+                    .filter(|(_, id, used)| conflicts(wanted, used) && nodes.contains(*id))
+                    .map(|&(_, id, _)| id)
             })
-            .map(|(_, existing)| existing.node)
             .collect();
         failing.sort_unstable();
         failing.dedup();
@@ -87,6 +91,24 @@ impl Plugin for NodePorts {
             }
         };
         PodPlan { filter, ..plan }
+    }
+
+    fn pod_added(&mut self, id: PodId, pod: &ExistingPod, _node: &NodeInfo) {
+        for port in &pod.host_ports {
+            let used = self.used.entry(port.port).or_default();
+            used.push((id, pod.node, port.clone()));
+        }
+    }
+
+    fn pod_removed(&mut self, id: PodId, pod: &ExistingPod, _node: &NodeInfo) {
+        for port in &pod.host_ports {
+            if let Some(used) = self.used.get_mut(&port.port) {
+                used.retain(|&(pod, _, _)| pod != id);
+                if used.is_empty() {
+                    self.used.remove(&port.port);
+                }
+            }
+        }
     }
 }
 
@@ -250,5 +272,37 @@ mod tests {
     #[test]
     fn answers_as_kube_scheduler() {
         wasched_sdk::testing::check::<NodePorts>(&cases());
+    }
+
+    #[test]
+    fn ports_follow_pods_that_leave_and_move() {
+        use wasched_sdk::testing::{node, pod, with_host_ports};
+        use wasched_sdk::{Driver, ExistingPod};
+        let mut driver = Driver::<NodePorts>::new("").unwrap();
+        driver.upsert_nodes((0..3).map(|id| (id, node(&format!("n{id}")))));
+        let web = |name: &str| with_host_ports(pod(name), &[("", "TCP", 80)]);
+        let failing = |driver: &mut Driver<NodePorts>| match driver.set_pod(web("new")).filter {
+            FilterPlan::FailingNodes { nodes, .. } => nodes,
+            _ => Vec::new(),
+        };
+        driver.upsert_pods([
+            (1, ExistingPod::of(&web("a"), 0)),
+            (2, ExistingPod::of(&web("b"), 1)),
+            (
+                3,
+                ExistingPod::of(&with_host_ports(pod("c"), &[("", "UDP", 80)]), 2),
+            ),
+        ]);
+        assert_eq!(failing(&mut driver), [0, 1]);
+        driver.remove_pods(&[1]);
+        assert_eq!(failing(&mut driver), [1]);
+        driver.upsert_pods([(2, ExistingPod::of(&web("b"), 2))]);
+        assert_eq!(failing(&mut driver), [2], "b moved from n1 to n2");
+        driver.remove_nodes(&[2]);
+        assert_eq!(
+            failing(&mut driver),
+            Vec::<NodeId>::new(),
+            "n2 and its pods are gone"
+        );
     }
 }

@@ -4,15 +4,14 @@
 //! nodes count and which domains they make ([`Eligibility`], worked out again only when nodes
 //! change).
 
-use std::collections::HashSet;
-
 use wasched_sdk::helpers::FastMap;
 
 use wasched_sdk::helpers::tolerated_by_any;
 use wasched_sdk::node_selector::RequiredNodeAffinity;
 use wasched_sdk::pod_index::{place_least_recently_used, ByAnchor, PodsByLabel};
 use wasched_sdk::{
-    effect, ExistingPod, Labels, NodeAffinity, NodeId, NodeInfo, Nodes, Pod, Toleration,
+    effect, ExistingPod, LabelColumnId, Labels, NodeAffinity, NodeId, NodeInfo, NodeSelectorTerm,
+    Nodes, Pod, Toleration,
 };
 
 use crate::constraints::{Constraint, SpreadSelector};
@@ -192,7 +191,9 @@ pub struct EligibilityKey {
     required_keys: Vec<String>,
     /// Per constraint: its key and whether it honors node affinity and taints.
     policies: Vec<(String, bool, bool)>,
-    node_selection: Option<(Labels, Option<NodeAffinity>)>,
+    /// The pod's node selector and required node affinity terms (preferred terms never change
+    /// which nodes count, so pods that differ only there share one entry).
+    node_selection: Option<(Labels, Option<Vec<NodeSelectorTerm>>)>,
     tolerations: Option<Vec<Toleration>>,
 }
 
@@ -224,8 +225,10 @@ impl EligibilityKey {
                     )
                 })
                 .collect(),
-            node_selection: (honors_affinity && selects_nodes)
-                .then(|| (pod.node_selector.clone(), pod.node_affinity.clone())),
+            node_selection: (honors_affinity && selects_nodes).then(|| {
+                let required = pod.node_affinity.as_ref().and_then(|a| a.required.clone());
+                (pod.node_selector.clone(), required)
+            }),
             tolerations: honors_taints.then(|| pod.tolerations.clone()),
         }
     }
@@ -247,10 +250,13 @@ impl Eligibility {
         let required = key
             .node_selection
             .as_ref()
-            .map(|(selector, affinity)| {
+            .map(|(selector, required)| {
                 RequiredNodeAffinity::of(&Pod {
                     node_selector: selector.clone(),
-                    node_affinity: affinity.clone(),
+                    node_affinity: required.clone().map(|terms| NodeAffinity {
+                        required: Some(terms),
+                        preferred: Vec::new(),
+                    }),
                     ..Pod::default()
                 })
             })
@@ -258,36 +264,66 @@ impl Eligibility {
         let tolerations = key.tolerations.as_deref().unwrap_or_default();
         let count = key.policies.len();
         let mut eligible = vec![vec![false; nodes.id_bound()]; count];
-        let mut domains: Vec<HashSet<&str>> = vec![HashSet::new(); count];
-        for id in nodes.ids() {
+        // Per constraint, the domains seen by value id; a node without the key and one with an
+        // empty value are in one domain (id 0), as kube-scheduler reads a missing label as "".
+        let columns: Vec<Option<LabelColumnId>> = key
+            .policies
+            .iter()
+            .map(|(topology_key, _, _)| nodes.label_column(topology_key))
+            .collect();
+        let empty_values: Vec<Option<u32>> = columns
+            .iter()
+            .map(|c| c.and_then(|c| nodes.label_value_id(c, "")))
+            .collect();
+        let mut seen: Vec<Vec<bool>> = columns
+            .iter()
+            .map(|c| vec![false; c.map_or(1, |c| nodes.label_value_bound(c))])
+            .collect();
+        let mut domain_count = vec![0usize; count];
+        // A key no node has leaves no node eligible when it is required.
+        let required_columns: Option<Vec<LabelColumnId>> = key
+            .required_keys
+            .iter()
+            .map(|k| nodes.label_column(k))
+            .collect();
+        let some_key_missing = required_columns.is_none();
+        let required_columns = required_columns.unwrap_or_default();
+        for id in nodes.ids().filter(|_| !some_key_missing) {
             let Some(node) = nodes.get(id) else { continue };
-            if !key
-                .required_keys
+            if !required_columns
                 .iter()
-                .all(|k| node.labels.get(k).is_some())
+                .all(|&c| nodes.label_value(c, id) != 0)
             {
                 continue;
             }
-            let matches_affinity = required.matches(node);
-            let tolerated = node
-                .taints
-                .iter()
-                .filter(|t| t.effect == effect::NO_SCHEDULE || t.effect == effect::NO_EXECUTE)
-                .all(|t| tolerated_by_any(tolerations, t));
-            for (i, (topology_key, affinity, taints)) in key.policies.iter().enumerate() {
+            let matches_affinity = key.node_selection.is_none() || required.matches(node);
+            let tolerated = key.tolerations.is_none()
+                || node
+                    .taints
+                    .iter()
+                    .filter(|t| t.effect == effect::NO_SCHEDULE || t.effect == effect::NO_EXECUTE)
+                    .all(|t| tolerated_by_any(tolerations, t));
+            for (i, (_, affinity, taints)) in key.policies.iter().enumerate() {
                 if (*affinity && !matches_affinity) || (*taints && !tolerated) {
                     continue;
                 }
                 eligible[i][id as usize] = true;
-                let value = node.labels.get(topology_key).unwrap_or_default();
-                domains[i].insert(value);
+                let mut value = columns[i].map_or(0, |c| nodes.label_value(c, id));
+                if Some(value) == empty_values[i] {
+                    value = 0;
+                }
+                let seen = &mut seen[i][value as usize];
+                if !*seen {
+                    *seen = true;
+                    domain_count[i] += 1;
+                }
             }
         }
         Eligibility {
             generation: nodes.generation(),
             used: 0,
             eligible,
-            domain_count: domains.iter().map(HashSet::len).collect(),
+            domain_count,
         }
     }
 

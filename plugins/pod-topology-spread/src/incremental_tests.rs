@@ -343,4 +343,32 @@ fn eligible_nodes_are_worked_out_again_only_when_nodes_change() {
     driver.upsert_nodes([(0, random_node(&mut walk, 0))]);
     spread(&mut driver, 99);
     assert_eq!(driver.plugin().eligibility.computed, 2, "a node changed");
+
+    // With nodeAffinityPolicy Honor, the node selector decides which nodes count; preferred
+    // node affinity does not, so pods that differ only there share one entry.
+    for rack in ["r1", "r2", "r3"] {
+        let mut incoming = random_pod(&mut Walk(5), "incoming");
+        incoming.terminating = false;
+        incoming.node_selector = labels(&[("disk", "ssd")]);
+        incoming.node_affinity = Some(NodeAffinity {
+            required: None,
+            preferred: vec![wasched_sdk::PreferredSchedulingTerm {
+                weight: 10,
+                preference: term(vec![requirement("rack", "In", &[rack])]),
+            }],
+        });
+        incoming.topology_spread_constraints = vec![TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: "zone".into(),
+            when_unsatisfiable: DO_NOT_SCHEDULE.into(),
+            label_selector: random_selector(&mut Walk(5)),
+            ..TopologySpreadConstraint::default()
+        }];
+        driver.set_pod(incoming);
+    }
+    assert_eq!(
+        driver.plugin().eligibility.computed,
+        3,
+        "one more for the node selector, none for each preference"
+    );
 }
