@@ -62,6 +62,44 @@ impl RequiredNodeAffinity {
     }
 }
 
+/// A [`RequiredNodeAffinity`] compiled against one cycle's mirror: checking a node is a few table
+/// lookups, with no string compared.
+#[derive(Debug)]
+pub struct CompiledNodeAffinity {
+    node_selector: Vec<LabelTest>,
+    terms: Option<Vec<CompiledTerm>>,
+}
+
+impl RequiredNodeAffinity {
+    /// The selector and terms as label tests on `nodes`' index (which the plugin must keep:
+    /// [`crate::Plugin::INDEXES_LABELS`]).
+    pub fn compile(&self, nodes: &Nodes) -> CompiledNodeAffinity {
+        CompiledNodeAffinity {
+            node_selector: self
+                .node_selector
+                .iter()
+                .map(|(key, wanted)| nodes.label_test(key, |value| value == Some(wanted)))
+                .collect(),
+            terms: self
+                .terms
+                .as_ref()
+                .map(|terms| terms.iter().map(|t| t.compile(nodes)).collect()),
+        }
+    }
+}
+
+impl CompiledNodeAffinity {
+    /// What [`RequiredNodeAffinity::matches`] gives for node `id` of the mirror it was compiled
+    /// against.
+    pub fn matches(&self, nodes: &Nodes, id: u32) -> bool {
+        self.node_selector.iter().all(|test| nodes.passes(id, test))
+            && self
+                .terms
+                .as_ref()
+                .is_none_or(|terms| terms.iter().any(|t| t.matches(nodes, id)))
+    }
+}
+
 /// A parsed node selector term.
 #[derive(Debug)]
 pub struct Term {
@@ -312,6 +350,68 @@ mod tests {
         }
         for value in ["-a", "a b", "a/b", &"v".repeat(64)] {
             assert!(!is_label_value(value), "{value} should be invalid");
+        }
+    }
+
+    #[test]
+    fn compiled_affinity_answers_as_the_parsed_one() {
+        use crate::testing::{labels, requirement, term};
+        use crate::NodeAffinity;
+        let label_sets: [&[(&str, &str)]; 5] = [
+            &[("zone", "a"), ("disk", "ssd")],
+            &[("zone", "b"), ("disk", "ssd")],
+            &[("zone", "b")],
+            &[("disk", "")],
+            &[],
+        ];
+        let mut nodes = Nodes::new(true);
+        for (id, pairs) in label_sets.iter().enumerate() {
+            nodes.upsert(
+                id as u32,
+                NodeInfo {
+                    name: format!("n{id}"),
+                    labels: labels(pairs),
+                    ..NodeInfo::default()
+                },
+            );
+        }
+        let pods = [
+            (labels(&[("disk", "ssd")]), None),
+            (labels(&[("disk", "")]), None),
+            (labels(&[("rack", "r1")]), None),
+            (
+                labels(&[]),
+                Some(vec![
+                    term(vec![requirement("zone", "In", &["b"])]),
+                    term(vec![requirement("disk", "DoesNotExist", &[])]),
+                ]),
+            ),
+            (
+                labels(&[("disk", "ssd")]),
+                Some(vec![term(vec![requirement("zone", "NotIn", &["a"])])]),
+            ),
+            (labels(&[]), Some(vec![term(vec![])])),
+        ];
+        for (k, (node_selector, required)) in pods.into_iter().enumerate() {
+            let pod = Pod {
+                node_selector,
+                node_affinity: Some(NodeAffinity {
+                    required,
+                    preferred: Vec::new(),
+                }),
+                ..Pod::default()
+            };
+            let parsed = RequiredNodeAffinity::of(&pod);
+            let compiled = parsed.compile(&nodes);
+            let expected: Vec<bool> = (0..5)
+                .map(|id| parsed.matches(nodes.get(id).unwrap()))
+                .collect();
+            let got: Vec<bool> = (0..5).map(|id| compiled.matches(&nodes, id)).collect();
+            assert_eq!(got, expected, "pod {k}");
+            assert!(
+                expected.contains(&true) || k >= 2,
+                "pod {k} matches some node"
+            );
         }
     }
 }

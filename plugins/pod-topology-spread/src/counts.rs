@@ -260,7 +260,8 @@ impl Eligibility {
                     ..Pod::default()
                 })
             })
-            .unwrap_or_default();
+            .unwrap_or_default()
+            .compile(nodes);
         let tolerations = key.tolerations.as_deref().unwrap_or_default();
         let count = key.policies.len();
         let mut eligible = vec![vec![false; nodes.id_bound()]; count];
@@ -296,7 +297,7 @@ impl Eligibility {
             {
                 continue;
             }
-            let matches_affinity = key.node_selection.is_none() || required.matches(node);
+            let matches_affinity = key.node_selection.is_none() || required.matches(nodes, id);
             let tolerated = key.tolerations.is_none()
                 || node
                     .taints
