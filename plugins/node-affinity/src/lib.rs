@@ -1,10 +1,12 @@
 //! NodeAffinity: `spec.nodeSelector` and required node affinity must both hold; preferred node
 //! affinity terms add their weights to a node's score.
 
-use wasched_sdk::node_selector::{parse_term, CompiledTerm, RequiredNodeAffinity, Term};
+use wasched_sdk::node_selector::{
+    parse_term, CompiledNodeAffinity, CompiledTerm, RequiredNodeAffinity, Term,
+};
 use wasched_sdk::{
-    Failure, FilterPlan, FilterPlugin, FilterResults, LabelTest, NodeInfo, Nodes, Normalize,
-    Plugin, Pod, PodParts, PodPlan, ScorePlugin, Verdict,
+    Failure, FilterPlan, FilterPlugin, FilterResults, NodeInfo, Nodes, Normalize, Plugin, Pod,
+    PodParts, PodPlan, ScorePlugin, Verdict,
 };
 
 /// The name used in configs and messages.
@@ -27,24 +29,14 @@ pub struct NodeAffinity {
 
 /// The current pod's selector and terms as label tests: one table lookup per node and label.
 struct Compiled {
-    node_selector: Vec<LabelTest>,
-    required: Option<Vec<CompiledTerm>>,
+    required: CompiledNodeAffinity,
     preferred: Vec<(i64, CompiledTerm)>,
 }
 
 impl Compiled {
     fn new(plugin: &NodeAffinity, nodes: &Nodes) -> Self {
         Compiled {
-            node_selector: plugin
-                .required
-                .node_selector()
-                .iter()
-                .map(|(key, wanted)| nodes.label_test(key, |value| value == Some(wanted)))
-                .collect(),
-            required: plugin
-                .required
-                .terms()
-                .map(|terms| terms.iter().map(|t| t.compile(nodes)).collect()),
+            required: plugin.required.compile(nodes),
             preferred: plugin
                 .preferred
                 .iter()
@@ -54,11 +46,7 @@ impl Compiled {
     }
 
     fn filter(&self, nodes: &Nodes, id: u32) -> bool {
-        self.node_selector.iter().all(|test| nodes.passes(id, test))
-            && self
-                .required
-                .as_ref()
-                .is_none_or(|terms| terms.iter().any(|t| t.matches(nodes, id)))
+        self.required.matches(nodes, id)
     }
 
     fn score(&self, nodes: &Nodes, id: u32) -> i64 {
