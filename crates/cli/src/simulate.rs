@@ -3,7 +3,6 @@
 
 use std::io::Write;
 
-use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
 use std::collections::HashMap;
@@ -15,7 +14,7 @@ use wasched_sdk as sdk;
 use crate::clock::SystemClock;
 use crate::config::Config;
 use crate::events::{EventPipeline, Object};
-use crate::framework::Scheduler;
+use crate::framework::{NodeReport, Scheduler};
 use crate::input::Cluster;
 use crate::k8s;
 use crate::service::{bound_pod, Binder, CycleResult, Sequencer, Service};
@@ -49,29 +48,7 @@ struct JsonDecision<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     message: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    nodes: Option<Vec<JsonNode<'a>>>,
-}
-
-#[derive(Serialize)]
-struct JsonNode<'a> {
-    node: &'a str,
-    feasible: bool,
-    reasons: &'a [String],
-    scores: Scores<'a>,
-    total: i64,
-}
-
-/// Per-plugin scores as a JSON object, in the order the plugins ran.
-struct Scores<'a>(&'a [(String, i64)]);
-
-impl Serialize for Scores<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(Some(self.0.len()))?;
-        for (plugin, score) in self.0 {
-            map.serialize_entry(plugin, score)?;
-        }
-        map.end()
-    }
+    nodes: Option<&'a [NodeReport]>,
 }
 
 /// Confirms every binding at once by feeding the bound pod back as an update, as the API server
@@ -185,18 +162,7 @@ pub fn print(decisions: &[Decision], options: Options, out: &mut dyn Write) -> s
                     pod: &d.pod,
                     node: d.node.as_deref(),
                     message: d.message.as_deref(),
-                    nodes: options.explain.then(|| {
-                        d.nodes
-                            .iter()
-                            .map(|n| JsonNode {
-                                node: &n.node,
-                                feasible: n.feasible,
-                                reasons: &n.reasons,
-                                scores: Scores(&n.scores),
-                                total: n.total,
-                            })
-                            .collect()
-                    }),
+                    nodes: options.explain.then_some(&d.nodes[..]),
                 };
                 serde_json::to_writer(&mut *out, &json)?;
                 writeln!(out)?;

@@ -37,6 +37,18 @@ pub enum QueueName {
     InFlight,
 }
 
+impl QueueName {
+    /// The name the API and metrics use.
+    pub fn name(self) -> &'static str {
+        match self {
+            QueueName::Active => "active",
+            QueueName::Backoff => "backoff",
+            QueueName::Unschedulable => "unschedulable",
+            QueueName::InFlight => "in-flight",
+        }
+    }
+}
+
 /// What the scheduler knows about a pending pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingStatus {
@@ -333,6 +345,11 @@ impl SchedulingQueue {
             attempts: e.attempts,
             message: e.message.clone(),
         })
+    }
+
+    /// The pending pod with `key`, as it was last queued.
+    pub fn pod(&self, key: &str) -> Option<&sdk::Pod> {
+        self.entries.get(key).map(|e| &e.pod)
     }
 
     /// Number of pods in each queue: (active, backoff, unschedulable).

@@ -20,7 +20,7 @@ use wasched_sdk as sdk;
 
 use crate::clock::Clock;
 use crate::events::{Action, Event, EventPipeline, Kind, Object, ObjectKey};
-use crate::framework::{NodeReport, Profile, Scheduler};
+use crate::framework::{NodeReport, Outcome, Profile, Scheduler};
 use crate::k8s;
 use crate::queue::{ClusterEvent, PendingStatus, SchedulingQueue};
 use crate::runtime::LoadError;
@@ -596,9 +596,78 @@ impl<B: Binder> Service<B> {
             })
     }
 
+    /// Why the pending pod `key` waits: its queue, attempts and last message, and what a cycle
+    /// would decide for it now against the current cache, with every node's verdict and scores
+    /// (`simulate --explain`'s answer). Nothing changes: the pod keeps its place, attempts and
+    /// backoff, and later cycles run as they would have.
+    ///
+    /// # Errors
+    /// The pod is not pending (unknown, assumed or bound), or no profile schedules it.
+    pub fn explain(&mut self, key: &str) -> Result<Explanation, ExplainError> {
+        self.apply_events();
+        let Some(status) = self.queue.status(key) else {
+            return Err(match self.pod_state(key) {
+                Some(PodState::Assumed { node } | PodState::Bound { node }) => {
+                    ExplainError::Placed { node }
+                }
+                _ => ExplainError::Unknown,
+            });
+        };
+        let pod = self
+            .queue
+            .pod(key)
+            .expect("a queued pod has an entry")
+            .clone();
+        match self.scheduler.explain(&pod) {
+            Some(outcome) => Ok(Explanation { status, outcome }),
+            None => Err(ExplainError::NoProfile {
+                scheduler_name: pod.scheduler_name,
+            }),
+        }
+    }
+
     /// Pending pods per queue: (active, backoff, unschedulable).
     pub fn queue_lengths(&self) -> (usize, usize, usize) {
         self.queue.lengths()
+    }
+}
+
+/// [`Service::explain`]'s answer.
+#[derive(Debug, Clone)]
+pub struct Explanation {
+    pub status: PendingStatus,
+    pub outcome: Outcome,
+}
+
+/// Why [`Service::explain`] has no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExplainError {
+    /// The scheduler does not know the pod.
+    Unknown,
+    /// The pod is placed (assumed or bound) on `node`.
+    Placed { node: String },
+    /// No profile has the pod's scheduler name: another scheduler's pod.
+    NoProfile { scheduler_name: String },
+    /// The asked replica does not schedule (yet): a standby, or one still listing the cluster.
+    NotScheduling,
+}
+
+impl std::fmt::Display for ExplainError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExplainError::Unknown => write!(f, "the scheduler has no pending pod of that name"),
+            ExplainError::Placed { node } => {
+                write!(f, "the pod is placed on node {node:?}, not pending")
+            }
+            ExplainError::NoProfile { scheduler_name } => write!(
+                f,
+                "no profile has schedulerName {scheduler_name:?}: the pod is left to that scheduler"
+            ),
+            ExplainError::NotScheduling => write!(
+                f,
+                "this replica is not scheduling (a standby, or still listing the cluster): ask the leader"
+            ),
+        }
     }
 }
 

@@ -73,6 +73,32 @@ pub struct NodeReport {
     pub total: i64,
 }
 
+/// As `simulate --explain --output json` and `serve`'s explain print it: the scores as an object
+/// in the order the plugins ran.
+impl serde::Serialize for NodeReport {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        struct Scores<'a>(&'a [(String, i64)]);
+        impl serde::Serialize for Scores<'_> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                use serde::ser::SerializeMap;
+                let mut map = serializer.serialize_map(Some(self.0.len()))?;
+                for (plugin, score) in self.0 {
+                    map.serialize_entry(plugin, score)?;
+                }
+                map.end()
+            }
+        }
+        let mut report = serializer.serialize_struct("NodeReport", 5)?;
+        report.serialize_field("node", &self.node)?;
+        report.serialize_field("feasible", &self.feasible)?;
+        report.serialize_field("reasons", &self.reasons)?;
+        report.serialize_field("scores", &Scores(&self.scores))?;
+        report.serialize_field("total", &self.total)?;
+        report.end()
+    }
+}
+
 /// The result of one cycle.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Outcome {
@@ -166,6 +192,16 @@ struct Scores {
 
 impl Profile {
     /// Runs one cycle for `pod` against the cache. Does not place the pod.
+    /// A cycle for `pod` that reports every node's verdict and scores and leaves no trace on
+    /// later cycles: the next one starts its node search and breaks ties as it would have.
+    pub(super) fn dry_run(&mut self, cache: &mut Cache, pod: &sdk::Pod) -> Outcome {
+        let (next_start, rng) = (self.next_start, self.rng.clone());
+        let outcome = self.schedule(cache, pod, true);
+        self.next_start = next_start;
+        self.rng = rng;
+        outcome
+    }
+
     pub(super) fn schedule(&mut self, cache: &mut Cache, pod: &sdk::Pod, explain: bool) -> Outcome {
         let mut cycle = CycleState {
             now: self.clock.now(),

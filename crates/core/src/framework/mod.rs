@@ -915,6 +915,24 @@ impl Scheduler {
     /// cache (see [`Scheduler::assume`]). Returns `None` when no profile serves the pod's
     /// scheduler name.
     pub fn schedule(&mut self, pod: &sdk::Pod, explain: bool) -> Option<Outcome> {
+        self.cycle(pod, |profile, cache, pod| {
+            profile.schedule(cache, pod, explain)
+        })
+    }
+
+    /// What a cycle for `pod` would decide now, with every examined node's verdict and scores
+    /// (as [`Scheduler::schedule`] with `explain`), without placing the pod or changing where
+    /// later cycles start their search and how they break ties. `None` when no profile has the
+    /// pod's scheduler name.
+    pub fn explain(&mut self, pod: &sdk::Pod) -> Option<Outcome> {
+        self.cycle(pod, Profile::dry_run)
+    }
+
+    fn cycle(
+        &mut self,
+        pod: &sdk::Pod,
+        run: impl FnOnce(&mut Profile, &mut Cache, &sdk::Pod) -> Outcome,
+    ) -> Option<Outcome> {
         let index = self
             .profiles
             .iter()
@@ -922,7 +940,7 @@ impl Scheduler {
         let mut pod = pod.clone();
         self.cache.resolve_claims(&mut pod);
         self.cache.resolve_spread_selector(&mut pod);
-        let outcome = self.profiles[index].schedule(&mut self.cache, &pod, explain);
+        let outcome = run(&mut self.profiles[index], &mut self.cache, &pod);
         self.trim_log();
         Some(outcome)
     }
