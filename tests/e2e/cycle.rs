@@ -48,6 +48,24 @@ fn sampling_stops_at_the_percentage_and_the_next_cycle_starts_where_it_stopped()
     }
 }
 
+/// An explain (a dry-run cycle) reports what a cycle would examine but leaves no trace: the next
+/// real cycle starts its search where it would have without it.
+#[test]
+fn an_explained_cycle_does_not_move_where_the_next_one_starts() {
+    let toml = "[[profiles]]\npercentage_of_nodes_to_score = 40\nfilters = [\"NodeResourcesFit\"]\nscores = [{ plugin = \"NodeResourcesFit\" }]\n";
+    let mut s = scheduler(toml, DefaultPluginRuntime::Native, 1);
+    for i in 0..300 {
+        s.cache_mut().upsert_node(node(&format!("n{i:03}")));
+    }
+    schedule_and_assume(&mut s, &cpu_pod("a", 0), true);
+    let explained = s.explain(&cpu_pod("b", 0)).unwrap();
+    assert_eq!(examined(&explained).len(), 120);
+    assert_eq!(examined(&explained).first().unwrap(), "n120");
+    assert!(explained.node.is_some(), "it would fit");
+    let next = schedule_and_assume(&mut s, &cpu_pod("c", 0), true);
+    assert_eq!(examined(&next).first().unwrap(), "n120", "as if b was never asked about");
+}
+
 #[test]
 fn without_score_plugins_the_first_feasible_node_wins() {
     let toml = "[[profiles]]\nfilters = [\"NodeResourcesFit\"]\nscores = []\n";

@@ -826,6 +826,142 @@ fn a_plugin_directory_confines_the_components_a_configuration_names() {
     assert_eq!(inside.status, 200, "{}", inside.body);
 }
 
+/// "Why is my pod Pending?" asked of a running server: the pod's queue and attempts, and every
+/// node's verdict from a dry-run cycle against the live cache, which must be what
+/// `simulate --explain` says for the same objects, and must not count as an attempt.
+#[test]
+fn explain_says_why_a_pending_pod_waits_as_simulate_does_without_an_attempt() {
+    let dir = temp_dir("explain");
+    let server = Server::start(&dir, &[]);
+    let admin = server.admin();
+    let node = |name: &str, cpu: &str, taints: Value| {
+        json!({
+            "kind": "Node",
+            "metadata": { "name": name, "labels": { "kubernetes.io/hostname": name } },
+            "spec": { "taints": taints },
+            "status": { "allocatable": { "cpu": cpu, "memory": "16Gi", "pods": "110" } }
+        })
+    };
+    let pod = |name: &str, cpu: &str| {
+        json!({
+            "kind": "Pod",
+            "metadata": { "name": name, "namespace": "default" },
+            "spec": { "containers": [{ "name": "c", "resources": { "requests": { "cpu": cpu } } }] }
+        })
+    };
+    let objects = vec![
+        node("small", "1", json!([])),
+        node("big", "4", json!([])),
+        node(
+            "gpu",
+            "64",
+            json!([{ "key": "gpu", "value": "true", "effect": "NoSchedule" }]),
+        ),
+        pod("huge", "8"),
+        pod("tiny", "100m"),
+    ];
+    let list = json!({ "kind": "List", "items": objects });
+    ok(send(&admin, "POST", "/v1/objects", list.clone()));
+    let stored = |name: &str| {
+        ok(admin
+            .request("GET", &format!("/v1/namespaces/default/pods/{name}"), None)
+            .unwrap())
+    };
+    wait_until(
+        "huge fails and tiny is bound",
+        Duration::from_secs(30),
+        || {
+            let failed = stored("huge")["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["reason"] == "Unschedulable"));
+            failed && node_of(&stored("tiny")).is_some()
+        },
+    );
+    let attempts = |pod: &Value| {
+        pod["metadata"]["annotations"]["scheduling.wasched.io/attempts"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let before = attempts(&stored("huge"));
+
+    let explain = |name: &str| {
+        admin
+            .request(
+                "GET",
+                &format!("/v1/namespaces/default/pods/{name}/explain"),
+                None,
+            )
+            .unwrap()
+    };
+    let answer = ok(explain("huge"));
+    assert_eq!(answer["pod"], "default/huge");
+    assert_eq!(answer["node"], Value::Null);
+    let message =
+        "0/3 nodes are available: 1 node(s) had untolerated taint {gpu: true}, 2 Insufficient cpu.";
+    assert_eq!(answer["message"], message, "{answer}");
+    assert_eq!(answer["lastMessage"], message);
+    assert_eq!(answer["attempts"].to_string(), before);
+    assert!(
+        ["unschedulable", "backoff"].contains(&answer["queue"].as_str().unwrap()),
+        "{answer}"
+    );
+    let by_node = |nodes: &Value| {
+        let mut nodes = nodes.as_array().unwrap().clone();
+        nodes.sort_by_key(|n| n["node"].as_str().unwrap().to_string());
+        nodes
+    };
+    let explained = by_node(&answer["nodes"]);
+    assert_eq!(explained.len(), 3);
+    assert_eq!(explained[0]["node"], "big");
+    assert_eq!(explained[0]["reasons"], json!(["Insufficient cpu"]));
+    assert_eq!(explained[0]["feasible"], false);
+
+    // simulate --explain on the same objects (tiny bound where the server put it) agrees.
+    let mut dump = objects_with_tiny_bound(&list, &node_of(&stored("tiny")).unwrap());
+    let file = dir.join("cluster.json");
+    std::fs::write(&file, std::mem::take(&mut dump).to_string()).unwrap();
+    let simulated = wasched(
+        &[
+            "simulate",
+            "--explain",
+            "--output",
+            "json",
+            file.to_str().unwrap(),
+        ],
+        None,
+    );
+    let huge: Value = simulated
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .find(|d| d["pod"] == "default/huge")
+        .expect("simulate decides for huge");
+    assert_eq!(huge["message"], message);
+    assert_eq!(by_node(&huge["nodes"]), explained);
+
+    // Asking is not an attempt, and placed or unknown pods get a clear refusal.
+    let again = ok(explain("huge"));
+    assert_eq!(again["attempts"], answer["attempts"]);
+    assert_eq!(attempts(&stored("huge")), before);
+    let placed = explain("tiny");
+    assert_eq!(placed.status, 409, "{}", placed.body);
+    assert!(placed.body.contains("placed on node"), "{}", placed.body);
+    let unknown = explain("nobody");
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
+    assert!(unknown.body.contains("not pending"), "{}", unknown.body);
+}
+
+/// `list` with pod `tiny` bound to `node`, as a cluster dump taken from the server would have it.
+fn objects_with_tiny_bound(list: &Value, node: &str) -> Value {
+    let mut list = list.clone();
+    for item in list["items"].as_array_mut().unwrap() {
+        if item["metadata"]["name"] == "tiny" {
+            item["spec"]["nodeName"] = json!(node);
+        }
+    }
+    list
+}
+
 fn wasched(args: &[&str], server: Option<&Server>) -> String {
     let mut command = Command::new(env!("CARGO_BIN_EXE_wasched"));
     command

@@ -25,7 +25,7 @@ use super::watch::{WatchEvent, WatchLog};
 use wasched_core::events::{Action, Event, EventPipeline, Kind, Object, ObjectKey};
 use wasched_core::framework::Profile;
 use wasched_core::metrics::{escape, Histogram, ATTEMPT_BUCKETS, PLUGIN_BUCKETS};
-use wasched_core::service::{Binder, CycleResult, Service};
+use wasched_core::service::{Binder, CycleResult, ExplainError, Explanation, Service};
 use wasched_core::util::Rng;
 
 /// The annotation holding how many times the scheduler tried a pod.
@@ -107,7 +107,16 @@ pub enum Control {
         profiles: Vec<Profile>,
         done: mpsc::Sender<Vec<Profile>>,
     },
+    /// Answer why the pending pod `key` waits ([`Service::explain`]).
+    Explain {
+        key: String,
+        reply: mpsc::Sender<Result<Explanation, ExplainError>>,
+    },
 }
+
+/// How long an explain request waits for the scheduling thread (which answers between two
+/// cycles, so one long cycle delays it).
+const EXPLAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Counters of the scheduling thread and the writer, for `/metrics`.
 #[derive(Default)]
@@ -294,7 +303,7 @@ impl Engine {
                             // A standby waiting for the Lease is alive: /healthz must say so.
                             heartbeat.store(now_seconds(), Ordering::Relaxed);
                             // ... and takes plugin and configuration changes, which it leads with.
-                            swap_requested(&mut service, &control_rx, &metrics);
+                            handle_controls(&mut service, &control_rx, &metrics, false);
                         }
                     }
                     service.apply_events();
@@ -304,7 +313,7 @@ impl Engine {
                     ready.store(true, Ordering::Release);
                     let mut gauges_at = Instant::now();
                     while !stop.load(Ordering::Acquire) {
-                        swap_requested(&mut service, &control_rx, &metrics);
+                        handle_controls(&mut service, &control_rx, &metrics, true);
                         let started = Instant::now();
                         match service.schedule_one() {
                             Some(result) if result.no_profile => {
@@ -358,6 +367,28 @@ impl Engine {
             .map_err(|_| "the scheduling thread has stopped".to_string())
     }
 
+    /// Asks the scheduling thread why the pending pod `key` (`namespace/name`) waits, and waits
+    /// (off the async runtime) for its answer.
+    ///
+    /// # Errors
+    /// The scheduling thread has stopped or did not answer in time.
+    pub fn explain(&self, key: String) -> Result<Result<Explanation, ExplainError>, String> {
+        let (reply, answer) = mpsc::channel();
+        self.control
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(Control::Explain { key, reply })
+            .map_err(|_| "the scheduling thread has stopped".to_string())?;
+        self.pipeline.wake();
+        answer.recv_timeout(EXPLAIN_TIMEOUT).map_err(|e| match e {
+            mpsc::RecvTimeoutError::Timeout => format!(
+                "the scheduling thread did not answer in {}s",
+                EXPLAIN_TIMEOUT.as_secs()
+            ),
+            mpsc::RecvTimeoutError::Disconnected => "the scheduling thread has stopped".to_string(),
+        })
+    }
+
     /// Lets the running cycle finish, writes every result, and stops both threads.
     pub fn shutdown(&self) {
         self.stop.store(true, Ordering::Release);
@@ -369,11 +400,14 @@ impl Engine {
     }
 }
 
-/// Puts in place the profiles of every swap asked for since the last look.
-fn swap_requested(
+/// Puts in place the profiles of every swap asked for since the last look, and answers explain
+/// requests once the thread `schedules` (not while a standby waits for the Lease or the first
+/// listing is incomplete, when its cache may not hold the cluster).
+fn handle_controls(
     service: &mut Service<DeferredBinder>,
     control: &mpsc::Receiver<Control>,
     metrics: &EngineMetrics,
+    schedules: bool,
 ) {
     while let Ok(message) = control.try_recv() {
         match message {
@@ -383,6 +417,14 @@ fn swap_requested(
                 metrics.swap_pause.0.observe(started.elapsed());
                 metrics.hot_swaps.fetch_add(1, Ordering::Relaxed);
                 let _ = done.send(old);
+            }
+            Control::Explain { key, reply } => {
+                let answer = if schedules {
+                    service.explain(&key)
+                } else {
+                    Err(ExplainError::NotScheduling)
+                };
+                let _ = reply.send(answer);
             }
         }
     }

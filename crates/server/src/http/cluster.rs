@@ -24,6 +24,7 @@ use crate::watch::{WatchEvent, WatchLog};
 use crate::Server;
 use wasched_core::events::{Action, Event, Kind, Object, ObjectKey};
 use wasched_core::input;
+use wasched_core::service::ExplainError;
 
 /// A resource path segment, its kind and whether it lives in a namespace.
 const RESOURCES: &[(&str, Kind, bool)] = &[
@@ -51,7 +52,11 @@ fn needs(method: &Method) -> Access {
 pub(super) fn routes(server: &Shared) -> Router<Shared> {
     let mut cluster = Router::new()
         .route("/v1/objects", axum::routing::post(apply_objects))
-        .route("/v1/watch", get(watch_events));
+        .route("/v1/watch", get(watch_events))
+        .route(
+            "/v1/namespaces/{namespace}/pods/{name}/explain",
+            get(explain_pod),
+        );
     // In Kubernetes mode the API server holds the objects: only the scheduling events are ours.
     let resources = if server.args.kube.kubernetes {
         &[][..]
@@ -145,6 +150,39 @@ pub(super) fn routes(server: &Shared) -> Router<Shared> {
         server,
         needs,
     )
+}
+
+/// Why a pending pod waits: its queue, attempts and last FitError, and a dry-run cycle against the
+/// live cache with every examined node's verdict or scores, as `simulate --explain` prints them.
+async fn explain_pod(
+    State(server): State<Shared>,
+    Path((namespace, name)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let key = format!("{namespace}/{name}");
+    let s = server.clone();
+    let asked = key.clone();
+    let answer = tokio::task::spawn_blocking(move || s.engine.explain(asked))
+        .await
+        .map_err(|e| ApiError::new(500, e.to_string()))?
+        .map_err(|e| ApiError::new(503, e))?;
+    let explanation = answer.map_err(|e| match e {
+        ExplainError::Unknown => ApiError::new(404, format!("pod {key:?} is not pending: {e}")),
+        ExplainError::NotScheduling => ApiError::new(503, e.to_string()),
+        _ => ApiError::new(409, format!("pod {key:?}: {e}")),
+    })?;
+    let status = explanation.status;
+    let outcome = explanation.outcome;
+    Ok(Json(json!({
+        "pod": key,
+        "queue": status.queue.name(),
+        "attempts": status.attempts,
+        "lastMessage": status.message,
+        "node": outcome.node,
+        "message": outcome.message,
+        "error": outcome.error,
+        "nodes": outcome.nodes,
+    }))
+    .into_response())
 }
 
 /// Parses a request body (JSON, or YAML by `Content-Type` or by its first character).
