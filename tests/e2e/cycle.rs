@@ -63,7 +63,11 @@ fn an_explained_cycle_does_not_move_where_the_next_one_starts() {
     assert_eq!(examined(&explained).first().unwrap(), "n120");
     assert!(explained.node.is_some(), "it would fit");
     let next = schedule_and_assume(&mut s, &cpu_pod("c", 0), true);
-    assert_eq!(examined(&next).first().unwrap(), "n120", "as if b was never asked about");
+    assert_eq!(
+        examined(&next).first().unwrap(),
+        "n120",
+        "as if b was never asked about"
+    );
 }
 
 #[test]

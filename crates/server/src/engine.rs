@@ -356,12 +356,7 @@ impl Engine {
     /// The scheduling thread has stopped.
     pub fn swap(&self, profiles: Vec<Profile>) -> Result<Vec<Profile>, String> {
         let (done, done_rx) = mpsc::channel();
-        self.control
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .send(Control::Swap { profiles, done })
-            .map_err(|_| "the scheduling thread has stopped".to_string())?;
-        self.pipeline.wake();
+        self.send(Control::Swap { profiles, done })?;
         done_rx
             .recv()
             .map_err(|_| "the scheduling thread has stopped".to_string())
@@ -374,12 +369,7 @@ impl Engine {
     /// The scheduling thread has stopped or did not answer in time.
     pub fn explain(&self, key: String) -> Result<Result<Explanation, ExplainError>, String> {
         let (reply, answer) = mpsc::channel();
-        self.control
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .send(Control::Explain { key, reply })
-            .map_err(|_| "the scheduling thread has stopped".to_string())?;
-        self.pipeline.wake();
+        self.send(Control::Explain { key, reply })?;
         answer.recv_timeout(EXPLAIN_TIMEOUT).map_err(|e| match e {
             mpsc::RecvTimeoutError::Timeout => format!(
                 "the scheduling thread did not answer in {}s",
@@ -387,6 +377,17 @@ impl Engine {
             ),
             mpsc::RecvTimeoutError::Disconnected => "the scheduling thread has stopped".to_string(),
         })
+    }
+
+    /// Queues `message` for the scheduling thread and wakes it if it idles.
+    fn send(&self, message: Control) -> Result<(), String> {
+        self.control
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(message)
+            .map_err(|_| "the scheduling thread has stopped".to_string())?;
+        self.pipeline.wake();
+        Ok(())
     }
 
     /// Lets the running cycle finish, writes every result, and stops both threads.
