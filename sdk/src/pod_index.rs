@@ -4,7 +4,7 @@
 
 use crate::helpers::{FastMap, FastSet};
 
-use crate::{LabelSelector, Labels, PodId};
+use crate::{ExistingPod, LabelSelector, Labels, NodeInfo, Nodes, PodId};
 
 /// A label pair every pod matching `selector` has (a `matchLabels` pair, or an `In` requirement
 /// with one value): only pods with it need checking against the selector.
@@ -161,6 +161,24 @@ impl PodsByLabel {
                 .copied()
                 .collect(),
         )
+    }
+}
+
+/// Calls `each` with every pod of the mirror among `candidates`, or with every pod when `None`
+/// (what [`PodsByLabel::candidates`] says of a selector that requires no label value), and the
+/// node it is on: how a new count starts from the pods already placed.
+pub fn for_each_candidate<'a>(
+    nodes: &'a Nodes,
+    candidates: Option<Vec<PodId>>,
+    mut each: impl FnMut(&'a ExistingPod, Option<&'a NodeInfo>),
+) {
+    let mut visit = |pod: &'a ExistingPod| each(pod, nodes.get(pod.node));
+    match candidates {
+        Some(ids) => ids
+            .iter()
+            .filter_map(|&id| nodes.pod(id))
+            .for_each(&mut visit),
+        None => nodes.pods().for_each(|(_, pod)| visit(pod)),
     }
 }
 

@@ -5,7 +5,9 @@
 use std::hash::Hash;
 
 use wasched_sdk::helpers::FastMap;
-use wasched_sdk::pod_index::{anchor, place_least_recently_used, ByAnchor, PodsByLabel};
+use wasched_sdk::pod_index::{
+    anchor, for_each_candidate, place_least_recently_used, ByAnchor, PodsByLabel,
+};
 use wasched_sdk::{ExistingPod, Labels, Nodes};
 
 use crate::terms::{IncomingTerm, OwnedTerm};
@@ -107,21 +109,13 @@ impl Tallies {
             used: self.clock,
         };
         let none = Labels::default();
-        let mut count = |pod: &ExistingPod| {
-            let labels = nodes.get(pod.node).map_or(&none, |n| &n.labels);
-            tally.apply(pod, labels, true);
-        };
         let narrowest = terms
             .iter()
             .filter_map(|term| by_label.candidates(term.selector.as_ref()?))
             .min_by_key(Vec::len);
-        match narrowest {
-            Some(ids) => ids
-                .iter()
-                .filter_map(|&id| nodes.pod(id))
-                .for_each(&mut count),
-            None => nodes.pods().for_each(|(_, pod)| count(pod)),
-        }
+        for_each_candidate(nodes, narrowest, |pod, node| {
+            tally.apply(pod, node.map_or(&none, |n| &n.labels), true);
+        });
         let (slot, evicted) = place_least_recently_used(
             &mut self.slots,
             TALLY_CAPACITY,

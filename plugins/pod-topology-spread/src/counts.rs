@@ -8,7 +8,9 @@ use wasched_sdk::helpers::FastMap;
 
 use wasched_sdk::helpers::tolerated_by_any;
 use wasched_sdk::node_selector::RequiredNodeAffinity;
-use wasched_sdk::pod_index::{place_least_recently_used, ByAnchor, PodsByLabel};
+use wasched_sdk::pod_index::{
+    for_each_candidate, place_least_recently_used, ByAnchor, PodsByLabel,
+};
 use wasched_sdk::{
     effect, ExistingPod, LabelColumnId, Labels, NodeAffinity, NodeId, NodeInfo, NodeSelectorTerm,
     Nodes, Pod, Toleration,
@@ -107,9 +109,6 @@ impl Tallies {
             used: self.clock,
         };
         let none = NodeInfo::default();
-        let mut count = |pod: &ExistingPod| {
-            tally.apply(pod, nodes.get(pod.node).unwrap_or(&none), true);
-        };
         let narrowed = match selector.pairs().first() {
             Some((key, value)) => Some(self.by_label.with_label(key, value)),
             None => selector
@@ -117,13 +116,9 @@ impl Tallies {
                 .and_then(|s| self.by_label.candidates(s)),
         };
         if !selector.counts_nothing() {
-            match narrowed {
-                Some(ids) => ids
-                    .iter()
-                    .filter_map(|&id| nodes.pod(id))
-                    .for_each(&mut count),
-                None => nodes.pods().for_each(|(_, pod)| count(pod)),
-            }
+            for_each_candidate(nodes, narrowed, |pod, node| {
+                tally.apply(pod, node.unwrap_or(&none), true);
+            });
         }
         let anchor_of = |t: &Tally| {
             t.selector
