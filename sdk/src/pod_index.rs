@@ -183,14 +183,17 @@ pub fn for_each_candidate<'a>(
 }
 
 /// Puts `entry` into `slots`: in a new slot while fewer than `capacity` are taken, else in place of
-/// the least recently used entry (by `used`) not used in the current round `now`, which is
-/// returned for the caller to take out of its indexes. How a plugin bounds the selectors it keeps
-/// counted (the entries asked for in the current pod's cycle stay).
+/// the least recently used entry (by `used`) not used in the current round `now`. The slot is filed
+/// in `by_anchor` under the entry's `anchor` (and the evicted entry's slot taken out of its own);
+/// the evicted entry is returned for the caller to take out of its other indexes. How a plugin
+/// bounds the selectors it keeps counted (the entries asked for in the current pod's cycle stay).
 pub fn place_least_recently_used<T>(
     slots: &mut Vec<T>,
+    by_anchor: &mut ByAnchor<Vec<usize>>,
     capacity: usize,
     now: u64,
     used: impl Fn(&T) -> u64,
+    anchor: impl Fn(&T) -> Option<(&str, &str)>,
     entry: T,
 ) -> (usize, Option<T>) {
     let evictable = (slots.len() >= capacity)
@@ -200,11 +203,20 @@ pub fn place_least_recently_used<T>(
                 .min_by_key(|&s| used(&slots[s]))
         })
         .flatten();
-    match evictable {
+    let (slot, evicted) = match evictable {
         Some(slot) => (slot, Some(std::mem::replace(&mut slots[slot], entry))),
         None => {
             slots.push(entry);
             (slots.len() - 1, None)
         }
+    };
+    if let Some(old) = &evicted {
+        by_anchor.update(
+            anchor(old),
+            |filed| filed.retain(|&s| s != slot),
+            Vec::is_empty,
+        );
     }
+    by_anchor.entry(anchor(&slots[slot])).push(slot);
+    (slot, evicted)
 }

@@ -118,20 +118,16 @@ impl Tallies {
         });
         let (slot, evicted) = place_least_recently_used(
             &mut self.slots,
+            &mut self.by_anchor,
             TALLY_CAPACITY,
             self.clock,
             |t| t.used,
+            |t| tally_anchor(&t.terms),
             tally,
         );
         if let Some(old) = evicted {
             self.index.remove(&old.terms);
-            self.by_anchor.update(
-                tally_anchor(&old.terms),
-                |slots| slots.retain(|&s| s != slot),
-                Vec::is_empty,
-            );
         }
-        self.by_anchor.entry(tally_anchor(&terms)).push(slot);
         self.index.insert(terms, slot);
         slot
     }

@@ -120,36 +120,23 @@ impl Tallies {
                 tally.apply(pod, node.unwrap_or(&none), true);
             });
         }
-        let anchor_of = |t: &Tally| {
-            t.selector
-                .anchor()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-        };
-        let new_anchor = anchor_of(&tally);
         let (slot, evicted) = place_least_recently_used(
             &mut self.slots,
+            &mut self.by_anchor,
             TALLY_CAPACITY,
             self.clock,
             |t| t.used,
+            |t| t.selector.anchor(),
             tally,
         );
         if let Some(old) = evicted {
-            let old_anchor = anchor_of(&old);
             if let Some(selectors) = self.index.get_mut(&old.namespace) {
                 selectors.remove(&old.selector);
                 if selectors.is_empty() {
                     self.index.remove(&old.namespace);
                 }
             }
-            self.by_anchor.update(
-                old_anchor.as_ref().map(|(k, v)| (k.as_str(), v.as_str())),
-                |slots| slots.retain(|&s| s != slot),
-                Vec::is_empty,
-            );
         }
-        self.by_anchor
-            .entry(new_anchor.as_ref().map(|(k, v)| (k.as_str(), v.as_str())))
-            .push(slot);
         self.index
             .entry(namespace.to_string())
             .or_default()
