@@ -21,6 +21,13 @@ pub struct NodeEntry {
     pods: Vec<String>,
 }
 
+impl NodeEntry {
+    /// How many pods are placed on it (bound or assumed).
+    pub fn pod_count(&self) -> usize {
+        self.pods.len()
+    }
+}
+
 /// A pod that holds resources on a node.
 #[derive(Debug, Clone)]
 struct PlacedPod {

@@ -57,6 +57,8 @@ pub struct PendingStatus {
     pub attempts: u32,
     /// Why the last attempt failed (the FitError message, or the error).
     pub message: Option<String>,
+    /// How long since the scheduler first queued it.
+    pub waiting: Duration,
 }
 
 /// A cluster change, as far as the queue cares: could it make an unschedulable pod fit?
@@ -104,6 +106,8 @@ struct Entry {
     ticket: u64,
     /// The move-request counter when the pod was popped.
     popped_at_move: u64,
+    /// When it was first queued (kept when it is updated or put back).
+    queued_at: Duration,
 }
 
 /// The pending pods.
@@ -185,6 +189,7 @@ impl SchedulingQueue {
                 message: None,
                 ticket: 0,
                 popped_at_move: 0,
+                queued_at: self.clock.now(),
             },
         );
         self.move_to_active(&key);
@@ -340,11 +345,18 @@ impl SchedulingQueue {
 
     /// Where a pending pod is, how often it was tried and why it failed last.
     pub fn status(&self, key: &str) -> Option<PendingStatus> {
+        let now = self.clock.now();
         self.entries.get(key).map(|e| PendingStatus {
             queue: e.queue,
             attempts: e.attempts,
             message: e.message.clone(),
+            waiting: now.saturating_sub(e.queued_at),
         })
+    }
+
+    /// Every pending pod, in no particular order.
+    pub fn pods(&self) -> impl Iterator<Item = &sdk::Pod> + '_ {
+        self.entries.values().map(|e| &e.pod)
     }
 
     /// The pending pod with `key`, as it was last queued.

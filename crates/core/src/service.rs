@@ -78,6 +78,8 @@ pub struct CycleResult {
     /// No profile serves the pod's scheduler name: the pod is another scheduler's and was left
     /// alone.
     pub no_profile: bool,
+    /// Why the node was chosen, when the pod was placed.
+    pub choice: Option<crate::framework::Choice>,
 }
 
 struct Assumed {
@@ -505,6 +507,7 @@ impl<B: Binder> Service<B> {
             attempts,
             error: false,
             no_profile: false,
+            choice: None,
         };
         let Some(outcome) = self.scheduler.schedule(&pod, self.explain) else {
             // No profile for its scheduler name: another scheduler's pod.
@@ -518,7 +521,12 @@ impl<B: Binder> Service<B> {
         };
         result.nodes = outcome.nodes;
         match outcome.node {
-            Some(node) => self.assume_and_bind(pod, node, &mut result),
+            Some(node) => {
+                self.assume_and_bind(pod, node, &mut result);
+                if result.node.is_some() {
+                    result.choice = outcome.choice;
+                }
+            }
             None => {
                 let message = outcome.message.unwrap_or_default();
                 if outcome.error {
@@ -624,6 +632,11 @@ impl<B: Binder> Service<B> {
                 scheduler_name: pod.scheduler_name,
             }),
         }
+    }
+
+    /// The pending pods.
+    pub fn queue(&self) -> &SchedulingQueue {
+        &self.queue
     }
 
     /// Pending pods per queue: (active, backoff, unschedulable).

@@ -134,6 +134,32 @@ fn default_weight() -> Spanned<i64> {
     Spanned::new(0..0, 1)
 }
 
+/// A profile's chains with the defaults filled in, names still spanned for error messages.
+struct ResolvedProfile {
+    scheduler_name: String,
+    percentage_of_nodes_to_score: Option<u32>,
+    filters: Vec<Spanned<String>>,
+    scores: Vec<(Spanned<String>, i64)>,
+}
+
+/// A profile's plugin chains by name ([`Config::chains`]), as the status page shows them.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProfileChain {
+    pub scheduler_name: String,
+    pub percentage_of_nodes_to_score: Option<u32>,
+    /// Filter plugins in the order they run.
+    pub filters: Vec<String>,
+    pub scores: Vec<WeightedScore>,
+}
+
+/// A score plugin of a chain with its weight.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct WeightedScore {
+    pub plugin: String,
+    pub weight: i64,
+}
+
 /// A parsed, validated configuration. Components are loaded by [`Config::profiles`].
 pub struct Config {
     file: String,
@@ -509,51 +535,9 @@ impl Config {
         &self.stats
     }
 
-    /// Which profiles (by scheduler name) use each plugin, default plugins included.
-    pub fn usage(&self) -> BTreeMap<String, Vec<String>> {
-        let mut usage: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        let mut add = |plugin: &str, profile: &str| {
-            let profiles = usage.entry(plugin.to_string()).or_default();
-            if !profiles.iter().any(|p| p == profile) {
-                profiles.push(profile.to_string());
-            }
-        };
-        if self.raw.profiles.is_empty() {
-            for name in DEFAULT_FILTERS
-                .iter()
-                .chain(DEFAULT_SCORES.iter().map(|(n, _)| n))
-            {
-                add(name, wasched_core::DEFAULT_SCHEDULER_NAME);
-            }
-        }
-        for profile in &self.raw.profiles {
-            let p = profile.get_ref();
-            let scheduler_name = p.scheduler_name.get_ref();
-            match &p.filters {
-                Some(list) => list.iter().for_each(|f| add(f.get_ref(), scheduler_name)),
-                None => DEFAULT_FILTERS.iter().for_each(|f| add(f, scheduler_name)),
-            }
-            match &p.scores {
-                Some(list) => list
-                    .iter()
-                    .for_each(|s| add(s.get_ref().plugin.get_ref(), scheduler_name)),
-                None => DEFAULT_SCORES
-                    .iter()
-                    .for_each(|(s, _)| add(s, scheduler_name)),
-            }
-        }
-        usage
-    }
-
-    /// Loads every plugin the profiles use and builds the profiles. Without profiles in the file,
-    /// one profile for `default-scheduler` with kube-scheduler's default plugins and weights.
-    ///
-    /// # Errors
-    /// A component that is missing, does not match its pin, is not a plugin, or refuses its
-    /// configuration; a plugin used for an extension point it does not implement.
-    pub fn profiles(&self) -> Result<Vec<ProfileSpec>, ConfigError> {
-        let mut loaded: BTreeMap<String, PluginSpec> = BTreeMap::new();
-        let mut specs = Vec::new();
+    /// Each profile's filter and score chains as configured, the defaults filled in: what
+    /// [`Config::profiles`] builds, without loading a plugin.
+    fn resolved(&self) -> Vec<ResolvedProfile> {
         let default_profile = RawProfile {
             scheduler_name: default_scheduler_name(),
             percentage_of_nodes_to_score: None,
@@ -565,39 +549,95 @@ impl Config {
         } else {
             self.raw.profiles.iter().map(Spanned::get_ref).collect()
         };
-        for profile in profiles {
-            let filters: Vec<Spanned<String>> = match &profile.filters {
-                Some(list) => list.clone(),
-                None => DEFAULT_FILTERS
-                    .iter()
-                    .map(|n| Spanned::new(0..0, n.to_string()))
-                    .collect(),
-            };
-            let scores: Vec<(Spanned<String>, i64)> = match &profile.scores {
-                Some(list) => list
-                    .iter()
-                    .map(|s| (s.get_ref().plugin.clone(), *s.get_ref().weight.get_ref()))
-                    .collect(),
-                None => DEFAULT_SCORES
-                    .iter()
-                    .map(|(n, w)| (Spanned::new(0..0, n.to_string()), *w))
-                    .collect(),
-            };
-            let mut spec = ProfileSpec {
+        profiles
+            .into_iter()
+            .map(|profile| ResolvedProfile {
                 scheduler_name: profile.scheduler_name.get_ref().clone(),
-                filters: Vec::new(),
-                scores: Vec::new(),
                 percentage_of_nodes_to_score: profile
                     .percentage_of_nodes_to_score
                     .as_ref()
                     .map(|p| *p.get_ref()),
+                filters: match &profile.filters {
+                    Some(list) => list.clone(),
+                    None => DEFAULT_FILTERS
+                        .iter()
+                        .map(|n| Spanned::new(0..0, n.to_string()))
+                        .collect(),
+                },
+                scores: match &profile.scores {
+                    Some(list) => list
+                        .iter()
+                        .map(|s| (s.get_ref().plugin.clone(), *s.get_ref().weight.get_ref()))
+                        .collect(),
+                    None => DEFAULT_SCORES
+                        .iter()
+                        .map(|(n, w)| (Spanned::new(0..0, n.to_string()), *w))
+                        .collect(),
+                },
+            })
+            .collect()
+    }
+
+    /// Which profiles (by scheduler name) use each plugin, default plugins included.
+    pub fn usage(&self) -> BTreeMap<String, Vec<String>> {
+        let mut usage: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for profile in self.resolved() {
+            let names = profile
+                .filters
+                .iter()
+                .chain(profile.scores.iter().map(|(n, _)| n));
+            for name in names {
+                let profiles = usage.entry(name.get_ref().clone()).or_default();
+                if !profiles.contains(&profile.scheduler_name) {
+                    profiles.push(profile.scheduler_name.clone());
+                }
+            }
+        }
+        usage
+    }
+
+    /// Each profile's plugin chains by name, with the score weights.
+    pub fn chains(&self) -> Vec<ProfileChain> {
+        self.resolved()
+            .into_iter()
+            .map(|p| ProfileChain {
+                scheduler_name: p.scheduler_name,
+                percentage_of_nodes_to_score: p.percentage_of_nodes_to_score,
+                filters: p.filters.into_iter().map(Spanned::into_inner).collect(),
+                scores: p
+                    .scores
+                    .into_iter()
+                    .map(|(plugin, weight)| WeightedScore {
+                        plugin: plugin.into_inner(),
+                        weight,
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Loads every plugin the profiles use and builds the profiles. Without profiles in the file,
+    /// one profile for `default-scheduler` with kube-scheduler's default plugins and weights.
+    ///
+    /// # Errors
+    /// A component that is missing, does not match its pin, is not a plugin, or refuses its
+    /// configuration; a plugin used for an extension point it does not implement.
+    pub fn profiles(&self) -> Result<Vec<ProfileSpec>, ConfigError> {
+        let mut loaded: BTreeMap<String, PluginSpec> = BTreeMap::new();
+        let mut specs = Vec::new();
+        for profile in self.resolved() {
+            let mut spec = ProfileSpec {
+                scheduler_name: profile.scheduler_name,
+                filters: Vec::new(),
+                scores: Vec::new(),
+                percentage_of_nodes_to_score: profile.percentage_of_nodes_to_score,
                 parallelism: self.parallelism,
             };
-            for name in &filters {
+            for name in &profile.filters {
                 let plugin = self.plugin(&mut loaded, name, true)?;
                 spec.filters.push(plugin);
             }
-            for (name, weight) in &scores {
+            for (name, weight) in &profile.scores {
                 let plugin = self.plugin(&mut loaded, name, false)?;
                 spec.scores.push((plugin, *weight));
             }

@@ -73,29 +73,52 @@ pub struct NodeReport {
     pub total: i64,
 }
 
+/// Scores by plugin, serialized as an object in the order the plugins ran.
+struct ScoresByPlugin<'a>(&'a [(String, i64)]);
+
+impl serde::Serialize for ScoresByPlugin<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (plugin, score) in self.0 {
+            map.serialize_entry(plugin, score)?;
+        }
+        map.end()
+    }
+}
+
 /// As `simulate --explain --output json` and `serve`'s explain print it: the scores as an object
 /// in the order the plugins ran.
 impl serde::Serialize for NodeReport {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
-        struct Scores<'a>(&'a [(String, i64)]);
-        impl serde::Serialize for Scores<'_> {
-            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                use serde::ser::SerializeMap;
-                let mut map = serializer.serialize_map(Some(self.0.len()))?;
-                for (plugin, score) in self.0 {
-                    map.serialize_entry(plugin, score)?;
-                }
-                map.end()
-            }
-        }
         let mut report = serializer.serialize_struct("NodeReport", 5)?;
         report.serialize_field("node", &self.node)?;
         report.serialize_field("feasible", &self.feasible)?;
         report.serialize_field("reasons", &self.reasons)?;
-        report.serialize_field("scores", &Scores(&self.scores))?;
+        report.serialize_field("scores", &ScoresByPlugin(&self.scores))?;
         report.serialize_field("total", &self.total)?;
         report.end()
+    }
+}
+
+/// Why the chosen node won: its normalized score per plugin and weighted total, and how many
+/// feasible nodes it was chosen from (with one, nothing is scored, as in kube-scheduler).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Choice {
+    pub scores: Vec<(String, i64)>,
+    pub total: i64,
+    pub feasible_nodes: usize,
+}
+
+impl serde::Serialize for Choice {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut choice = serializer.serialize_struct("Choice", 3)?;
+        choice.serialize_field("scores", &ScoresByPlugin(&self.scores))?;
+        choice.serialize_field("total", &self.total)?;
+        choice.serialize_field("feasibleNodes", &self.feasible_nodes)?;
+        choice.end()
     }
 }
 
@@ -110,6 +133,8 @@ pub struct Outcome {
     pub error: bool,
     /// Filled only when the cycle was asked to explain itself.
     pub nodes: Vec<NodeReport>,
+    /// Why the chosen node won, when a node was chosen.
+    pub choice: Option<Choice>,
 }
 
 impl Outcome {
@@ -186,8 +211,8 @@ impl Search {
 #[derive(Default)]
 struct Scores {
     totals: Vec<i64>,
-    /// Per plugin that scored (only when explaining): its name and normalized scores.
-    per_plugin: Vec<(String, Vec<i64>)>,
+    /// Per plugin that scored: its slot and normalized scores.
+    per_plugin: Vec<(usize, Vec<i64>)>,
 }
 
 impl Profile {
@@ -267,11 +292,29 @@ impl Profile {
         self.phases.lap(Phase::Score, &mut cycle.mark);
 
         let best = self.select(&scores.totals);
+        let choice = Choice {
+            scores: scores
+                .per_plugin
+                .iter()
+                .map(|(i, plugin_scores)| (self.slots[*i].spec.name.clone(), plugin_scores[best]))
+                .collect(),
+            total: scores.totals[best],
+            feasible_nodes: search.feasible.len(),
+        };
+        let names = |i: usize| self.slots[i].spec.name.clone();
         let outcome = Outcome {
             node: Some(node_name(cache, search.feasible[best])),
             message: None,
             error: false,
-            nodes: explain(cache, cycle, all, &candidates, &search, Some(&scores)),
+            nodes: explain(
+                cache,
+                cycle,
+                all,
+                &candidates,
+                &search,
+                Some((&scores, &names)),
+            ),
+            choice: Some(choice),
         };
         self.phases.lap(Phase::Select, &mut cycle.mark);
         Ok(outcome)
@@ -681,10 +724,7 @@ impl Profile {
             for (total, score) in scores.totals.iter_mut().zip(&plugin_scores) {
                 *total += score * weight;
             }
-            if cycle.explain {
-                let name = self.slots[i].spec.name.clone();
-                scores.per_plugin.push((name, plugin_scores));
-            }
+            scores.per_plugin.push((i, plugin_scores));
         }
         Ok(scores)
     }
@@ -787,7 +827,7 @@ fn explain(
     all: &[u32],
     candidates: &Candidates,
     search: &Search,
-    scores: Option<&Scores>,
+    scores: Option<(&Scores, &dyn Fn(usize) -> String)>,
 ) -> Vec<NodeReport> {
     if !cycle.explain {
         return Vec::new();
@@ -807,7 +847,7 @@ fn explain(
         .filter(|id| narrowed && !kept.contains(id))
         .map(|&id| infeasible(cache, id, vec![candidates.absent_reason.clone()]));
     let rejected = rejected.chain(absent);
-    let feasible = scores.into_iter().flat_map(|scores| {
+    let feasible = scores.into_iter().flat_map(|(scores, names)| {
         search
             .feasible
             .iter()
@@ -819,7 +859,7 @@ fn explain(
                 scores: scores
                     .per_plugin
                     .iter()
-                    .map(|(name, plugin_scores)| (name.clone(), plugin_scores[position]))
+                    .map(|(i, plugin_scores)| (names(*i), plugin_scores[position]))
                     .collect(),
                 total: scores.totals[position],
             })

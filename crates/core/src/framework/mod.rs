@@ -21,7 +21,7 @@ use crate::metrics::{ExtensionPoint, PluginCallStats};
 use crate::runtime::{CallError, FailureKind, LoadError, PluginFactory, PluginInstance};
 use crate::util::Rng;
 
-pub use cycle::{NodeReport, Outcome};
+pub use cycle::{Choice, NodeReport, Outcome};
 
 /// What a cycle does when a plugin fails (traps, times out, runs out of memory, returns nonsense).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
