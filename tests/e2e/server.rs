@@ -1093,3 +1093,6 @@ fn readme_flow_builds_loads_and_schedules_with_the_example_plugin() {
         "{line}"
     );
 }
+
+#[path = "browser.rs"]
+mod browser;

@@ -30,6 +30,9 @@ use wasched_core::util::Rng;
 
 /// The annotation holding how many times the scheduler tried a pod.
 pub const ATTEMPTS_ANNOTATION: &str = "scheduling.wasched.io/attempts";
+/// The annotation of a pod placed by `serve` that keeps why its node was chosen (the scores per
+/// plugin, the total, how many nodes were feasible) and when, as JSON.
+pub const CHOICE_ANNOTATION: &str = "scheduling.wasched.io/choice";
 
 /// Binding happens in the status writer (through its [`ResultSink`]), after the cycle: the
 /// scheduling thread only assumes.
@@ -112,7 +115,13 @@ pub enum Control {
         key: String,
         reply: mpsc::Sender<Result<Explanation, ExplainError>>,
     },
+    /// Run this read of the scheduler's state (its cache and queue) between two cycles; `None`
+    /// when the thread does not schedule yet and its cache may not hold the cluster.
+    Inspect(Inspection),
 }
+
+/// A read of the scheduler's state, given `None` when the thread does not schedule yet.
+pub type Inspection = Box<dyn FnOnce(Option<&Service<DeferredBinder>>) + Send>;
 
 /// How long an explain request waits for the scheduling thread (which answers between two
 /// cycles, so one long cycle delays it).
@@ -379,6 +388,33 @@ impl Engine {
         })
     }
 
+    /// Runs `read` on the scheduling thread between two cycles and waits (off the async runtime)
+    /// for its answer: a consistent view of the cache and queue that the thread alone may touch.
+    ///
+    /// # Errors
+    /// The scheduling thread has stopped, does not schedule yet (a standby, or the first listing
+    /// is incomplete), or did not answer in time.
+    pub fn inspect<T: Send + 'static>(
+        &self,
+        read: impl FnOnce(&Service<DeferredBinder>) -> T + Send + 'static,
+    ) -> Result<T, String> {
+        let (reply, answer) = mpsc::channel();
+        self.send(Control::Inspect(Box::new(move |service| {
+            let _ = reply.send(service.map(read));
+        })))?;
+        match answer.recv_timeout(EXPLAIN_TIMEOUT) {
+            Ok(Some(value)) => Ok(value),
+            Ok(None) => Err(ExplainError::NotScheduling.to_string()),
+            Err(mpsc::RecvTimeoutError::Timeout) => Err(format!(
+                "the scheduling thread did not answer in {}s",
+                EXPLAIN_TIMEOUT.as_secs()
+            )),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                Err("the scheduling thread has stopped".to_string())
+            }
+        }
+    }
+
     /// Queues `message` for the scheduling thread and wakes it if it idles.
     fn send(&self, message: Control) -> Result<(), String> {
         self.control
@@ -427,6 +463,7 @@ fn handle_controls(
                 };
                 let _ = reply.send(answer);
             }
+            Control::Inspect(read) => read(schedules.then_some(&*service)),
         }
     }
 }
@@ -540,6 +577,8 @@ pub fn watch_event(result: CycleResult, resource_version: u64) -> WatchEvent {
         node: result.node,
         message: result.message,
         attempts: result.attempts,
+        time_millis: unix_millis(),
+        choice: result.choice,
     }
 }
 
@@ -581,11 +620,23 @@ fn record_result(object: &mut Object, result: &CycleResult) -> bool {
     if result.node.is_none() {
         status.phase.get_or_insert_with(|| "Pending".into());
     }
-    pod.metadata
+    let annotations = pod
+        .metadata
         .annotations
-        .get_or_insert_with(Default::default)
-        .insert(ATTEMPTS_ANNOTATION.into(), result.attempts.to_string());
+        .get_or_insert_with(Default::default);
+    annotations.insert(ATTEMPTS_ANNOTATION.into(), result.attempts.to_string());
+    if let (Some(_), Some(choice)) = (&result.node, &result.choice) {
+        let mut kept = serde_json::to_value(choice).expect("a choice serializes");
+        kept["timeMillis"] = unix_millis().into();
+        annotations.insert(CHOICE_ANNOTATION.into(), kept.to_string());
+    }
     true
+}
+
+fn unix_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// A fresh object uid.

@@ -147,6 +147,8 @@ pub struct Policy {
     pub records: BTreeMap<String, PluginRecord>,
     /// Plugin name -> the profiles using it.
     pub usage: BTreeMap<String, Vec<String>>,
+    /// Each profile's filter and score chains, for the status page.
+    pub chains: Vec<wasched_wasm::config::ProfileChain>,
     /// Kubernetes mode: the resourceVersion of the shared policy's index this policy reflects.
     pub shared_version: u64,
 }
@@ -186,6 +188,8 @@ pub struct Server {
     pub plugin_loads: [std::sync::atomic::AtomicU64; 2],
     pub uids: std::sync::Mutex<wasched_core::util::Rng>,
     pub shutdown: tokio::sync::watch::Sender<bool>,
+    /// Counts changes of the plugins or the configuration, so that open status pages refresh.
+    pub policy_changes: tokio::sync::watch::Sender<u64>,
     /// The watches of the API server (Kubernetes mode).
     pub kube_watches: Option<Arc<kubernetes::WatchStats>>,
     /// Open once every kind was listed from the API server (Kubernetes mode): ready, even as a
@@ -258,6 +262,9 @@ impl Server {
         let result = self.try_load_plugin(policy, name, bytes, expected_sha256);
         let index = usize::from(result.is_err());
         self.plugin_loads[index].fetch_add(1, Ordering::Relaxed);
+        if result.is_ok() {
+            self.policy_changed();
+        }
         result
     }
 
@@ -376,6 +383,7 @@ impl Server {
         policy.uploaded.remove(name);
         policy.records.remove(name);
         tracing::info!(plugin = name, "plugin removed");
+        self.policy_changed();
         Ok(())
     }
 
@@ -425,9 +433,11 @@ impl Server {
             .swap(profiles)
             .map_err(|e| PolicyError::new(503, e))?;
         policy.usage = config.usage();
+        policy.chains = config.chains();
         policy.text = text;
         policy.source = source;
         tracing::info!("configuration applied");
+        self.policy_changed();
         Ok(())
     }
 
@@ -474,10 +484,16 @@ impl Server {
             .collect();
         policy.uploaded = components;
         policy.usage = config.usage();
+        policy.chains = config.chains();
         policy.text = text;
         policy.source = source;
         policy.shared_version = version;
+        self.policy_changed();
         Ok(true)
+    }
+
+    fn policy_changed(&self) {
+        self.policy_changes.send_modify(|n| *n += 1);
     }
 }
 
@@ -590,6 +606,7 @@ impl Server {
         )
         .map_err(|e| anyhow::anyhow!("{e}"))?;
         policy.usage = config.usage();
+        policy.chains = config.chains();
 
         let clock: Arc<dyn Clock> = Arc::new(SystemClock::default());
         let scheduler = Scheduler::with_clock(&specs, args.seed, clock.clone())
@@ -648,6 +665,7 @@ impl Server {
                     ^ u64::from(std::process::id()),
             )),
             shutdown,
+            policy_changes: tokio::sync::watch::Sender::new(0),
             kube_watches,
             kube_synced,
             leading,
@@ -834,6 +852,7 @@ fn stored_policy(
         uploaded,
         records,
         usage: BTreeMap::new(),
+        chains: Vec::new(),
         shared_version,
     })
 }

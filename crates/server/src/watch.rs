@@ -28,6 +28,11 @@ pub struct WatchEvent {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     pub attempts: u32,
+    /// When the result was recorded, in milliseconds since the Unix epoch.
+    pub time_millis: u64,
+    /// Why the node was chosen (`Scheduled` events).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub choice: Option<wasched_core::framework::Choice>,
 }
 
 struct Log {
@@ -100,6 +105,16 @@ impl WatchLog {
         Ok(log.events.range(start..).cloned().collect())
     }
 
+    /// The newest `Scheduled` event of `pod` (`namespace/name`) the log still holds.
+    pub fn last_scheduled(&self, pod: &str) -> Option<WatchEvent> {
+        let log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+        log.events
+            .iter()
+            .rev()
+            .find(|e| e.kind == "Scheduled" && e.pod == pod)
+            .cloned()
+    }
+
     /// Resolves when events newer than the last seen may exist.
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
         self.newest.subscribe()
@@ -123,7 +138,27 @@ mod tests {
             node: Some("n".into()),
             message: None,
             attempts: 1,
+            time_millis: 0,
+            choice: None,
         }
+    }
+
+    #[test]
+    fn last_scheduled_finds_a_pods_newest_binding() {
+        let log = WatchLog::new(0);
+        let mut again = event(3);
+        again.pod = "ns/p1".into();
+        again.node = Some("m".into());
+        let mut failed = event(4);
+        failed.kind = "FailedScheduling";
+        failed.pod = "ns/p1".into();
+        log.publish([event(1), event(2), again, failed]);
+        assert_eq!(log.last_scheduled("ns/p1").unwrap().resource_version, 3);
+        assert_eq!(
+            log.last_scheduled("ns/p2").unwrap().node.as_deref(),
+            Some("n")
+        );
+        assert_eq!(log.last_scheduled("ns/p9"), None);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use super::{guard, limit_bodies, ApiError, Shared};
 use crate::auth::Access;
-use crate::ConfigSource;
+use crate::{ConfigSource, Policy};
 use wasched_core::metrics::ExtensionPoint;
 use wasched_core::runtime::defaults;
 use wasched_wasm::component::sha256_hex;
@@ -35,6 +35,12 @@ pub(super) fn routes(server: &Shared) -> Router<Shared> {
 }
 
 async fn list_plugins(State(server): State<Shared>) -> Result<Response, ApiError> {
+    Ok(Json(plugin_list(&server).await).into_response())
+}
+
+/// Every plugin (default, uploaded, or configured from a file) with its version, sha256 and
+/// health: `{"plugins": [...]}`.
+pub(super) async fn plugin_list(server: &Shared) -> Value {
     let policy = server.policy.lock().await;
     let mut names: Vec<String> = defaults::DEFAULT_PLUGINS
         .iter()
@@ -90,7 +96,7 @@ async fn list_plugins(State(server): State<Shared>) -> Result<Response, ApiError
             entry
         })
         .collect();
-    Ok(Json(json!({ "plugins": plugins })).into_response())
+    json!({ "plugins": plugins })
 }
 
 #[derive(Deserialize)]
@@ -185,26 +191,36 @@ async fn remove_plugin(
     Ok(Json(json!({ "removed": name })).into_response())
 }
 
-async fn get_config(State(server): State<Shared>) -> Response {
-    let policy = server.policy.lock().await;
-    let source = match &policy.source {
+/// Where the configuration in force comes from: a file's path, `store`, `configmap:...` or
+/// `default`.
+pub(super) fn config_source(policy: &Policy) -> String {
+    match &policy.source {
         ConfigSource::File(path) => path.display().to_string(),
         ConfigSource::Store => "store".to_string(),
         ConfigSource::Cluster(location) => format!("configmap:{location}"),
         ConfigSource::Default => "default".to_string(),
-    };
+    }
+}
+
+/// The configuration in force (the embedded default's text when none was given).
+pub(super) fn config_text(policy: &Policy) -> String {
+    match policy.source {
+        ConfigSource::Default => wasched_wasm::config::default_text(),
+        _ => policy.text.clone(),
+    }
+}
+
+async fn get_config(State(server): State<Shared>) -> Response {
+    let policy = server.policy.lock().await;
     (
         [
             (header::CONTENT_TYPE, "application/toml".to_string()),
             (
                 header::HeaderName::from_static("x-wasched-config-source"),
-                source,
+                config_source(&policy),
             ),
         ],
-        match policy.source {
-            ConfigSource::Default => wasched_wasm::config::default_text(),
-            _ => policy.text.clone(),
-        },
+        config_text(&policy),
     )
         .into_response()
 }

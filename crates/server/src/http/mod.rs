@@ -9,6 +9,7 @@
 mod admin;
 mod cluster;
 mod operations;
+mod status;
 #[cfg(test)]
 mod tests;
 
@@ -103,6 +104,7 @@ pub fn router(server: Shared) -> Router {
         .merge(cluster::routes(&server))
         .merge(admin::routes(&server))
         .merge(operations::routes(&server))
+        .merge(status::routes(&server))
         .fallback(|| async { ApiError::new(404, "no such endpoint (see /openapi.json)") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(

@@ -134,6 +134,18 @@ fn each_token_opens_what_it_grants_and_nothing_more() {
         ("GET", "/admin/plugins", Some(ADMIN), String::new(), 200),
         ("GET", "/healthz", None, String::new(), 200),
         ("GET", "/openapi.json", None, String::new(), 200),
+        ("GET", "/", None, String::new(), 200),
+        ("GET", "/v1/status/plugins", None, String::new(), 401),
+        ("GET", "/v1/status/plugins", Some(READ), String::new(), 200),
+        ("GET", "/v1/status/nodes", None, String::new(), 401),
+        ("GET", "/v1/status/nodes", Some(READ), String::new(), 200),
+        (
+            "GET",
+            "/v1/status/changes",
+            Some("nope"),
+            String::new(),
+            403,
+        ),
     ];
     for (method, path, token, body, expected) in cases {
         let (status, text) = h.call(method, path, *token, body);
@@ -256,4 +268,121 @@ fn unknown_paths_methods_and_oversized_bodies_get_a_status() {
             .contains("invalid YAML"),
         "{garbage}"
     );
+}
+
+/// Waits (a few seconds at most) until `done` holds.
+fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn the_status_endpoints_read_the_schedulers_cache_queue_and_choices() {
+    let h = Harness::open(&[], &[]);
+    let pod = |name: &str, cpu: &str, team: &str| {
+        json!({"kind": "Pod", "metadata": {"name": name, "namespace": "apps", "labels": {"team": team}},
+               "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}})
+    };
+    let zoned = json!({"kind": "Node", "metadata": {"name": "n1", "labels": {
+            "topology.kubernetes.io/region": "eu", "topology.kubernetes.io/zone": "eu-1"}},
+        "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "10"}}});
+    let list = json!({"kind": "List", "items": [
+        zoned, serde_json::from_str::<Value>(&node("n2")).unwrap(),
+        pod("small", "1500m", "web"), pod("huge-a", "64", "ml"), pod("huge-b", "64", "web"),
+    ]});
+    let (status, applied) = h.call("POST", "/v1/objects", None, &list.to_string());
+    assert_eq!(status, 200, "{applied}");
+    eventually("both huge pods were tried", || {
+        let (_, page) = h.json("GET", "/v1/status/pending", None, "");
+        page["items"].as_array().unwrap().len() == 2
+            && page["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|p| p["attempts"] == 1)
+    });
+
+    let (_, nodes) = h.json("GET", "/v1/status/nodes", None, "");
+    let nodes = nodes["nodes"].as_array().unwrap().clone();
+    assert_eq!(nodes.len(), 2);
+    let (_, small) = h.json("GET", "/v1/status/pods/apps/small", None, "");
+    let placed_on = small["node"].as_str().unwrap();
+    for n in &nodes {
+        let expected = if n["name"] == placed_on { 1500 } else { 0 };
+        assert_eq!(n["requested"]["cpu"], expected, "{n}");
+        assert_eq!(n["requested"]["pods"], expected / 1500, "{n}");
+        assert_eq!(n["allocatable"]["cpu"], 4000, "{n}");
+    }
+    let zone_of = |name: &str| nodes.iter().find(|n| n["name"] == name).unwrap()["zone"].clone();
+    assert_eq!(zone_of("n1"), "eu/eu-1");
+    assert_eq!(zone_of("n2"), "");
+    let (_, labels) = h.json("GET", "/v1/status/nodes/n1", None, "");
+    assert_eq!(labels["labels"]["topology.kubernetes.io/zone"], "eu-1");
+    assert_eq!(h.call("GET", "/v1/status/nodes/none", None, "").0, 404);
+
+    // The placed pod: where, and the scores that chose it (two nodes were feasible).
+    assert!(
+        ["bound", "assumed"].contains(&small["state"].as_str().unwrap()),
+        "{small}"
+    );
+    let choice = &small["placement"]["choice"];
+    assert_eq!(choice["feasibleNodes"], 2, "{small}");
+    let scores = choice["scores"].as_object().unwrap();
+    assert!(scores.contains_key("NodeResourcesFit"), "{small}");
+    assert!(choice["total"].as_i64().unwrap() > 0, "{small}");
+    let (status, placement) = h.json("GET", "/v1/namespaces/apps/pods/small/placement", None, "");
+    assert_eq!(status, 200);
+    assert_eq!(placement["node"], placed_on);
+    assert_eq!(placement["choice"], *choice);
+    assert_eq!(
+        h.call("GET", "/v1/namespaces/apps/pods/huge-a/placement", None, "")
+            .0,
+        404
+    );
+
+    // Pending: searched by label or by name, sorted, paged.
+    let (_, huge) = h.json("GET", "/v1/status/pods/apps/huge-a", None, "");
+    assert_eq!(huge["state"], "pending");
+    let names = |query: &str| {
+        let (status, page) = h.json("GET", &format!("/v1/status/pending?{query}"), None, "");
+        assert_eq!(status, 200, "{page}");
+        let names: Vec<String> = page["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["pod"].as_str().unwrap().to_string())
+            .collect();
+        (
+            names,
+            page["matched"].as_u64().unwrap(),
+            page["total"].as_u64().unwrap(),
+        )
+    };
+    assert_eq!(
+        names(""),
+        (vec!["apps/huge-a".into(), "apps/huge-b".into()], 2, 2)
+    );
+    assert_eq!(names("q=team=web"), (vec!["apps/huge-b".into()], 1, 2));
+    assert_eq!(names("q=HUGE-A"), (vec!["apps/huge-a".into()], 1, 2));
+    assert_eq!(names("q=apps/+team=ml"), (vec!["apps/huge-a".into()], 1, 2));
+    assert_eq!(
+        names("offset=1&limit=1"),
+        (vec!["apps/huge-b".into()], 2, 2)
+    );
+    let (_, page) = h.json("GET", "/v1/status/pending?q=huge-a", None, "");
+    let message = page["items"][0]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("0/2 nodes are available: 2 Insufficient cpu."),
+        "{message}"
+    );
+    assert_eq!(
+        h.call("GET", "/v1/status/pending?sort=age", None, "").0,
+        400
+    );
+
+    let (_, unknown) = h.json("GET", "/v1/status/pods/apps/nobody", None, "");
+    assert_eq!(unknown["state"], "unknown");
 }
