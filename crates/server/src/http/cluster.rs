@@ -549,6 +549,11 @@ async fn delete(
 #[serde(rename_all = "camelCase")]
 struct WatchQuery {
     resource_version: Option<String>,
+    /// Also send a `PolicyChanged` event (its data the count of changes so far) when a plugin is
+    /// loaded or removed or the configuration changes, and one at the start: the status page
+    /// follows both on one connection (browsers allow six per server).
+    #[serde(default)]
+    policy_changes: bool,
 }
 
 struct WatchState {
@@ -557,12 +562,15 @@ struct WatchState {
     pending: VecDeque<WatchEvent>,
     changed: tokio::sync::watch::Receiver<u64>,
     shutdown: tokio::sync::watch::Receiver<bool>,
+    /// With `policyChanges`: the policy's change count, marked changed to send it at the start.
+    policy: Option<tokio::sync::watch::Receiver<u64>>,
     done: bool,
 }
 
 /// `GET /v1/watch?resourceVersion=N`: server-sent events, one per binding (`Scheduled`) or failed
 /// attempt (`FailedScheduling`), newer than N (default: from now). Each event's `id` is its
-/// resource version, so a client that reconnects with `Last-Event-ID` misses nothing.
+/// resource version, so a client that reconnects with `Last-Event-ID` misses nothing. With
+/// `policyChanges=true`, also `PolicyChanged` events ([`WatchQuery::policy_changes`]).
 async fn watch_events(
     State(server): State<Shared>,
     Query(query): Query<WatchQuery>,
@@ -596,6 +604,11 @@ async fn watch_events(
         pending: first.into(),
         changed,
         shutdown: server.shutdown.subscribe(),
+        policy: query.policy_changes.then(|| {
+            let mut policy = server.policy_changes.subscribe();
+            policy.mark_changed();
+            policy
+        }),
         done: false,
     };
     let stream = futures_util::stream::unfold(state, |mut st| async move {
@@ -612,6 +625,17 @@ async fn watch_events(
             if st.done || *st.shutdown.borrow() {
                 return None;
             }
+            if let Some(policy) = st
+                .policy
+                .as_mut()
+                .filter(|p| p.has_changed().unwrap_or(false))
+            {
+                let count = *policy.borrow_and_update();
+                let sse = SseEvent::default()
+                    .event("PolicyChanged")
+                    .data(count.to_string());
+                return Some((Ok(sse), st));
+            }
             match st.log.since(st.last) {
                 Ok(events) if !events.is_empty() => {
                     st.pending.extend(events);
@@ -626,9 +650,22 @@ async fn watch_events(
                     return Some((Ok(sse), st));
                 }
             }
-            tokio::select! {
-                changed = st.changed.changed() => if changed.is_err() { return None },
-                _ = st.shutdown.changed() => return None,
+            let policy_changed = {
+                let policy_changed = async {
+                    match st.policy.as_mut() {
+                        Some(policy) => policy.changed().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    changed = st.changed.changed() => if changed.is_err() { return None } else { false },
+                    _ = st.shutdown.changed() => return None,
+                    changed = policy_changed => if changed.is_err() { return None } else { true },
+                }
+            };
+            // `changed()` marked the new count seen; the next turn sends it.
+            if let Some(policy) = st.policy.as_mut().filter(|_| policy_changed) {
+                policy.mark_changed();
             }
         }
     });

@@ -9,11 +9,8 @@
 //!
 //! [`Engine::inspect`]: crate::engine::Engine::inspect
 
-use std::convert::Infallible;
-
 use axum::extract::{Path, Query, State};
 use axum::http::{header, Method};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -36,7 +33,6 @@ pub(super) fn routes(server: &Shared) -> Router<Shared> {
         .route("/v1/status/pending", get(pending))
         .route("/v1/status/pods/{namespace}/{name}", get(pod_status))
         .route("/v1/status/plugins", get(plugins))
-        .route("/v1/status/changes", get(policy_changes))
         .route(
             "/v1/namespaces/{namespace}/pods/{name}/placement",
             get(placement),
@@ -371,28 +367,4 @@ async fn plugins(State(server): State<Shared>) -> Result<Response, ApiError> {
     body["configSource"] = admin::config_source(&policy).into();
     body["adminTokenRequired"] = server.tokens.guarded(Access::Admin).into();
     Ok(Json(body).into_response())
-}
-
-/// `GET /v1/status/changes`: server-sent events, one (`changed`, data the change count) whenever
-/// a plugin is loaded or removed or the configuration changes, and one on connecting.
-async fn policy_changes(State(server): State<Shared>) -> Response {
-    let changes = server.policy_changes.subscribe();
-    let shutdown = server.shutdown.subscribe();
-    let stream = futures_util::stream::unfold(
-        (changes, shutdown, true),
-        |(mut changes, mut shutdown, first)| async move {
-            if !first {
-                tokio::select! {
-                    changed = changes.changed() => changed.ok()?,
-                    _ = shutdown.changed() => return None,
-                }
-            }
-            let count = *changes.borrow_and_update();
-            let event = SseEvent::default().event("changed").data(count.to_string());
-            Some((Ok::<_, Infallible>(event), (changes, shutdown, false)))
-        },
-    );
-    Sse::new(stream)
-        .keep_alive(KeepAlive::default())
-        .into_response()
 }

@@ -141,7 +141,7 @@ fn each_token_opens_what_it_grants_and_nothing_more() {
         ("GET", "/v1/status/nodes", Some(READ), String::new(), 200),
         (
             "GET",
-            "/v1/status/changes",
+            "/v1/watch?policyChanges=true",
             Some("nope"),
             String::new(),
             403,
