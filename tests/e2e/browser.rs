@@ -529,6 +529,12 @@ fn uploading_through_the_page_swaps_the_plugin_and_a_wrong_token_changes_nothing
         )
     };
     assert_eq!(shown_digest(&browser), json!(old_digest));
+    assert!(
+        browser
+            .text("tr[data-plugin='PoolPreference']")
+            .contains("uploaded (Rust)"),
+        "the language its toolchain recorded"
+    );
     assert!(browser
         .text("div.profile[data-profile='default-scheduler']")
         .contains("PoolPreference ×100"));

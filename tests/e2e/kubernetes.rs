@@ -339,6 +339,28 @@ fn an_unschedulable_pod_gets_the_fit_error_and_is_placed_when_a_node_arrives() {
         "{:?}",
         added.elapsed()
     );
+
+    // The status page works in Kubernetes mode: its summaries come from the scheduler's cache.
+    assert_eq!(_scheduler.get("/").0, 200);
+    let (status, body) = _scheduler.get("/v1/status/nodes");
+    assert_eq!(status, 200, "{body}");
+    let nodes: Value = serde_json::from_str(&body).unwrap();
+    let requested = |name: &str| {
+        nodes["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {nodes}"))["requested"]["cpu"]
+            .clone()
+    };
+    assert_eq!(requested("large-node"), 6000);
+    assert_eq!(requested("small"), 0);
+    let (_, body) = _scheduler.get("/v1/status/pods/default/large");
+    let large: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(large["node"], "large-node", "{large}");
+    assert_eq!(large["placement"]["node"], "large-node", "{large}");
+    assert_eq!(large["placement"]["choice"]["feasibleNodes"], 1, "{large}");
 }
 
 #[test]

@@ -344,6 +344,10 @@ fn inspect(component: &Path) -> anyhow::Result<()> {
     println!("file:     {}", component.display());
     println!("size:     {} bytes", report.size);
     println!("sha256:   {}", report.sha256);
+    println!(
+        "language: {}",
+        wasched::language::language(&bytes).unwrap_or_else(|| "unknown".into())
+    );
     println!("imports:  {}", list_or_none(&report.imports));
     println!("exports:  {}", list_or_none(&report.exports));
     match &report.verdict {

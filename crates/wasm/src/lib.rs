@@ -7,6 +7,7 @@
 pub mod component;
 pub mod config;
 pub mod embedded;
+pub mod language;
 mod legacy;
 pub mod plugin_build;
 pub mod wasi;

@@ -7,6 +7,8 @@ use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
 use axum::{Json, Router};
+use std::collections::BTreeMap;
+
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -73,6 +75,19 @@ pub(super) async fn plugin_list(server: &Shared) -> Value {
                 "p99Seconds": p99,
             });
             let fields = entry.as_object_mut().expect("an object");
+            let component = match (policy.uploaded.get(name), policy.records.get(name)) {
+                (Some(bytes), Some(record)) => Some((record.sha256.clone(), bytes.as_slice())),
+                _ => defaults::find(name).map(|default| {
+                    // The embedded components never change: their name identifies them.
+                    (
+                        format!("default:{name}"),
+                        wasched_wasm::embedded::component(default),
+                    )
+                }),
+            };
+            if let Some(language) = component.and_then(|(key, bytes)| language_of(key, bytes)) {
+                fields.insert("language".into(), language.into());
+            }
             if let Some(record) = policy.records.get(name) {
                 fields.insert("source".into(), "uploaded".into());
                 fields.insert("version".into(), record.version.clone().into());
@@ -97,6 +112,19 @@ pub(super) async fn plugin_list(server: &Shared) -> Value {
         })
         .collect();
     json!({ "plugins": plugins })
+}
+
+/// A component's source language ([`wasched_wasm::language::language`]), remembered under `key`
+/// (its digest): a Python component is tens of megabytes to scan, and the plugin list is read
+/// often.
+fn language_of(key: String, component: &[u8]) -> Option<String> {
+    static KNOWN: std::sync::Mutex<BTreeMap<String, Option<String>>> =
+        std::sync::Mutex::new(BTreeMap::new());
+    let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+    known
+        .entry(key)
+        .or_insert_with(|| wasched_wasm::language::language(component))
+        .clone()
 }
 
 #[derive(Deserialize)]
