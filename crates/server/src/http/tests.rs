@@ -308,7 +308,12 @@ fn the_status_endpoints_read_the_schedulers_cache_queue_and_choices() {
     let (_, nodes) = h.json("GET", "/v1/status/nodes", None, "");
     let nodes = nodes["nodes"].as_array().unwrap().clone();
     assert_eq!(nodes.len(), 2);
-    let (_, small) = h.json("GET", "/v1/status/pods/apps/small", None, "");
+    // The scheduler assumes a pod before the writer records its binding and placement.
+    let small_status = || h.json("GET", "/v1/status/pods/apps/small", None, "").1;
+    eventually("small's placement is recorded", || {
+        !small_status()["placement"].is_null()
+    });
+    let small = small_status();
     let placed_on = small["node"].as_str().unwrap();
     for n in &nodes {
         let expected = if n["name"] == placed_on { 1500 } else { 0 };
