@@ -283,21 +283,8 @@ fn the_pages_show_usage_verdicts_and_scores_as_simulate_does_and_bindings_live()
     ];
     let list = json!({ "kind": "List", "items": objects });
     ok(send(&admin, "POST", "/v1/objects", list.clone()));
-    let stored = |name: &str| {
-        ok(admin
-            .request("GET", &format!("/v1/namespaces/default/pods/{name}"), None)
-            .unwrap())
-    };
-    wait_until(
-        "huge fails and tiny is bound",
-        Duration::from_secs(30),
-        || {
-            let failed = stored("huge")["status"]["conditions"]
-                .as_array()
-                .is_some_and(|c| c.iter().any(|c| c["reason"] == "Unschedulable"));
-            failed && node_of(&stored("tiny")).is_some()
-        },
-    );
+    let stored = |name: &str| stored_pod(&admin, name);
+    wait_until_failed_and_bound(&admin, "huge", "tiny");
     let tiny_node = node_of(&stored("tiny")).unwrap();
 
     // What simulate --explain says of the same objects.

@@ -862,21 +862,8 @@ fn explain_says_why_a_pending_pod_waits_as_simulate_does_without_an_attempt() {
     ];
     let list = json!({ "kind": "List", "items": objects });
     ok(send(&admin, "POST", "/v1/objects", list.clone()));
-    let stored = |name: &str| {
-        ok(admin
-            .request("GET", &format!("/v1/namespaces/default/pods/{name}"), None)
-            .unwrap())
-    };
-    wait_until(
-        "huge fails and tiny is bound",
-        Duration::from_secs(30),
-        || {
-            let failed = stored("huge")["status"]["conditions"]
-                .as_array()
-                .is_some_and(|c| c.iter().any(|c| c["reason"] == "Unschedulable"));
-            failed && node_of(&stored("tiny")).is_some()
-        },
-    );
+    let stored = |name: &str| stored_pod(&admin, name);
+    wait_until_failed_and_bound(&admin, "huge", "tiny");
     let attempts = |pod: &Value| {
         pod["metadata"]["annotations"]["scheduling.wasched.io/attempts"]
             .as_str()
@@ -949,6 +936,27 @@ fn explain_says_why_a_pending_pod_waits_as_simulate_does_without_an_attempt() {
     let unknown = explain("nobody");
     assert_eq!(unknown.status, 404, "{}", unknown.body);
     assert!(unknown.body.contains("not pending"), "{}", unknown.body);
+}
+
+/// The pod `default/{name}` as the server stores it.
+fn stored_pod(client: &Client, name: &str) -> Value {
+    ok(client
+        .request("GET", &format!("/v1/namespaces/default/pods/{name}"), None)
+        .unwrap())
+}
+
+/// Waits until pod `failing` has failed an attempt (Unschedulable) and pod `bound` is bound.
+fn wait_until_failed_and_bound(client: &Client, failing: &str, bound: &str) {
+    wait_until(
+        &format!("{failing} fails and {bound} is bound"),
+        Duration::from_secs(30),
+        || {
+            let failed = stored_pod(client, failing)["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["reason"] == "Unschedulable"));
+            failed && node_of(&stored_pod(client, bound)).is_some()
+        },
+    );
 }
 
 /// `list` with pod `tiny` bound to `node`, as a cluster dump taken from the server would have it.
