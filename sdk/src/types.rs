@@ -487,6 +487,17 @@ pub struct Pod {
     /// The owner reference marked `controller: true`, if any. The host's own: it works out
     /// [`Pod::default_spread_selector`] from it, and never sends it.
     pub controller: Option<ControllerRef>,
+    /// `spec.preemptionPolicy` is `Never`: the pod waits instead of evicting lower-priority pods.
+    /// The host's own, like the three fields below (DefaultPreemption reads them).
+    pub never_preempts: bool,
+    /// `status.startTime` in milliseconds since the epoch: among victims of equal priority the
+    /// one that started last is evicted first.
+    pub start_time_millis: Option<i64>,
+    /// `status.nominatedNodeName`: the node a preemption freed for this pod, empty when none.
+    pub nominated_node_name: String,
+    /// Terminating because a scheduler preempted it (a deletion timestamp and the condition
+    /// `DisruptionTarget=True` with reason `PreemptionByScheduler`).
+    pub terminating_by_preemption: bool,
 }
 
 /// A pod's controlling owner (`metadata.ownerReferences[]` with `controller: true`).
@@ -1119,6 +1130,10 @@ mod tests {
             // The host's own: in no part, so no plugin's copy of the pod carries them.
             terminating: false,
             controller: None,
+            never_preempts: false,
+            start_time_millis: None,
+            nominated_node_name: String::new(),
+            terminating_by_preemption: false,
         }
     }
 

@@ -41,6 +41,74 @@ struct PlacedPod {
     /// Placed by this scheduler and not yet seen bound: [`Cache::forget_pod`] may release it,
     /// [`Cache::add_pod`] on the same node confirms it.
     assumed: bool,
+    /// What preemption weighs a pod by.
+    standing: Standing,
+}
+
+/// What preemption reads of a placed pod besides its labels.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Standing {
+    pub priority: i32,
+    /// `status.startTime` in milliseconds since the epoch.
+    pub start_time_millis: Option<i64>,
+    pub uid: String,
+    /// Already terminating because a scheduler preempted it.
+    pub terminating_by_preemption: bool,
+}
+
+impl Standing {
+    fn is_of(&self, pod: &sdk::Pod) -> bool {
+        self.priority == pod.priority
+            && self.start_time_millis == pod.start_time_millis
+            && self.uid == pod.uid
+            && self.terminating_by_preemption == pod.terminating_by_preemption
+    }
+
+    fn of(pod: &sdk::Pod) -> Standing {
+        Standing {
+            priority: pod.priority,
+            start_time_millis: pod.start_time_millis,
+            uid: pod.uid.clone(),
+            terminating_by_preemption: pod.terminating_by_preemption,
+        }
+    }
+}
+
+/// A pod on a node, as preemption sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct PodOnNode<'a> {
+    /// `namespace/name`.
+    pub key: &'a str,
+    pub pod: &'a sdk::ExistingPod,
+    pub standing: &'a Standing,
+}
+
+/// A placed pod taken out of the cache by [`Cache::detach_pod`], to be put back as it was by
+/// [`Cache::reattach_pod`]: how preemption asks plugins whether a pod would fit without it.
+#[derive(Debug)]
+pub struct DetachedPod {
+    key: String,
+    placed: PlacedPod,
+}
+
+impl DetachedPod {
+    /// `namespace/name`.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+/// A PodDisruptionBudget as preemption reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DisruptionBudget {
+    pub namespace: String,
+    pub name: String,
+    /// `spec.selector`; none, or one without requirements, matches no pod.
+    pub selector: Option<sdk::LabelSelector>,
+    /// `status.disruptionsAllowed`.
+    pub disruptions_allowed: i32,
+    /// The names in `status.disruptedPods`: evictions the API server already counted.
+    pub disrupted_pods: Vec<String>,
 }
 
 /// A change to one node, as recorded in the log.
@@ -116,6 +184,10 @@ pub struct Cache {
     log_base: u64,
     /// Placed pods with any pod (anti-)affinity term.
     pods_with_pod_affinity: usize,
+    /// PodDisruptionBudgets by `namespace/name`.
+    budgets: BTreeMap<String, DisruptionBudget>,
+    /// Pending pods nominated to a node by a preemption (`status.nominatedNodeName`), by key.
+    nominated: BTreeMap<String, sdk::Pod>,
 }
 
 impl Cache {
@@ -252,6 +324,9 @@ impl Cache {
         let key = pod.key();
         if let Some(placed) = self.pods.get_mut(&key).filter(|p| p.node == node) {
             placed.assumed = false;
+            if !placed.standing.is_of(pod) {
+                placed.standing = Standing::of(pod);
+            }
             // Labels and terminating state change on a running pod; pod-aware plugins count them.
             // Compared first: every binding the watch confirms comes through here, nearly always
             // unchanged.
@@ -286,21 +361,29 @@ impl Cache {
 
     fn place(&mut self, key: String, pod: &sdk::Pod, node: &str, assumed: bool) {
         self.remove_pod(&key);
+        let placed = PlacedPod {
+            id: 0,
+            existing: sdk::ExistingPod::of(pod, 0),
+            node: node.to_string(),
+            requests: pod.requests.clone(),
+            non_zero_requests: pod.non_zero_requests.clone(),
+            assumed,
+            standing: Standing::of(pod),
+        };
+        self.insert_placed(key, placed);
+    }
+
+    /// Files `placed` under a fresh pod id on its node (or among the orphans).
+    fn insert_placed(&mut self, key: String, mut placed: PlacedPod) {
         let id = self.free_pod_ids.pop().unwrap_or(self.pod_ids.len() as u32);
         if id as usize == self.pod_ids.len() {
             self.pod_ids.push(Some(key.clone()));
         } else {
             self.pod_ids[id as usize] = Some(key.clone());
         }
-        self.pods_with_pod_affinity += usize::from(!pod.pod_affinity.is_empty());
-        let placed = PlacedPod {
-            id,
-            existing: sdk::ExistingPod::of(pod, 0),
-            node: node.to_string(),
-            requests: pod.requests.clone(),
-            non_zero_requests: pod.non_zero_requests.clone(),
-            assumed,
-        };
+        placed.id = id;
+        self.pods_with_pod_affinity += usize::from(!placed.existing.pod_affinity.is_empty());
+        let node = placed.node.as_str();
         match self.by_name.get(node) {
             Some(&id) => {
                 let entry = self.nodes[id as usize]
@@ -322,9 +405,95 @@ impl Cache {
 
     /// Releases a pod's resources, assumed or observed. Returns false if the pod was not placed.
     pub fn remove_pod(&mut self, key: &str) -> bool {
-        let Some(placed) = self.pods.remove(key) else {
-            return false;
+        self.take_pod(key).is_some()
+    }
+
+    /// Takes a placed pod out as [`Cache::remove_pod`] does, keeping what is needed to put it
+    /// back with [`Cache::reattach_pod`]. Plugins see it leave at their next sync.
+    pub fn detach_pod(&mut self, key: &str) -> Option<DetachedPod> {
+        self.take_pod(key).map(|placed| DetachedPod {
+            key: key.to_string(),
+            placed,
+        })
+    }
+
+    /// Puts a detached pod back on its node, assumed or bound as it was (under a new pod id).
+    pub fn reattach_pod(&mut self, detached: DetachedPod) {
+        self.remove_pod(&detached.key);
+        self.insert_placed(detached.key, detached.placed);
+    }
+
+    /// The pods on node `id` (bound, assumed and terminating ones), in the order they came.
+    pub fn pods_on(&self, id: u32) -> Vec<PodOnNode<'_>> {
+        let Some(entry) = self.node(id) else {
+            return Vec::new();
         };
+        entry
+            .pods
+            .iter()
+            .filter_map(|key| {
+                self.pods.get(key).map(|placed| PodOnNode {
+                    key,
+                    pod: &placed.existing,
+                    standing: &placed.standing,
+                })
+            })
+            .collect()
+    }
+
+    /// Adds a PodDisruptionBudget or replaces it.
+    pub fn upsert_budget(&mut self, budget: DisruptionBudget) {
+        let key = format!("{}/{}", budget.namespace, budget.name);
+        self.budgets.insert(key, budget);
+    }
+
+    /// Removes a PodDisruptionBudget. Returns false when there was none.
+    pub fn remove_budget(&mut self, namespace: &str, name: &str) -> bool {
+        self.budgets
+            .remove(&format!("{namespace}/{name}"))
+            .is_some()
+    }
+
+    /// Records a pending pod's `status.nominatedNodeName`, or that it has none.
+    pub fn nominate(&mut self, pod: &sdk::Pod) {
+        if pod.nominated_node_name.is_empty() {
+            self.nominated.remove(&pod.key());
+        } else {
+            self.nominated.insert(pod.key(), pod.clone());
+        }
+    }
+
+    /// Forgets a pod's nomination (it was placed, bound or deleted).
+    pub fn clear_nomination(&mut self, key: &str) {
+        self.nominated.remove(key);
+    }
+
+    /// The pods nominated to a node that `pod`'s filters must count as if they ran there:
+    /// those of equal or higher priority, `pod` itself aside (kube-scheduler's nominated pods).
+    pub fn nominees_before(&self, pod: &sdk::Pod) -> Vec<sdk::Pod> {
+        if self.nominated.is_empty() {
+            return Vec::new();
+        }
+        let key = pod.key();
+        self.nominated
+            .iter()
+            .filter(|(k, p)| {
+                **k != key
+                    && p.priority >= pod.priority
+                    && !self.pods.contains_key(*k)
+                    && self.by_name.contains_key(&p.nominated_node_name)
+            })
+            .map(|(_, p)| p.clone())
+            .collect()
+    }
+
+    /// Every PodDisruptionBudget, by namespace and name.
+    pub fn budgets(&self) -> impl Iterator<Item = &DisruptionBudget> {
+        self.budgets.values()
+    }
+
+    fn take_pod(&mut self, key: &str) -> Option<PlacedPod> {
+        let placed = self.pods.remove(key)?;
         self.pod_ids[placed.id as usize] = None;
         self.free_pod_ids.push(placed.id);
         self.pods_with_pod_affinity -= usize::from(!placed.existing.pod_affinity.is_empty());
@@ -347,7 +516,7 @@ impl Cache {
                 }
             }
         }
-        true
+        Some(placed)
     }
 
     /// How many placed pods have a pod (anti-)affinity term.
@@ -625,6 +794,72 @@ mod tests {
             cache.node(id).unwrap().info.usage.requested.milli_cpu,
             500,
             "the usage stays with the node"
+        );
+    }
+
+    #[test]
+    fn a_detached_pod_comes_back_as_it_was_and_plugins_hear_of_both_moves() {
+        let mut cache = Cache::default();
+        let id = cache.upsert_node(node("n1", "a"));
+        cache.add_pod(&pod("bound", 500), "n1");
+        cache.assume_pod(&pod("assumed", 300), "n1");
+        let before = cache.generation();
+        let detached: Vec<DetachedPod> = ["default/bound", "default/assumed"]
+            .into_iter()
+            .filter_map(|key| cache.detach_pod(key))
+            .collect();
+        assert_eq!(cache.node(id).unwrap().info.usage.requested.milli_cpu, 0);
+        assert!(cache.pods_on(id).is_empty());
+        for pod in detached {
+            cache.reattach_pod(pod);
+        }
+        let usage = &cache.node(id).unwrap().info.usage;
+        assert_eq!((usage.requested.milli_cpu, usage.pod_count), (800, 2));
+        assert!(cache.is_assumed("default/assumed"), "still only assumed");
+        assert!(!cache.is_assumed("default/bound"));
+        let delta = cache.delta_since(before);
+        assert_eq!(delta.usage, [id]);
+        assert_eq!(
+            delta.pods.len(),
+            2,
+            "each pod's final state is sent: {delta:?}"
+        );
+    }
+
+    #[test]
+    fn nominees_are_the_pods_that_outrank_or_equal_the_one_scheduled() {
+        let mut cache = Cache::default();
+        cache.upsert_node(node("n1", "a"));
+        let nominee = |name: &str, priority: i32, node: &str| sdk::Pod {
+            priority,
+            nominated_node_name: node.into(),
+            ..pod(name, 100)
+        };
+        cache.nominate(&nominee("high", 100, "n1"));
+        cache.nominate(&nominee("low", 1, "n1"));
+        cache.nominate(&nominee("elsewhere", 100, "gone"));
+        let names = |cache: &Cache, pod: &sdk::Pod| -> Vec<String> {
+            cache
+                .nominees_before(pod)
+                .iter()
+                .map(|p| p.name.clone())
+                .collect()
+        };
+        assert_eq!(names(&cache, &nominee("me", 50, "")), ["high"]);
+        assert!(
+            names(&cache, &nominee("high", 100, "n1")).is_empty(),
+            "not itself"
+        );
+        cache.nominate(&nominee("high", 100, ""));
+        assert_eq!(
+            names(&cache, &nominee("me", 1, "")),
+            ["low"],
+            "a cleared nomination"
+        );
+        cache.add_pod(&nominee("low", 1, "n1"), "n1");
+        assert!(
+            names(&cache, &nominee("me", 1, "")).is_empty(),
+            "a placed pod is no nominee"
         );
     }
 

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::policy::v1 as policy;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -31,11 +32,12 @@ pub enum Kind {
     ReplicationController,
     ReplicaSet,
     StatefulSet,
+    PodDisruptionBudget,
 }
 
 impl Kind {
     /// Every kind, in the order a cluster is best loaded (what pods refer to first).
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 11] = [
         Kind::Namespace,
         Kind::StorageClass,
         Kind::PersistentVolume,
@@ -44,6 +46,7 @@ impl Kind {
         Kind::ReplicationController,
         Kind::ReplicaSet,
         Kind::StatefulSet,
+        Kind::PodDisruptionBudget,
         Kind::Node,
         Kind::Pod,
     ];
@@ -61,6 +64,7 @@ impl Kind {
             Kind::ReplicationController => "ReplicationController",
             Kind::ReplicaSet => "ReplicaSet",
             Kind::StatefulSet => "StatefulSet",
+            Kind::PodDisruptionBudget => "PodDisruptionBudget",
         }
     }
 
@@ -74,6 +78,7 @@ impl Kind {
         match self {
             Kind::StorageClass => "storage.k8s.io/v1",
             Kind::ReplicaSet | Kind::StatefulSet => "apps/v1",
+            Kind::PodDisruptionBudget => "policy/v1",
             _ => "v1",
         }
     }
@@ -88,6 +93,7 @@ impl Kind {
                 | Kind::ReplicationController
                 | Kind::ReplicaSet
                 | Kind::StatefulSet
+                | Kind::PodDisruptionBudget
         )
     }
 }
@@ -105,6 +111,7 @@ pub enum Object {
     ReplicationController(Box<core::ReplicationController>),
     ReplicaSet(Box<apps::ReplicaSet>),
     StatefulSet(Box<apps::StatefulSet>),
+    PodDisruptionBudget(Box<policy::PodDisruptionBudget>),
 }
 
 /// Identifies an object: kind, namespace (empty for cluster-scoped kinds) and name.
@@ -128,6 +135,7 @@ impl Object {
             Object::ReplicationController(o) => &o.metadata,
             Object::ReplicaSet(o) => &o.metadata,
             Object::StatefulSet(o) => &o.metadata,
+            Object::PodDisruptionBudget(o) => &o.metadata,
         }
     }
 
@@ -143,6 +151,7 @@ impl Object {
             Object::ReplicationController(o) => &mut o.metadata,
             Object::ReplicaSet(o) => &mut o.metadata,
             Object::StatefulSet(o) => &mut o.metadata,
+            Object::PodDisruptionBudget(o) => &mut o.metadata,
         }
     }
 
@@ -158,6 +167,7 @@ impl Object {
             Object::ReplicationController(_) => Kind::ReplicationController,
             Object::ReplicaSet(_) => Kind::ReplicaSet,
             Object::StatefulSet(_) => Kind::StatefulSet,
+            Object::PodDisruptionBudget(_) => Kind::PodDisruptionBudget,
         }
     }
 
@@ -178,6 +188,7 @@ impl Object {
             Kind::ReplicationController => Object::ReplicationController(Box::new(parse(value)?)),
             Kind::ReplicaSet => Object::ReplicaSet(Box::new(parse(value)?)),
             Kind::StatefulSet => Object::StatefulSet(Box::new(parse(value)?)),
+            Kind::PodDisruptionBudget => Object::PodDisruptionBudget(Box::new(parse(value)?)),
         })
     }
 
@@ -194,6 +205,7 @@ impl Object {
             Object::ReplicationController(o) => serde_json::to_value(o),
             Object::ReplicaSet(o) => serde_json::to_value(o),
             Object::StatefulSet(o) => serde_json::to_value(o),
+            Object::PodDisruptionBudget(o) => serde_json::to_value(o),
         };
         value.expect("Kubernetes objects serialize")
     }

@@ -7,6 +7,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::policy::v1 as policy;
 use k8s_openapi::api::storage::v1::StorageClass;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -55,6 +56,8 @@ pub struct Cluster {
     /// Services, ReplicationControllers, ReplicaSets and StatefulSets: what kube-scheduler's
     /// default topology spreading selects a pod's peers by.
     pub selectors: Vec<Object>,
+    /// PodDisruptionBudgets, which preemption spares pods by.
+    pub disruption_budgets: Vec<policy::PodDisruptionBudget>,
     /// Objects of other kinds that were skipped, counted by kind.
     pub skipped: BTreeMap<String, usize>,
     /// Files that held no object at all (empty, or only comments): most likely the wrong file.
@@ -71,6 +74,7 @@ impl Cluster {
             + self.classes.len()
             + self.namespaces.len()
             + self.selectors.len()
+            + self.disruption_budgets.len()
     }
 
     /// Every kept object, in the order a cluster is best loaded: namespaces, storage, selectors,
@@ -90,6 +94,11 @@ impl Cluster {
         );
         objects.extend(self.claims.into_iter().map(|o| Object::Claim(Box::new(o))));
         objects.extend(self.selectors);
+        objects.extend(
+            self.disruption_budgets
+                .into_iter()
+                .map(|o| Object::PodDisruptionBudget(Box::new(o))),
+        );
         objects.extend(self.nodes.into_iter().map(|o| Object::Node(Box::new(o))));
         objects.extend(self.pods.into_iter().map(|o| Object::Pod(Box::new(o))));
         objects
@@ -338,6 +347,10 @@ fn add_object(
         "StatefulSet" => {
             let set = typed(value).map_err(error)?;
             cluster.selectors.push(Object::StatefulSet(Box::new(set)));
+        }
+        "PodDisruptionBudget" => {
+            let budget: policy::PodDisruptionBudget = typed(value).map_err(error)?;
+            cluster.disruption_budgets.push(budget);
         }
         other => *cluster.skipped.entry(other.to_string()).or_default() += 1,
     }

@@ -9,6 +9,7 @@ pub mod validation;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::policy::v1 as policy;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use wasched_sdk as sdk;
 use wasched_sdk::{resource, Labels, Resources};
@@ -302,8 +303,55 @@ pub fn pod(pod: &core::Pod) -> Result<sdk::Pod, FieldError> {
                 kind: o.kind.clone(),
                 name: o.name.clone(),
             }),
+        never_preempts: spec.preemption_policy.as_deref() == Some("Never"),
+        start_time_millis: pod
+            .status
+            .as_ref()
+            .and_then(|s| s.start_time.as_ref())
+            .map(|t| t.0.as_millisecond()),
+        nominated_node_name: pod
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.clone())
+            .unwrap_or_default(),
+        terminating_by_preemption: pod.metadata.deletion_timestamp.is_some()
+            && preempted_by_scheduler(pod),
         labels: pod_labels,
     })
+}
+
+/// What preemption reads of a PodDisruptionBudget.
+pub fn disruption_budget(budget: &policy::PodDisruptionBudget) -> crate::cache::DisruptionBudget {
+    let status = budget.status.as_ref();
+    crate::cache::DisruptionBudget {
+        namespace: budget
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_string()),
+        name: budget.metadata.name.clone().unwrap_or_default(),
+        selector: budget
+            .spec
+            .as_ref()
+            .and_then(|s| s.selector.as_ref())
+            .map(placement::selector),
+        disruptions_allowed: status.map_or(0, |s| s.disruptions_allowed),
+        disrupted_pods: status
+            .and_then(|s| s.disrupted_pods.as_ref())
+            .map(|pods| pods.keys().cloned().collect())
+            .unwrap_or_default(),
+    }
+}
+
+/// The pod carries kube-scheduler's mark of a preemption victim: the condition
+/// `DisruptionTarget=True` with reason `PreemptionByScheduler` (the first `DisruptionTarget`
+/// condition decides, as in kube-scheduler).
+pub fn preempted_by_scheduler(pod: &core::Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|conditions| conditions.iter().find(|c| c.type_ == "DisruptionTarget"))
+        .is_some_and(|c| c.status == "True" && c.reason.as_deref() == Some("PreemptionByScheduler"))
 }
 
 /// The storage class a claim asks for: the beta annotation wins over `spec.storageClassName`.

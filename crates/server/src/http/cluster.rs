@@ -38,6 +38,7 @@ const RESOURCES: &[(&str, Kind, bool)] = &[
     ("replicationcontrollers", Kind::ReplicationController, true),
     ("replicasets", Kind::ReplicaSet, true),
     ("statefulsets", Kind::StatefulSet, true),
+    ("poddisruptionbudgets", Kind::PodDisruptionBudget, true),
 ];
 
 /// Reads need a read token, changes a write token (when the cluster API is guarded).
