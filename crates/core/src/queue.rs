@@ -248,6 +248,19 @@ impl SchedulingQueue {
         }
     }
 
+    /// When the earliest pod waiting out its backoff may be tried again, if any waits.
+    pub fn next_backoff_ready(&self) -> Option<Duration> {
+        self.backoff
+            .iter()
+            .filter(|Reverse((_, ticket, key))| {
+                self.entries
+                    .get(key)
+                    .is_some_and(|e| e.queue == QueueName::Backoff && e.ticket == *ticket)
+            })
+            .map(|Reverse((ready, _, _))| *ready)
+            .min()
+    }
+
     /// The next pod to schedule (highest priority, then earliest arrival), marked in flight, with
     /// its attempt counted. `None` when activeQ is empty after flushing.
     pub fn pop(&mut self) -> Option<sdk::Pod> {

@@ -20,7 +20,7 @@ use wasched_sdk as sdk;
 
 use crate::clock::Clock;
 use crate::events::{Action, Event, EventPipeline, Kind, Object, ObjectKey};
-use crate::framework::{NodeReport, Outcome, Profile, Scheduler};
+use crate::framework::{NodeReport, Outcome, Preemption, Profile, Scheduler};
 use crate::k8s;
 use crate::queue::{ClusterEvent, PendingStatus, SchedulingQueue};
 use crate::runtime::LoadError;
@@ -43,6 +43,18 @@ pub trait Binder: Send {
     fn reports_completion(&self) -> bool {
         false
     }
+
+    /// Carries out a preemption for `pod`: evicts the victims that are not already terminating
+    /// and records `preemption.node` as the pod's `status.nominatedNodeName`. The pod stays
+    /// pending; the victims' deletions bring it back to the active queue.
+    ///
+    /// # Errors
+    /// Why nothing was evicted (the pod is retried after backoff). The default refuses: a
+    /// binder that cannot evict pods leaves preemption off in effect.
+    fn preempt(&mut self, pod: &sdk::Pod, preemption: &Preemption) -> Result<(), String> {
+        let _ = (pod, preemption);
+        Err("this scheduler cannot evict pods yet".into())
+    }
 }
 
 /// Counters of the core, for metrics and tests.
@@ -55,6 +67,8 @@ pub struct ServiceStats {
     pub binds_failed: AtomicU64,
     pub scheduled: AtomicU64,
     pub unschedulable: AtomicU64,
+    /// Preemptions carried out (victims evicted, the pod nominated).
+    pub preemptions: AtomicU64,
 }
 
 /// The result of one scheduling cycle.
@@ -80,6 +94,9 @@ pub struct CycleResult {
     pub no_profile: bool,
     /// Why the node was chosen, when the pod was placed.
     pub choice: Option<crate::framework::Choice>,
+    /// The node the pod was nominated to and the pods evicted there, when it fit nowhere and
+    /// preemption made room.
+    pub preemption: Option<Preemption>,
 }
 
 struct Assumed {
@@ -305,6 +322,7 @@ impl<B: Binder> Service<B> {
                     // Bound, by us (this confirms the assumption) or by someone else.
                     self.assumed.remove(&key);
                     self.queue.delete(&key);
+                    cache.clear_nomination(&key);
                     let arrived = cache.pod_node(&key) != Some(model.node_name.as_str());
                     cache.add_pod(&model, &model.node_name);
                     if arrived {
@@ -315,6 +333,7 @@ impl<B: Binder> Service<B> {
                     if cache.remove_pod(&key) {
                         self.queue.on_event(ClusterEvent::AssignedPodDeleted);
                     }
+                    cache.nominate(&model);
                     self.queue.add(model);
                 }
             }
@@ -336,6 +355,9 @@ impl<B: Binder> Service<B> {
             | Object::StatefulSet(_) => {
                 cache.spread_selectors().upsert(object);
             }
+            Object::PodDisruptionBudget(budget) => {
+                cache.upsert_budget(k8s::disruption_budget(budget));
+            }
             Object::Namespace(namespace) => {
                 let name = namespace.metadata.name.as_deref().unwrap_or_default();
                 let labels = namespace.metadata.labels.iter().flatten();
@@ -352,6 +374,7 @@ impl<B: Binder> Service<B> {
     fn forget_pod(&mut self, key: &str) {
         self.assumed.remove(key);
         self.queue.delete(key);
+        self.scheduler.cache_mut().clear_nomination(key);
         if self.scheduler.cache_mut().remove_pod(key) {
             self.queue.on_event(ClusterEvent::AssignedPodDeleted);
         }
@@ -385,6 +408,9 @@ impl<B: Binder> Service<B> {
             }
             Kind::Service | Kind::ReplicationController | Kind::ReplicaSet | Kind::StatefulSet => {
                 cache.spread_selectors().remove(key);
+            }
+            Kind::PodDisruptionBudget => {
+                cache.remove_budget(&key.namespace, &key.name);
             }
         }
     }
@@ -508,6 +534,7 @@ impl<B: Binder> Service<B> {
             error: false,
             no_profile: false,
             choice: None,
+            preemption: None,
         };
         let Some(outcome) = self.scheduler.schedule(&pod, self.explain) else {
             // No profile for its scheduler name: another scheduler's pod.
@@ -524,11 +551,23 @@ impl<B: Binder> Service<B> {
             Some(node) => {
                 self.assume_and_bind(pod, node, &mut result);
                 if result.node.is_some() {
-                    result.choice = outcome.choice;
+                    result.choice = outcome.choice.map(|c| *c);
                 }
             }
             None => {
-                let message = outcome.message.unwrap_or_default();
+                let mut message = outcome.message.unwrap_or_default();
+                if let Some(preemption) = outcome.preemption {
+                    match self.binder.preempt(&pod, &preemption) {
+                        Ok(()) => {
+                            self.stats.preemptions.fetch_add(1, Ordering::Relaxed);
+                            result.preemption = Some(*preemption);
+                        }
+                        Err(e) => {
+                            message.push_str(" preemption: ");
+                            message.push_str(&e);
+                        }
+                    }
+                }
                 if outcome.error {
                     self.queue.failed(&key, message.clone());
                 } else {
@@ -547,6 +586,7 @@ impl<B: Binder> Service<B> {
     fn assume_and_bind(&mut self, pod: sdk::Pod, node: String, result: &mut CycleResult) {
         let key = result.pod.clone();
         self.scheduler.assume(&pod, &node);
+        self.scheduler.cache_mut().clear_nomination(&key);
         self.queue.done(&key);
         self.assumed.insert(
             key.clone(),

@@ -31,7 +31,9 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::component::{sha256_hex, Limits, WasmRuntime, BUILT_IN_CALL_TIMEOUT};
-use wasched_core::framework::{FailurePolicy, OnFailure, PluginSpec, ProfileSpec};
+use wasched_core::framework::{
+    FailurePolicy, OnFailure, PluginSpec, PreemptionSettings, ProfileSpec,
+};
 use wasched_core::metrics::PluginStatsRegistry;
 use wasched_core::runtime::defaults::{self, DEFAULT_FILTERS, DEFAULT_SCORES};
 use wasched_core::runtime::PluginFactory;
@@ -116,6 +118,32 @@ struct RawProfile {
     percentage_of_nodes_to_score: Option<Spanned<u32>>,
     filters: Option<Vec<Spanned<String>>>,
     scores: Option<Vec<Spanned<RawScore>>>,
+    preemption: Option<Spanned<RawPreemption>>,
+}
+
+/// `preemption = { enabled = true, ... }`: kube-scheduler's DefaultPreemption and its arguments.
+#[derive(Deserialize, Clone, Copy)]
+#[serde(deny_unknown_fields)]
+struct RawPreemption {
+    #[serde(default)]
+    enabled: bool,
+    min_candidate_nodes_percentage: Option<u32>,
+    min_candidate_nodes_absolute: Option<u32>,
+}
+
+impl RawPreemption {
+    fn settings(&self) -> PreemptionSettings {
+        let defaults = PreemptionSettings::default();
+        PreemptionSettings {
+            enabled: self.enabled,
+            min_candidate_nodes_percentage: self
+                .min_candidate_nodes_percentage
+                .unwrap_or(defaults.min_candidate_nodes_percentage),
+            min_candidate_nodes_absolute: self
+                .min_candidate_nodes_absolute
+                .unwrap_or(defaults.min_candidate_nodes_absolute),
+        }
+    }
 }
 
 fn default_scheduler_name() -> Spanned<String> {
@@ -138,6 +166,7 @@ fn default_weight() -> Spanned<i64> {
 struct ResolvedProfile {
     scheduler_name: String,
     percentage_of_nodes_to_score: Option<u32>,
+    preemption: PreemptionSettings,
     filters: Vec<Spanned<String>>,
     scores: Vec<(Spanned<String>, i64)>,
 }
@@ -475,6 +504,23 @@ impl Config {
                     ));
                 }
             }
+            if let Some(preemption) = &p.preemption {
+                let settings = preemption.get_ref().settings();
+                if settings.min_candidate_nodes_percentage > 100 {
+                    return Err(self.error(
+                        preemption.span(),
+                        "min_candidate_nodes_percentage must be in 0..=100",
+                    ));
+                }
+                if settings.min_candidate_nodes_percentage == 0
+                    && settings.min_candidate_nodes_absolute == 0
+                {
+                    return Err(self.error(
+                        preemption.span(),
+                        "min_candidate_nodes_percentage and min_candidate_nodes_absolute cannot both be 0",
+                    ));
+                }
+            }
             for name in p.filters.iter().flatten() {
                 self.check_known(name)?;
             }
@@ -543,6 +589,7 @@ impl Config {
             percentage_of_nodes_to_score: None,
             filters: None,
             scores: None,
+            preemption: None,
         };
         let profiles: Vec<&RawProfile> = if self.raw.profiles.is_empty() {
             vec![&default_profile]
@@ -553,6 +600,10 @@ impl Config {
             .into_iter()
             .map(|profile| ResolvedProfile {
                 scheduler_name: profile.scheduler_name.get_ref().clone(),
+                preemption: profile
+                    .preemption
+                    .as_ref()
+                    .map_or_else(PreemptionSettings::default, |p| p.get_ref().settings()),
                 percentage_of_nodes_to_score: profile
                     .percentage_of_nodes_to_score
                     .as_ref()
@@ -632,6 +683,7 @@ impl Config {
                 scores: Vec::new(),
                 percentage_of_nodes_to_score: profile.percentage_of_nodes_to_score,
                 parallelism: self.parallelism,
+                preemption: profile.preemption,
             };
             for name in &profile.filters {
                 let plugin = self.plugin(&mut loaded, name, true)?;

@@ -134,7 +134,19 @@ pub struct Outcome {
     /// Filled only when the cycle was asked to explain itself.
     pub nodes: Vec<NodeReport>,
     /// Why the chosen node won, when a node was chosen.
-    pub choice: Option<Choice>,
+    pub choice: Option<Box<Choice>>,
+    /// When the pod fits nowhere and preemption found room for it: the node it is nominated to
+    /// and the pods to evict there.
+    pub preemption: Option<Box<super::preemption::Preemption>>,
+}
+
+/// The statuses of a cycle that found no node, as far as preemption needs them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Diagnosis {
+    /// The nodes whose failure is `unschedulable`: removing pods could make room there.
+    pub potential: Vec<u32>,
+    /// The failure of the first node rejected (of the only node, in a one-node check).
+    pub failure: Option<sdk::Failure>,
 }
 
 impl Outcome {
@@ -170,6 +182,9 @@ struct CycleState<'p> {
     /// Per slot: its answer for this pod is known without a call
     /// ([`super::PluginSpec::idle_when`]).
     idle: Vec<bool>,
+    /// Only this node is looked at, and the cycle ends once it is filtered (preemption's check
+    /// of a node without its victims): nothing is scored and the next search start stays.
+    only_node: Option<u32>,
 }
 
 /// How far (in cache changes) an idle plugin's mirror may fall behind before it is brought up
@@ -228,7 +243,72 @@ impl Profile {
     }
 
     pub(super) fn schedule(&mut self, cache: &mut Cache, pod: &sdk::Pod, explain: bool) -> Outcome {
+        // A pod nominated by an earlier preemption tries that node alone first, as in
+        // kube-scheduler (an explained cycle still shows every node).
+        let nominated = (!explain)
+            .then(|| cache.node_id(&pod.nominated_node_name))
+            .flatten();
+        if let Some(id) = nominated {
+            match self.check_node(cache, pod, id) {
+                Ok(None) => {
+                    return Outcome {
+                        node: Some(node_name(cache, id)),
+                        choice: Some(Box::new(Choice {
+                            feasible_nodes: 1,
+                            ..Choice::default()
+                        })),
+                        ..Outcome::default()
+                    }
+                }
+                Ok(Some(_)) => {}
+                Err(error) => return error,
+            }
+        }
+        let mut outcome = self.run_cycle(cache, pod, explain, None);
+        if outcome.node.is_none() && !outcome.error && self.preemption.enabled {
+            // kube-scheduler's PostFilter: found room, or says why not after the FitError.
+            match self.preempt(cache, pod) {
+                Ok(preemption) => outcome.preemption = Some(Box::new(preemption)),
+                Err(text) => {
+                    let message = outcome.message.get_or_insert_with(String::new);
+                    message.push_str(" preemption: ");
+                    message.push_str(&text);
+                }
+            }
+        }
+        outcome
+    }
+
+    /// Whether `pod` passes every filter on node `id` as the cache stands: the node's failure,
+    /// `None` when it fits, or the cycle's error outcome when a plugin failed.
+    pub(super) fn check_node(
+        &mut self,
+        cache: &mut Cache,
+        pod: &sdk::Pod,
+        id: u32,
+    ) -> Result<Option<sdk::Failure>, Outcome> {
+        let outcome = self.run_cycle(cache, pod, false, Some(id));
+        if outcome.error {
+            return Err(outcome);
+        }
+        if outcome.node.is_some() {
+            return Ok(None);
+        }
+        let failure = std::mem::take(&mut self.diagnosis).failure;
+        Ok(Some(failure.unwrap_or_else(|| {
+            sdk::Failure::unresolvable(outcome.message.unwrap_or_default())
+        })))
+    }
+
+    fn run_cycle(
+        &mut self,
+        cache: &mut Cache,
+        pod: &sdk::Pod,
+        explain: bool,
+        only_node: Option<u32>,
+    ) -> Outcome {
         let mut cycle = CycleState {
+            only_node,
             now: self.clock.now(),
             explain,
             left_out: vec![false; self.slots.len()],
@@ -255,11 +335,19 @@ impl Profile {
         pod: &sdk::Pod,
         cycle: &mut CycleState,
     ) -> Stage<Outcome> {
+        self.diagnosis = Diagnosis::default();
         self.sync_plugins(cache, cycle)?;
         cache.refresh_listing();
         self.phases.lap(Phase::Snapshot, &mut cycle.mark);
         let cache: &Cache = cache;
-        let all = cache.listing();
+        let only: [u32; 1];
+        let all = match cycle.only_node {
+            Some(id) => {
+                only = [id];
+                &only[..]
+            }
+            None => cache.listing(),
+        };
         if all.is_empty() {
             let message = reasons::NO_NODES_AVAILABLE.to_string();
             return Ok(Outcome::unschedulable(message, Vec::new()));
@@ -270,8 +358,11 @@ impl Profile {
         self.phases.lap(Phase::PreFilter, &mut cycle.mark);
 
         let search = self.find_feasible(&candidates, cycle)?;
-        // kube-scheduler's `nextStartNodeIndex`: the next search starts past the nodes this one saw.
-        self.next_start = (self.next_start + search.examined) % all.len();
+        if cycle.only_node.is_none() {
+            // kube-scheduler's `nextStartNodeIndex`: the next search starts past the nodes this
+            // one saw.
+            self.next_start = (self.next_start + search.examined) % all.len();
+        }
         if search.feasible.is_empty() {
             let absent = all.len() - candidates.nodes.len();
             let absent_reasons = std::iter::repeat_n(candidates.absent_reason.as_str(), absent);
@@ -281,12 +372,33 @@ impl Profile {
                 .flat_map(|f| f.reasons.iter().map(|r| r.as_ref()))
                 .chain(absent_reasons);
             let message = reasons::nodes_unavailable(all.len(), reasons);
+            let potential = (0..search.rejected.len())
+                .filter(|&k| {
+                    rejections
+                        .failure(k)
+                        .is_some_and(|f| f.code == Code::Unschedulable)
+                })
+                .map(|k| search.rejected[k])
+                .collect();
+            self.diagnosis = Diagnosis {
+                potential,
+                failure: match search.rejected.is_empty() {
+                    false => rejections.failure(0).cloned(),
+                    true => Some(sdk::Failure::unresolvable(candidates.absent_reason.clone())),
+                },
+            };
             return Ok(Outcome::unschedulable(
                 message,
                 explain(cache, cycle, all, &candidates, &search, None),
             ));
         }
         self.phases.lap(Phase::Filter, &mut cycle.mark);
+        if cycle.only_node.is_some() {
+            return Ok(Outcome {
+                node: Some(node_name(cache, search.feasible[0])),
+                ..Outcome::default()
+            });
+        }
 
         let scores = self.score(&search.feasible, &plans, cycle)?;
         self.phases.lap(Phase::Score, &mut cycle.mark);
@@ -314,7 +426,8 @@ impl Profile {
                 &search,
                 Some((&scores, &names)),
             ),
-            choice: Some(choice),
+            choice: Some(Box::new(choice)),
+            preemption: None,
         };
         self.phases.lap(Phase::Select, &mut cycle.mark);
         Ok(outcome)
@@ -487,6 +600,16 @@ impl Profile {
                     });
                 }
                 FilterPlan::Reject(failure) => {
+                    // kube-scheduler gives every node the PreFilter's status, so preemption
+                    // looks at every node when that status is `unschedulable`.
+                    self.diagnosis = Diagnosis {
+                        potential: if failure.code == Code::Unschedulable {
+                            all.to_vec()
+                        } else {
+                            Vec::new()
+                        },
+                        failure: Some(failure.clone()),
+                    };
                     return Err(rejected_before_filtering(cache, all, name, failure, cycle));
                 }
             }
@@ -502,6 +625,10 @@ impl Profile {
                         .collect()
                 } else {
                     Vec::new()
+                };
+                self.diagnosis = Diagnosis {
+                    potential: Vec::new(),
+                    failure: Some(sdk::Failure::unresolvable(reason)),
                 };
                 return Err(Outcome::unschedulable(message, report));
             }
@@ -1419,6 +1546,7 @@ mod stage_tests {
             scores,
             percentage_of_nodes_to_score: Some(100),
             parallelism,
+            preemption: Default::default(),
         };
         let clock = Arc::new(crate::clock::FakeClock::default());
         let mut scheduler = Scheduler::with_clock(&[profile], 7, clock).expect("profile");

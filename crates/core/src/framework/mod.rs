@@ -6,6 +6,7 @@
 //! the filters and scores.
 
 mod cycle;
+mod preemption;
 pub mod reasons;
 mod spin;
 
@@ -22,6 +23,7 @@ use crate::runtime::{CallError, FailureKind, LoadError, PluginFactory, PluginIns
 use crate::util::Rng;
 
 pub use cycle::{Choice, NodeReport, Outcome};
+pub use preemption::{Preemption, PreemptionSettings, Victim};
 
 /// What a cycle does when a plugin fails (traps, times out, runs out of memory, returns nonsense).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
@@ -328,6 +330,8 @@ pub struct ProfileSpec {
     /// Threads that filter and score a cycle's nodes, each with its own instance of every plugin
     /// (1: the scheduling thread alone).
     pub parallelism: usize,
+    /// DefaultPreemption's settings.
+    pub preemption: PreemptionSettings,
 }
 
 /// Most nodes sent in one mirror update. Each call's deadline is a fixed part plus a per-node
@@ -684,6 +688,9 @@ pub struct Profile {
     pool: Option<spin::SpinPool>,
     /// Per slot: its `failing-nodes` plan of the current cycle, as a table by node id.
     failing: Vec<cycle::FailingTable>,
+    preemption: PreemptionSettings,
+    /// The statuses of the last cycle that placed nothing, for preemption.
+    diagnosis: cycle::Diagnosis,
 }
 
 impl Profile {
@@ -748,6 +755,8 @@ impl Profile {
             rng: Rng::new(seed),
             clock,
             failing: Vec::new(),
+            preemption: spec.preemption,
+            diagnosis: cycle::Diagnosis::default(),
         })
     }
 
@@ -940,7 +949,16 @@ impl Scheduler {
         let mut pod = pod.clone();
         self.cache.resolve_claims(&mut pod);
         self.cache.resolve_spread_selector(&mut pod);
+        // Pods nominated by a preemption hold their node against pods that do not outrank them
+        // while their victims leave; they count as placed there for this cycle only.
+        let nominees = self.cache.nominees_before(&pod);
+        for nominee in &nominees {
+            self.cache.assume_pod(nominee, &nominee.nominated_node_name);
+        }
         let outcome = run(&mut self.profiles[index], &mut self.cache, &pod);
+        for nominee in &nominees {
+            self.cache.remove_pod(&nominee.key());
+        }
         self.trim_log();
         Some(outcome)
     }
