@@ -6,6 +6,7 @@ mod cycle;
 mod kubernetes;
 mod languages;
 mod plugins;
+mod preemption;
 mod replay;
 mod sandbox;
 mod server;

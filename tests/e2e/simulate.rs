@@ -757,3 +757,81 @@ items:
         ]
     );
 }
+
+/// A full cluster: two nodes, each filled by a batch pod; a critical pod arrives, and another
+/// that may not preempt. The batch pod that started last and whose budget allows it is evicted.
+const FULL_CLUSTER: &str = r#"
+apiVersion: v1
+kind: List
+items:
+- {apiVersion: v1, kind: Node, metadata: {name: n1}, status: {allocatable: {cpu: "4", memory: 8Gi, pods: "110"}}}
+- {apiVersion: v1, kind: Node, metadata: {name: n2}, status: {allocatable: {cpu: "4", memory: 8Gi, pods: "110"}}}
+- apiVersion: policy/v1
+  kind: PodDisruptionBudget
+  metadata: {name: reports, namespace: batch}
+  spec: {selector: {matchLabels: {app: reports}}}
+  status: {disruptionsAllowed: 0, currentHealthy: 1, desiredHealthy: 1, expectedPods: 1}
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: reports, namespace: batch, labels: {app: reports}}
+  spec: {nodeName: n1, priority: 10, containers: [{name: c, resources: {requests: {cpu: "3"}}}]}
+  status: {startTime: "2026-11-20T10:00:00Z"}
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: etl, namespace: batch, labels: {app: etl}}
+  spec: {nodeName: n2, priority: 10, containers: [{name: c, resources: {requests: {cpu: "3"}}}]}
+  status: {startTime: "2026-11-20T09:00:00Z"}
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: patient, namespace: web}
+  spec: {priority: 500, preemptionPolicy: Never, containers: [{name: c, resources: {requests: {cpu: "3"}}}]}
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: critical, namespace: web}
+  spec: {priority: 1000, containers: [{name: c, resources: {requests: {cpu: "2"}}}]}
+"#;
+
+const PREEMPTION_CONFIG: &str = "[[profiles]]\npreemption = { enabled = true }\n";
+
+#[test]
+fn a_critical_pod_evicts_the_least_costly_victim_and_takes_its_node() {
+    let cluster = temp_file("full-cluster.yaml", FULL_CLUSTER);
+    let config = temp_file("preemption.toml", PREEMPTION_CONFIG);
+    for runtime in ["wasm", "native"] {
+        let output = wasched(&[
+            "simulate",
+            "--runtime",
+            runtime,
+            "--config",
+            config.to_str().unwrap(),
+            cluster.to_str().unwrap(),
+        ]);
+        let lines: Vec<String> = stdout(&output).lines().map(String::from).collect();
+        assert_eq!(
+            lines,
+            [
+                r#"{"pod":"web/critical","node":null,"message":"0/2 nodes are available: 2 Insufficient cpu.","preemption":{"node":"n2","victims":[{"pod":"batch/etl","uid":"","priority":10,"terminating":false}],"pdbViolations":0}}"#,
+                r#"{"pod":"web/patient","node":null,"message":"0/2 nodes are available: 2 Insufficient cpu. preemption: not eligible due to preemptionPolicy=Never."}"#,
+                r#"{"pod":"web/critical","node":"n2"}"#,
+            ],
+            "runtime {runtime}: evicting reports would break its budget, so etl goes although it \
+             started earlier. While the critical pod backs off, the pod that never preempts is \
+             tried: n2 is free now, but the critical pod nominated there outranks it and counts \
+             as running there. Then the critical pod takes n2, its nominated node"
+        );
+    }
+}
+
+#[test]
+fn without_preemption_the_critical_pod_waits() {
+    let cluster = temp_file("full-cluster-off.yaml", FULL_CLUSTER);
+    let output = wasched(&["simulate", cluster.to_str().unwrap()]);
+    let lines: Vec<String> = stdout(&output).lines().map(String::from).collect();
+    assert_eq!(
+        lines,
+        [
+            r#"{"pod":"web/critical","node":null,"message":"0/2 nodes are available: 2 Insufficient cpu."}"#,
+            r#"{"pod":"web/patient","node":null,"message":"0/2 nodes are available: 2 Insufficient cpu."}"#,
+        ]
+    );
+}

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1 as core;
 use wasched_sdk as sdk;
 
-use crate::clock::SystemClock;
+use crate::clock::{Clock, FakeClock};
 use crate::config::Config;
 use crate::events::{EventPipeline, Object};
-use crate::framework::{NodeReport, Scheduler};
+use crate::framework::{NodeReport, Preemption, Scheduler};
 use crate::input::Cluster;
 use crate::k8s;
 use crate::service::{bound_pod, Binder, CycleResult, Sequencer, Service};
@@ -49,6 +49,9 @@ struct JsonDecision<'a> {
     message: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     nodes: Option<&'a [NodeReport]>,
+    /// Where preemption made room for the pod, and which pods it evicted there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    preemption: Option<&'a Preemption>,
 }
 
 /// Confirms every binding at once by feeding the bound pod back as an update, as the API server
@@ -83,6 +86,27 @@ impl Binder for ConfirmingBinder {
             .submit(self.sequence.upsert(Object::Pod(Box::new(bound))));
         Ok(())
     }
+
+    /// Deletes the victims at once (nothing here has a grace period) and records the node on the
+    /// pod as `status.nominatedNodeName`, as the API server would show them.
+    fn preempt(&mut self, pod: &sdk::Pod, preemption: &Preemption) -> Result<(), String> {
+        let original = self.pods.get(&pod.key()).ok_or("unknown pod")?;
+        for victim in preemption.victims.iter().filter(|v| !v.terminating) {
+            let Some(evicted) = self.pods.get(&victim.pod) else {
+                return Err(format!("unknown victim {}", victim.pod));
+            };
+            self.pipeline
+                .submit(self.sequence.delete(Object::Pod(Box::new(evicted.clone()))));
+        }
+        let mut nominated = original.clone();
+        nominated
+            .status
+            .get_or_insert_with(Default::default)
+            .nominated_node_name = Some(preemption.node.clone());
+        self.pipeline
+            .submit(self.sequence.upsert(Object::Pod(Box::new(nominated))));
+        Ok(())
+    }
 }
 
 /// Schedules every pending pod of `cluster` in queue order (higher `spec.priority` first, then
@@ -114,9 +138,13 @@ pub fn simulate(
         sequence: sequence.clone(),
         pods: Arc::new(pods),
     };
-    let clock = Arc::new(SystemClock::default());
-    let mut service = Service::with_pipeline(scheduler, binder, clock, pipeline.clone())
-        .with_explain(options.explain);
+    // Time only moves when every ready pod was tried: then to the end of the earliest backoff,
+    // so a pod an event sent back (a preemptor whose victims are gone) is tried again without
+    // the simulation waiting for it.
+    let clock = FakeClock::default();
+    let mut service =
+        Service::with_pipeline(scheduler, binder, Arc::new(clock.clone()), pipeline.clone())
+            .with_explain(options.explain);
     // Namespaces, storage, Services and controllers, and nodes first, then running pods, then
     // pending pods in priority order, so that the queue's arrival order is the input order.
     let mut objects: Vec<Object> = Cluster {
@@ -126,6 +154,7 @@ pub fn simulate(
         classes: cluster.classes.clone(),
         namespaces: cluster.namespaces.clone(),
         selectors: cluster.selectors.clone(),
+        disruption_budgets: cluster.disruption_budgets.clone(),
         ..Cluster::default()
     }
     .into_objects();
@@ -147,7 +176,19 @@ pub fn simulate(
     for object in objects {
         pipeline.submit(sequence.upsert(object));
     }
-    Ok(service.run_until_idle())
+    let mut decisions = Vec::new();
+    loop {
+        let tried = service.run_until_idle();
+        if tried.is_empty() && !decisions.is_empty() {
+            break;
+        }
+        decisions.extend(tried);
+        let Some(ready) = service.queue().next_backoff_ready() else {
+            break;
+        };
+        clock.advance(ready.saturating_sub(clock.now()));
+    }
+    Ok(decisions)
 }
 
 /// Prints decisions in the chosen format.
@@ -163,6 +204,7 @@ pub fn print(decisions: &[Decision], options: Options, out: &mut dyn Write) -> s
                     node: d.node.as_deref(),
                     message: d.message.as_deref(),
                     nodes: options.explain.then_some(&d.nodes[..]),
+                    preemption: d.preemption.as_ref(),
                 };
                 serde_json::to_writer(&mut *out, &json)?;
                 writeln!(out)?;
@@ -183,9 +225,17 @@ pub fn print(decisions: &[Decision], options: Options, out: &mut dyn Write) -> s
                 .max(4);
             writeln!(out, "{:pod_width$}  {:node_width$}  MESSAGE", "POD", "NODE")?;
             for d in decisions {
+                let preempting = d.preemption.as_ref().map_or(String::new(), |p| {
+                    let victims: Vec<&str> = p.victims.iter().map(|v| v.pod.as_str()).collect();
+                    format!(
+                        " (nominated to {}, evicting {})",
+                        p.node,
+                        victims.join(", ")
+                    )
+                });
                 writeln!(
                     out,
-                    "{:pod_width$}  {:node_width$}  {}",
+                    "{:pod_width$}  {:node_width$}  {}{preempting}",
                     d.pod,
                     d.node.as_deref().unwrap_or("<none>"),
                     d.message.as_deref().unwrap_or("")
