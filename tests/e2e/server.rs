@@ -938,6 +938,66 @@ fn explain_says_why_a_pending_pod_waits_as_simulate_does_without_an_attempt() {
     assert!(unknown.body.contains("not pending"), "{}", unknown.body);
 }
 
+#[test]
+fn a_critical_pod_evicts_a_batch_pod_in_one_transaction_and_takes_its_node() {
+    let dir = temp_dir("preempt");
+    let config_file = dir.join("wasched.toml");
+    std::fs::write(
+        &config_file,
+        "[[profiles]]\npreemption = { enabled = true }\n",
+    )
+    .unwrap();
+    let config_arg = config_file.to_str().unwrap().to_string();
+    let server = Server::start(&dir, &["--config", &config_arg]);
+    let admin = server.admin();
+    let pod = |name: &str, priority: i32, cpu: &str| {
+        json!({
+            "kind": "Pod",
+            "metadata": { "name": name, "namespace": "default" },
+            "spec": { "priority": priority, "containers": [{ "name": "c", "resources": { "requests": { "cpu": cpu } } }] }
+        })
+    };
+    let node = json!({
+        "kind": "Node",
+        "metadata": { "name": "only" },
+        "status": { "allocatable": { "cpu": "2", "memory": "4Gi", "pods": "110" } }
+    });
+    let list = json!({ "kind": "List", "items": [node, pod("batch", 0, "1500m")] });
+    ok(send(&admin, "POST", "/v1/objects", list));
+    wait_until("batch is bound", Duration::from_secs(30), || {
+        node_of(&stored_pod(&admin, "batch")).is_some()
+    });
+    let (events, stop) = watch(&server.url, "0");
+    let list = json!({ "kind": "List", "items": [pod("critical", 1000, "1")] });
+    ok(send(&admin, "POST", "/v1/objects", list));
+    wait_until("critical is bound", Duration::from_secs(30), || {
+        node_of(&stored_pod(&admin, "critical")).as_deref() == Some("only")
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let gone = admin
+        .request("GET", "/v1/namespaces/default/pods/batch", None)
+        .unwrap();
+    assert_eq!(gone.status, 404, "the victim was deleted: {}", gone.body);
+    let failed: Vec<Value> = events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| e["pod"] == "default/critical" && e["type"] == "FailedScheduling")
+        .cloned()
+        .collect();
+    assert_eq!(
+        failed.first().map(|e| e["message"].clone()),
+        Some(json!("0/1 nodes are available: 1 Insufficient cpu.")),
+        "a preemption that found room adds nothing to the FitError: {failed:?}"
+    );
+    assert!(
+        stored_pod(&admin, "critical")["status"]
+            .get("nominatedNodeName")
+            .is_none_or(|n| n.is_null()),
+        "the nomination is cleared once the pod is bound"
+    );
+}
+
 /// The pod `default/{name}` as the server stores it.
 fn stored_pod(client: &Client, name: &str) -> Value {
     ok(client

@@ -101,6 +101,16 @@ impl Binder for DeferredBinder {
     fn reports_completion(&self) -> bool {
         true
     }
+
+    /// The writer deletes the victims and records the nomination in one transaction with the
+    /// pod's result.
+    fn preempt(
+        &mut self,
+        _pod: &wasched_sdk::Pod,
+        _preemption: &wasched_core::framework::Preemption,
+    ) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// A message to the scheduling thread, handled between two cycles.
@@ -517,19 +527,19 @@ impl ResultSink for StoreSink {
             .filter(|r| r.node.is_some())
             .map(|r| r.pod.clone())
             .collect();
+        // Victims already terminating are left to finish, as kube-scheduler leaves them.
+        let victims: Vec<ObjectKey> = batch
+            .iter()
+            .filter_map(|r| r.preemption.as_ref())
+            .flat_map(|p| p.victims.iter().filter(|v| !v.terminating))
+            .map(|v| pod_key(&v.pod))
+            .collect();
         let items: Vec<(ObjectKey, CycleResult)> = batch
             .into_iter()
-            .map(|result| {
-                let (namespace, name) = result.pod.split_once('/').unwrap_or(("", &result.pod));
-                let key = ObjectKey {
-                    kind: Kind::Pod,
-                    namespace: namespace.to_string(),
-                    name: name.to_string(),
-                };
-                (key, result)
-            })
+            .map(|result| (pod_key(&result.pod), result))
             .collect();
-        let written = match self.store.update_objects(items, record_result) {
+        let (written, evicted) = match self.store.update_and_delete(items, record_result, &victims)
+        {
             Ok(written) => written,
             Err(e) => {
                 // The placements are undone and the pods scheduled again.
@@ -551,9 +561,14 @@ impl ResultSink for StoreSink {
         metrics
             .results_discarded
             .fetch_add((count - written.len()) as u64, Ordering::Relaxed);
+        // The deletions an API server's watch would deliver; they bring the preemptors back.
+        for (version, object) in evicted {
+            self.pipeline
+                .submit(Event::with_version(Action::Delete, object, version));
+        }
         let mut events = Vec::with_capacity(written.len());
         for (version, object, result) in written {
-            if result.node.is_some() {
+            if result.node.is_some() || result.preemption.is_some() {
                 // The confirmation an API server's watch would deliver.
                 self.pipeline
                     .submit(Event::with_version(Action::Upsert, object, version));
@@ -561,6 +576,16 @@ impl ResultSink for StoreSink {
             events.push(watch_event(result, version));
         }
         watch.publish(events);
+    }
+}
+
+/// The store key of the pod `namespace/name`.
+fn pod_key(pod: &str) -> ObjectKey {
+    let (namespace, name) = pod.split_once('/').unwrap_or(("", pod));
+    ObjectKey {
+        kind: Kind::Pod,
+        namespace: namespace.to_string(),
+        name: name.to_string(),
     }
 }
 
@@ -619,6 +644,11 @@ fn record_result(object: &mut Object, result: &CycleResult) -> bool {
     conditions.push(condition);
     if result.node.is_none() {
         status.phase.get_or_insert_with(|| "Pending".into());
+    }
+    if let Some(preemption) = &result.preemption {
+        status.nominated_node_name = Some(preemption.node.clone());
+    } else if result.node.is_some() {
+        status.nominated_node_name = None;
     }
     let annotations = pod
         .metadata

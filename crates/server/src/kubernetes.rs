@@ -15,13 +15,14 @@ use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher;
 use kube::runtime::WatchStreamExt as _;
 use kube::{Api, Client, Config};
 use serde::de::DeserializeOwned;
 use wasched_core::events::{Action, Event, EventPipeline, Kind, Object, ObjectKey};
+use wasched_core::framework::Preemption;
 use wasched_core::service::{BindingFailures, CycleResult};
 
 use crate::engine::{watch_event, EngineMetrics, ResultSink, StartGate};
@@ -485,16 +486,22 @@ async fn write(
             .await
         }
         // As kube-scheduler: the same condition again is not written again.
-        None if recorder.condition_written(&result) => Ok(()),
+        None if result.preemption.is_none() && recorder.condition_written(&result) => Ok(()),
         None => {
+            if let Some(preemption) = &result.preemption {
+                evict(&client, rate, &result, preemption).await;
+            }
             rate.acquire().await;
-            let condition = serde_json::json!({"status": {"conditions": [{
+            let mut condition = serde_json::json!({"status": {"conditions": [{
                 "type": "PodScheduled",
                 "status": "False",
                 "reason": if result.error { "SchedulerError" } else { "Unschedulable" },
                 "message": result.message,
                 "lastTransitionTime": now_rfc3339(),
             }]}});
+            if let Some(preemption) = &result.preemption {
+                condition["status"]["nominatedNodeName"] = preemption.node.clone().into();
+            }
             let patched = pods
                 .patch_status(name, &PatchParams::default(), &Patch::Strategic(condition))
                 .map_ok(|_| ())
@@ -524,6 +531,46 @@ async fn write(
                 failures.report(result.pod.clone(), e.to_string());
             }
             None
+        }
+    }
+}
+
+/// kube-scheduler's eviction of preemption victims: each one not already terminating gets the
+/// condition `DisruptionTarget` (reason `PreemptionByScheduler`), then is deleted. A victim that
+/// is already gone is fine; another failure is logged, and the preemptor, back in the queue
+/// when victims leave, tries again.
+async fn evict(client: &Client, rate: &RateLimiter, result: &CycleResult, preemption: &Preemption) {
+    for victim in preemption.victims.iter().filter(|v| !v.terminating) {
+        let Some((namespace, name)) = victim.pod.split_once('/') else {
+            continue;
+        };
+        let pods: Api<core::Pod> = Api::namespaced(client.clone(), namespace);
+        let condition = serde_json::json!({"status": {"conditions": [{
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "message": format!("{}: preempting to accommodate a higher priority pod", result.scheduler_name),
+            "lastTransitionTime": now_rfc3339(),
+        }]}});
+        rate.acquire().await;
+        let marked = pods
+            .patch_status(name, &PatchParams::default(), &Patch::Strategic(condition))
+            .await;
+        let deleted = match marked {
+            Ok(_) => {
+                rate.acquire().await;
+                pods.delete(name, &DeleteParams::default())
+                    .await
+                    .map(|_| ())
+            }
+            Err(e) => Err(e),
+        };
+        match deleted {
+            Ok(()) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => {
+                tracing::warn!(victim = %victim.pod, preemptor = %result.pod, "evicting the victim failed: {e}")
+            }
         }
     }
 }

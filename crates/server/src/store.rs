@@ -204,12 +204,37 @@ impl Store {
         items: Vec<(ObjectKey, T)>,
         update: impl Fn(&mut Object, &T) -> bool,
     ) -> Result<Vec<(u64, Object, T)>, StoreError> {
+        self.update_and_delete(items, update, &[])
+            .map(|(changed, _)| changed)
+    }
+
+    /// [`Store::update_objects`] and the deletion of `deletions` in the same transaction: both
+    /// happen or neither. Returns the changed objects and the deleted ones, each with its new
+    /// version (keys that do not exist are left out).
+    ///
+    /// # Errors
+    /// A store failure: nothing was written.
+    #[allow(clippy::type_complexity)]
+    pub fn update_and_delete<T>(
+        &self,
+        items: Vec<(ObjectKey, T)>,
+        update: impl Fn(&mut Object, &T) -> bool,
+        deletions: &[ObjectKey],
+    ) -> Result<(Vec<(u64, Object, T)>, Vec<(u64, Object)>), StoreError> {
         let tx = self.db.begin_write().map_err(err)?;
         let mut changed = Vec::new();
+        let mut deleted = Vec::new();
         {
             let mut table = tx.open_table(OBJECTS).map_err(err)?;
             let mut meta = tx.open_table(META).map_err(err)?;
             let mut version = read_u64(meta.get(RESOURCE_VERSION).map_err(err)?);
+            for key in deletions {
+                if let Some(bytes) = table.remove(storage_key(key).as_str()).map_err(err)? {
+                    let object = decode(key.kind, bytes.value())?;
+                    version += 1;
+                    deleted.push((version, object));
+                }
+            }
             for (key, item) in items {
                 let skey = storage_key(&key);
                 let mut object = match table.get(skey.as_str()).map_err(err)? {
@@ -229,7 +254,7 @@ impl Store {
                 .map_err(err)?;
         }
         tx.commit().map_err(err)?;
-        Ok(changed)
+        Ok((changed, deleted))
     }
 
     /// Deletes an object; returns it with the version of the deletion, or `None` if it did not
