@@ -364,6 +364,27 @@ fn an_unschedulable_pod_gets_the_fit_error_and_is_placed_when_a_node_arrives() {
 }
 
 #[test]
+fn a_critical_pod_has_its_victim_deleted_through_the_api_and_is_bound_where_it_ran() {
+    let api = ApiServer::start();
+    api.create(&node("only", "zone-a", "2"));
+    let dir = std::env::temp_dir().join(format!("wasched-kube-preemption-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("preemption.toml");
+    std::fs::write(&config, "[[profiles]]\npreemption = { enabled = true }\n").unwrap();
+    let _scheduler = Scheduler::start(&api, "preempt", &["--config", config.to_str().unwrap()]);
+    api.create(&pod("batch", "1500m", json!({"priority": 0})));
+    wait_for("batch to be bound", || api.node_of("batch").is_some());
+    api.create(&pod("critical", "1", json!({"priority": 1000})));
+    wait_for("critical to be bound", || api.node_of("critical").is_some());
+    assert_eq!(api.node_of("critical").as_deref(), Some("only"));
+    assert!(
+        !api.pods().contains_key("batch"),
+        "the victim was deleted: {:?}",
+        api.pods().keys().collect::<Vec<_>>()
+    );
+}
+
+#[test]
 fn dropped_watches_and_410_gone_lose_nothing_and_bind_nothing_twice() {
     let api = ApiServer::start();
     api.create(&node("n1", "zone-a", "64"));
