@@ -312,6 +312,31 @@ fn bench_scenarios_exercise_only_their_features_and_report_where_time_goes() {
         .any(|t| t.plugin == "TaintToleration" && t.extension_point == "PreFilter"));
 }
 
+#[test]
+fn the_preemption_scenario_places_every_pod_by_evicting_lower_priority_ones() {
+    let cluster = synthetic::cluster(Scenario::Preemption, 200, 40, 3);
+    assert_eq!(cluster.running.len(), 800, "four pods fill each node");
+    let reports: Vec<_> = [DefaultPluginRuntime::Wasm, DefaultPluginRuntime::Native]
+        .into_iter()
+        .map(|runtime| {
+            bench::run_once(&cluster, Scenario::Preemption, runtime, true, 1, 3, None).unwrap()
+        })
+        .collect();
+    for report in &reports {
+        assert_eq!(
+            (report.scheduled, report.errors),
+            (40, 0),
+            "{}",
+            report.runtime
+        );
+        assert!(report.preemptions > 0 && report.preemption_attempt_us.is_some());
+    }
+    assert_eq!(
+        reports[0].preemptions, reports[1].preemptions,
+        "WASM and native preempt for the same pods"
+    );
+}
+
 /// Worker threads split each chunk and the feasible nodes between them; the cycle must still
 /// place every pod exactly where one thread would, and explain failures the same way.
 #[test]

@@ -367,7 +367,10 @@ fn an_unschedulable_pod_gets_the_fit_error_and_is_placed_when_a_node_arrives() {
 fn a_critical_pod_has_its_victim_deleted_through_the_api_and_is_bound_where_it_ran() {
     let api = ApiServer::start();
     api.create(&node("only", "zone-a", "2"));
-    let dir = std::env::temp_dir().join(format!("wasched-kube-preemption-config-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "wasched-kube-preemption-config-{}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("preemption.toml");
     std::fs::write(&config, "[[profiles]]\npreemption = { enabled = true }\n").unwrap();

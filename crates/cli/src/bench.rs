@@ -28,7 +28,7 @@ pub struct Args {
     #[arg(long, default_value_t = 5000)]
     pub pods: usize,
     /// Workloads to run, comma-separated (basic, node-affinity, taints, volume-zones, mixed, churn,
-    /// pod-anti-affinity, pod-affinity, topology-spread),
+    /// pod-anti-affinity, pod-affinity, topology-spread, preemption),
     /// or `all` (mirroring kube-scheduler's scheduler_perf).
     #[arg(long, value_delimiter = ',', default_value = "mixed")]
     pub scenario: Vec<Scenario>,
@@ -77,6 +77,11 @@ pub struct RunReport {
     pub phases_us: Vec<(&'static str, f64)>,
     /// Mean time per pod in each plugin's calls (µs), by plugin then extension point.
     pub plugins_us: Vec<PluginTime>,
+    /// Pods placed after preemption evicted pods for them.
+    pub preemptions: usize,
+    /// Mean time of a cycle that ended in a preemption: the failed search, then the dry runs
+    /// on candidate nodes (µs).
+    pub preemption_attempt_us: Option<f64>,
 }
 
 /// Mean time per pod one plugin spent at one extension point.
@@ -134,7 +139,12 @@ pub fn run_once(
     config.parallelism = threads;
     reset_peak_rss();
     let rss_before = proc_status_mb("VmRSS");
-    let profiles = config.profiles()?;
+    let mut profiles = config.profiles()?;
+    if scenario == Scenario::Preemption {
+        for profile in &mut profiles {
+            profile.preemption.enabled = true;
+        }
+    }
     let mut scheduler = Scheduler::new(&profiles, seed)?;
     cluster.load_into(scheduler.cache_mut());
     let setup = Instant::now();
@@ -148,6 +158,7 @@ pub fn run_once(
     let mut placed: Vec<String> = Vec::new();
     let mut churn = Rng::new(seed ^ 0x5eed);
     let mut next_node = cluster.nodes.len();
+    let (mut preemptions, mut preemption_time) = (0usize, Duration::ZERO);
     let start = Instant::now();
     for (i, pod) in cluster.pods.iter().enumerate() {
         if scenario == Scenario::Churn && i > 0 {
@@ -166,9 +177,23 @@ pub fn run_once(
             }
         }
         let cycle = Instant::now();
-        let outcome = scheduler
+        let mut outcome = scheduler
             .schedule(pod, false)
             .expect("bench pods use the default profile");
+        if let Some(preemption) = outcome.preemption.take() {
+            preemption_time += cycle.elapsed();
+            preemptions += 1;
+            // What the binder and the victims' deletions do; then the pod's next cycle, on its
+            // nominated node.
+            for victim in &preemption.victims {
+                scheduler.cache_mut().remove_pod(&victim.pod);
+            }
+            let mut nominated = pod.clone();
+            nominated.nominated_node_name = preemption.node.clone();
+            outcome = scheduler
+                .schedule(&nominated, false)
+                .expect("bench pods use the default profile");
+        }
         if let Some(node) = &outcome.node {
             // What the service does next; no binder here, so the pod stays assumed.
             scheduler.assume(pod, node);
@@ -232,6 +257,9 @@ pub fn run_once(
             .map(|&p| (p.name(), per_pod(phases.get(p))))
             .collect(),
         plugins_us,
+        preemptions,
+        preemption_attempt_us: (preemptions > 0)
+            .then(|| preemption_time.as_secs_f64() * 1e6 / preemptions as f64),
     })
 }
 
@@ -518,6 +546,20 @@ fn print_table(r: &Report) {
     );
     if let Some(overhead) = r.deadline_overhead_percent {
         println!("call deadlines cost {overhead:.1}% of WASM throughput (wasm vs wasm-nodl)");
+    }
+    if let (Some(wasm), Some(native)) =
+        (r.wasm.preemption_attempt_us, r.native.preemption_attempt_us)
+    {
+        println!(
+            "preemptions: {} | {} (wasm | native); a cycle that preempts takes {:.0} | {:.0} µs: \
+             {:.1} | {:.1} preemptions/s",
+            r.wasm.preemptions,
+            r.native.preemptions,
+            wasm,
+            native,
+            1e6 / wasm,
+            1e6 / native
+        );
     }
     if let (Some(wasm), Some(native)) = (
         r.wasm_speedup_over_one_thread,

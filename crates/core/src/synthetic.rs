@@ -43,13 +43,16 @@ pub enum Scenario {
     /// hosts, preferred) or is spread by the cluster default constraints its ReplicaSet selects
     /// it for.
     TopologySpread,
+    /// Every node full: four running pods of priorities 0 to 3 each take a quarter of it. Each
+    /// new pod (priority 1000) fits nowhere until preemption evicts one; DefaultPreemption is on.
+    Preemption,
     /// Every scenario above.
     All,
 }
 
 impl Scenario {
     /// Every scenario but [`Scenario::All`].
-    pub const EACH: [Scenario; 9] = [
+    pub const EACH: [Scenario; 10] = [
         Scenario::Basic,
         Scenario::NodeAffinity,
         Scenario::Taints,
@@ -59,6 +62,7 @@ impl Scenario {
         Scenario::PodAntiAffinity,
         Scenario::PodAffinity,
         Scenario::TopologySpread,
+        Scenario::Preemption,
     ];
 
     pub fn name(self) -> &'static str {
@@ -72,6 +76,7 @@ impl Scenario {
             Scenario::PodAntiAffinity => "pod-anti-affinity",
             Scenario::PodAffinity => "pod-affinity",
             Scenario::TopologySpread => "topology-spread",
+            Scenario::Preemption => "preemption",
             Scenario::All => "all",
         }
     }
@@ -250,6 +255,16 @@ pub fn cluster(scenario: Scenario, nodes: usize, pods: usize, seed: u64) -> Synt
                 },
                 ..sdk::Pod::default()
             };
+            if scenario == Scenario::Preemption {
+                pod.priority = PREEMPTOR_PRIORITY;
+                let wants = Resources {
+                    milli_cpu: 6_000,
+                    memory: 1 << 30,
+                    ..Resources::default()
+                };
+                pod.requests = wants.clone();
+                pod.non_zero_requests = wants;
+            }
             if rng.chance(0.2) && scenario.taints() {
                 pod.tolerations.push(sdk::Toleration {
                     key: "dedicated".into(),
@@ -450,6 +465,9 @@ fn running_pods(
     nodes: &[sdk::NodeInfo],
     rng: &mut Rng,
 ) -> Vec<(sdk::Pod, String)> {
+    if scenario == Scenario::Preemption {
+        return filling_pods(nodes);
+    }
     if !matches!(
         scenario,
         Scenario::PodAntiAffinity | Scenario::PodAffinity | Scenario::TopologySpread
@@ -487,6 +505,38 @@ fn running_pods(
                 rng.below(nodes.len() as u64) as usize
             };
             (pod, nodes[node].name.clone())
+        })
+        .collect()
+}
+
+/// The priority of the pods the preemption scenario schedules.
+const PREEMPTOR_PRIORITY: i32 = 1000;
+
+/// Four pods per node, each a quarter of its cpu and memory, of priorities 0 to 3, started one
+/// second apart.
+fn filling_pods(nodes: &[sdk::NodeInfo]) -> Vec<(sdk::Pod, String)> {
+    nodes
+        .iter()
+        .enumerate()
+        .flat_map(|(i, node)| {
+            let quarter = Resources {
+                milli_cpu: node.allocatable.milli_cpu / 4,
+                memory: node.allocatable.memory / 4,
+                ..Resources::default()
+            };
+            (0..4).map(move |k| {
+                let pod = sdk::Pod {
+                    namespace: "bench".into(),
+                    name: format!("batch-{i:06}-{k}"),
+                    scheduler_name: crate::DEFAULT_SCHEDULER_NAME.into(),
+                    priority: k,
+                    start_time_millis: Some(1_700_000_000_000 + (i * 4 + k as usize) as i64 * 1000),
+                    requests: quarter.clone(),
+                    non_zero_requests: quarter.clone(),
+                    ..sdk::Pod::default()
+                };
+                (pod, node.name.clone())
+            })
         })
         .collect()
 }

@@ -317,7 +317,12 @@ impl Profile {
             idle: self
                 .slots
                 .iter()
-                .map(|slot| slot.spec.idle_when.is_some_and(|w| w.holds(pod, cache)))
+                .enumerate()
+                .map(|(i, slot)| {
+                    // A one-node check scores nothing: score-only plugins sit it out.
+                    (only_node.is_some() && !self.filters.contains(&i))
+                        || slot.spec.idle_when.is_some_and(|w| w.holds(pod, cache))
+                })
                 .collect(),
         };
         let outcome = self
