@@ -24,6 +24,11 @@ fn stdout(output: &Output) -> String {
     String::from_utf8(output.stdout.clone()).unwrap()
 }
 
+/// What `wasched ARGS` prints, line by line (it must succeed).
+fn output_lines(args: &[&str]) -> Vec<String> {
+    stdout(&wasched(args)).lines().map(String::from).collect()
+}
+
 fn temp_file(name: &str, text: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("wasched-e2e-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -741,13 +746,12 @@ items:
 - {apiVersion: v1, kind: Pod, metadata: {name: green-2, namespace: default}, spec: {nodeSelector: {pool: green}, containers: [{name: c}]}}
 "#,
     );
-    let output = wasched(&[
+    let lines = output_lines(&[
         "simulate",
         "--config",
         config.to_str().unwrap(),
         cluster.to_str().unwrap(),
     ]);
-    let lines: Vec<String> = stdout(&output).lines().map(String::from).collect();
     assert_eq!(
         lines,
         [
@@ -798,7 +802,7 @@ fn a_critical_pod_evicts_the_least_costly_victim_and_takes_its_node() {
     let cluster = temp_file("full-cluster.yaml", FULL_CLUSTER);
     let config = temp_file("preemption.toml", PREEMPTION_CONFIG);
     for runtime in ["wasm", "native"] {
-        let output = wasched(&[
+        let lines = output_lines(&[
             "simulate",
             "--runtime",
             runtime,
@@ -806,7 +810,6 @@ fn a_critical_pod_evicts_the_least_costly_victim_and_takes_its_node() {
             config.to_str().unwrap(),
             cluster.to_str().unwrap(),
         ]);
-        let lines: Vec<String> = stdout(&output).lines().map(String::from).collect();
         assert_eq!(
             lines,
             [
@@ -825,8 +828,7 @@ fn a_critical_pod_evicts_the_least_costly_victim_and_takes_its_node() {
 #[test]
 fn without_preemption_the_critical_pod_waits() {
     let cluster = temp_file("full-cluster-off.yaml", FULL_CLUSTER);
-    let output = wasched(&["simulate", cluster.to_str().unwrap()]);
-    let lines: Vec<String> = stdout(&output).lines().map(String::from).collect();
+    let lines = output_lines(&["simulate", cluster.to_str().unwrap()]);
     assert_eq!(
         lines,
         [
