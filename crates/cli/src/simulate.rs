@@ -179,11 +179,12 @@ pub fn simulate(
     let mut decisions = Vec::new();
     loop {
         let tried = service.run_until_idle();
-        if tried.is_empty() && !decisions.is_empty() {
-            break;
-        }
+        // Only a preemption (whose victims' deletion sends its pod back) is worth waiting out a
+        // backoff for; a pod that failed for another reason is tried once, as before, and never
+        // in a loop (a plugin that always fails would otherwise be retried forever).
+        let preempted = tried.iter().any(|d| d.preemption.is_some());
         decisions.extend(tried);
-        let Some(ready) = service.queue().next_backoff_ready() else {
+        let Some(ready) = service.queue().next_backoff_ready().filter(|_| preempted) else {
             break;
         };
         clock.advance(ready.saturating_sub(clock.now()));
