@@ -457,7 +457,10 @@ impl Cache {
     /// Records a pending pod's `status.nominatedNodeName`, or that it has none.
     pub fn nominate(&mut self, pod: &sdk::Pod) {
         if pod.nominated_node_name.is_empty() {
-            self.nominated.remove(&pod.key());
+            // Every pending pod's event comes through here; most clusters have no nomination.
+            if !self.nominated.is_empty() {
+                self.nominated.remove(&pod.key());
+            }
         } else {
             self.nominated.insert(pod.key(), pod.clone());
         }

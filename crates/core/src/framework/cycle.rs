@@ -377,21 +377,23 @@ impl Profile {
                 .flat_map(|f| f.reasons.iter().map(|r| r.as_ref()))
                 .chain(absent_reasons);
             let message = reasons::nodes_unavailable(all.len(), reasons);
-            let potential = (0..search.rejected.len())
-                .filter(|&k| {
-                    rejections
-                        .failure(k)
-                        .is_some_and(|f| f.code == Code::Unschedulable)
-                })
-                .map(|k| search.rejected[k])
-                .collect();
-            self.diagnosis = Diagnosis {
-                potential,
-                failure: match search.rejected.is_empty() {
+            // Only what a reader will use: the node's failure for a one-node check, the
+            // potential nodes for preemption after a full cycle.
+            if cycle.only_node.is_some() {
+                self.diagnosis.failure = match search.rejected.is_empty() {
                     false => rejections.failure(0).cloned(),
                     true => Some(sdk::Failure::unresolvable(candidates.absent_reason.clone())),
-                },
-            };
+                };
+            } else if self.preemption.enabled {
+                self.diagnosis.potential = (0..search.rejected.len())
+                    .filter(|&k| {
+                        rejections
+                            .failure(k)
+                            .is_some_and(|f| f.code == Code::Unschedulable)
+                    })
+                    .map(|k| search.rejected[k])
+                    .collect();
+            }
             return Ok(Outcome::unschedulable(
                 message,
                 explain(cache, cycle, all, &candidates, &search, None),
