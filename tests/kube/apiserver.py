@@ -48,6 +48,7 @@ RESOURCES = [
     ('v1/replicationcontrollers', 'ReplicationController', True, set()),
     ('apps/v1/replicasets', 'ReplicaSet', True, set()),
     ('apps/v1/statefulsets', 'StatefulSet', True, set()),
+    ('policy/v1/poddisruptionbudgets', 'PodDisruptionBudget', True, set()),
     ('v1/persistentvolumes', 'PersistentVolume', False, set()),
     ('v1/persistentvolumeclaims', 'PersistentVolumeClaim', True, set()),
     ('storage.k8s.io/v1/storageclasses', 'StorageClass', False, set()),

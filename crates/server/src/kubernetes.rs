@@ -13,6 +13,7 @@ use std::sync::Arc;
 use futures_util::{StreamExt, TryFutureExt as _};
 use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::policy::v1 as policy;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -131,7 +132,7 @@ pub fn watch_cluster(
     gates: &[Arc<StartGate>],
     stats: &Arc<WatchStats>,
 ) {
-    let unlisted = Arc::new(AtomicUsize::new(10));
+    let unlisted = Arc::new(AtomicUsize::new(11));
     let feed = |kind| Feed {
         kind,
         pipeline: pipeline.clone(),
@@ -193,6 +194,12 @@ pub fn watch_cluster(
         Api::<apps::StatefulSet>::all(client.clone()),
         feed(Kind::StatefulSet),
         |set| Some(Object::StatefulSet(Box::new(set))),
+    ));
+    // What preemption must not disrupt past its allowance.
+    tokio::spawn(watch_kind(
+        Api::<policy::PodDisruptionBudget>::all(client.clone()),
+        feed(Kind::PodDisruptionBudget),
+        |budget| Some(Object::PodDisruptionBudget(Box::new(budget))),
     ));
 }
 
