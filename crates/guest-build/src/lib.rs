@@ -138,7 +138,11 @@ fn guest_cargo(root: &Path, target_dir: &Path, target: &str) -> Command {
 fn guest_fallback(root: &Path, command: &mut Command) {
     command.env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "3");
     let fallback = root.join("target").join("guest-rustc");
-    println!("cargo:rerun-if-changed={}", fallback.display());
+    // A missing file named here would make cargo rerun this script, and rebuild everything
+    // above it, on every build: scripts/setup always writes the file (empty without fallback).
+    if fallback.exists() {
+        println!("cargo:rerun-if-changed={}", fallback.display());
+    }
     if let Ok(rustc) = std::fs::read_to_string(&fallback) {
         let rustc = rustc.trim();
         if !rustc.is_empty() {
