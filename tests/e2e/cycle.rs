@@ -110,7 +110,7 @@ fn each_placement_takes_its_resources_before_the_next_pod() {
     assert_eq!(second.node, None);
     assert_eq!(
         second.message.as_deref(),
-        Some("0/1 nodes are available: 1 Insufficient cpu.")
+        Some("0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.")
     );
     assert!(s.cache_mut().remove_pod("default/a"));
     let third = schedule_and_assume(&mut s, &cpu_pod("b", 3000), false);
@@ -138,7 +138,7 @@ fn nodes_outside_a_prefilter_result_are_counted_in_the_message() {
     let outcome = schedule_and_assume(&mut s, &p, false);
     assert_eq!(
         outcome.message.as_deref(),
-        Some("0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't satisfy plugin(s) [NodeAffinity].")
+        Some("0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't satisfy plugin(s) [NodeAffinity]. preemption: 0/3 nodes are available: 1 No preemption victims found for incoming pod, 2 Preemption is not helpful for scheduling.")
     );
 }
 

@@ -53,6 +53,10 @@ impl ApiServer {
                 "/api/v1/namespaces/{}/pods",
                 object["metadata"]["namespace"].as_str().unwrap()
             ),
+            "PodDisruptionBudget" => format!(
+                "/apis/policy/v1/namespaces/{}/poddisruptionbudgets",
+                object["metadata"]["namespace"].as_str().unwrap()
+            ),
             kind => panic!("no path for {kind}"),
         };
         let (status, reply) = self.call("POST", &path, Some(object.clone()));
@@ -325,7 +329,7 @@ fn an_unschedulable_pod_gets_the_fit_error_and_is_placed_when_a_node_arrives() {
     assert_eq!(condition["reason"], "Unschedulable");
     assert_eq!(
         condition["message"],
-        "0/1 nodes are available: 1 Insufficient cpu."
+        "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
     );
 
     // The node's arrival moves the pod back to the active queue at once, not after the
@@ -364,26 +368,42 @@ fn an_unschedulable_pod_gets_the_fit_error_and_is_placed_when_a_node_arrives() {
 }
 
 #[test]
-fn a_critical_pod_has_its_victim_deleted_through_the_api_and_is_bound_where_it_ran() {
+fn a_critical_pod_evicts_the_victim_no_disruption_budget_guards_through_the_api() {
     let api = ApiServer::start();
-    api.create(&node("only", "zone-a", "2"));
-    let dir = std::env::temp_dir().join(format!(
-        "wasched-kube-preemption-config-{}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("preemption.toml");
-    std::fs::write(&config, "[[profiles]]\npreemption = { enabled = true }\n").unwrap();
-    let _scheduler = Scheduler::start(&api, "preempt", &["--config", config.to_str().unwrap()]);
-    api.create(&pod("batch", "1500m", json!({"priority": 0})));
-    wait_for("batch to be bound", || api.node_of("batch").is_some());
+    api.create(&node("guarded-node", "zone-a", "2"));
+    api.create(&node("free-node", "zone-a", "2"));
+    // Preemption is on in the default profile: no configuration.
+    let _scheduler = Scheduler::start(&api, "preempt", &[]);
+    // The budget arrives through the PodDisruptionBudget watch, before the pods it guards are
+    // even bound; evicting "guarded" would break it, so the other node is the one to take.
+    api.create(
+        &json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "guard", "namespace": "default"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
+        "status": {"disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1,
+            "expectedPods": 1}}),
+    );
+    let labelled = |name: &str, app: &str, priority: i32| {
+        let mut batch = pod(name, "1500m", json!({ "priority": priority }));
+        batch["metadata"]["labels"] = json!({ "app": app });
+        batch
+    };
+    // Without the budget, "guarded" (lower priority) would be the cheaper victim.
+    api.create(&labelled("guarded", "guarded", 0));
+    wait_for("guarded to be bound", || api.node_of("guarded").is_some());
+    api.create(&labelled("free", "free", 5));
+    wait_for("free to be bound", || api.node_of("free").is_some());
+    let guarded_node = api.node_of("guarded").unwrap();
+    let free_node = api.node_of("free").unwrap();
+    assert_ne!(guarded_node, free_node, "each batch pod fills a node");
     api.create(&pod("critical", "1", json!({"priority": 1000})));
     wait_for("critical to be bound", || api.node_of("critical").is_some());
-    assert_eq!(api.node_of("critical").as_deref(), Some("only"));
+    assert_eq!(api.node_of("critical"), Some(free_node));
+    let pods = api.pods();
     assert!(
-        !api.pods().contains_key("batch"),
-        "the victim was deleted: {:?}",
-        api.pods().keys().collect::<Vec<_>>()
+        !pods.contains_key("free") && pods.contains_key("guarded"),
+        "only the unguarded victim was deleted: {:?}",
+        pods.keys().collect::<Vec<_>>()
     );
 }
 
@@ -529,7 +549,7 @@ fn a_node_relabelled_many_times_ends_as_the_api_server_has_it() {
     });
     assert_eq!(
         api.pods()["wants-ssd"]["status"]["conditions"][0]["message"],
-        "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
+        "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
     );
     assert!(api.node_of("wants-ssd").is_none());
 }
@@ -642,7 +662,7 @@ fn a_pod_retried_many_times_gets_one_failed_scheduling_event_then_a_scheduled_on
     );
     assert_eq!(
         failed[0]["note"],
-        "0/1 nodes are available: 1 Insufficient cpu."
+        "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
     );
     assert_eq!(failed[0]["type"], "Warning");
     assert_eq!(failed[0]["regarding"]["name"], "patient");

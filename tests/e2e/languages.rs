@@ -102,7 +102,7 @@ fn the_python_gpu_model_filter_is_built_loaded_and_decides_placements() {
     assert_eq!(exotic["node"], serde_json::Value::Null);
     assert_eq!(
         exotic["message"],
-        "0/4 nodes are available: 4 node(s) didn't have the requested GPU model."
+        "0/4 nodes are available: 4 node(s) didn't have the requested GPU model. preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling."
     );
 }
 
@@ -184,7 +184,7 @@ fn the_c_maintenance_filter_is_built_loaded_and_keeps_pods_off_nodes_in_a_window
     assert_eq!(node("shop/web"), "small-1", "big nodes are in a window");
     assert_eq!(
         placement(&placements, "shop/batch")["message"],
-        "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) were in a maintenance window."
+        "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) were in a maintenance window. preemption: 0/3 nodes are available: 1 No preemption victims found for incoming pod, 2 Preemption is not helpful for scheduling."
     );
     let updater = node("ops/firmware-updater");
     assert!(

@@ -885,7 +885,7 @@ fn explain_says_why_a_pending_pod_waits_as_simulate_does_without_an_attempt() {
     assert_eq!(answer["pod"], "default/huge");
     assert_eq!(answer["node"], Value::Null);
     let message =
-        "0/3 nodes are available: 1 node(s) had untolerated taint {gpu: true}, 2 Insufficient cpu.";
+        "0/3 nodes are available: 1 node(s) had untolerated taint {gpu: true}, 2 Insufficient cpu. preemption: 0/3 nodes are available: 1 Preemption is not helpful for scheduling, 2 No preemption victims found for incoming pod.";
     assert_eq!(answer["message"], message, "{answer}");
     assert_eq!(answer["lastMessage"], message);
     assert_eq!(answer["attempts"].to_string(), before);
@@ -996,6 +996,191 @@ fn a_critical_pod_evicts_a_batch_pod_in_one_transaction_and_takes_its_node() {
             .is_none_or(|n| n.is_null()),
         "the nomination is cleared once the pod is bound"
     );
+}
+
+#[test]
+fn kill_9_during_preemptions_leaves_each_one_whole_or_not_begun() {
+    const NODES: usize = 200;
+    const CRITICAL: usize = 150;
+    let dir = temp_dir("preempt-kill9");
+    let pod = |name: &str, priority: i32, cpu: &str| {
+        json!({
+            "kind": "Pod",
+            "metadata": { "name": name, "namespace": "default" },
+            "spec": { "priority": priority, "containers": [{ "name": "c", "resources": { "requests": { "cpu": cpu } } }] }
+        })
+    };
+    let server = Server::start(&dir, &[]);
+    let admin = server.admin();
+    // Every node holds two 1-cpu batch pods; a 1500m critical pod needs both gone.
+    let mut items: Vec<Value> = (0..NODES)
+        .map(|i| {
+            json!({
+                "kind": "Node",
+                "metadata": { "name": format!("node-{i:02}") },
+                "status": { "allocatable": { "cpu": "2", "memory": "8Gi", "pods": "110" } }
+            })
+        })
+        .collect();
+    items.extend((0..2 * NODES).map(|i| pod(&format!("batch-{i:02}"), 0, "1")));
+    ok(send(
+        &admin,
+        "POST",
+        "/v1/objects",
+        json!({ "kind": "List", "items": items }),
+    ));
+    wait_until("every batch pod is bound", Duration::from_secs(60), || {
+        pods(&admin, "default").iter().all(|p| node_of(p).is_some())
+    });
+    let critical: Vec<Value> = (0..CRITICAL)
+        .map(|i| pod(&format!("critical-{i:02}"), 1000, "1500m"))
+        .collect();
+    ok(send(
+        &admin,
+        "POST",
+        "/v1/objects",
+        json!({ "kind": "List", "items": critical }),
+    ));
+    // Killed as soon as the first evictions are stored (polled without a pause): the rest are
+    // in flight.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while pods(&admin, "default").len() == 2 * NODES + CRITICAL {
+        assert!(Instant::now() < deadline, "no eviction in 60 s");
+    }
+    server.kill9();
+
+    // Back with a profile no pod asks for, so the stored state is read before anything moves.
+    let paused = dir.join("paused.toml");
+    std::fs::write(&paused, "[[profiles]]\nscheduler_name = \"paused\"\n").unwrap();
+    let server = Server::start(&dir, &["--config", paused.to_str().unwrap()]);
+    let stored = pods(&server.admin(), "default");
+    let batch_on = |node: &str, pods: &[Value]| {
+        pods.iter()
+            .filter(|p| {
+                p["metadata"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("batch-")
+                    && node_of(p).as_deref() == Some(node)
+            })
+            .count()
+    };
+    let claimed_by = |node: &str, pods: &[Value]| {
+        pods.iter()
+            .filter(|p| {
+                p["metadata"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("critical-")
+                    && (node_of(p).as_deref() == Some(node)
+                        || p["status"]["nominatedNodeName"].as_str() == Some(node))
+            })
+            .count()
+    };
+    let mut preempted = 0;
+    for i in 0..NODES {
+        let node = format!("node-{i:02}");
+        match (batch_on(&node, &stored), claimed_by(&node, &stored)) {
+            (2, 0) => {}
+            (0, 1) => preempted += 1,
+            (batch, claims) => panic!(
+                "{node} is half-preempted after the kill: {batch} batch pods, {claims} critical pods nominated or bound"
+            ),
+        }
+    }
+    assert!(
+        preempted >= 1,
+        "the preemption seen before the kill was durable"
+    );
+    // How far the kill got, for whoever reads the test log (each run lands elsewhere).
+    eprintln!("after kill -9: {preempted} of {CRITICAL} preemptions stored, each whole");
+    drop(server);
+
+    // Restarted as users run it: every critical pod gets a node, each by evicting both pods of
+    // one node, and no batch pod is lost beyond those.
+    let server = Server::start(&dir, &[]);
+    let admin = server.admin();
+    wait_until(
+        "every critical pod is bound",
+        Duration::from_secs(120),
+        || {
+            let all = pods(&admin, "default");
+            (0..CRITICAL).all(|i| {
+                all.iter().any(|p| {
+                    p["metadata"]["name"] == format!("critical-{i:02}") && node_of(p).is_some()
+                })
+            })
+        },
+    );
+    let settled = pods(&admin, "default");
+    for i in 0..NODES {
+        let node = format!("node-{i:02}");
+        let shape = (batch_on(&node, &settled), claimed_by(&node, &settled));
+        assert!(
+            shape == (2, 0) || shape == (0, 1),
+            "{node}: {shape:?} (batch pods, critical pods)"
+        );
+    }
+    assert_eq!(settled.len(), 2 * NODES - 2 * CRITICAL + CRITICAL);
+}
+
+#[test]
+fn a_nomination_preemption_can_no_longer_honour_is_cleared_and_frees_the_node() {
+    let dir = temp_dir("nomination-cleared");
+    let server = Server::start(&dir, &[]);
+    let admin = server.admin();
+    let pod = |name: &str, priority: i32, cpu: &str| {
+        json!({
+            "kind": "Pod",
+            "metadata": { "name": name, "namespace": "default" },
+            "spec": { "priority": priority, "containers": [{ "name": "c", "resources": { "requests": { "cpu": cpu } } }] }
+        })
+    };
+    let node = json!({
+        "kind": "Node",
+        "metadata": { "name": "only" },
+        "status": { "allocatable": { "cpu": "2", "memory": "4Gi", "pods": "110" } }
+    });
+    // A pod nominated to the node earlier, whose room was since taken by a pod of its own
+    // priority: nothing may be evicted for it any more.
+    let mut stale = pod("stale", 100, "1500m");
+    stale["status"] = json!({ "nominatedNodeName": "only" });
+    let taken = {
+        let mut p = pod("taken", 100, "1");
+        p["spec"]["nodeName"] = json!("only");
+        p
+    };
+    let list = json!({ "kind": "List", "items": [node, taken, stale] });
+    ok(send(&admin, "POST", "/v1/objects", list));
+    wait_until("stale fails", Duration::from_secs(30), || {
+        stored_pod(&admin, "stale")["status"]["conditions"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["reason"] == "Unschedulable"))
+    });
+    let stale = stored_pod(&admin, "stale");
+    let condition = stale["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "PodScheduled")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        condition["message"],
+        "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+    );
+    assert!(
+        stale["status"]
+            .get("nominatedNodeName")
+            .is_none_or(|n| n.is_null()),
+        "the nomination is cleared: {stale}"
+    );
+    // A lower-priority pod that fits beside "taken" is no longer kept off by the nomination.
+    let list = json!({ "kind": "List", "items": [pod("small", 0, "500m")] });
+    ok(send(&admin, "POST", "/v1/objects", list));
+    wait_until("small is bound", Duration::from_secs(30), || {
+        node_of(&stored_pod(&admin, "small")).as_deref() == Some("only")
+    });
 }
 
 /// The pod `default/{name}` as the server stores it.
@@ -1144,7 +1329,7 @@ fn readme_flow_builds_loads_and_schedules_with_the_example_plugin() {
     assert_eq!(whale_node, None);
     assert_eq!(
         whale["status"]["conditions"][0]["message"],
-        "0/4 nodes are available: 4 Insufficient cpu."
+        "0/4 nodes are available: 4 Insufficient cpu. preemption: 0/4 nodes are available: 4 No preemption victims found for incoming pod."
     );
     let table = wasched(&["get", "pods", "-n", "default"], Some(&server));
     assert!(

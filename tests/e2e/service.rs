@@ -86,7 +86,7 @@ fn an_unconfirmed_binding_expires_frees_the_node_and_the_pod_is_scheduled_again(
     assert_eq!(results[0].node.as_deref(), Some("n1"));
     assert_eq!(
         results[1].message.as_deref(),
-        Some("0/1 nodes are available: 1 Insufficient cpu."),
+        Some("0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."),
         "the assumed pod holds its cpu"
     );
     assert_eq!(
@@ -253,7 +253,7 @@ fn a_pending_pod_shows_its_fit_error_and_attempts_and_a_new_node_wakes_it() {
     assert_eq!(status.queue, QueueName::Unschedulable);
     assert_eq!(
         status.message.as_deref(),
-        Some("0/1 nodes are available: 1 Insufficient cpu.")
+        Some("0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.")
     );
 
     // An irrelevant change (annotations only) does not wake it; a new big node does.

@@ -46,9 +46,9 @@ const DEMO_DECISIONS: &[&str] = &[
     r#"{"pod":"shop/api","node":"node-a1"}"#,
     r#"{"pod":"ml/trainer","node":"node-a2"}"#,
     r#"{"pod":"shop/db","node":"node-b1"}"#,
-    r#"{"pod":"jobs/huge","node":null,"message":"0/5 nodes are available: 1 node(s) had untolerated taint {dedicated: gpu}, 1 node(s) were unschedulable, 3 Insufficient cpu."}"#,
-    r#"{"pod":"shop/lost","node":null,"message":"0/5 nodes are available: persistentvolumeclaim \"missing\" not found."}"#,
-    r#"{"pod":"jobs/zone-c-only","node":null,"message":"0/5 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {dedicated: gpu}, 1 node(s) were unschedulable, 2 node(s) didn't match Pod's node affinity/selector."}"#,
+    r#"{"pod":"jobs/huge","node":null,"message":"0/5 nodes are available: 1 node(s) had untolerated taint {dedicated: gpu}, 1 node(s) were unschedulable, 3 Insufficient cpu. preemption: 0/5 nodes are available: 2 Preemption is not helpful for scheduling, 3 No preemption victims found for incoming pod."}"#,
+    r#"{"pod":"shop/lost","node":null,"message":"0/5 nodes are available: persistentvolumeclaim \"missing\" not found. preemption: 0/5 nodes are available: 5 Preemption is not helpful for scheduling."}"#,
+    r#"{"pod":"jobs/zone-c-only","node":null,"message":"0/5 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {dedicated: gpu}, 1 node(s) were unschedulable, 2 node(s) didn't match Pod's node affinity/selector. preemption: 0/5 nodes are available: 1 No preemption victims found for incoming pod, 4 Preemption is not helpful for scheduling."}"#,
     r#"{"pod":"shop/cache","node":"node-b1"}"#,
 ];
 
@@ -150,7 +150,7 @@ fn json_input_and_pods_for_other_schedulers() {
     assert_eq!(lines[0], r#"{"pod":"a/mine","node":"n1"}"#);
     assert_eq!(
         lines[1],
-        r#"{"pod":"a/second","node":null,"message":"0/1 nodes are available: 1 Insufficient cpu."}"#,
+        r#"{"pod":"a/second","node":null,"message":"0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."}"#,
         "the first placement takes its cpu"
     );
     assert!(
@@ -358,7 +358,7 @@ fn host_ports_keep_pods_off_nodes_where_placed_or_running_pods_hold_them() {
                 r#"{"pod":"default/tls","node":"node-b"}"#.to_string(),
                 web_1.clone(),
                 format!(r#"{{"pod":"default/web-2","node":"{web_2_node}"}}"#),
-                r#"{"pod":"default/web-3","node":null,"message":"0/2 nodes are available: 2 node(s) didn't have free ports for the requested pod ports."}"#.to_string(),
+                r#"{"pod":"default/web-3","node":null,"message":"0/2 nodes are available: 2 node(s) didn't have free ports for the requested pod ports. preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."}"#.to_string(),
                 lines[4].clone(),
             ],
             "runtime {runtime}: the running pod's 0.0.0.0:443 clashes with 10.0.0.1:443, and each \
@@ -432,7 +432,7 @@ fn anti_affinity_replicas_beyond_the_nodes_stay_pending_with_kube_schedulers_rea
         );
         assert_eq!(
             lines[3],
-            r#"{"pod":"streaming/kafka-3","node":null,"message":"0/4 nodes are available: 1 Insufficient cpu, 3 node(s) didn't match pod anti-affinity rules."}"#,
+            r#"{"pod":"streaming/kafka-3","node":null,"message":"0/4 nodes are available: 1 Insufficient cpu, 3 node(s) didn't match pod anti-affinity rules. preemption: 0/4 nodes are available: 4 No preemption victims found for incoming pod."}"#,
             "runtime {runtime}"
         );
     }
@@ -470,7 +470,7 @@ fn zone_spread_with_a_zone_too_small_stays_pending_with_kube_schedulers_reason()
         cluster.push_str(&zone_spread_replica(i));
     }
     let path = temp_file("spread.yaml", &cluster);
-    let pending = "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't match pod topology spread constraints.";
+    let pending = "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't match pod topology spread constraints. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod.";
     for runtime in ["wasm", "native"] {
         let output = wasched(&["simulate", "--runtime", runtime, path.to_str().unwrap()]);
         let lines: Vec<serde_json::Value> = stdout(&output)
@@ -630,7 +630,7 @@ fn affinity_to_a_pod_not_running_yet_waits_for_it_then_follows_it() {
         };
         assert_eq!(
             by_pod("web-1")["message"],
-            "0/3 nodes are available: 3 node(s) didn't match pod affinity rules.",
+            "0/3 nodes are available: 3 node(s) didn't match pod affinity rules. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.",
             "runtime {runtime}"
         );
         let memcached = by_pod("memcached")["node"]
@@ -690,7 +690,7 @@ fn namespace_selectors_read_the_namespaces_of_the_input() {
             stdout(&output).lines().collect::<Vec<_>>(),
             [
                 r#"{"pod":"web/near-team-a","node":"a1"}"#,
-                r#"{"pod":"web/near-team-b","node":null,"message":"0/2 nodes are available: 2 node(s) didn't match pod affinity rules."}"#,
+                r#"{"pod":"web/near-team-b","node":null,"message":"0/2 nodes are available: 2 node(s) didn't match pod affinity rules. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."}"#,
             ],
             "runtime {runtime}: the cache runs in team-a, which only the first pod's selector picks"
         );
@@ -757,7 +757,7 @@ items:
         [
             r#"{"pod":"default/likes-blue","node":"blue"}"#,
             r#"{"pod":"default/green-1","node":"green"}"#,
-            r#"{"pod":"default/green-2","node":null,"message":"0/4 nodes are available: 1 Too many pods, 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) were cordoned, 1 node(s) were under maintenance."}"#,
+            r#"{"pod":"default/green-2","node":null,"message":"0/4 nodes are available: 1 Too many pods, 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) were cordoned, 1 node(s) were under maintenance. preemption: 0/4 nodes are available: 1 No preemption victims found for incoming pod, 3 Preemption is not helpful for scheduling."}"#,
         ]
     );
 }
@@ -795,21 +795,14 @@ items:
   spec: {priority: 1000, containers: [{name: c, resources: {requests: {cpu: "2"}}}]}
 "#;
 
-const PREEMPTION_CONFIG: &str = "[[profiles]]\npreemption = { enabled = true }\n";
+const PREEMPTION_OFF: &str = "[[profiles]]\npreemption = { enabled = false }\n";
 
 #[test]
 fn a_critical_pod_evicts_the_least_costly_victim_and_takes_its_node() {
     let cluster = temp_file("full-cluster.yaml", FULL_CLUSTER);
-    let config = temp_file("preemption.toml", PREEMPTION_CONFIG);
+    // Preemption is on in the default profile, as in kube-scheduler.
     for runtime in ["wasm", "native"] {
-        let lines = output_lines(&[
-            "simulate",
-            "--runtime",
-            runtime,
-            "--config",
-            config.to_str().unwrap(),
-            cluster.to_str().unwrap(),
-        ]);
+        let lines = output_lines(&["simulate", "--runtime", runtime, cluster.to_str().unwrap()]);
         assert_eq!(
             lines,
             [
@@ -826,9 +819,50 @@ fn a_critical_pod_evicts_the_least_costly_victim_and_takes_its_node() {
 }
 
 #[test]
-fn without_preemption_the_critical_pod_waits() {
+fn explain_shows_the_victims_preemption_would_evict_on_each_candidate_node() {
+    let cluster = temp_file("full-cluster-explain.yaml", FULL_CLUSTER);
+    let lines = output_lines(&[
+        "simulate",
+        "--explain",
+        "--output",
+        "table",
+        cluster.to_str().unwrap(),
+    ]);
+    let candidate = |node: &str| {
+        lines
+            .iter()
+            .filter(|l| l.trim_start().starts_with(node) && l.contains("preemption would evict"))
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect::<Vec<_>>()
+    };
+    // Both nodes are candidates; the chosen one (n2) is the one the decision names.
+    assert_eq!(
+        candidate("n1"),
+        ["n1 preemption would evict batch/reports (priority 10) breaking 1 PodDisruptionBudget"],
+        "{lines:#?}"
+    );
+    assert_eq!(
+        candidate("n2"),
+        ["n2 preemption would evict batch/etl (priority 10)"],
+        "{lines:#?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with("web/critical")
+            && l.contains("(nominated to n2, evicting batch/etl)")),
+        "{lines:#?}"
+    );
+}
+
+#[test]
+fn a_profile_with_preemption_off_leaves_the_critical_pod_waiting() {
     let cluster = temp_file("full-cluster-off.yaml", FULL_CLUSTER);
-    let lines = output_lines(&["simulate", cluster.to_str().unwrap()]);
+    let config = temp_file("preemption-off.toml", PREEMPTION_OFF);
+    let lines = output_lines(&[
+        "simulate",
+        "--config",
+        config.to_str().unwrap(),
+        cluster.to_str().unwrap(),
+    ]);
     assert_eq!(
         lines,
         [

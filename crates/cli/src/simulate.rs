@@ -42,6 +42,7 @@ pub struct Options {
 pub type Decision = CycleResult;
 
 #[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
 struct JsonDecision<'a> {
     pod: &'a str,
     node: Option<&'a str>,
@@ -52,6 +53,9 @@ struct JsonDecision<'a> {
     /// Where preemption made room for the pod, and which pods it evicted there.
     #[serde(skip_serializing_if = "Option::is_none")]
     preemption: Option<&'a Preemption>,
+    /// With `--explain`: every candidate node preemption found, with its victims there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    preemption_candidates: Option<&'a [Preemption]>,
 }
 
 /// Confirms every binding at once by feeding the bound pod back as an update, as the API server
@@ -206,6 +210,8 @@ pub fn print(decisions: &[Decision], options: Options, out: &mut dyn Write) -> s
                     message: d.message.as_deref(),
                     nodes: options.explain.then_some(&d.nodes[..]),
                     preemption: d.preemption.as_ref(),
+                    preemption_candidates: (options.explain && !d.preemption_candidates.is_empty())
+                        .then_some(&d.preemption_candidates[..]),
                 };
                 serde_json::to_writer(&mut *out, &json)?;
                 writeln!(out)?;
@@ -261,6 +267,24 @@ pub fn print(decisions: &[Decision], options: Options, out: &mut dyn Write) -> s
                                 n.reasons.join("; ")
                             )?;
                         }
+                    }
+                    for c in &d.preemption_candidates {
+                        let victims: Vec<String> = c
+                            .victims
+                            .iter()
+                            .map(|v| format!("{} (priority {})", v.pod, v.priority))
+                            .collect();
+                        let budgets = match c.pdb_violations {
+                            0 => String::new(),
+                            1 => " breaking 1 PodDisruptionBudget".to_string(),
+                            n => format!(" breaking {n} PodDisruptionBudgets"),
+                        };
+                        writeln!(
+                            out,
+                            "    {:<24} preemption would evict {}{budgets}",
+                            c.node,
+                            victims.join(", ")
+                        )?;
                     }
                 }
             }

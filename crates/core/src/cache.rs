@@ -441,6 +441,18 @@ impl Cache {
             .collect()
     }
 
+    /// Whether node `id` runs a pod of lower priority than `priority` (one preemption could
+    /// evict), without collecting the node's pods.
+    pub fn has_pod_below(&self, id: u32, priority: i32) -> bool {
+        self.node(id).is_some_and(|entry| {
+            entry.pods.iter().any(|key| {
+                self.pods
+                    .get(key)
+                    .is_some_and(|placed| placed.standing.priority < priority)
+            })
+        })
+    }
+
     /// Adds a PodDisruptionBudget or replaces it.
     pub fn upsert_budget(&mut self, budget: DisruptionBudget) {
         let key = format!("{}/{}", budget.namespace, budget.name);

@@ -211,6 +211,15 @@ impl SchedulingQueue {
         }
     }
 
+    /// Sets a queued pod's `status.nominatedNodeName` (empty: clears it) as a preemption just
+    /// decided, before the pod's own update comes back: its next attempt tries that node first.
+    pub fn set_nomination(&mut self, key: &str, node: &str) {
+        if let Some(entry) = self.entries.get_mut(key) {
+            entry.pod.nominated_node_name.clear();
+            entry.pod.nominated_node_name.push_str(node);
+        }
+    }
+
     /// Forgets a pod (deleted, or bound elsewhere): it leaves every queue.
     pub fn delete(&mut self, key: &str) -> bool {
         self.unschedulable.remove(key);

@@ -97,6 +97,12 @@ pub struct CycleResult {
     /// The node the pod was nominated to and the pods evicted there, when it fit nowhere and
     /// preemption made room.
     pub preemption: Option<Preemption>,
+    /// When the service explains its cycles and preemption ran: every candidate node it found,
+    /// with the victims it would evict there.
+    pub preemption_candidates: Vec<Preemption>,
+    /// Preemption found no room for a pod that had a `status.nominatedNodeName`: the
+    /// nomination is cleared where the pod is recorded.
+    pub clears_nomination: bool,
 }
 
 struct Assumed {
@@ -535,6 +541,8 @@ impl<B: Binder> Service<B> {
             no_profile: false,
             choice: None,
             preemption: None,
+            preemption_candidates: Vec::new(),
+            clears_nomination: false,
         };
         let Some(outcome) = self.scheduler.schedule(&pod, self.explain) else {
             // No profile for its scheduler name: another scheduler's pod.
@@ -547,6 +555,7 @@ impl<B: Binder> Service<B> {
             return Some(result);
         };
         result.nodes = outcome.nodes;
+        result.preemption_candidates = outcome.preemption_candidates;
         match outcome.node {
             Some(node) => {
                 self.assume_and_bind(pod, node, &mut result);
@@ -556,10 +565,24 @@ impl<B: Binder> Service<B> {
             }
             None => {
                 let mut message = outcome.message.unwrap_or_default();
+                if outcome.clears_nomination {
+                    // It no longer holds room on that node for pods of lower priority, nor
+                    // tries it first.
+                    self.scheduler.cache_mut().clear_nomination(&key);
+                    self.queue.set_nomination(&key, "");
+                    result.clears_nomination = true;
+                }
                 if let Some(preemption) = outcome.preemption {
                     match self.binder.preempt(&pod, &preemption) {
                         Ok(()) => {
                             self.stats.preemptions.fetch_add(1, Ordering::Relaxed);
+                            // Held at once, as kube-scheduler's nominator does: the next pod's
+                            // cycle must see this one on its node, not the victims' room free,
+                            // although neither the nomination nor the evictions came back yet.
+                            let mut nominated = pod.clone();
+                            nominated.nominated_node_name.clone_from(&preemption.node);
+                            self.scheduler.cache_mut().nominate(&nominated);
+                            self.queue.set_nomination(&key, &preemption.node);
                             result.preemption = Some(*preemption);
                         }
                         Err(e) => {

@@ -647,7 +647,7 @@ fn record_result(object: &mut Object, result: &CycleResult) -> bool {
     }
     if let Some(preemption) = &result.preemption {
         status.nominated_node_name = Some(preemption.node.clone());
-    } else if result.node.is_some() {
+    } else if result.node.is_some() || result.clears_nomination {
         status.nominated_node_name = None;
     }
     let annotations = pod

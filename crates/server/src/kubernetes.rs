@@ -493,7 +493,12 @@ async fn write(
             .await
         }
         // As kube-scheduler: the same condition again is not written again.
-        None if result.preemption.is_none() && recorder.condition_written(&result) => Ok(()),
+        None if result.preemption.is_none()
+            && !result.clears_nomination
+            && recorder.condition_written(&result) =>
+        {
+            Ok(())
+        }
         None => {
             if let Some(preemption) = &result.preemption {
                 evict(&client, rate, &result, preemption).await;
@@ -508,6 +513,9 @@ async fn write(
             }]}});
             if let Some(preemption) = &result.preemption {
                 condition["status"]["nominatedNodeName"] = preemption.node.clone().into();
+            } else if result.clears_nomination {
+                // A strategic merge patch removes a field set to null.
+                condition["status"]["nominatedNodeName"] = serde_json::Value::Null;
             }
             let patched = pods
                 .patch_status(name, &PatchParams::default(), &Patch::Strategic(condition))

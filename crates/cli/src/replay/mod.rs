@@ -1032,6 +1032,10 @@ fn ratio_of(used: i64, total: i64) -> f64 {
 /// The reasons of a FitError message, without their node counts: `0/5 nodes are available: 3
 /// Insufficient cpu, 2 node(s) didn't match ...` -> `Insufficient cpu`, `node(s) didn't match ...`.
 pub fn fit_error_reasons(message: &str) -> Vec<String> {
+    // What preemption adds after the filters' reasons says why evicting would not help.
+    let message = message
+        .split_once(" preemption: ")
+        .map_or(message, |(fit, _)| fit);
     let Some((_, reasons)) = message.split_once(": ") else {
         return vec![message.trim_end_matches('.').to_string()];
     };
@@ -1144,6 +1148,10 @@ mod tests {
         assert_eq!(
             fit_error_reasons("0/5 nodes are available: 3 Insufficient cpu, 2 node(s) didn't match Pod's node affinity/selector."),
             vec!["Insufficient cpu", "node(s) didn't match Pod's node affinity/selector"]
+        );
+        assert_eq!(
+            fit_error_reasons("0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."),
+            vec!["Insufficient cpu"]
         );
         assert_eq!(
             fit_error_reasons("never attempted"),

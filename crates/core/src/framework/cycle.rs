@@ -138,6 +138,12 @@ pub struct Outcome {
     /// When the pod fits nowhere and preemption found room for it: the node it is nominated to
     /// and the pods to evict there.
     pub preemption: Option<Box<super::preemption::Preemption>>,
+    /// Filled only when the cycle was asked to explain itself and preemption ran: every
+    /// candidate node the search found, with the victims it would evict there, in search order.
+    pub preemption_candidates: Vec<super::preemption::Preemption>,
+    /// Preemption looked for room and found none: the pod's `status.nominatedNodeName` is to be
+    /// cleared (set only when it had one).
+    pub clears_nomination: bool,
 }
 
 /// The statuses of a cycle that found no node, as far as preemption needs them.
@@ -267,12 +273,15 @@ impl Profile {
         let mut outcome = self.run_cycle(cache, pod, explain, None);
         if outcome.node.is_none() && !outcome.error && self.preemption.enabled {
             // kube-scheduler's PostFilter: found room, or says why not after the FitError.
-            match self.preempt(cache, pod) {
+            let examined = explain.then_some(&mut outcome.preemption_candidates);
+            match self.preempt(cache, pod, examined) {
                 Ok(preemption) => outcome.preemption = Some(Box::new(preemption)),
-                Err(text) => {
+                Err(not) => {
                     let message = outcome.message.get_or_insert_with(String::new);
                     message.push_str(" preemption: ");
-                    message.push_str(&text);
+                    message.push_str(&not.text);
+                    outcome.clears_nomination =
+                        not.search_failed && !pod.nominated_node_name.is_empty();
                 }
             }
         }
@@ -434,7 +443,7 @@ impl Profile {
                 Some((&scores, &names)),
             ),
             choice: Some(Box::new(choice)),
-            preemption: None,
+            ..Outcome::default()
         };
         self.phases.lap(Phase::Select, &mut cycle.mark);
         Ok(outcome)
@@ -1738,7 +1747,7 @@ mod stage_tests {
         let outcome = scheduler.schedule(&pod(), true).expect("profile");
         assert_eq!(
             outcome.message.as_deref(),
-            Some("0/4 nodes are available: 2 Insufficient cpu, 2 node(s) didn't satisfy plugin(s) [A B].")
+            Some("0/4 nodes are available: 2 Insufficient cpu, 2 node(s) didn't satisfy plugin(s) [A B]. preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling.")
         );
         let explained: Vec<(&str, &[String])> = outcome
             .nodes
@@ -1787,7 +1796,7 @@ mod stage_tests {
         let asked = scheduler.schedule(&with_terms, false).expect("profile");
         assert_eq!(
             asked.message.as_deref(),
-            Some("0/2 nodes are available: asked.")
+            Some("0/2 nodes are available: asked. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
         );
         scheduler.cache_mut().add_pod(&with_terms, "n1");
         let after = scheduler.schedule(&plain, false).expect("profile");
@@ -1816,7 +1825,7 @@ mod stage_tests {
         );
         assert_eq!(
             both.schedule(&pod(), false).expect("profile").message.as_deref(),
-            Some("0/2 nodes are available: node(s) didn't satisfy plugin(s) [NodeName Pinned] simultaneously.")
+            Some("0/2 nodes are available: node(s) didn't satisfy plugin(s) [NodeName Pinned] simultaneously. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
         );
         let explained = both.schedule(&pod(), true).expect("profile").nodes;
         assert_eq!(explained.len(), 2, "every node is explained: {explained:?}");
@@ -1834,7 +1843,7 @@ mod stage_tests {
                 .expect("profile")
                 .message
                 .as_deref(),
-            Some("0/2 nodes are available: node(s) didn't satisfy plugin NodeName.")
+            Some("0/2 nodes are available: node(s) didn't satisfy plugin NodeName. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
         );
         let mut absent = scheduler(
             2,
@@ -1847,7 +1856,7 @@ mod stage_tests {
                 .expect("profile")
                 .message
                 .as_deref(),
-            Some("0/2 nodes are available: 2 node(s) didn't satisfy plugin(s) [NodeName]."),
+            Some("0/2 nodes are available: 2 node(s) didn't satisfy plugin(s) [NodeName]. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."),
             "a node set naming no node in the cache leaves every node out, counted"
         );
     }
@@ -1897,7 +1906,7 @@ mod stage_tests {
         assert!(!outcome.error);
         assert_eq!(
             outcome.message.as_deref(),
-            Some("0/3 nodes are available: pod has unbound claims.")
+            Some("0/3 nodes are available: pod has unbound claims. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.")
         );
         assert_eq!(outcome.nodes.len(), 3);
         assert!(outcome

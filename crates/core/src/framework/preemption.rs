@@ -17,7 +17,8 @@ use crate::cache::{Cache, DetachedPod, DisruptionBudget};
 /// A profile's preemption settings (kube-scheduler's `DefaultPreemptionArgs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PreemptionSettings {
-    /// Off: a pod that fits nowhere waits, as with DefaultPreemption disabled.
+    /// On by default, as DefaultPreemption is in kube-scheduler's default profile. Off: a pod
+    /// that fits nowhere waits, as with DefaultPreemption disabled.
     pub enabled: bool,
     /// `minCandidateNodesPercentage`: candidates to find, as a share of the nodes where
     /// preemption could help.
@@ -29,7 +30,7 @@ pub struct PreemptionSettings {
 impl Default for PreemptionSettings {
     fn default() -> Self {
         PreemptionSettings {
-            enabled: false,
+            enabled: true,
             min_candidate_nodes_percentage: 10,
             min_candidate_nodes_absolute: 100,
         }
@@ -74,6 +75,32 @@ pub const NO_VICTIMS: &str = "No preemption victims found for incoming pod";
 /// The reason of every node preemption did not look at.
 pub const NOT_HELPFUL: &str = "Preemption is not helpful for scheduling";
 
+/// Why preemption made no room, for the text after the FitError.
+pub(super) struct NotPreempted {
+    /// What follows `preemption: `.
+    pub text: String,
+    /// The search ran and found no node: the pod's nomination is cleared, as kube-scheduler's
+    /// PostFilter result with an empty nominated node does. Ineligibility and plugin errors
+    /// leave it as it was.
+    pub search_failed: bool,
+}
+
+impl NotPreempted {
+    fn ineligible(text: &str) -> NotPreempted {
+        NotPreempted {
+            text: text.to_string(),
+            search_failed: false,
+        }
+    }
+
+    fn nothing_found(text: String) -> NotPreempted {
+        NotPreempted {
+            text,
+            search_failed: true,
+        }
+    }
+}
+
 /// One candidate node and its victims, before the choice.
 struct Candidate {
     node: u32,
@@ -81,6 +108,19 @@ struct Candidate {
     /// Per victim: `status.startTime` (ms), `now` when unknown.
     start_times: Vec<i64>,
     pdb_violations: usize,
+}
+
+impl Candidate {
+    fn to_preemption(&self, cache: &Cache) -> Preemption {
+        Preemption {
+            node: cache
+                .node(self.node)
+                .map(|n| n.info.name.clone())
+                .unwrap_or_default(),
+            victims: self.victims.clone(),
+            pdb_violations: self.pdb_violations,
+        }
+    }
 }
 
 /// A pod that could be evicted, with what orders it.
@@ -96,15 +136,20 @@ struct Potential {
 impl Profile {
     /// DefaultPreemption for a pod the last cycle placed nowhere (its statuses are in
     /// `self.diagnosis`): the nomination, or the text kube-scheduler appends to the FitError
-    /// (`preemption: ...`). The cache is as before when it returns.
+    /// (`preemption: ...`). The cache is as before when it returns. `examined`, when given,
+    /// receives every candidate node the search found with its victims, in search order (what
+    /// `--explain` shows).
     pub(super) fn preempt(
         &mut self,
         cache: &mut Cache,
         pod: &sdk::Pod,
-    ) -> Result<Preemption, String> {
+        mut examined: Option<&mut Vec<Preemption>>,
+    ) -> Result<Preemption, NotPreempted> {
         let potential_nodes = &std::mem::take(&mut self.diagnosis).potential;
         if pod.never_preempts {
-            return Err("not eligible due to preemptionPolicy=Never.".into());
+            return Err(NotPreempted::ineligible(
+                "not eligible due to preemptionPolicy=Never.",
+            ));
         }
         if let Some(nominated) = cache.node_id(&pod.nominated_node_name) {
             // A nominated node that nothing could fix does not hold the pod back.
@@ -113,12 +158,14 @@ impl Profile {
                     p.standing.priority < pod.priority && p.standing.terminating_by_preemption
                 });
             if terminating {
-                return Err("not eligible due to a terminating pod on the nominated node.".into());
+                return Err(NotPreempted::ineligible(
+                    "not eligible due to a terminating pod on the nominated node.",
+                ));
             }
         }
         let all_nodes = cache.node_count();
         if potential_nodes.is_empty() {
-            return Err(not_found(all_nodes, &[]));
+            return Err(NotPreempted::nothing_found(not_found(all_nodes, &[], 0)));
         }
         let budgets: Vec<DisruptionBudget> = cache.budgets().cloned().collect();
         let now = now_millis();
@@ -126,10 +173,21 @@ impl Profile {
         let offset = self.rng.below(potential_nodes.len() as u64) as usize;
         let (mut sparing, mut violating): (Vec<Candidate>, Vec<Candidate>) = (vec![], vec![]);
         let mut failures: Vec<sdk::Failure> = Vec::new();
+        // Nodes with nothing to evict, the usual case where every pod has one priority: counted
+        // rather than collected, so a pod that fits nowhere costs little more than its cycle.
+        let mut without_victims = 0usize;
         let mut errors: Vec<String> = Vec::new();
         for i in 0..potential_nodes.len() {
             let node = potential_nodes[(offset + i) % potential_nodes.len()];
-            match self.select_victims(cache, pod, node, &budgets, now) {
+            if !cache.has_pod_below(node, pod.priority) {
+                without_victims += 1;
+                continue;
+            }
+            let found = self.select_victims(cache, pod, node, &budgets, now);
+            if let (Some(examined), Ok(candidate)) = (examined.as_deref_mut(), &found) {
+                examined.push(candidate.to_preemption(cache));
+            }
+            match found {
                 Ok(candidate) if candidate.pdb_violations == 0 => sparing.push(candidate),
                 Ok(candidate) => violating.push(candidate),
                 Err(Ok(failure)) => failures.push(failure),
@@ -144,18 +202,15 @@ impl Profile {
         sparing.append(&mut violating);
         let Some(best) = pick_one(sparing) else {
             if let Some(error) = errors.into_iter().next() {
-                return Err(error);
+                return Err(NotPreempted::ineligible(&error));
             }
-            return Err(not_found(all_nodes, &failures));
+            return Err(NotPreempted::nothing_found(not_found(
+                all_nodes,
+                &failures,
+                without_victims,
+            )));
         };
-        Ok(Preemption {
-            node: cache
-                .node(best.node)
-                .map(|n| n.info.name.clone())
-                .unwrap_or_default(),
-            victims: best.victims,
-            pdb_violations: best.pdb_violations,
-        })
+        Ok(best.to_preemption(cache))
     }
 
     /// kube-scheduler's `SelectVictimsOnNode`: every lower-priority pod is taken off the node;
@@ -325,13 +380,15 @@ fn earliest_top_start(candidate: &Candidate) -> i64 {
         .unwrap_or(i64::MIN)
 }
 
-/// `0/N nodes are available: ...` over the nodes preemption looked at, every other node counted
-/// as not helped by preemption.
-fn not_found(all_nodes: usize, failures: &[sdk::Failure]) -> String {
-    let looked_at = failures.len();
+/// `0/N nodes are available: ...` over the nodes preemption looked at (`failures`, and
+/// `without_victims` nodes with no pod to evict), every other node counted as not helped by
+/// preemption.
+fn not_found(all_nodes: usize, failures: &[sdk::Failure], without_victims: usize) -> String {
+    let looked_at = failures.len() + without_victims;
     let reasons = failures
         .iter()
         .flat_map(|f| f.reasons.iter().map(|r| r.as_ref()))
+        .chain(std::iter::repeat_n(NO_VICTIMS, without_victims))
         .chain(std::iter::repeat_n(
             NOT_HELPFUL,
             all_nodes - looked_at.min(all_nodes),

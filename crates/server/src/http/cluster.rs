@@ -182,6 +182,8 @@ async fn explain_pod(
         "message": outcome.message,
         "error": outcome.error,
         "nodes": outcome.nodes,
+        "preemption": outcome.preemption,
+        "preemptionCandidates": outcome.preemption_candidates,
     }))
     .into_response())
 }

@@ -80,6 +80,7 @@ async fn metrics(State(server): State<Shared>) -> Response {
         ("wasched_events_dropped_total{reason=\"invalid\"}", service.events_invalid.load(Ordering::Relaxed), ""),
         ("wasched_events_applied_total", service.events_applied.load(Ordering::Relaxed), "Events applied to the scheduler's cache and queue."),
         ("wasched_assumed_expired_total", service.assumed_expired.load(Ordering::Relaxed), "Placements undone because their binding was not confirmed in time."),
+        ("wasched_preemptions_total", service.preemptions.load(Ordering::Relaxed), "Preemptions carried out: a pod nominated to a node and its victims there evicted."),
     ];
     for (series, value, help) in counters {
         let name = series.split('{').next().unwrap_or(series);
