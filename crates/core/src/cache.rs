@@ -19,6 +19,26 @@ pub struct NodeEntry {
     zone: String,
     /// Keys (`namespace/name`) of the pods on the node.
     pods: Vec<String>,
+    /// How many of its pods have each priority: preemption asks for the lowest on every node
+    /// a failed cycle leaves, which looking each pod up would make cost more than the cycle.
+    priorities: BTreeMap<i32, u32>,
+}
+
+impl NodeEntry {
+    fn hold(&mut self, key: String, priority: i32) {
+        self.pods.push(key);
+        *self.priorities.entry(priority).or_default() += 1;
+    }
+
+    fn release(&mut self, key: &str, priority: i32) {
+        self.pods.retain(|k| k != key);
+        if let Some(count) = self.priorities.get_mut(&priority) {
+            *count -= 1;
+            if *count == 0 {
+                self.priorities.remove(&priority);
+            }
+        }
+    }
 }
 
 impl NodeEntry {
@@ -277,12 +297,13 @@ impl Cache {
             info,
             zone,
             pods: Vec::new(),
+            priorities: BTreeMap::new(),
         };
         for key in self.orphans.remove(&name).unwrap_or_default() {
             if let Some(pod) = self.pods.get(&key) {
                 add_usage(&mut entry.info.usage, pod);
                 self.log.push(Change::Pod(pod.id));
-                entry.pods.push(key);
+                entry.hold(key, pod.standing.priority);
             }
         }
         self.tree.add(id, &entry.zone);
@@ -325,7 +346,18 @@ impl Cache {
         if let Some(placed) = self.pods.get_mut(&key).filter(|p| p.node == node) {
             placed.assumed = false;
             if !placed.standing.is_of(pod) {
-                placed.standing = Standing::of(pod);
+                let standing = Standing::of(pod);
+                if standing.priority != placed.standing.priority {
+                    if let Some(entry) = self
+                        .by_name
+                        .get(node)
+                        .and_then(|&id| self.nodes[id as usize].as_mut())
+                    {
+                        entry.release(&key, placed.standing.priority);
+                        entry.hold(key.clone(), standing.priority);
+                    }
+                }
+                placed.standing = standing;
             }
             // Labels and terminating state change on a running pod; pod-aware plugins count them.
             // Compared first: every binding the watch confirms comes through here, nearly always
@@ -390,7 +422,7 @@ impl Cache {
                     .as_mut()
                     .expect("indexed node exists");
                 add_usage(&mut entry.info.usage, &placed);
-                entry.pods.push(key.clone());
+                entry.hold(key.clone(), placed.standing.priority);
                 self.log.push(Change::Usage(id));
                 self.log.push(Change::Pod(placed.id));
             }
@@ -445,11 +477,10 @@ impl Cache {
     /// evict), without collecting the node's pods.
     pub fn has_pod_below(&self, id: u32, priority: i32) -> bool {
         self.node(id).is_some_and(|entry| {
-            entry.pods.iter().any(|key| {
-                self.pods
-                    .get(key)
-                    .is_some_and(|placed| placed.standing.priority < priority)
-            })
+            entry
+                .priorities
+                .first_key_value()
+                .is_some_and(|(&lowest, _)| lowest < priority)
         })
     }
 
@@ -521,7 +552,7 @@ impl Cache {
                 usage.requested.subtract(&placed.requests);
                 usage.non_zero_requested.subtract(&placed.non_zero_requests);
                 usage.pod_count = usage.pod_count.saturating_sub(1);
-                entry.pods.retain(|k| k != key);
+                entry.release(key, placed.standing.priority);
                 self.log.push(Change::Usage(id));
                 self.log.push(Change::Pod(placed.id));
             }
@@ -839,6 +870,42 @@ mod tests {
             2,
             "each pod's final state is sent: {delta:?}"
         );
+    }
+
+    #[test]
+    fn a_node_knows_its_lowest_priority_through_moves_removals_and_a_priority_change() {
+        let mut cache = Cache::default();
+        let n1 = cache.upsert_node(node("n1", "a"));
+        let n2 = cache.upsert_node(node("n2", "a"));
+        let with_priority = |name: &str, priority: i32| sdk::Pod {
+            priority,
+            ..pod(name, 100)
+        };
+        assert!(!cache.has_pod_below(n1, i32::MAX), "an empty node");
+        cache.add_pod(&with_priority("batch", 0), "n1");
+        cache.add_pod(&with_priority("web", 10), "n1");
+        assert!(cache.has_pod_below(n1, 1));
+        assert!(!cache.has_pod_below(n1, 0));
+        cache.add_pod(&with_priority("batch", 0), "n2");
+        assert!(!cache.has_pod_below(n1, 10), "batch moved to n2");
+        assert!(cache.has_pod_below(n1, 11));
+        assert!(cache.has_pod_below(n2, 1));
+        cache.add_pod(&with_priority("batch", 20), "n2");
+        assert!(
+            !cache.has_pod_below(n2, 20),
+            "its priority changed in place"
+        );
+        let detached = cache.detach_pod("default/web").expect("placed");
+        assert!(!cache.has_pod_below(n1, i32::MAX), "detached");
+        cache.reattach_pod(detached);
+        assert!(cache.has_pod_below(n1, 11), "back");
+        assert!(cache.remove_pod("default/web"));
+        assert!(!cache.has_pod_below(n1, i32::MAX));
+        // A node that leaves and comes back finds its pods' priorities again.
+        cache.remove_node("n2");
+        let n2 = cache.upsert_node(node("n2", "a"));
+        assert!(cache.has_pod_below(n2, 21));
+        assert!(!cache.has_pod_below(n2, 20));
     }
 
     #[test]

@@ -167,6 +167,18 @@ impl Profile {
         if potential_nodes.is_empty() {
             return Err(NotPreempted::nothing_found(not_found(all_nodes, &[], 0)));
         }
+        if !potential_nodes
+            .iter()
+            .any(|&node| cache.has_pod_below(node, pod.priority))
+        {
+            // Nothing to evict anywhere: said without drawing the search's random start, so
+            // tie-breaking in later cycles goes on as if preemption had not run.
+            return Err(NotPreempted::nothing_found(not_found(
+                all_nodes,
+                &[],
+                potential_nodes.len(),
+            )));
+        }
         let budgets: Vec<DisruptionBudget> = cache.budgets().cloned().collect();
         let now = now_millis();
         let to_find = self.preemption.candidates_to_find(potential_nodes.len());
@@ -385,15 +397,14 @@ fn earliest_top_start(candidate: &Candidate) -> i64 {
 /// preemption.
 fn not_found(all_nodes: usize, failures: &[sdk::Failure], without_victims: usize) -> String {
     let looked_at = failures.len() + without_victims;
-    let reasons = failures
+    let counted = failures
         .iter()
-        .flat_map(|f| f.reasons.iter().map(|r| r.as_ref()))
-        .chain(std::iter::repeat_n(NO_VICTIMS, without_victims))
-        .chain(std::iter::repeat_n(
-            NOT_HELPFUL,
-            all_nodes - looked_at.min(all_nodes),
-        ));
-    reasons::nodes_unavailable(all_nodes, reasons)
+        .flat_map(|f| f.reasons.iter().map(|r| (r.as_ref(), 1)))
+        .chain([
+            (NO_VICTIMS, without_victims),
+            (NOT_HELPFUL, all_nodes - looked_at.min(all_nodes)),
+        ]);
+    reasons::nodes_unavailable_counted(all_nodes, counted)
 }
 
 fn now_millis() -> i64 {

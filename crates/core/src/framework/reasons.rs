@@ -76,9 +76,19 @@ pub fn nodes_unavailable<'a>(
     all_nodes: usize,
     reasons: impl IntoIterator<Item = &'a str>,
 ) -> String {
+    nodes_unavailable_counted(all_nodes, reasons.into_iter().map(|reason| (reason, 1)))
+}
+
+/// [`nodes_unavailable`] from reasons already counted (a reason may come more than once).
+pub fn nodes_unavailable_counted<'a>(
+    all_nodes: usize,
+    counted: impl IntoIterator<Item = (&'a str, usize)>,
+) -> String {
     let mut histogram: BTreeMap<&str, usize> = BTreeMap::new();
-    for reason in reasons {
-        *histogram.entry(reason).or_default() += 1;
+    for (reason, count) in counted {
+        if count > 0 {
+            *histogram.entry(reason).or_default() += count;
+        }
     }
     let mut entries: Vec<String> = histogram
         .into_iter()
