@@ -950,25 +950,14 @@ fn a_critical_pod_evicts_a_batch_pod_in_one_transaction_and_takes_its_node() {
     let config_arg = config_file.to_str().unwrap().to_string();
     let server = Server::start(&dir, &["--config", &config_arg]);
     let admin = server.admin();
-    let pod = |name: &str, priority: i32, cpu: &str| {
-        json!({
-            "kind": "Pod",
-            "metadata": { "name": name, "namespace": "default" },
-            "spec": { "priority": priority, "containers": [{ "name": "c", "resources": { "requests": { "cpu": cpu } } }] }
-        })
-    };
-    let node = json!({
-        "kind": "Node",
-        "metadata": { "name": "only" },
-        "status": { "allocatable": { "cpu": "2", "memory": "4Gi", "pods": "110" } }
-    });
-    let list = json!({ "kind": "List", "items": [node, pod("batch", 0, "1500m")] });
+    let node = two_cpu_node("only");
+    let list = json!({ "kind": "List", "items": [node, prioritized_pod("batch", 0, "1500m")] });
     ok(send(&admin, "POST", "/v1/objects", list));
     wait_until("batch is bound", Duration::from_secs(30), || {
         node_of(&stored_pod(&admin, "batch")).is_some()
     });
     let (events, stop) = watch(&server.url, "0");
-    let list = json!({ "kind": "List", "items": [pod("critical", 1000, "1")] });
+    let list = json!({ "kind": "List", "items": [prioritized_pod("critical", 1000, "1")] });
     ok(send(&admin, "POST", "/v1/objects", list));
     wait_until("critical is bound", Duration::from_secs(30), || {
         node_of(&stored_pod(&admin, "critical")).as_deref() == Some("only")
@@ -1003,26 +992,13 @@ fn kill_9_during_preemptions_leaves_each_one_whole_or_not_begun() {
     const NODES: usize = 200;
     const CRITICAL: usize = 150;
     let dir = temp_dir("preempt-kill9");
-    let pod = |name: &str, priority: i32, cpu: &str| {
-        json!({
-            "kind": "Pod",
-            "metadata": { "name": name, "namespace": "default" },
-            "spec": { "priority": priority, "containers": [{ "name": "c", "resources": { "requests": { "cpu": cpu } } }] }
-        })
-    };
     let server = Server::start(&dir, &[]);
     let admin = server.admin();
     // Every node holds two 1-cpu batch pods; a 1500m critical pod needs both gone.
     let mut items: Vec<Value> = (0..NODES)
-        .map(|i| {
-            json!({
-                "kind": "Node",
-                "metadata": { "name": format!("node-{i:02}") },
-                "status": { "allocatable": { "cpu": "2", "memory": "8Gi", "pods": "110" } }
-            })
-        })
+        .map(|i| two_cpu_node(&format!("node-{i:02}")))
         .collect();
-    items.extend((0..2 * NODES).map(|i| pod(&format!("batch-{i:02}"), 0, "1")));
+    items.extend((0..2 * NODES).map(|i| prioritized_pod(&format!("batch-{i:02}"), 0, "1")));
     ok(send(
         &admin,
         "POST",
@@ -1033,7 +1009,7 @@ fn kill_9_during_preemptions_leaves_each_one_whole_or_not_begun() {
         pods(&admin, "default").iter().all(|p| node_of(p).is_some())
     });
     let critical: Vec<Value> = (0..CRITICAL)
-        .map(|i| pod(&format!("critical-{i:02}"), 1000, "1500m"))
+        .map(|i| prioritized_pod(&format!("critical-{i:02}"), 1000, "1500m"))
         .collect();
     ok(send(
         &admin,
@@ -1129,24 +1105,13 @@ fn a_nomination_preemption_can_no_longer_honour_is_cleared_and_frees_the_node() 
     let dir = temp_dir("nomination-cleared");
     let server = Server::start(&dir, &[]);
     let admin = server.admin();
-    let pod = |name: &str, priority: i32, cpu: &str| {
-        json!({
-            "kind": "Pod",
-            "metadata": { "name": name, "namespace": "default" },
-            "spec": { "priority": priority, "containers": [{ "name": "c", "resources": { "requests": { "cpu": cpu } } }] }
-        })
-    };
-    let node = json!({
-        "kind": "Node",
-        "metadata": { "name": "only" },
-        "status": { "allocatable": { "cpu": "2", "memory": "4Gi", "pods": "110" } }
-    });
+    let node = two_cpu_node("only");
     // A pod nominated to the node earlier, whose room was since taken by a pod of its own
     // priority: nothing may be evicted for it any more.
-    let mut stale = pod("stale", 100, "1500m");
+    let mut stale = prioritized_pod("stale", 100, "1500m");
     stale["status"] = json!({ "nominatedNodeName": "only" });
     let taken = {
-        let mut p = pod("taken", 100, "1");
+        let mut p = prioritized_pod("taken", 100, "1");
         p["spec"]["nodeName"] = json!("only");
         p
     };
@@ -1176,11 +1141,29 @@ fn a_nomination_preemption_can_no_longer_honour_is_cleared_and_frees_the_node() 
         "the nomination is cleared: {stale}"
     );
     // A lower-priority pod that fits beside "taken" is no longer kept off by the nomination.
-    let list = json!({ "kind": "List", "items": [pod("small", 0, "500m")] });
+    let list = json!({ "kind": "List", "items": [prioritized_pod("small", 0, "500m")] });
     ok(send(&admin, "POST", "/v1/objects", list));
     wait_until("small is bound", Duration::from_secs(30), || {
         node_of(&stored_pod(&admin, "small")).as_deref() == Some("only")
     });
+}
+
+/// A pending pod of `default` with a priority and a cpu request.
+fn prioritized_pod(name: &str, priority: i32, cpu: &str) -> Value {
+    json!({
+        "kind": "Pod",
+        "metadata": { "name": name, "namespace": "default" },
+        "spec": { "priority": priority, "containers": [{ "name": "c", "resources": { "requests": { "cpu": cpu } } }] }
+    })
+}
+
+/// A node with 2 cpus (and room for 110 pods).
+fn two_cpu_node(name: &str) -> Value {
+    json!({
+        "kind": "Node",
+        "metadata": { "name": name },
+        "status": { "allocatable": { "cpu": "2", "memory": "4Gi", "pods": "110" } }
+    })
 }
 
 /// The pod `default/{name}` as the server stores it.
