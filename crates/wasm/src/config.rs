@@ -125,8 +125,8 @@ struct RawProfile {
 #[derive(Deserialize, Clone, Copy)]
 #[serde(deny_unknown_fields)]
 struct RawPreemption {
-    #[serde(default)]
-    enabled: bool,
+    /// Absent: the default (on), so a table that only tunes the candidate counts keeps it on.
+    enabled: Option<bool>,
     min_candidate_nodes_percentage: Option<u32>,
     min_candidate_nodes_absolute: Option<u32>,
 }
@@ -135,7 +135,7 @@ impl RawPreemption {
     fn settings(&self) -> PreemptionSettings {
         let defaults = PreemptionSettings::default();
         PreemptionSettings {
-            enabled: self.enabled,
+            enabled: self.enabled.unwrap_or(defaults.enabled),
             min_candidate_nodes_percentage: self
                 .min_candidate_nodes_percentage
                 .unwrap_or(defaults.min_candidate_nodes_percentage),
@@ -869,6 +869,20 @@ mod tests {
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::parse("test.toml", Path::new("."), text.to_string())
+    }
+
+    #[test]
+    fn a_preemption_table_without_enabled_keeps_the_default_on() {
+        let settings = |text: &str| {
+            toml::from_str::<RawPreemption>(text)
+                .expect("a preemption table")
+                .settings()
+        };
+        let tuned = settings("min_candidate_nodes_absolute = 5");
+        assert!(tuned.enabled);
+        assert_eq!(tuned.min_candidate_nodes_absolute, 5);
+        assert_eq!(tuned.min_candidate_nodes_percentage, 10);
+        assert!(!settings("enabled = false").enabled);
     }
 
     #[test]
