@@ -86,7 +86,7 @@ pub(super) struct NotPreempted {
 }
 
 impl NotPreempted {
-    fn ineligible(text: &str) -> NotPreempted {
+    fn keeping_nomination(text: &str) -> NotPreempted {
         NotPreempted {
             text: text.to_string(),
             search_failed: false,
@@ -147,7 +147,7 @@ impl Profile {
     ) -> Result<Preemption, NotPreempted> {
         let potential_nodes = &std::mem::take(&mut self.diagnosis).potential;
         if pod.never_preempts {
-            return Err(NotPreempted::ineligible(
+            return Err(NotPreempted::keeping_nomination(
                 "not eligible due to preemptionPolicy=Never.",
             ));
         }
@@ -158,7 +158,7 @@ impl Profile {
                     p.standing.priority < pod.priority && p.standing.terminating_by_preemption
                 });
             if terminating {
-                return Err(NotPreempted::ineligible(
+                return Err(NotPreempted::keeping_nomination(
                     "not eligible due to a terminating pod on the nominated node.",
                 ));
             }
@@ -214,7 +214,7 @@ impl Profile {
         sparing.append(&mut violating);
         let Some(best) = pick_one(sparing) else {
             if let Some(error) = errors.into_iter().next() {
-                return Err(NotPreempted::ineligible(&error));
+                return Err(NotPreempted::keeping_nomination(&error));
             }
             return Err(NotPreempted::nothing_found(not_found(
                 all_nodes,
