@@ -177,22 +177,56 @@ impl From<wit::NodeAffinity> for sdk::NodeAffinity {
     }
 }
 
+impl From<wit::VolumeInfo> for sdk::VolumeInfo {
+    fn from(pv: wit::VolumeInfo) -> Self {
+        sdk::VolumeInfo {
+            name: pv.name,
+            labels: labels(pv.labels),
+            capacity: pv.capacity,
+            access_modes: pv.access_modes,
+            volume_mode: pv.volume_mode,
+            volume_attributes_class_name: pv.volume_attributes_class_name,
+            phase: pv.phase,
+            deleting: pv.deleting,
+            claim_ref: pv.claim_ref.map(|r| sdk::ClaimRef {
+                namespace: r.namespace,
+                name: r.name,
+                uid: r.uid,
+            }),
+            node_affinity: pv
+                .node_affinity
+                .map(|terms| terms.into_iter().map(Into::into).collect()),
+        }
+    }
+}
+
 impl From<wit::VolumeClaim> for sdk::VolumeClaim {
     fn from(v: wit::VolumeClaim) -> Self {
         sdk::VolumeClaim {
             volume: v.volume,
             claim_name: v.claim_name,
+            ephemeral: v.ephemeral,
             claim: v.claim.map(|c| sdk::ClaimInfo {
                 volume_name: c.volume_name,
                 storage_class_name: c.storage_class_name,
                 storage_class: c.storage_class.map(|s| sdk::StorageClassInfo {
                     name: s.name,
                     volume_binding_mode: s.volume_binding_mode,
+                    provisioner: s.provisioner,
+                    allowed_topologies: s.allowed_topologies.into_iter().map(Into::into).collect(),
                 }),
-                volume: c.volume.map(|pv| sdk::VolumeInfo {
-                    name: pv.name,
-                    labels: labels(pv.labels),
-                }),
+                volume: c.volume.map(Into::into),
+                uid: c.uid,
+                phase: c.phase,
+                deleting: c.deleting,
+                bind_completed: c.bind_completed,
+                selected_node: c.selected_node,
+                requested_storage: c.requested_storage,
+                access_modes: c.access_modes,
+                volume_mode: c.volume_mode,
+                volume_attributes_class_name: c.volume_attributes_class_name,
+                selector: c.selector.map(Into::into),
+                class_volumes: c.class_volumes.into_iter().map(Into::into).collect(),
             }),
         }
     }

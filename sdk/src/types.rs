@@ -297,15 +297,47 @@ pub struct StorageClassInfo {
     pub name: String,
     /// `Immediate` or `WaitForFirstConsumer`; `None` means `Immediate`.
     pub volume_binding_mode: Option<String>,
+    /// `provisioner`; empty when unset.
+    pub provisioner: String,
+    /// `allowedTopologies`, each `matchLabelExpressions` entry as an `In` requirement; empty
+    /// allows every node.
+    pub allowed_topologies: Vec<NodeSelectorTerm>,
 }
 
-/// A PersistentVolume a claim is bound to.
+/// The claim a PersistentVolume is reserved for or bound to (`spec.claimRef`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ClaimRef {
+    /// The claim's namespace.
+    pub namespace: String,
+    /// The claim's name.
+    pub name: String,
+    /// Empty when the reference names no uid.
+    pub uid: String,
+}
+
+/// A PersistentVolume: the one a claim is bound to, or one it could bind to.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct VolumeInfo {
     /// The volume name.
     pub name: String,
     /// Its labels (the zone and region labels VolumeZone reads).
     pub labels: Labels,
+    /// `spec.capacity.storage` in bytes (0 when unset).
+    pub capacity: i64,
+    /// `spec.accessModes`.
+    pub access_modes: Vec<String>,
+    /// `spec.volumeMode`; `Filesystem` when unset.
+    pub volume_mode: String,
+    /// `spec.volumeAttributesClassName`.
+    pub volume_attributes_class_name: Option<String>,
+    /// `status.phase`; empty when unset.
+    pub phase: String,
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+    /// `spec.claimRef`.
+    pub claim_ref: Option<ClaimRef>,
+    /// `spec.nodeAffinity.required.nodeSelectorTerms`; `None` when every node can use it.
+    pub node_affinity: Option<Vec<NodeSelectorTerm>>,
 }
 
 /// A PersistentVolumeClaim with the objects it refers to.
@@ -319,6 +351,48 @@ pub struct ClaimInfo {
     pub storage_class: Option<StorageClassInfo>,
     /// The bound volume, when the claim is bound and the volume exists.
     pub volume: Option<VolumeInfo>,
+    /// `metadata.uid`.
+    pub uid: String,
+    /// `status.phase`; empty when unset.
+    pub phase: String,
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+    /// The annotation `pv.kubernetes.io/bind-completed` is set.
+    pub bind_completed: bool,
+    /// The annotation `volume.kubernetes.io/selected-node`.
+    pub selected_node: Option<String>,
+    /// `spec.resources.requests.storage` in bytes (0 when unset).
+    pub requested_storage: i64,
+    /// `spec.accessModes`.
+    pub access_modes: Vec<String>,
+    /// `spec.volumeMode`; `Filesystem` when unset.
+    pub volume_mode: String,
+    /// `spec.volumeAttributesClassName`.
+    pub volume_attributes_class_name: Option<String>,
+    /// `spec.selector`; `None` matches every volume.
+    pub selector: Option<LabelSelector>,
+    /// For a claim waiting for its first consumer (no volume name, a `WaitForFirstConsumer`
+    /// class, no selected node): the volumes of its class not reserved for another claim, by
+    /// name. Empty otherwise.
+    pub class_volumes: Vec<VolumeInfo>,
+}
+
+impl ClaimInfo {
+    /// Bound to a volume, and the binding completed (`volumeName` and `bind-completed`).
+    pub fn is_fully_bound(&self) -> bool {
+        !self.volume_name.is_empty() && self.bind_completed
+    }
+
+    /// Not fully bound, and left to the scheduler: no volume named yet and a class that waits for
+    /// the first consumer.
+    pub fn waits_for_first_consumer(&self) -> bool {
+        !self.is_fully_bound()
+            && self.volume_name.is_empty()
+            && self
+                .storage_class
+                .as_ref()
+                .is_some_and(|c| c.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"))
+    }
 }
 
 /// A pod volume backed by a claim.
@@ -326,8 +400,11 @@ pub struct ClaimInfo {
 pub struct VolumeClaim {
     /// The pod volume's name.
     pub volume: String,
-    /// The claim it names, in the pod's namespace.
+    /// The claim it names, in the pod's namespace (for a generic ephemeral volume, the claim
+    /// made for it: `<pod name>-<volume name>`).
     pub claim_name: String,
+    /// A generic ephemeral volume.
+    pub ephemeral: bool,
     /// `None` when the claim does not exist in the pod's namespace.
     pub claim: Option<ClaimInfo>,
 }

@@ -2,11 +2,12 @@
 //! objects volume plugins look up, and a change log that keeps every plugin instance's node mirror
 //! current without re-sending nodes that did not change.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::storage::v1::StorageClass;
 use wasched_sdk as sdk;
+pub use wasched_volume_binding::PodVolumes;
 
 use crate::nodetree::{zone_key, NodeTree};
 use crate::spread::SpreadSelectors;
@@ -177,6 +178,27 @@ struct NamespaceSlot {
     labels: Option<sdk::Labels>,
 }
 
+/// A volume with the storage class it is listed under.
+#[derive(Debug)]
+struct StoredVolume {
+    info: sdk::VolumeInfo,
+    class: String,
+}
+
+/// What reservations assumed of volumes and claims, and which pod holds which.
+#[derive(Debug, Default)]
+struct VolumeReservations {
+    volumes: HashMap<String, sdk::VolumeInfo>,
+    claims: HashMap<(String, String), sdk::ClaimInfo>,
+    by_pod: HashMap<String, Reservation>,
+}
+
+#[derive(Debug, Default)]
+struct Reservation {
+    volumes: Vec<String>,
+    claims: Vec<(String, String)>,
+}
+
 /// The cluster as the scheduler knows it.
 #[derive(Debug, Default)]
 pub struct Cache {
@@ -194,9 +216,14 @@ pub struct Cache {
     namespace_ids: HashMap<String, u32>,
     /// Pods placed on nodes the cache does not have (yet), by node name.
     orphans: BTreeMap<String, Vec<String>>,
-    claims: HashMap<(String, String), core::PersistentVolumeClaim>,
-    volumes: HashMap<String, core::PersistentVolume>,
-    classes: HashMap<String, StorageClass>,
+    claims: HashMap<(String, String), sdk::ClaimInfo>,
+    volumes: HashMap<String, StoredVolume>,
+    /// Volume names by storage class, for the volumes a waiting claim could bind to.
+    volumes_by_class: HashMap<String, BTreeSet<String>>,
+    classes: HashMap<String, sdk::StorageClassInfo>,
+    /// Volume bindings reserved for pods whose cycle chose a node, until the binding is seen
+    /// (the volume or claim comes back changed) or given up ([`Cache::unreserve_volumes`]).
+    reserved: VolumeReservations,
     /// Services and controllers, for pods' default spread selectors.
     spread: SpreadSelectors,
     log: Vec<Change>,
@@ -644,6 +671,8 @@ impl Cache {
             .filter_map(|slot| slot.labels.as_ref().map(|l| (slot.name.as_str(), l)))
     }
 
+    /// Adds or replaces a claim. A newer claim from the cluster replaces what a reservation
+    /// assumed of it, as kube-scheduler's assume cache does.
     pub fn upsert_claim(&mut self, claim: core::PersistentVolumeClaim) {
         let key = (
             claim
@@ -653,31 +682,126 @@ impl Cache {
                 .unwrap_or_else(|| "default".into()),
             claim.metadata.name.clone().unwrap_or_default(),
         );
-        self.claims.insert(key, claim);
+        self.reserved.claims.remove(&key);
+        self.claims.insert(key, crate::k8s::claim_info(&claim));
     }
 
+    /// Adds or replaces a volume; a newer volume replaces what a reservation assumed of it.
     pub fn upsert_volume(&mut self, volume: core::PersistentVolume) {
-        self.volumes
-            .insert(volume.metadata.name.clone().unwrap_or_default(), volume);
+        let name = volume.metadata.name.clone().unwrap_or_default();
+        self.remove_volume(&name);
+        let class = crate::k8s::volume_storage_class(&volume);
+        self.volumes_by_class
+            .entry(class.clone())
+            .or_default()
+            .insert(name.clone());
+        self.volumes.insert(
+            name,
+            StoredVolume {
+                info: crate::k8s::volume_info(&volume),
+                class,
+            },
+        );
     }
 
     pub fn upsert_class(&mut self, class: StorageClass) {
-        self.classes
-            .insert(class.metadata.name.clone().unwrap_or_default(), class);
+        self.classes.insert(
+            class.metadata.name.clone().unwrap_or_default(),
+            crate::k8s::storage_class_info(&class),
+        );
     }
 
     pub fn remove_claim(&mut self, namespace: &str, name: &str) -> bool {
-        self.claims
-            .remove(&(namespace.to_string(), name.to_string()))
-            .is_some()
+        let key = (namespace.to_string(), name.to_string());
+        self.reserved.claims.remove(&key);
+        self.claims.remove(&key).is_some()
     }
 
     pub fn remove_volume(&mut self, name: &str) -> bool {
-        self.volumes.remove(name).is_some()
+        self.reserved.volumes.remove(name);
+        let Some(old) = self.volumes.remove(name) else {
+            return false;
+        };
+        if let Some(names) = self.volumes_by_class.get_mut(&old.class) {
+            names.remove(name);
+            if names.is_empty() {
+                self.volumes_by_class.remove(&old.class);
+            }
+        }
+        true
     }
 
     pub fn remove_class(&mut self, name: &str) -> bool {
         self.classes.remove(name).is_some()
+    }
+
+    /// The volume `name` as the scheduler sees it: with what a reservation assumed of it.
+    fn volume(&self, name: &str) -> Option<&sdk::VolumeInfo> {
+        self.reserved
+            .volumes
+            .get(name)
+            .or_else(|| self.volumes.get(name).map(|v| &v.info))
+    }
+
+    /// The claim `namespace/name` as the scheduler sees it: with what a reservation assumed of it.
+    pub fn claim(&self, namespace: &str, name: &str) -> Option<&sdk::ClaimInfo> {
+        let key = (namespace.to_string(), name.to_string());
+        self.reserved
+            .claims
+            .get(&key)
+            .or_else(|| self.claims.get(&key))
+    }
+
+    /// Holds the volumes chosen for `pod` (kube-scheduler's VolumeBinding Reserve): each
+    /// statically matched volume is reserved for its claim (`claimRef`, as the binding will set
+    /// it) and each claim to provision names the node (`volume.kubernetes.io/selected-node`).
+    /// Later cycles see these until the cluster's newer objects arrive or
+    /// [`Cache::unreserve_volumes`] gives them up.
+    pub fn reserve_volumes(&mut self, pod: &sdk::Pod, node: &str, volumes: &PodVolumes) {
+        let mut held = Reservation::default();
+        for (claim_name, volume_name) in &volumes.static_bindings {
+            let claim = self.claim(&pod.namespace, claim_name).cloned();
+            let Some(mut volume) = self.volume(volume_name).cloned() else {
+                continue;
+            };
+            volume.claim_ref = Some(sdk::ClaimRef {
+                namespace: pod.namespace.clone(),
+                name: claim_name.clone(),
+                uid: claim.map(|c| c.uid).unwrap_or_default(),
+            });
+            self.reserved.volumes.insert(volume_name.clone(), volume);
+            held.volumes.push(volume_name.clone());
+        }
+        for claim_name in &volumes.provisions {
+            let Some(mut claim) = self.claim(&pod.namespace, claim_name).cloned() else {
+                continue;
+            };
+            claim.selected_node = Some(node.to_string());
+            let key = (pod.namespace.clone(), claim_name.clone());
+            self.reserved.claims.insert(key.clone(), claim);
+            held.claims.push(key);
+        }
+        self.reserved.by_pod.insert(pod.key(), held);
+    }
+
+    /// Gives up what [`Cache::reserve_volumes`] held for pod `key` (its binding failed or
+    /// expired); what the cluster changed since stays.
+    pub fn unreserve_volumes(&mut self, key: &str) {
+        let Some(held) = self.reserved.by_pod.remove(key) else {
+            return;
+        };
+        for name in held.volumes {
+            self.reserved.volumes.remove(&name);
+        }
+        for key in held.claims {
+            self.reserved.claims.remove(&key);
+        }
+    }
+
+    /// Forgets which pod held reservations that are now the cluster's (its binding was seen):
+    /// the assumed objects stay until the cluster's own versions replace them.
+    pub fn settle_volumes(&mut self, key: &str) {
+        self.reserved.by_pod.remove(key);
     }
 
     /// Keys of every placed pod with its node.
@@ -701,30 +825,51 @@ impl Cache {
         };
     }
 
-    /// Fills in each of the pod's volume claims from the claims, volumes and classes known now.
+    /// Fills in each of the pod's volume claims from the claims, volumes and classes known now,
+    /// with what reservations assumed of them.
     pub fn resolve_claims(&self, pod: &mut sdk::Pod) {
         for volume_claim in &mut pod.volume_claims {
-            let key = (pod.namespace.clone(), volume_claim.claim_name.clone());
-            volume_claim.claim = self.claims.get(&key).map(|claim| {
-                let volume_name = claim
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.volume_name.clone())
-                    .unwrap_or_default();
-                let storage_class_name = crate::k8s::claim_storage_class(claim);
-                sdk::ClaimInfo {
-                    storage_class: self.classes.get(&storage_class_name).map(|c| {
-                        sdk::StorageClassInfo {
-                            name: storage_class_name.clone(),
-                            volume_binding_mode: c.volume_binding_mode.clone(),
+            volume_claim.claim =
+                self.claim(&pod.namespace, &volume_claim.claim_name)
+                    .map(|claim| {
+                        let mut claim = claim.clone();
+                        claim.storage_class = self.classes.get(&claim.storage_class_name).cloned();
+                        claim.volume = self.volume(&claim.volume_name).cloned();
+                        if claim.waits_for_first_consumer() && claim.selected_node.is_none() {
+                            claim.class_volumes = self.class_volumes(
+                                &claim.storage_class_name,
+                                &pod.namespace,
+                                &volume_claim.claim_name,
+                                &claim.uid,
+                            );
                         }
-                    }),
-                    volume: self.volumes.get(&volume_name).map(crate::k8s::volume_info),
-                    volume_name,
-                    storage_class_name,
-                }
-            });
+                        claim
+                    });
         }
+    }
+
+    /// The volumes of `class` that are free or reserved for the claim `namespace/name` (uid
+    /// `uid`): the others can never be matched to it.
+    fn class_volumes(
+        &self,
+        class: &str,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> Vec<sdk::VolumeInfo> {
+        let Some(names) = self.volumes_by_class.get(class) else {
+            return Vec::new();
+        };
+        names
+            .iter()
+            .filter_map(|n| self.volume(n))
+            .filter(|v| {
+                v.claim_ref.as_ref().is_none_or(|r| {
+                    r.namespace == namespace && r.name == name && (r.uid.is_empty() || r.uid == uid)
+                })
+            })
+            .cloned()
+            .collect()
     }
 
     /// What changed since generation `since`, each node named once: its final state.
@@ -822,6 +967,102 @@ mod tests {
             },
             ..Default::default()
         }
+    }
+
+    fn from_json<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn local_volume(claim_ref: Option<&str>) -> core::PersistentVolume {
+        let mut spec =
+            serde_json::json!({"storageClassName": "local", "capacity": {"storage": "10Gi"}});
+        if let Some(claim) = claim_ref {
+            spec["claimRef"] = serde_json::json!({"namespace": "default", "name": claim});
+        }
+        from_json(serde_json::json!({"metadata": {"name": "pv-1"}, "spec": spec}))
+    }
+
+    /// A pod using claim `claim` of the WaitForFirstConsumer class `local`.
+    fn claiming(cache: &mut Cache, name: &str, claim: &str) -> sdk::Pod {
+        cache.upsert_claim(from_json(serde_json::json!({
+            "metadata": {"name": claim, "namespace": "default", "uid": format!("uid-{claim}")},
+            "spec": {"storageClassName": "local"}
+        })));
+        sdk::Pod {
+            volume_claims: vec![sdk::VolumeClaim {
+                volume: "data".into(),
+                claim_name: claim.into(),
+                ephemeral: false,
+                claim: None,
+            }],
+            ..pod(name, 100)
+        }
+    }
+
+    /// The names of the volumes `pod`'s first claim could bind to now, and its selected node.
+    fn offered(cache: &Cache, pod: &sdk::Pod) -> (Vec<String>, Option<String>) {
+        let mut pod = pod.clone();
+        cache.resolve_claims(&mut pod);
+        let claim = pod.volume_claims[0].claim.clone().unwrap();
+        let names = claim.class_volumes.iter().map(|v| v.name.clone()).collect();
+        (names, claim.selected_node)
+    }
+
+    #[test]
+    fn a_reserved_volume_is_offered_to_no_other_claim_until_given_up_or_bound() {
+        let mut cache = Cache::default();
+        cache.upsert_class(from_json(serde_json::json!({
+            "metadata": {"name": "local"},
+            "provisioner": "kubernetes.io/no-provisioner",
+            "volumeBindingMode": "WaitForFirstConsumer"
+        })));
+        cache.upsert_volume(local_volume(None));
+        let first = claiming(&mut cache, "first", "c1");
+        let second = claiming(&mut cache, "second", "c2");
+        assert_eq!(offered(&cache, &second).0, ["pv-1"]);
+
+        let bind_first = PodVolumes {
+            static_bindings: vec![("c1".into(), "pv-1".into())],
+            provisions: Vec::new(),
+        };
+        cache.reserve_volumes(&first, "n1", &bind_first);
+        assert!(offered(&cache, &second).0.is_empty(), "held for c1");
+        let mut resolved = first.clone();
+        cache.resolve_claims(&mut resolved);
+        let held = &resolved.volume_claims[0]
+            .claim
+            .as_ref()
+            .unwrap()
+            .class_volumes[0];
+        assert_eq!(
+            held.claim_ref
+                .as_ref()
+                .map(|r| (r.name.as_str(), r.uid.as_str())),
+            Some(("c1", "uid-c1")),
+            "still offered to its own claim, reserved for it"
+        );
+
+        // The binding failed: the volume is free again.
+        cache.unreserve_volumes(&first.key());
+        assert_eq!(offered(&cache, &second).0, ["pv-1"]);
+
+        // Held again, then bound: the cluster's volume replaces the reservation, and giving up
+        // what the pod held no longer frees it.
+        cache.reserve_volumes(&first, "n1", &bind_first);
+        cache.upsert_volume(local_volume(Some("c1")));
+        cache.settle_volumes(&first.key());
+        cache.unreserve_volumes(&first.key());
+        assert!(offered(&cache, &second).0.is_empty(), "bound to c1");
+
+        // A claim to provision names the node while it is held.
+        let provision_second = PodVolumes {
+            static_bindings: Vec::new(),
+            provisions: vec!["c2".into()],
+        };
+        cache.reserve_volumes(&second, "n2", &provision_second);
+        assert_eq!(offered(&cache, &second).1.as_deref(), Some("n2"));
+        cache.unreserve_volumes(&second.key());
+        assert_eq!(offered(&cache, &second).1, None);
     }
 
     #[test]

@@ -817,6 +817,58 @@ fn term(t: &sdk::NodeSelectorTerm) -> wit::NodeSelectorTerm {
     }
 }
 
+fn volume_info(pv: &sdk::VolumeInfo) -> wit::VolumeInfo {
+    wit::VolumeInfo {
+        name: pv.name.clone(),
+        labels: pairs(&pv.labels),
+        capacity: pv.capacity,
+        access_modes: pv.access_modes.clone(),
+        volume_mode: pv.volume_mode.clone(),
+        volume_attributes_class_name: pv.volume_attributes_class_name.clone(),
+        phase: pv.phase.clone(),
+        deleting: pv.deleting,
+        claim_ref: pv.claim_ref.as_ref().map(|r| wit::ClaimRef {
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+            uid: r.uid.clone(),
+        }),
+        node_affinity: pv
+            .node_affinity
+            .as_ref()
+            .map(|terms| terms.iter().map(term).collect()),
+    }
+}
+
+pub(crate) fn volume_claim(v: &sdk::VolumeClaim) -> wit::VolumeClaim {
+    wit::VolumeClaim {
+        volume: v.volume.clone(),
+        claim_name: v.claim_name.clone(),
+        ephemeral: v.ephemeral,
+        claim: v.claim.as_ref().map(|c| wit::ClaimInfo {
+            volume_name: c.volume_name.clone(),
+            storage_class_name: c.storage_class_name.clone(),
+            storage_class: c.storage_class.as_ref().map(|s| wit::StorageClassInfo {
+                name: s.name.clone(),
+                volume_binding_mode: s.volume_binding_mode.clone(),
+                provisioner: s.provisioner.clone(),
+                allowed_topologies: s.allowed_topologies.iter().map(term).collect(),
+            }),
+            volume: c.volume.as_ref().map(volume_info),
+            uid: c.uid.clone(),
+            phase: c.phase.clone(),
+            deleting: c.deleting,
+            bind_completed: c.bind_completed,
+            selected_node: c.selected_node.clone(),
+            requested_storage: c.requested_storage,
+            access_modes: c.access_modes.clone(),
+            volume_mode: c.volume_mode.clone(),
+            volume_attributes_class_name: c.volume_attributes_class_name.clone(),
+            selector: c.selector.as_ref().map(label_selector),
+            class_volumes: c.class_volumes.iter().map(volume_info).collect(),
+        }),
+    }
+}
+
 /// The WIT pod with the parts of `p` in `parts`: each part left out spares the guest an allocator
 /// call per string and list in it.
 fn wit_pod(p: &sdk::Pod, parts: sdk::PodParts) -> wit::Pod {
@@ -865,27 +917,8 @@ fn wit_pod(p: &sdk::Pod, parts: sdk::PodParts) -> wit::Pod {
             requests: resources(&p.requests),
             non_zero_requests: resources(&p.non_zero_requests),
         }),
-        volume_claims: part(sdk::PodParts::VOLUME_CLAIMS).then(|| {
-            p.volume_claims
-                .iter()
-                .map(|v| wit::VolumeClaim {
-                    volume: v.volume.clone(),
-                    claim_name: v.claim_name.clone(),
-                    claim: v.claim.as_ref().map(|c| wit::ClaimInfo {
-                        volume_name: c.volume_name.clone(),
-                        storage_class_name: c.storage_class_name.clone(),
-                        storage_class: c.storage_class.as_ref().map(|s| wit::StorageClassInfo {
-                            name: s.name.clone(),
-                            volume_binding_mode: s.volume_binding_mode.clone(),
-                        }),
-                        volume: c.volume.as_ref().map(|pv| wit::VolumeInfo {
-                            name: pv.name.clone(),
-                            labels: pairs(&pv.labels),
-                        }),
-                    }),
-                })
-                .collect()
-        }),
+        volume_claims: part(sdk::PodParts::VOLUME_CLAIMS)
+            .then(|| p.volume_claims.iter().map(volume_claim).collect()),
         containers: part(sdk::PodParts::CONTAINERS).then(|| {
             p.containers
                 .iter()

@@ -1,9 +1,10 @@
 //! Components built against `wasched:plugin@0.1.0` (`wit/v0.1/plugin.wit`).
 //!
-//! 0.2.0 kept every 0.1.0 type but `pod`, `pod-parts` and `descriptor`, and the component model
+//! 0.2.0 kept every 0.1.0 type but `pod`, `pod-parts`, `descriptor` and the volume claim records
+//! (which VolumeBinding extended), and the component model
 //! checks a value's type by its shape (field, case and flag names), not by the name of the WIT
 //! package that declared it. So a 0.1.0 component is called through typed functions over the 0.2.0
-//! types, with only the three changed types written out here in their 0.1.0 shape: the host has one
+//! types, with only the changed types written out here in their 0.1.0 shape: the host has one
 //! set of conversions, and an old component is sent exactly what it was sent before.
 
 use wasmtime::component::{
@@ -86,7 +87,7 @@ pub struct PodV01 {
     tolerations: Option<Vec<wit::Toleration>>,
     requests: Option<wit::PodRequests>,
     #[component(name = "volume-claims")]
-    volume_claims: Option<Vec<wit::VolumeClaim>>,
+    volume_claims: Option<Vec<VolumeClaimV01>>,
     containers: Option<Vec<wit::Container>>,
 }
 
@@ -101,8 +102,76 @@ impl From<wit::Pod> for PodV01 {
             node_selection: p.node_selection,
             tolerations: p.tolerations,
             requests: p.requests,
-            volume_claims: p.volume_claims,
+            // 0.1.0 never saw generic ephemeral volumes.
+            volume_claims: p.volume_claims.map(|claims| {
+                claims
+                    .into_iter()
+                    .filter(|v| !v.ephemeral)
+                    .map(Into::into)
+                    .collect()
+            }),
             containers: p.containers,
+        }
+    }
+}
+
+/// `volume-claim` of 0.1.0: no ephemeral volumes, and of a claim only what VolumeZone reads.
+#[derive(ComponentType, Lower)]
+#[component(record)]
+pub struct VolumeClaimV01 {
+    volume: String,
+    #[component(name = "claim-name")]
+    claim_name: String,
+    claim: Option<ClaimInfoV01>,
+}
+
+/// `claim-info` of 0.1.0.
+#[derive(ComponentType, Lower)]
+#[component(record)]
+pub struct ClaimInfoV01 {
+    #[component(name = "volume-name")]
+    volume_name: String,
+    #[component(name = "storage-class-name")]
+    storage_class_name: String,
+    #[component(name = "storage-class")]
+    storage_class: Option<StorageClassInfoV01>,
+    volume: Option<VolumeInfoV01>,
+}
+
+/// `storage-class-info` of 0.1.0.
+#[derive(ComponentType, Lower)]
+#[component(record)]
+pub struct StorageClassInfoV01 {
+    name: String,
+    #[component(name = "volume-binding-mode")]
+    volume_binding_mode: Option<String>,
+}
+
+/// `volume-info` of 0.1.0.
+#[derive(ComponentType, Lower)]
+#[component(record)]
+pub struct VolumeInfoV01 {
+    name: String,
+    labels: Vec<(String, String)>,
+}
+
+impl From<wit::VolumeClaim> for VolumeClaimV01 {
+    fn from(v: wit::VolumeClaim) -> Self {
+        VolumeClaimV01 {
+            volume: v.volume,
+            claim_name: v.claim_name,
+            claim: v.claim.map(|c| ClaimInfoV01 {
+                volume_name: c.volume_name,
+                storage_class_name: c.storage_class_name,
+                storage_class: c.storage_class.map(|s| StorageClassInfoV01 {
+                    name: s.name,
+                    volume_binding_mode: s.volume_binding_mode,
+                }),
+                volume: c.volume.map(|pv| VolumeInfoV01 {
+                    name: pv.name,
+                    labels: pv.labels,
+                }),
+            }),
         }
     }
 }

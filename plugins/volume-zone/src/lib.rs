@@ -87,7 +87,8 @@ impl Compiled {
 /// Looks up every claim of the pod, as kube-scheduler's PreFilter does.
 fn constraints_of(pod: &Pod) -> Result<Vec<Constraint>, Failure> {
     let mut constraints = Vec::new();
-    for claim_ref in &pod.volume_claims {
+    // kube-scheduler's VolumeZone looks at `persistentVolumeClaim` volumes only.
+    for claim_ref in pod.volume_claims.iter().filter(|c| !c.ephemeral) {
         if claim_ref.claim_name.is_empty() {
             return Err(Failure::unresolvable("PersistentVolumeClaim had no name"));
         }
@@ -232,6 +233,7 @@ pub fn cases() -> Vec<wasched_sdk::testing::Case> {
         volume_claims: vec![VolumeClaim {
             volume: "data".into(),
             claim_name: "c".into(),
+            ephemeral: false,
             claim: info,
         }],
         ..pod("p")
@@ -244,7 +246,9 @@ pub fn cases() -> Vec<wasched_sdk::testing::Case> {
             volume: Some(VolumeInfo {
                 name: "pv-1".into(),
                 labels: labels(pv_labels),
+                ..VolumeInfo::default()
             }),
+            ..ClaimInfo::default()
         }))
     };
     let unbound = |mode: &str| {
@@ -254,8 +258,10 @@ pub fn cases() -> Vec<wasched_sdk::testing::Case> {
             storage_class: Some(StorageClassInfo {
                 name: "fast".into(),
                 volume_binding_mode: Some(mode.into()),
+                ..StorageClassInfo::default()
             }),
             volume: None,
+            ..ClaimInfo::default()
         }))
     };
     let rejected = |name, pod, why: &'static str| {
@@ -302,6 +308,7 @@ pub fn cases() -> Vec<wasched_sdk::testing::Case> {
                 volume_claims: vec![VolumeClaim {
                     volume: "data".into(),
                     claim_name: "data".into(),
+                    ephemeral: false,
                     claim: None,
                 }],
                 ..pod("p")
@@ -320,6 +327,7 @@ pub fn cases() -> Vec<wasched_sdk::testing::Case> {
                 storage_class_name: "fast".into(),
                 storage_class: None,
                 volume: None,
+                ..ClaimInfo::default()
             })),
             "storageclass.storage.k8s.io \"fast\" not found",
         ),
@@ -330,6 +338,7 @@ pub fn cases() -> Vec<wasched_sdk::testing::Case> {
                 storage_class_name: String::new(),
                 storage_class: None,
                 volume: None,
+                ..ClaimInfo::default()
             })),
             "persistentvolume \"pv-9\" not found",
         ),

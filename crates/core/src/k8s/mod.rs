@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::policy::v1 as policy;
+use k8s_openapi::api::storage::v1 as storage;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use wasched_sdk as sdk;
 use wasched_sdk::{resource, Labels, Resources};
@@ -48,6 +49,15 @@ pub fn pod_key(pod: &core::Pod) -> String {
         "{}/{}",
         pod.metadata.namespace.as_deref().unwrap_or("default"),
         pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// `namespace/name` of a claim.
+pub fn claim_key(claim: &core::PersistentVolumeClaim) -> String {
+    format!(
+        "{}/{}",
+        claim.metadata.namespace.as_deref().unwrap_or("default"),
+        claim.metadata.name.as_deref().unwrap_or_default()
     )
 }
 
@@ -270,13 +280,26 @@ pub fn pod(pod: &core::Pod) -> Result<sdk::Pod, FieldError> {
             .iter()
             .flatten()
             .filter_map(|v| {
-                v.persistent_volume_claim
-                    .as_ref()
-                    .map(|c| sdk::VolumeClaim {
+                if let Some(c) = &v.persistent_volume_claim {
+                    Some(sdk::VolumeClaim {
                         volume: v.name.clone(),
                         claim_name: c.claim_name.clone(),
+                        ephemeral: false,
                         claim: None,
                     })
+                } else {
+                    // The ephemeral volume controller names the claim after the pod and volume.
+                    v.ephemeral.as_ref().map(|_| sdk::VolumeClaim {
+                        volume: v.name.clone(),
+                        claim_name: format!(
+                            "{}-{}",
+                            pod.metadata.name.as_deref().unwrap_or_default(),
+                            v.name
+                        ),
+                        ephemeral: true,
+                        claim: None,
+                    })
+                }
             })
             .collect(),
         containers: spec
@@ -371,13 +394,191 @@ pub fn claim_storage_class(claim: &core::PersistentVolumeClaim) -> String {
         .unwrap_or_default()
 }
 
-/// The labels of a PersistentVolume, as the plugin model holds them.
+/// The storage class a volume belongs to: the beta annotation wins over `spec.storageClassName`.
+pub fn volume_storage_class(pv: &core::PersistentVolume) -> String {
+    pv.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("volume.beta.kubernetes.io/storage-class"))
+        .cloned()
+        .or_else(|| pv.spec.as_ref().and_then(|s| s.storage_class_name.clone()))
+        .unwrap_or_default()
+}
+
+/// A storage quantity in bytes; 0 when absent or unparsable (the API server refuses those).
+fn storage_bytes(quantities: Option<&std::collections::BTreeMap<String, Quantity>>) -> i64 {
+    quantities
+        .and_then(|q| q.get("storage"))
+        .and_then(|q| quantity::value(&q.0).ok())
+        .unwrap_or(0)
+}
+
+/// A volume mode, `Filesystem` when unset.
+fn volume_mode(mode: Option<&String>) -> String {
+    mode.cloned().unwrap_or_else(|| "Filesystem".to_string())
+}
+
+/// A PersistentVolume as the plugin model holds it.
 pub fn volume_info(pv: &core::PersistentVolume) -> sdk::VolumeInfo {
+    let spec = pv.spec.as_ref();
     sdk::VolumeInfo {
         name: pv.metadata.name.clone().unwrap_or_default(),
         labels: labels(&pv.metadata.labels),
+        capacity: storage_bytes(spec.and_then(|s| s.capacity.as_ref())),
+        access_modes: spec
+            .and_then(|s| s.access_modes.clone())
+            .unwrap_or_default(),
+        volume_mode: volume_mode(spec.and_then(|s| s.volume_mode.as_ref())),
+        volume_attributes_class_name: spec.and_then(|s| s.volume_attributes_class_name.clone()),
+        phase: pv
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default(),
+        deleting: pv.metadata.deletion_timestamp.is_some(),
+        claim_ref: spec
+            .and_then(|s| s.claim_ref.as_ref())
+            .map(|r| sdk::ClaimRef {
+                namespace: r.namespace.clone().unwrap_or_default(),
+                name: r.name.clone().unwrap_or_default(),
+                uid: r.uid.clone().unwrap_or_default(),
+            }),
+        node_affinity: spec
+            .and_then(|s| s.node_affinity.as_ref())
+            .and_then(|a| a.required.as_ref())
+            .map(|r| r.node_selector_terms.iter().map(term).collect()),
     }
 }
+
+/// A StorageClass as the plugin model holds it.
+pub fn storage_class_info(class: &storage::StorageClass) -> sdk::StorageClassInfo {
+    sdk::StorageClassInfo {
+        name: class.metadata.name.clone().unwrap_or_default(),
+        volume_binding_mode: class.volume_binding_mode.clone(),
+        provisioner: class.provisioner.clone(),
+        allowed_topologies: class
+            .allowed_topologies
+            .iter()
+            .flatten()
+            .map(|t| sdk::NodeSelectorTerm {
+                match_expressions: t
+                    .match_label_expressions
+                    .iter()
+                    .flatten()
+                    .map(|r| sdk::NodeSelectorRequirement {
+                        key: r.key.clone(),
+                        operator: "In".to_string(),
+                        values: r.values.clone(),
+                    })
+                    .collect(),
+                match_fields: Vec::new(),
+            })
+            .collect(),
+    }
+}
+
+/// A PersistentVolumeClaim as the plugin model holds it, without the objects it refers to.
+pub fn claim_info(claim: &core::PersistentVolumeClaim) -> sdk::ClaimInfo {
+    let spec = claim.spec.as_ref();
+    let annotations = claim.metadata.annotations.as_ref();
+    sdk::ClaimInfo {
+        volume_name: spec.and_then(|s| s.volume_name.clone()).unwrap_or_default(),
+        storage_class_name: claim_storage_class(claim),
+        storage_class: None,
+        volume: None,
+        uid: claim.metadata.uid.clone().unwrap_or_default(),
+        phase: claim
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default(),
+        deleting: claim.metadata.deletion_timestamp.is_some(),
+        bind_completed: annotations.is_some_and(|a| a.contains_key(ANNOTATION_BIND_COMPLETED)),
+        selected_node: annotations.and_then(|a| a.get(ANNOTATION_SELECTED_NODE).cloned()),
+        requested_storage: storage_bytes(
+            spec.and_then(|s| s.resources.as_ref())
+                .and_then(|r| r.requests.as_ref()),
+        ),
+        access_modes: spec
+            .and_then(|s| s.access_modes.clone())
+            .unwrap_or_default(),
+        volume_mode: volume_mode(spec.and_then(|s| s.volume_mode.as_ref())),
+        volume_attributes_class_name: spec.and_then(|s| s.volume_attributes_class_name.clone()),
+        selector: spec
+            .and_then(|s| s.selector.as_ref())
+            .map(placement::selector),
+        class_volumes: Vec::new(),
+    }
+}
+
+/// `volume` bound to `claim` and `claim` to `volume`, as the PV controller leaves them once it
+/// completed the binding VolumeBinding asked for: the volume's `claimRef` and phase `Bound`, the
+/// claim's `volumeName`, `bind-completed` and phase `Bound` with the volume's capacity.
+pub fn bound_volume_and_claim(
+    volume: &core::PersistentVolume,
+    claim: &core::PersistentVolumeClaim,
+) -> (core::PersistentVolume, core::PersistentVolumeClaim) {
+    let yes = || "yes".to_string();
+    let mut volume = volume.clone();
+    let mut claim = claim.clone();
+    let spec = volume.spec.get_or_insert_with(Default::default);
+    spec.claim_ref = Some(core::ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("PersistentVolumeClaim".into()),
+        namespace: Some(
+            claim
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into()),
+        ),
+        name: claim.metadata.name.clone(),
+        uid: claim.metadata.uid.clone(),
+        ..Default::default()
+    });
+    let capacity = spec.capacity.clone();
+    let access_modes = spec.access_modes.clone();
+    volume
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(ANNOTATION_BOUND_BY_CONTROLLER.into(), yes());
+    volume.status.get_or_insert_with(Default::default).phase = Some("Bound".into());
+    claim.spec.get_or_insert_with(Default::default).volume_name = volume.metadata.name.clone();
+    let annotations = claim
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default);
+    annotations.insert(ANNOTATION_BIND_COMPLETED.into(), yes());
+    annotations.insert(ANNOTATION_BOUND_BY_CONTROLLER.into(), yes());
+    let status = claim.status.get_or_insert_with(Default::default);
+    status.phase = Some("Bound".into());
+    status.capacity = capacity;
+    status.access_modes = access_modes;
+    (volume, claim)
+}
+
+/// `claim` with the node its volume is to be provisioned for, as VolumeBinding's PreBind writes
+/// it (`volume.kubernetes.io/selected-node`).
+pub fn claim_with_selected_node(
+    claim: &core::PersistentVolumeClaim,
+    node: &str,
+) -> core::PersistentVolumeClaim {
+    let mut claim = claim.clone();
+    claim
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(ANNOTATION_SELECTED_NODE.into(), node.to_string());
+    claim
+}
+
+/// Set on a claim once the PV controller finished binding it.
+pub const ANNOTATION_BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
+/// Set on a PV the PV controller (or the scheduler, for a delayed claim) bound to a claim.
+pub const ANNOTATION_BOUND_BY_CONTROLLER: &str = "pv.kubernetes.io/bound-by-controller";
+/// Set on a claim by the scheduler: the node its volume is to be provisioned for.
+pub const ANNOTATION_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 
 #[cfg(test)]
 mod tests {

@@ -51,6 +51,7 @@ pub static DEFAULT_PLUGINS: &[DefaultPlugin] = &[
     default_plugin!(wasched_node_affinity::NodeAffinity),
     default_plugin!(wasched_node_ports::NodePorts),
     default_plugin!(wasched_node_resources_fit::NodeResourcesFit),
+    default_plugin!(wasched_volume_binding::VolumeBinding),
     default_plugin!(wasched_volume_zone::VolumeZone),
     default_plugin!(wasched_pod_topology_spread::PodTopologySpread),
     default_plugin!(wasched_inter_pod_affinity::InterPodAffinity),
@@ -63,6 +64,7 @@ pub fn idle_when(name: &str) -> Option<IdleWhen> {
     match name {
         wasched_inter_pod_affinity::NAME => Some(IdleWhen::NoPodAffinity),
         wasched_pod_topology_spread::NAME => Some(IdleWhen::NoTopologySpread),
+        wasched_volume_binding::NAME => Some(IdleWhen::NoVolumeClaims),
         _ => None,
     }
 }
@@ -80,6 +82,7 @@ pub const DEFAULT_FILTERS: &[&str] = &[
     wasched_node_affinity::NAME,
     wasched_node_ports::NAME,
     wasched_node_resources_fit::NAME,
+    wasched_volume_binding::NAME,
     wasched_volume_zone::NAME,
     wasched_pod_topology_spread::NAME,
     wasched_inter_pod_affinity::NAME,
@@ -159,14 +162,16 @@ mod tests {
                 pod.volume_claims = vec![VolumeClaim {
                     volume: "data".into(),
                     claim_name: format!("data-{i}"),
+                    ephemeral: false,
                     claim: Some(ClaimInfo {
                         volume_name: format!("pv-{i}"),
-                        storage_class_name: String::new(),
-                        storage_class: None,
+                        bind_completed: true,
                         volume: Some(VolumeInfo {
                             name: format!("pv-{i}"),
                             labels: [(key, zones)].into_iter().collect(),
+                            ..VolumeInfo::default()
                         }),
+                        ..ClaimInfo::default()
                     }),
                 }];
             }

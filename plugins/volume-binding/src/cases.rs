@@ -1,0 +1,492 @@
+//! kube-scheduler's behaviour as a table, converted from its VolumeBinding tests
+//! (`volume_binding_test.go` and `binder_test.go`): run natively by this crate's tests and
+//! through the WebAssembly build by the host's (`tests/e2e/plugins.rs`), which insists both builds
+//! agree. [`tests`] checks which volume each binding takes.
+
+use wasched_sdk::testing::{fail, node, pass, pod, unresolvable, with_labels, Case};
+use wasched_sdk::{
+    ClaimInfo, ClaimRef, Code, Failure, FilterPlan, LabelSelector, NodeInfo,
+    NodeSelectorRequirement, NodeSelectorTerm, Pod, StorageClassInfo, VolumeClaim, VolumeInfo,
+};
+
+use super::{REASON_BIND_CONFLICT, REASON_NODE_CONFLICT, REASON_PV_NOT_EXIST};
+
+const GI: i64 = 1 << 30;
+const HOSTNAME: &str = "kubernetes.io/hostname";
+const ZONE: &str = "topology.kubernetes.io/zone";
+
+/// A node with its hostname label and a zone.
+pub(crate) fn host(name: &str, zone: &str) -> NodeInfo {
+    with_labels(node(name), &[(HOSTNAME, name), (ZONE, zone)])
+}
+
+pub(crate) fn requirement(key: &str, values: &[&str]) -> NodeSelectorRequirement {
+    NodeSelectorRequirement {
+        key: key.into(),
+        operator: "In".into(),
+        values: values.iter().map(|v| v.to_string()).collect(),
+    }
+}
+
+pub(crate) fn term(key: &str, values: &[&str]) -> NodeSelectorTerm {
+    NodeSelectorTerm {
+        match_expressions: vec![requirement(key, values)],
+        match_fields: Vec::new(),
+    }
+}
+
+pub(crate) fn class(name: &str, mode: &str, provisioner: &str) -> StorageClassInfo {
+    StorageClassInfo {
+        name: name.into(),
+        volume_binding_mode: Some(mode.into()),
+        provisioner: provisioner.into(),
+        allowed_topologies: Vec::new(),
+    }
+}
+
+/// An available volume of `size` GiB usable from the nodes `affinity` selects.
+pub(crate) fn volume(name: &str, size: i64, affinity: Option<NodeSelectorTerm>) -> VolumeInfo {
+    VolumeInfo {
+        name: name.into(),
+        capacity: size * GI,
+        access_modes: vec!["ReadWriteOnce".into()],
+        volume_mode: "Filesystem".into(),
+        phase: "Available".into(),
+        node_affinity: affinity.map(|t| vec![t]),
+        ..VolumeInfo::default()
+    }
+}
+
+/// A volume pinned to one host, as the local static provisioner makes them.
+pub(crate) fn local(name: &str, size: i64, on: &str) -> VolumeInfo {
+    volume(name, size, Some(term(HOSTNAME, &[on])))
+}
+
+/// A claim of `size` GiB in `class` (WaitForFirstConsumer), not bound, offered `volumes`.
+pub(crate) fn waiting(
+    size: i64,
+    class_info: StorageClassInfo,
+    volumes: Vec<VolumeInfo>,
+) -> ClaimInfo {
+    ClaimInfo {
+        storage_class_name: class_info.name.clone(),
+        storage_class: Some(class_info),
+        uid: "claim-uid".into(),
+        phase: "Pending".into(),
+        requested_storage: size * GI,
+        access_modes: vec!["ReadWriteOnce".into()],
+        volume_mode: "Filesystem".into(),
+        class_volumes: volumes,
+        ..ClaimInfo::default()
+    }
+}
+
+/// A claim fully bound to `volume` (`None`: the volume does not exist).
+pub(crate) fn bound(volume_name: &str, volume: Option<VolumeInfo>) -> ClaimInfo {
+    ClaimInfo {
+        volume_name: volume_name.into(),
+        storage_class_name: "local".into(),
+        storage_class: Some(class("local", "WaitForFirstConsumer", "")),
+        volume,
+        phase: "Bound".into(),
+        bind_completed: true,
+        ..ClaimInfo::default()
+    }
+}
+
+/// A pod using these claims, named `pvc-0`, `pvc-1`, ...
+pub(crate) fn claiming(claims: Vec<Option<ClaimInfo>>) -> Pod {
+    Pod {
+        volume_claims: claims
+            .into_iter()
+            .enumerate()
+            .map(|(i, claim)| VolumeClaim {
+                volume: format!("data-{i}"),
+                claim_name: format!("pvc-{i}"),
+                ephemeral: false,
+                claim,
+            })
+            .collect(),
+        ..pod("p")
+    }
+}
+
+fn rejected(name: &'static str, pod: Pod, failure: Failure) -> Case {
+    Case::filter(name, pod, vec![host("n", "a")], vec![]).with_plan(FilterPlan::Reject(failure))
+}
+
+/// The table.
+pub fn cases() -> Vec<Case> {
+    let local_class = || {
+        class(
+            "local",
+            "WaitForFirstConsumer",
+            "kubernetes.io/no-provisioner",
+        )
+    };
+    let dynamic = || class("fast", "WaitForFirstConsumer", "csi.example.com");
+    let bind_conflict = || unresolvable(REASON_BIND_CONFLICT);
+    let three = || vec![host("n1", "a"), host("n2", "a"), host("n3", "b")];
+    vec![
+        Case::filter("a pod without claims", pod("p"), three(), vec![pass(), pass(), pass()])
+            .with_plan(FilterPlan::Skip),
+        Case::filter(
+            "every claim bound, volumes usable from every node",
+            claiming(vec![
+                Some(bound("pv-a", Some(volume("pv-a", 1, None)))),
+                Some(bound("pv-b", Some(volume("pv-b", 1, None)))),
+            ]),
+            three(),
+            vec![pass(), pass(), pass()],
+        ),
+        rejected(
+            "a claim that does not exist",
+            claiming(vec![Some(bound("pv-a", None)), None]),
+            Failure::unresolvable("persistentvolumeclaim \"pvc-1\" not found"),
+        ),
+        rejected(
+            "a generic ephemeral volume whose claim the controller did not create yet",
+            Pod {
+                volume_claims: vec![VolumeClaim {
+                    volume: "scratch".into(),
+                    claim_name: "p-scratch".into(),
+                    ephemeral: true,
+                    claim: None,
+                }],
+                ..pod("p")
+            },
+            Failure::unresolvable(
+                "waiting for ephemeral volume controller to create the persistentvolumeclaim \"p-scratch\"",
+            ),
+        ),
+        rejected(
+            "a claim that lost its volume",
+            claiming(vec![Some(ClaimInfo {
+                phase: "Lost".into(),
+                bind_completed: false,
+                ..bound("pv-a", None)
+            })]),
+            Failure::unresolvable(
+                "persistentvolumeclaim \"pvc-0\" bound to non-existent persistentvolume \"pv-a\"",
+            ),
+        ),
+        rejected(
+            "a claim being deleted",
+            claiming(vec![Some(ClaimInfo {
+                deleting: true,
+                ..bound("pv-a", Some(volume("pv-a", 1, None)))
+            })]),
+            Failure::unresolvable("persistentvolumeclaim \"pvc-0\" is being deleted"),
+        ),
+        rejected(
+            "an Immediate claim the PV controller has not bound",
+            claiming(vec![Some(waiting(1, class("std", "Immediate", "csi.example.com"), vec![]))]),
+            Failure::unresolvable(super::REASON_UNBOUND_IMMEDIATE),
+        ),
+        rejected(
+            "a claim whose class does not exist counts as Immediate",
+            claiming(vec![Some(ClaimInfo {
+                storage_class: None,
+                ..waiting(1, dynamic(), vec![])
+            })]),
+            Failure::unresolvable(super::REASON_UNBOUND_IMMEDIATE),
+        ),
+        rejected(
+            "a claim pre-bound to a volume (volumeName set, binding not completed) counts as Immediate",
+            claiming(vec![Some(ClaimInfo {
+                volume_name: "pv-a".into(),
+                ..waiting(1, local_class(), vec![])
+            })]),
+            Failure::unresolvable(super::REASON_UNBOUND_IMMEDIATE),
+        ),
+        rejected(
+            "a class without volumeBindingMode is an error",
+            claiming(vec![Some(waiting(
+                1,
+                StorageClassInfo {
+                    volume_binding_mode: None,
+                    ..dynamic()
+                },
+                vec![],
+            ))]),
+            Failure::error("VolumeBindingMode not set for StorageClass \"fast\""),
+        ),
+        Case::filter(
+            "a bound claim whose volume is pinned to zone a",
+            claiming(vec![Some(bound(
+                "pv-a",
+                Some(volume("pv-a", 1, Some(term(ZONE, &["a"])))),
+            ))]),
+            three(),
+            vec![pass(), pass(), unresolvable(REASON_NODE_CONFLICT)],
+        ),
+        Case::filter(
+            "a bound claim whose volume does not exist",
+            claiming(vec![Some(bound("pv-a", None))]),
+            three(),
+            vec![
+                unresolvable(REASON_PV_NOT_EXIST),
+                unresolvable(REASON_PV_NOT_EXIST),
+                unresolvable(REASON_PV_NOT_EXIST),
+            ],
+        ),
+        Case::filter(
+            "bound and waiting claims both unsatisfied on a node: both reasons, node affinity first",
+            claiming(vec![
+                Some(bound("pv-a", Some(volume("pv-a", 1, Some(term(ZONE, &["a"])))))),
+                Some(waiting(1, local_class(), vec![local("pv-local", 1, "n1")])),
+            ]),
+            three(),
+            vec![
+                pass(),
+                bind_conflict(),
+                fail(
+                    Code::UnschedulableAndUnresolvable,
+                    &[REASON_NODE_CONFLICT, REASON_BIND_CONFLICT],
+                ),
+            ],
+        ),
+        Case::filter(
+            "a waiting claim binds to the local volume of its node; no provisioner elsewhere",
+            claiming(vec![Some(waiting(
+                1,
+                local_class(),
+                vec![local("pv-1", 1, "n1"), local("pv-3", 1, "n3")],
+            ))]),
+            three(),
+            vec![pass(), bind_conflict(), pass()],
+        ),
+        Case::filter(
+            "a volume smaller than the request never matches (300Gi wanted, 137Gi local disks)",
+            claiming(vec![Some(waiting(
+                300,
+                local_class(),
+                vec![local("pv-1", 137, "n1"), local("pv-2", 137, "n2")],
+            ))]),
+            three(),
+            vec![bind_conflict(), bind_conflict(), bind_conflict()],
+        ),
+        Case::filter(
+            "volumes not Available, of another volume mode, being deleted, or missing an access mode are skipped",
+            claiming(vec![Some(waiting(
+                1,
+                local_class(),
+                vec![
+                    VolumeInfo {
+                        phase: "Released".into(),
+                        ..local("pv-1", 1, "n1")
+                    },
+                    VolumeInfo {
+                        volume_mode: "Block".into(),
+                        ..local("pv-2", 1, "n2")
+                    },
+                    VolumeInfo {
+                        deleting: true,
+                        ..local("pv-3", 1, "n3")
+                    },
+                ],
+            ))]),
+            three(),
+            vec![bind_conflict(), bind_conflict(), bind_conflict()],
+        ),
+        Case::filter(
+            "a claim's access modes must all be offered by the volume",
+            claiming(vec![Some(ClaimInfo {
+                access_modes: vec!["ReadWriteOnce".into(), "ReadOnlyMany".into()],
+                ..waiting(
+                    1,
+                    local_class(),
+                    vec![
+                        local("pv-1", 1, "n1"),
+                        VolumeInfo {
+                            access_modes: vec!["ReadOnlyMany".into(), "ReadWriteOnce".into()],
+                            ..local("pv-2", 1, "n2")
+                        },
+                    ],
+                )
+            })]),
+            three(),
+            vec![bind_conflict(), pass(), bind_conflict()],
+        ),
+        Case::filter(
+            "a claim's selector must match the volume's labels",
+            claiming(vec![Some(ClaimInfo {
+                selector: Some(LabelSelector {
+                    match_labels: [("tier".to_string(), "ssd".to_string())].into_iter().collect(),
+                    match_expressions: Vec::new(),
+                }),
+                ..waiting(
+                    1,
+                    local_class(),
+                    vec![
+                        local("pv-1", 1, "n1"),
+                        VolumeInfo {
+                            labels: [("tier".to_string(), "ssd".to_string())].into_iter().collect(),
+                            ..local("pv-2", 1, "n2")
+                        },
+                    ],
+                )
+            })]),
+            three(),
+            vec![bind_conflict(), pass(), bind_conflict()],
+        ),
+        Case::filter(
+            "a volume pre-bound to the claim decides alone: only its node",
+            claiming(vec![Some(waiting(
+                1,
+                local_class(),
+                vec![
+                    local("pv-1", 1, "n1"),
+                    VolumeInfo {
+                        phase: "Bound".into(),
+                        claim_ref: Some(ClaimRef {
+                            namespace: "default".into(),
+                            name: "pvc-0".into(),
+                            uid: String::new(),
+                        }),
+                        ..local("pv-2", 1, "n2")
+                    },
+                ],
+            ))]),
+            three(),
+            vec![bind_conflict(), pass(), bind_conflict()],
+        ),
+        Case::filter(
+            "two claims cannot take the one local volume of a node",
+            claiming(vec![
+                Some(waiting(1, local_class(), vec![local("pv-1", 5, "n1")])),
+                Some(waiting(2, local_class(), vec![local("pv-1", 5, "n1")])),
+            ]),
+            three(),
+            vec![bind_conflict(), bind_conflict(), bind_conflict()],
+        ),
+        Case::filter(
+            "a dynamic class provisions where no volume matches, within its allowed topologies",
+            claiming(vec![Some(waiting(
+                10,
+                StorageClassInfo {
+                    allowed_topologies: vec![term(ZONE, &["a"])],
+                    ..dynamic()
+                },
+                vec![],
+            ))]),
+            three(),
+            vec![pass(), pass(), bind_conflict()],
+        ),
+        Case::filter(
+            "a claim whose volume is being provisioned for n2 fits n2 only",
+            claiming(vec![Some(ClaimInfo {
+                selected_node: Some("n2".into()),
+                ..waiting(1, dynamic(), vec![])
+            })]),
+            three(),
+            vec![bind_conflict(), pass(), bind_conflict()],
+        ),
+        Case::filter(
+            "a bound volume with an empty term or a field requirement on the name is usable from no node",
+            claiming(vec![Some(bound(
+                "pv-a",
+                Some(VolumeInfo {
+                    node_affinity: Some(vec![
+                        NodeSelectorTerm::default(),
+                        NodeSelectorTerm {
+                            match_expressions: Vec::new(),
+                            match_fields: vec![requirement("metadata.name", &["n1"])],
+                        },
+                    ]),
+                    ..volume("pv-a", 1, None)
+                }),
+            ))]),
+            three(),
+            vec![
+                unresolvable(REASON_NODE_CONFLICT),
+                unresolvable(REASON_NODE_CONFLICT),
+                unresolvable(REASON_NODE_CONFLICT),
+            ],
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{find_pod_volumes, PodVolumes, VolumeBinding};
+
+    #[test]
+    fn answers_as_kube_scheduler() {
+        wasched_sdk::testing::check::<VolumeBinding>(&cases());
+    }
+
+    fn bindings(pod: &Pod, node: &NodeInfo) -> Vec<(String, String)> {
+        find_pod_volumes(pod, node).unwrap().static_bindings
+    }
+
+    #[test]
+    fn the_smallest_volume_that_fits_is_taken_the_first_of_equals() {
+        let claims = |volumes| {
+            claiming(vec![Some(waiting(
+                10,
+                class("l", "WaitForFirstConsumer", ""),
+                volumes,
+            ))])
+        };
+        let pod = claims(vec![
+            volume("big", 100, None),
+            volume("first-of-two", 20, None),
+            local("too-small", 5, "n1"),
+            local("second-of-two", 20, "n1"),
+            volume("exact-elsewhere", 10, Some(term(ZONE, &["b"]))),
+        ]);
+        let n1 = host("n1", "a");
+        assert_eq!(
+            bindings(&pod, &n1),
+            [("pvc-0".into(), "first-of-two".into())]
+        );
+        assert_eq!(
+            bindings(&pod, &host("n3", "b")),
+            [("pvc-0".into(), "exact-elsewhere".into())]
+        );
+    }
+
+    #[test]
+    fn claims_are_matched_smallest_request_first_each_volume_once() {
+        let local_class = class("l", "WaitForFirstConsumer", "kubernetes.io/no-provisioner");
+        let volumes = vec![local("pv-small", 10, "n1"), local("pv-large", 50, "n1")];
+        // In pod order the large claim comes first; matched in that order it would take the
+        // small volume's place only if it fitted, so the order shows in who gets what.
+        let pod = claiming(vec![
+            Some(waiting(40, local_class.clone(), volumes.clone())),
+            Some(waiting(5, local_class, volumes)),
+        ]);
+        assert_eq!(
+            bindings(&pod, &host("n1", "a")),
+            [
+                ("pvc-1".to_string(), "pv-small".to_string()),
+                ("pvc-0".to_string(), "pv-large".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn a_claim_without_a_volume_is_provisioned_and_bound_claims_need_nothing() {
+        let pod = claiming(vec![
+            Some(bound("pv-a", Some(volume("pv-a", 1, None)))),
+            Some(waiting(
+                10,
+                class("fast", "WaitForFirstConsumer", "csi.example.com"),
+                vec![],
+            )),
+        ]);
+        assert_eq!(
+            find_pod_volumes(&pod, &host("n1", "a")),
+            Ok(PodVolumes {
+                static_bindings: Vec::new(),
+                provisions: vec!["pvc-1".into()],
+            })
+        );
+        let all_bound = claiming(vec![Some(bound("pv-a", Some(volume("pv-a", 1, None))))]);
+        assert!(find_pod_volumes(&all_bound, &host("n1", "a"))
+            .unwrap()
+            .is_empty());
+    }
+}

@@ -1,0 +1,487 @@
+//! VolumeBinding: a pod's PersistentVolumeClaims must be usable from the node. Bound claims need
+//! their volume's node affinity to hold; claims that wait for their first consumer need, on that
+//! node, an available volume to bind or a class that can provision one there.
+//!
+//! The host runs the same matching for the chosen node after the cycle ([`find_pod_volumes`]) to
+//! reserve the volumes it found, so the filter and the binding never disagree.
+
+use std::collections::HashMap;
+
+use wasched_sdk::helpers::selector_matches;
+use wasched_sdk::node_selector::{parse_term, Term};
+use wasched_sdk::{
+    ClaimInfo, Failure, FilterPlan, FilterPlugin, NodeInfo, NodeSelectorTerm, Nodes, Plugin, Pod,
+    PodParts, PodPlan, Verdict, VolumeInfo,
+};
+
+/// The name used in configs and messages.
+pub const NAME: &str = "VolumeBinding";
+/// A bound claim's volume cannot be used from the node.
+pub const REASON_NODE_CONFLICT: &str = "node(s) didn't match PersistentVolume's node affinity";
+/// A waiting claim finds no volume to bind and cannot be provisioned for the node.
+pub const REASON_BIND_CONFLICT: &str = "node(s) didn't find available persistent volumes to bind";
+/// A bound claim's volume does not exist.
+pub const REASON_PV_NOT_EXIST: &str =
+    "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)";
+/// A claim that should have been bound by the PV controller already.
+pub const REASON_UNBOUND_IMMEDIATE: &str = "pod has unbound immediate PersistentVolumeClaims";
+
+const HOSTNAME: &str = "kubernetes.io/hostname";
+/// A class whose volumes are only ever created by an administrator.
+const NO_PROVISIONER: &str = "kubernetes.io/no-provisioner";
+
+/// The volumes chosen for a pod on one node (kube-scheduler's `PodVolumes`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodVolumes {
+    /// Claims (by name, in the pod's namespace) to bind to an existing volume (by name), smallest
+    /// request first.
+    pub static_bindings: Vec<(String, String)>,
+    /// Claims whose volume is to be provisioned for the node.
+    pub provisions: Vec<String>,
+}
+
+impl PodVolumes {
+    /// Nothing to bind: every claim of the pod is bound already.
+    pub fn is_empty(&self) -> bool {
+        self.static_bindings.is_empty() && self.provisions.is_empty()
+    }
+}
+
+/// The volumes `pod` would get on `node`, as the filter decided it: `Ok` with nothing to bind
+/// when the pod has no claims or all are bound.
+///
+/// # Errors
+/// The failure the plugin gives the pod (before any node) or the node.
+pub fn find_pod_volumes(pod: &Pod, node: &NodeInfo) -> Result<PodVolumes, Failure> {
+    match Claims::of(pod)? {
+        None => Ok(PodVolumes::default()),
+        Some(claims) => claims.find(node).map_err(Failure::from_reasons),
+    }
+}
+
+/// A volume's required node affinity, ready to check nodes against.
+#[derive(Debug)]
+enum Affinity {
+    /// No required node affinity: every node.
+    Any,
+    /// Every node whose `kubernetes.io/hostname` label is one of these (the usual local volume).
+    Hosts(Vec<String>),
+    /// Terms, any of which must hold; `None` for a term that never holds.
+    Terms(Vec<Option<Term>>),
+}
+
+impl Affinity {
+    fn of(terms: Option<&Vec<NodeSelectorTerm>>) -> Self {
+        let Some(terms) = terms else {
+            return Affinity::Any;
+        };
+        if let [term] = terms.as_slice() {
+            if let ([r], []) = (
+                term.match_expressions.as_slice(),
+                term.match_fields.as_slice(),
+            ) {
+                if r.key == HOSTNAME && r.operator == "In" {
+                    return Affinity::Hosts(r.values.clone());
+                }
+            }
+        }
+        Affinity::Terms(terms.iter().map(volume_term).collect())
+    }
+
+    fn matches(&self, node: &NodeInfo) -> bool {
+        match self {
+            Affinity::Any => true,
+            Affinity::Hosts(hosts) => node
+                .labels
+                .get(HOSTNAME)
+                .is_some_and(|h| hosts.iter().any(|x| x == h)),
+            Affinity::Terms(terms) => terms.iter().flatten().any(|t| t.matches(node)),
+        }
+    }
+}
+
+/// A volume's node selector term as kube-scheduler checks it: against a node made of the labels
+/// only, so field requirements see an empty name. An empty term holds for no node.
+fn volume_term(term: &NodeSelectorTerm) -> Option<Term> {
+    if term.match_expressions.is_empty() && term.match_fields.is_empty() {
+        return None;
+    }
+    let fields_hold = term.match_fields.iter().all(|r| match r.operator.as_str() {
+        "In" => r.values.iter().any(String::is_empty),
+        "NotIn" => !r.values.iter().any(String::is_empty),
+        _ => false,
+    });
+    if !fields_hold {
+        return None;
+    }
+    parse_term(&NodeSelectorTerm {
+        match_expressions: term.match_expressions.clone(),
+        match_fields: Vec::new(),
+    })
+    .ok()
+}
+
+/// A class's `allowedTopologies`: empty allows every node, else some term whose every
+/// requirement holds (an empty term holds for none).
+fn topology_allows(terms: &[NodeSelectorTerm], node: &NodeInfo) -> bool {
+    terms.is_empty()
+        || terms.iter().any(|t| {
+            !t.match_expressions.is_empty()
+                && t.match_expressions.iter().all(|r| {
+                    node.labels
+                        .get(&r.key)
+                        .is_some_and(|v| r.values.iter().any(|x| x == v))
+                })
+        })
+}
+
+/// A bound claim: its volume's affinity, or `None` when the volume does not exist.
+#[derive(Debug)]
+struct BoundClaim {
+    volume: Option<Affinity>,
+}
+
+/// A volume a waiting claim could bind to, with what does not depend on the node checked.
+#[derive(Debug)]
+struct Candidate {
+    name: String,
+    capacity: i64,
+    affinity: Affinity,
+}
+
+/// A claim waiting for its first consumer.
+#[derive(Debug)]
+struct WaitingClaim {
+    name: String,
+    requested: i64,
+    selected_node: Option<String>,
+    /// Volumes pre-bound to this claim (`claimRef`), in order: the first decides.
+    prebound: Vec<Candidate>,
+    /// Available volumes it could bind to, in order.
+    available: Vec<Candidate>,
+    /// Positions in `available` by the one host a volume is pinned to.
+    by_host: HashMap<String, Vec<usize>>,
+    /// Positions in `available` of the volumes not pinned to one host.
+    elsewhere: Vec<usize>,
+    /// The class has a provisioner.
+    provisionable: bool,
+    allowed_topologies: Vec<NodeSelectorTerm>,
+}
+
+impl WaitingClaim {
+    fn new(namespace: &str, name: &str, claim: &ClaimInfo) -> Self {
+        let class = claim.storage_class.as_ref();
+        let mut waiting = WaitingClaim {
+            name: name.to_string(),
+            requested: claim.requested_storage,
+            selected_node: claim.selected_node.clone(),
+            prebound: Vec::new(),
+            available: Vec::new(),
+            by_host: HashMap::new(),
+            elsewhere: Vec::new(),
+            provisionable: class
+                .is_some_and(|c| !c.provisioner.is_empty() && c.provisioner != NO_PROVISIONER),
+            allowed_topologies: class
+                .map(|c| c.allowed_topologies.clone())
+                .unwrap_or_default(),
+        };
+        for volume in &claim.class_volumes {
+            let for_claim = volume.claim_ref.as_ref().map(|r| {
+                r.namespace == namespace
+                    && r.name == name
+                    && (r.uid.is_empty() || r.uid == claim.uid)
+            });
+            if for_claim == Some(false) || !usable_by(volume, claim) {
+                continue;
+            }
+            let candidate = Candidate {
+                name: volume.name.clone(),
+                capacity: volume.capacity,
+                affinity: Affinity::of(volume.node_affinity.as_ref()),
+            };
+            if for_claim == Some(true) {
+                waiting.prebound.push(candidate);
+            } else if bindable(volume, claim) {
+                let position = waiting.available.len();
+                match &candidate.affinity {
+                    Affinity::Hosts(hosts) => {
+                        for host in hosts {
+                            waiting
+                                .by_host
+                                .entry(host.clone())
+                                .or_default()
+                                .push(position);
+                        }
+                    }
+                    _ => waiting.elsewhere.push(position),
+                }
+                waiting.available.push(candidate);
+            }
+        }
+        waiting
+    }
+
+    /// kube-scheduler's `FindMatchingVolume` on `node`, leaving out the volumes in `taken`: a
+    /// volume pre-bound to the claim decides alone; otherwise the smallest available volume usable
+    /// from the node, the first of equals.
+    fn matching_volume(&self, node: &NodeInfo, taken: &[&str]) -> Option<&str> {
+        let free = |c: &&Candidate| !taken.contains(&c.name.as_str());
+        if let Some(prebound) = self.prebound.iter().find(free) {
+            return prebound
+                .affinity
+                .matches(node)
+                .then_some(prebound.name.as_str());
+        }
+        let pinned = node
+            .labels
+            .get(HOSTNAME)
+            .and_then(|h| self.by_host.get(h))
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let mut best: Option<usize> = None;
+        for &i in pinned.iter().chain(&self.elsewhere) {
+            let candidate = &self.available[i];
+            if !free(&candidate) || !candidate.affinity.matches(node) {
+                continue;
+            }
+            let better = best.is_none_or(|b| {
+                let current = &self.available[b];
+                (candidate.capacity, i) < (current.capacity, b)
+            });
+            if better {
+                best = Some(i);
+            }
+        }
+        best.map(|i| self.available[i].name.as_str())
+    }
+
+    fn can_provision_on(&self, node: &NodeInfo) -> bool {
+        self.provisionable && topology_allows(&self.allowed_topologies, node)
+    }
+}
+
+/// The checks of `FindMatchingVolume` that come before it looks at the claim reference.
+fn usable_by(volume: &VolumeInfo, claim: &ClaimInfo) -> bool {
+    volume.capacity >= claim.requested_storage
+        && volume.volume_mode == claim.volume_mode
+        && volume.volume_attributes_class_name == claim.volume_attributes_class_name
+        && !volume.deleting
+}
+
+/// The checks of `FindMatchingVolume` for a volume not pre-bound to the claim, but its node
+/// affinity.
+fn bindable(volume: &VolumeInfo, claim: &ClaimInfo) -> bool {
+    volume.claim_ref.is_none()
+        && volume.phase == "Available"
+        && claim
+            .selector
+            .as_ref()
+            .is_none_or(|s| selector_matches(s, &volume.labels))
+        && claim
+            .access_modes
+            .iter()
+            .all(|mode| volume.access_modes.contains(mode))
+}
+
+/// The pod's claims in kube-scheduler's groups (its PreFilter).
+#[derive(Debug, Default)]
+struct Claims {
+    bound: Vec<BoundClaim>,
+    /// Smallest request first (a stable sort, so equal requests keep the pod's order).
+    waiting: Vec<WaitingClaim>,
+}
+
+impl Claims {
+    /// `None` when the pod has no claims (the plugin skips it).
+    fn of(pod: &Pod) -> Result<Option<Self>, Failure> {
+        if pod.volume_claims.is_empty() {
+            return Ok(None);
+        }
+        let mut found = Vec::with_capacity(pod.volume_claims.len());
+        for volume in &pod.volume_claims {
+            let name = &volume.claim_name;
+            let Some(claim) = &volume.claim else {
+                return Err(Failure::unresolvable(if volume.ephemeral {
+                    format!(
+                        "waiting for ephemeral volume controller to create the persistentvolumeclaim \"{name}\""
+                    )
+                } else {
+                    format!("persistentvolumeclaim \"{name}\" not found")
+                }));
+            };
+            if claim.phase == "Lost" {
+                return Err(Failure::unresolvable(format!(
+                    "persistentvolumeclaim \"{name}\" bound to non-existent persistentvolume \"{}\"",
+                    claim.volume_name
+                )));
+            }
+            if claim.deleting {
+                return Err(Failure::unresolvable(format!(
+                    "persistentvolumeclaim \"{name}\" is being deleted"
+                )));
+            }
+            found.push((name, claim));
+        }
+        let mut claims = Claims::default();
+        let mut immediate = false;
+        for (name, claim) in found {
+            if claim.is_fully_bound() {
+                claims.bound.push(BoundClaim {
+                    volume: claim
+                        .volume
+                        .as_ref()
+                        .map(|v| Affinity::of(v.node_affinity.as_ref())),
+                });
+                continue;
+            }
+            if let Some(class) = &claim.storage_class {
+                if class.volume_binding_mode.is_none() {
+                    return Err(Failure::error(format!(
+                        "VolumeBindingMode not set for StorageClass \"{}\"",
+                        class.name
+                    )));
+                }
+            }
+            if claim.waits_for_first_consumer() {
+                claims
+                    .waiting
+                    .push(WaitingClaim::new(&pod.namespace, name, claim));
+            } else {
+                immediate = true;
+            }
+        }
+        if immediate {
+            return Err(Failure::unresolvable(REASON_UNBOUND_IMMEDIATE));
+        }
+        claims.waiting.sort_by_key(|c| c.requested);
+        Ok(Some(claims))
+    }
+
+    /// kube-scheduler's `FindPodVolumes`: the volumes for `node`, or the node's reasons.
+    fn find(&self, node: &NodeInfo) -> Result<PodVolumes, Vec<&'static str>> {
+        let mut node_conflict = false;
+        let mut missing_volume = false;
+        for claim in &self.bound {
+            match &claim.volume {
+                None => {
+                    missing_volume = true;
+                    break;
+                }
+                Some(affinity) if !affinity.matches(node) => {
+                    node_conflict = true;
+                    break;
+                }
+                Some(_) => {}
+            }
+        }
+        let mut volumes = PodVolumes::default();
+        let unbound_satisfied = self.waiting.is_empty() || self.bind_waiting(node, &mut volumes);
+        let reasons: Vec<&'static str> = [
+            (node_conflict, REASON_NODE_CONFLICT),
+            (!unbound_satisfied, REASON_BIND_CONFLICT),
+            (missing_volume, REASON_PV_NOT_EXIST),
+        ]
+        .into_iter()
+        .filter_map(|(failed, reason)| failed.then_some(reason))
+        .collect();
+        if reasons.is_empty() {
+            Ok(volumes)
+        } else {
+            Err(reasons)
+        }
+    }
+
+    /// Finds a volume or provisioning for every waiting claim on `node`.
+    fn bind_waiting(&self, node: &NodeInfo, volumes: &mut PodVolumes) -> bool {
+        if self
+            .waiting
+            .iter()
+            .any(|c| c.selected_node.as_ref().is_some_and(|n| *n != node.name))
+        {
+            return false;
+        }
+        let mut to_provision: Vec<&WaitingClaim> = self
+            .waiting
+            .iter()
+            .filter(|c| c.selected_node.is_some())
+            .collect();
+        let mut taken: Vec<&str> = Vec::new();
+        for claim in self.waiting.iter().filter(|c| c.selected_node.is_none()) {
+            match claim.matching_volume(node, &taken) {
+                Some(volume) => {
+                    taken.push(volume);
+                    volumes
+                        .static_bindings
+                        .push((claim.name.clone(), volume.to_string()));
+                }
+                None => to_provision.push(claim),
+            }
+        }
+        if !to_provision.iter().all(|c| c.can_provision_on(node)) {
+            return false;
+        }
+        volumes.provisions = to_provision.iter().map(|c| c.name.clone()).collect();
+        true
+    }
+}
+
+/// The plugin; holds the current pod's claims.
+#[derive(Default)]
+pub struct VolumeBinding {
+    claims: Claims,
+}
+
+impl Plugin for VolumeBinding {
+    const NAME: &'static str = NAME;
+    const READS_POD: PodParts = PodParts::VOLUME_CLAIMS.union(PodParts::IDENTITY);
+
+    fn new(_config: &str) -> Result<Self, String> {
+        Ok(Self::default())
+    }
+
+    fn prepare(&mut self, pod: &Pod, _nodes: &Nodes) -> PodPlan {
+        self.claims = Claims::default();
+        let filter = match Claims::of(pod) {
+            Err(failure) => FilterPlan::Reject(failure),
+            Ok(None) => FilterPlan::Skip,
+            Ok(Some(claims)) => {
+                self.claims = claims;
+                FilterPlan::Run
+            }
+        };
+        PodPlan {
+            filter,
+            score: false,
+        }
+    }
+}
+
+impl FilterPlugin for VolumeBinding {
+    fn filter(&self, _pod: &Pod, node: &NodeInfo) -> Verdict {
+        self.claims
+            .find(node)
+            .map(drop)
+            .map_err(Failure::from_reasons)
+    }
+}
+
+wasched_sdk::export_plugin!(VolumeBinding: filter);
+
+trait FromReasons {
+    fn from_reasons(reasons: Vec<&'static str>) -> Self;
+}
+
+impl FromReasons for Failure {
+    /// Every reason VolumeBinding's filter gives is UnschedulableAndUnresolvable.
+    fn from_reasons(reasons: Vec<&'static str>) -> Self {
+        Failure {
+            code: wasched_sdk::Code::UnschedulableAndUnresolvable,
+            reasons: reasons.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+mod cases;
+#[cfg(not(target_arch = "wasm32"))]
+pub use cases::cases;
