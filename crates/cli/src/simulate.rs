@@ -11,6 +11,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1 as core;
 use wasched_sdk as sdk;
 
+use crate::cache::PodVolumes;
 use crate::clock::{Clock, FakeClock};
 use crate::config::Config;
 use crate::events::{EventPipeline, Object};
@@ -64,6 +65,9 @@ pub(crate) struct ConfirmingBinder {
     pipeline: Arc<EventPipeline>,
     sequence: Arc<Sequencer>,
     pods: Arc<HashMap<String, core::Pod>>,
+    /// Volumes by name and claims by `namespace/name`, as this binder last wrote them.
+    volumes: HashMap<String, core::PersistentVolume>,
+    claims: HashMap<String, core::PersistentVolumeClaim>,
 }
 
 impl ConfirmingBinder {
@@ -77,11 +81,76 @@ impl ConfirmingBinder {
             pipeline,
             sequence,
             pods,
+            volumes: HashMap::new(),
+            claims: HashMap::new(),
         }
+    }
+
+    /// This binder, binding claims to these volumes as the PV controller would.
+    pub(crate) fn with_storage(
+        mut self,
+        volumes: &[core::PersistentVolume],
+        claims: &[core::PersistentVolumeClaim],
+    ) -> Self {
+        self.volumes = volumes
+            .iter()
+            .map(|v| (v.metadata.name.clone().unwrap_or_default(), v.clone()))
+            .collect();
+        self.claims = claims
+            .iter()
+            .map(|c| (k8s::claim_key(c), c.clone()))
+            .collect();
+        self
     }
 }
 
 impl Binder for ConfirmingBinder {
+    /// Binds each volume to its claim at once and marks each claim to provision with the node,
+    /// and feeds them back as updates: nothing here provisions volumes, so those claims keep
+    /// waiting, holding the node for the pods that share them.
+    fn bind_volumes(
+        &mut self,
+        pod: &sdk::Pod,
+        node: &str,
+        volumes: &PodVolumes,
+    ) -> Result<(), String> {
+        let claim_key = |name: &str| format!("{}/{name}", pod.namespace);
+        let mut updates = Vec::new();
+        for (claim_name, volume_name) in &volumes.static_bindings {
+            let claim = self
+                .claims
+                .get(&claim_key(claim_name))
+                .ok_or_else(|| format!("persistentvolumeclaim \"{claim_name}\" not found"))?;
+            let volume = self
+                .volumes
+                .get(volume_name)
+                .ok_or_else(|| format!("persistentvolume \"{volume_name}\" not found"))?;
+            let (volume, claim) = k8s::bound_volume_and_claim(volume, claim);
+            updates.push((Some(volume), claim));
+        }
+        for claim_name in &volumes.provisions {
+            let claim = self
+                .claims
+                .get(&claim_key(claim_name))
+                .ok_or_else(|| format!("persistentvolumeclaim \"{claim_name}\" not found"))?;
+            updates.push((None, k8s::claim_with_selected_node(claim, node)));
+        }
+        for (volume, claim) in updates {
+            if let Some(volume) = volume {
+                self.volumes.insert(
+                    volume.metadata.name.clone().unwrap_or_default(),
+                    volume.clone(),
+                );
+                self.pipeline
+                    .submit(self.sequence.upsert(Object::Volume(Box::new(volume))));
+            }
+            self.claims.insert(k8s::claim_key(&claim), claim.clone());
+            self.pipeline
+                .submit(self.sequence.upsert(Object::Claim(Box::new(claim))));
+        }
+        Ok(())
+    }
+
     fn bind(&mut self, pod: &sdk::Pod, node: &str) -> Result<(), String> {
         let key = pod.key();
         let original = self.pods.get(&key).ok_or("unknown pod")?;
@@ -137,11 +206,8 @@ pub fn simulate(
         .map(|p| (k8s::pod_key(p), p.clone()))
         .collect();
     let pipeline = Arc::new(EventPipeline::default());
-    let binder = ConfirmingBinder {
-        pipeline: pipeline.clone(),
-        sequence: sequence.clone(),
-        pods: Arc::new(pods),
-    };
+    let binder = ConfirmingBinder::new(pipeline.clone(), sequence.clone(), Arc::new(pods))
+        .with_storage(&cluster.volumes, &cluster.claims);
     // Time only moves when every ready pod was tried: then to the end of the earliest backoff,
     // so a pod an event sent back (a preemptor whose victims are gone) is tried again without
     // the simulation waiting for it.

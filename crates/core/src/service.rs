@@ -18,6 +18,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1 as core;
 use wasched_sdk as sdk;
 
+use crate::cache::PodVolumes;
 use crate::clock::Clock;
 use crate::events::{Action, Event, EventPipeline, Kind, Object, ObjectKey};
 use crate::framework::{NodeReport, Outcome, Preemption, Profile, Scheduler};
@@ -36,6 +37,25 @@ pub trait Binder: Send {
     /// # Errors
     /// Why the binding was refused; the pod is un-assumed and retried after backoff.
     fn bind(&mut self, pod: &sdk::Pod, node: &str) -> Result<(), String>;
+
+    /// Binds the volumes VolumeBinding chose for `pod` on `node` (kube-scheduler's PreBind),
+    /// called before [`Binder::bind`] and only when there is something to bind: each statically
+    /// matched volume to its claim, and each claim to provision marked with the node
+    /// (`volume.kubernetes.io/selected-node`).
+    ///
+    /// # Errors
+    /// Why the volumes were not bound; the pod is un-assumed and retried after backoff. The
+    /// default refuses: a binder that cannot write volumes must not place pods whose claims wait
+    /// for them.
+    fn bind_volumes(
+        &mut self,
+        pod: &sdk::Pod,
+        node: &str,
+        volumes: &PodVolumes,
+    ) -> Result<(), String> {
+        let _ = (pod, node, volumes);
+        Err("this scheduler cannot bind volumes yet".into())
+    }
 
     /// True when `bind` only queues the binding, which is sent later and its outcome reported
     /// through [`BindingFailures`]: the assume TTL then starts when the binding completed, so a
@@ -103,6 +123,9 @@ pub struct CycleResult {
     /// Preemption found no room for a pod that had a `status.nominatedNodeName`: the
     /// nomination is cleared where the pod is recorded.
     pub clears_nomination: bool,
+    /// With `node`: the claims bound to volumes and the claims to provision for it there
+    /// (VolumeBinding), bound together with the pod.
+    pub volumes: PodVolumes,
 }
 
 struct Assumed {
@@ -327,6 +350,7 @@ impl<B: Binder> Service<B> {
                 } else if !model.node_name.is_empty() {
                     // Bound, by us (this confirms the assumption) or by someone else.
                     self.assumed.remove(&key);
+                    cache.settle_volumes(&key);
                     self.queue.delete(&key);
                     cache.clear_nomination(&key);
                     let arrived = cache.pod_node(&key) != Some(model.node_name.as_str());
@@ -378,7 +402,9 @@ impl<B: Binder> Service<B> {
     }
 
     fn forget_pod(&mut self, key: &str) {
-        self.assumed.remove(key);
+        if self.assumed.remove(key).is_some() {
+            self.scheduler.cache_mut().unreserve_volumes(key);
+        }
         self.queue.delete(key);
         self.scheduler.cache_mut().clear_nomination(key);
         if self.scheduler.cache_mut().remove_pod(key) {
@@ -514,6 +540,7 @@ impl<B: Binder> Service<B> {
         let Some(assumed) = self.assumed.remove(key) else {
             return;
         };
+        self.scheduler.cache_mut().unreserve_volumes(key);
         if self.scheduler.forget(key) {
             self.queue.on_event(ClusterEvent::AssignedPodDeleted);
         }
@@ -543,6 +570,7 @@ impl<B: Binder> Service<B> {
             preemption: None,
             preemption_candidates: Vec::new(),
             clears_nomination: false,
+            volumes: PodVolumes::default(),
         };
         let Some(outcome) = self.scheduler.schedule(&pod, self.explain) else {
             // No profile for its scheduler name: another scheduler's pod.
@@ -558,6 +586,7 @@ impl<B: Binder> Service<B> {
         result.preemption_candidates = outcome.preemption_candidates;
         match outcome.node {
             Some(node) => {
+                result.volumes = outcome.volumes;
                 self.assume_and_bind(pod, node, &mut result);
                 if result.node.is_some() {
                     result.choice = outcome.choice.map(|c| *c);
@@ -609,6 +638,11 @@ impl<B: Binder> Service<B> {
     fn assume_and_bind(&mut self, pod: sdk::Pod, node: String, result: &mut CycleResult) {
         let key = result.pod.clone();
         self.scheduler.assume(&pod, &node);
+        if !result.volumes.is_empty() {
+            self.scheduler
+                .cache_mut()
+                .reserve_volumes(&pod, &node, &result.volumes);
+        }
         self.scheduler.cache_mut().clear_nomination(&key);
         self.queue.done(&key);
         self.assumed.insert(
@@ -620,7 +654,14 @@ impl<B: Binder> Service<B> {
                 attempts: result.attempts,
             },
         );
-        match self.binder.bind(&pod, &node) {
+        let bound = if result.volumes.is_empty() {
+            Ok(())
+        } else {
+            self.binder
+                .bind_volumes(&pod, &node, &result.volumes)
+                .map_err(|e| format!("running PreBind plugin \"VolumeBinding\": {e}"))
+        };
+        match bound.and_then(|()| self.binder.bind(&pod, &node)) {
             Ok(()) => {
                 if !self.binder.reports_completion() {
                     let deadline = self.clock.now() + self.assume_ttl;
@@ -634,6 +675,7 @@ impl<B: Binder> Service<B> {
             Err(e) => {
                 self.assumed.remove(&key);
                 self.scheduler.forget(&key);
+                self.scheduler.cache_mut().unreserve_volumes(&key);
                 self.stats.binds_failed.fetch_add(1, Ordering::Relaxed);
                 let message = format!("binding to {node} failed: {e}");
                 self.queue.requeue(pod, result.attempts, message.clone());

@@ -20,10 +20,11 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1 as core;
 
-use super::store::Store;
+use super::store::{Recorded, Store};
 use super::watch::{WatchEvent, WatchLog};
 use wasched_core::events::{Action, Event, EventPipeline, Kind, Object, ObjectKey};
 use wasched_core::framework::Profile;
+use wasched_core::k8s;
 use wasched_core::metrics::{escape, Histogram, ATTEMPT_BUCKETS, PLUGIN_BUCKETS};
 use wasched_core::service::{Binder, CycleResult, ExplainError, Explanation, Service};
 use wasched_core::util::Rng;
@@ -100,6 +101,16 @@ impl Binder for DeferredBinder {
 
     fn reports_completion(&self) -> bool {
         true
+    }
+
+    /// The writer binds the volumes and claims in one transaction with the pod's node.
+    fn bind_volumes(
+        &mut self,
+        _pod: &wasched_sdk::Pod,
+        _node: &str,
+        _volumes: &wasched_core::cache::PodVolumes,
+    ) -> Result<(), String> {
+        Ok(())
     }
 
     /// The writer deletes the victims and records the nomination in one transaction with the
@@ -538,8 +549,18 @@ impl ResultSink for StoreSink {
             .into_iter()
             .map(|result| (pod_key(&result.pod), result))
             .collect();
-        let (written, evicted) = match self.store.update_and_delete(items, record_result, &victims)
-        {
+        let written = self.store.update_with_companions(
+            items,
+            record_result,
+            bound_volumes_and_claims,
+            &victims,
+        );
+        let Recorded {
+            changed: written,
+            deleted: evicted,
+            companions,
+            refused,
+        } = match written {
             Ok(written) => written,
             Err(e) => {
                 // The placements are undone and the pods scheduled again.
@@ -550,9 +571,23 @@ impl ResultSink for StoreSink {
                 return;
             }
         };
+        let refused: Vec<(String, CycleResult)> = refused
+            .into_iter()
+            .map(|(_, result, reason)| (reason, result))
+            .collect();
+        // The placement is undone and the pod scheduled again; its result is not written.
+        for (reason, result) in &refused {
+            tracing::warn!(pod = %result.pod, %reason, "binding the pod's volumes failed");
+            self.bindings.report(
+                result.pod.clone(),
+                format!("running PreBind plugin \"VolumeBinding\": {reason}"),
+            );
+        }
         // Those whose pod was gone or bound meanwhile too: the TTL is what undoes them then.
         for pod in bound_pods {
-            self.bindings.completed(pod);
+            if !refused.iter().any(|(_, r)| r.pod == pod) {
+                self.bindings.completed(pod);
+            }
         }
         metrics.status_write_batches.fetch_add(1, Ordering::Relaxed);
         metrics
@@ -561,6 +596,11 @@ impl ResultSink for StoreSink {
         metrics
             .results_discarded
             .fetch_add((count - written.len()) as u64, Ordering::Relaxed);
+        // The bound volumes and claims, before the pods that use them are confirmed.
+        for (version, object) in companions {
+            self.pipeline
+                .submit(Event::with_version(Action::Upsert, object, version));
+        }
         // The deletions an API server's watch would deliver; they bring the preemptors back.
         for (version, object) in evicted {
             self.pipeline
@@ -605,6 +645,62 @@ pub fn watch_event(result: CycleResult, resource_version: u64) -> WatchEvent {
         time_millis: unix_millis(),
         choice: result.choice,
     }
+}
+
+/// The volumes and claims a placed pod's result binds, read from the store and changed as the
+/// PV controller would leave them (the store plays the controller: nothing else binds here);
+/// claims to provision get the node as `volume.kubernetes.io/selected-node`.
+fn bound_volumes_and_claims(
+    result: &CycleResult,
+    read: &dyn Fn(&ObjectKey) -> Option<Object>,
+) -> Result<Vec<Object>, String> {
+    let Some(node) = &result.node else {
+        return Ok(Vec::new());
+    };
+    let namespace = result.pod.split_once('/').map_or("default", |(ns, _)| ns);
+    let claim = |name: &str| match read(&ObjectKey {
+        kind: Kind::PersistentVolumeClaim,
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+    }) {
+        Some(Object::Claim(claim)) => Ok(claim),
+        _ => Err(format!("persistentvolumeclaim \"{name}\" not found")),
+    };
+    let mut objects = Vec::new();
+    for (claim_name, volume_name) in &result.volumes.static_bindings {
+        let claim = claim(claim_name)?;
+        let volume = match read(&ObjectKey {
+            kind: Kind::PersistentVolume,
+            namespace: String::new(),
+            name: volume_name.clone(),
+        }) {
+            Some(Object::Volume(volume)) => volume,
+            _ => return Err(format!("persistentvolume \"{volume_name}\" not found")),
+        };
+        let taken = volume
+            .spec
+            .as_ref()
+            .and_then(|s| s.claim_ref.as_ref())
+            .is_some_and(|r| {
+                r.namespace.as_deref() != Some(namespace)
+                    || r.name.as_deref() != Some(claim_name.as_str())
+            });
+        if taken {
+            return Err(format!(
+                "persistentvolume \"{volume_name}\" is bound to another claim"
+            ));
+        }
+        let (volume, claim) = k8s::bound_volume_and_claim(&volume, &claim);
+        objects.push(Object::Volume(Box::new(volume)));
+        objects.push(Object::Claim(Box::new(claim)));
+    }
+    for claim_name in &result.volumes.provisions {
+        let claim = claim(claim_name)?;
+        objects.push(Object::Claim(Box::new(k8s::claim_with_selected_node(
+            &claim, node,
+        ))));
+    }
+    Ok(objects)
 }
 
 /// Writes one result into the stored pod; false when it no longer applies (the pod is gone or

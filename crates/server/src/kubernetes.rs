@@ -24,6 +24,7 @@ use kube::{Api, Client, Config};
 use serde::de::DeserializeOwned;
 use wasched_core::events::{Action, Event, EventPipeline, Kind, Object, ObjectKey};
 use wasched_core::framework::Preemption;
+use wasched_core::k8s;
 use wasched_core::service::{BindingFailures, CycleResult};
 
 use crate::engine::{watch_event, EngineMetrics, ResultSink, StartGate};
@@ -466,6 +467,20 @@ async fn write(
 ) -> Option<CycleResult> {
     let (namespace, name) = result.pod.split_once('/')?;
     let pods: Api<core::Pod> = Api::namespaced(client.clone(), namespace);
+    if let Some(node) = result
+        .node
+        .as_deref()
+        .filter(|_| !result.volumes.is_empty())
+    {
+        if let Err(e) = bind_volumes(&client, rate, &result, node, BIND_TIMEOUT).await {
+            tracing::warn!(pod = %result.pod, "binding the pod's volumes failed: {e}");
+            failures.report(
+                result.pod.clone(),
+                format!("running PreBind plugin \"VolumeBinding\": binding volumes: {e}"),
+            );
+            return None;
+        }
+    }
     let outcome = match &result.node {
         Some(node) => {
             let binding = core::Binding {
@@ -547,6 +562,96 @@ async fn write(
             }
             None
         }
+    }
+}
+
+/// How long PreBind waits for the PV controller to complete the bindings it asked for
+/// (kube-scheduler's `bindTimeoutSeconds` default).
+const BIND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// kube-scheduler's VolumeBinding PreBind: reserves each chosen volume for its claim (`claimRef`,
+/// written with a full update) and marks each claim to provision with the node, then polls every
+/// second until the PV controller has bound every claim (`volumeName` and `bind-completed`).
+async fn bind_volumes(
+    client: &Client,
+    rate: &RateLimiter,
+    result: &CycleResult,
+    node: &str,
+    timeout: std::time::Duration,
+) -> Result<(), String> {
+    let namespace = result.pod.split_once('/').map_or("default", |(ns, _)| ns);
+    let volumes: Api<core::PersistentVolume> = Api::all(client.clone());
+    let claims: Api<core::PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
+    let failed = |e: kube::Error| e.to_string();
+    for (claim_name, volume_name) in &result.volumes.static_bindings {
+        rate.acquire().await;
+        let claim = claims.get(claim_name).await.map_err(failed)?;
+        rate.acquire().await;
+        let mut volume = volumes.get(volume_name).await.map_err(failed)?;
+        volume.spec.get_or_insert_with(Default::default).claim_ref = Some(core::ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("PersistentVolumeClaim".into()),
+            namespace: Some(namespace.to_string()),
+            name: Some(claim_name.clone()),
+            uid: claim.metadata.uid.clone(),
+            resource_version: claim.metadata.resource_version.clone(),
+            ..Default::default()
+        });
+        volume
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(k8s::ANNOTATION_BOUND_BY_CONTROLLER.into(), "yes".into());
+        rate.acquire().await;
+        volumes
+            .replace(volume_name, &PostParams::default(), &volume)
+            .await
+            .map_err(failed)?;
+    }
+    for claim_name in &result.volumes.provisions {
+        rate.acquire().await;
+        let claim = claims.get(claim_name).await.map_err(failed)?;
+        let claim = k8s::claim_with_selected_node(&claim, node);
+        rate.acquire().await;
+        claims
+            .replace(claim_name, &PostParams::default(), &claim)
+            .await
+            .map_err(failed)?;
+    }
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let mut all_bound = true;
+        for (claim_name, volume_name) in &result.volumes.static_bindings {
+            rate.acquire().await;
+            let volume = volumes.get(volume_name).await.map_err(failed)?;
+            let reserved = volume
+                .spec
+                .as_ref()
+                .and_then(|s| s.claim_ref.as_ref())
+                .is_some_and(|r| r.uid.as_deref().is_some_and(|u| !u.is_empty()));
+            if !reserved {
+                return Err(format!("ClaimRef got reset for pv \"{volume_name}\""));
+            }
+            rate.acquire().await;
+            let claim = claims.get(claim_name).await.map_err(failed)?;
+            all_bound &= k8s::claim_info(&claim).is_fully_bound();
+        }
+        for claim_name in &result.volumes.provisions {
+            rate.acquire().await;
+            let claim = k8s::claim_info(&claims.get(claim_name).await.map_err(failed)?);
+            if claim.selected_node.as_deref() != Some(node) {
+                // The provisioner removes the annotation when it cannot provision.
+                return Err(format!("provisioning failed for PVC \"{claim_name}\""));
+            }
+            all_bound &= claim.is_fully_bound();
+        }
+        if all_bound {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err("context deadline exceeded".into());
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     }
 }
 

@@ -115,6 +115,16 @@ pub enum Rejection {
     Refused { index: usize, reason: String },
 }
 
+/// What [`Store::update_with_companions`] wrote, each object with its new version.
+pub struct Recorded<T> {
+    pub changed: Vec<(u64, Object, T)>,
+    pub deleted: Vec<(u64, Object)>,
+    /// Objects written with their items.
+    pub companions: Vec<(u64, Object)>,
+    /// Items left unchanged because their companions could not be written, with why.
+    pub refused: Vec<(ObjectKey, T, String)>,
+}
+
 impl Store {
     /// Opens (or creates) the store file.
     ///
@@ -221,9 +231,32 @@ impl Store {
         update: impl Fn(&mut Object, &T) -> bool,
         deletions: &[ObjectKey],
     ) -> Result<(Vec<(u64, Object, T)>, Vec<(u64, Object)>), StoreError> {
+        let written =
+            self.update_with_companions(items, update, |_, _| Ok(Vec::new()), deletions)?;
+        Ok((written.changed, written.deleted))
+    }
+
+    /// [`Store::update_and_delete`], where each changed item may bring companion objects written
+    /// in the same transaction (a pod's volumes and claims, bound with it): `companions` gets the
+    /// item and a reader of the stored objects and returns the objects to write, or why the item
+    /// cannot be written, which leaves it and its companions unchanged.
+    ///
+    /// # Errors
+    /// A store failure: nothing was written.
+    pub fn update_with_companions<T>(
+        &self,
+        items: Vec<(ObjectKey, T)>,
+        update: impl Fn(&mut Object, &T) -> bool,
+        companions: impl Fn(&T, &dyn Fn(&ObjectKey) -> Option<Object>) -> Result<Vec<Object>, String>,
+        deletions: &[ObjectKey],
+    ) -> Result<Recorded<T>, StoreError> {
         let tx = self.db.begin_write().map_err(err)?;
-        let mut changed = Vec::new();
-        let mut deleted = Vec::new();
+        let mut written = Recorded {
+            changed: Vec::new(),
+            deleted: Vec::new(),
+            companions: Vec::new(),
+            refused: Vec::new(),
+        };
         {
             let mut table = tx.open_table(OBJECTS).map_err(err)?;
             let mut meta = tx.open_table(META).map_err(err)?;
@@ -232,7 +265,7 @@ impl Store {
                 if let Some(bytes) = table.remove(storage_key(key).as_str()).map_err(err)? {
                     let object = decode(key.kind, bytes.value())?;
                     version += 1;
-                    deleted.push((version, object));
+                    written.deleted.push((version, object));
                 }
             }
             for (key, item) in items {
@@ -244,17 +277,40 @@ impl Store {
                 if !update(&mut object, &item) {
                     continue;
                 }
+                let extra = {
+                    let read = |k: &ObjectKey| -> Option<Object> {
+                        let bytes = table.get(storage_key(k).as_str()).ok()??;
+                        decode(k.kind, bytes.value()).ok()
+                    };
+                    companions(&item, &read)
+                };
+                let extra = match extra {
+                    Ok(extra) => extra,
+                    Err(reason) => {
+                        written.refused.push((key, item, reason));
+                        continue;
+                    }
+                };
+                for mut companion in extra {
+                    version += 1;
+                    set_resource_version(&mut companion, version);
+                    let bytes = serde_json::to_vec(&object_json(&companion)).map_err(err)?;
+                    table
+                        .insert(storage_key(&companion.key()).as_str(), bytes.as_slice())
+                        .map_err(err)?;
+                    written.companions.push((version, companion));
+                }
                 version += 1;
                 set_resource_version(&mut object, version);
                 let bytes = serde_json::to_vec(&object_json(&object)).map_err(err)?;
                 table.insert(skey.as_str(), bytes.as_slice()).map_err(err)?;
-                changed.push((version, object, item));
+                written.changed.push((version, object, item));
             }
             meta.insert(RESOURCE_VERSION, version.to_le_bytes().as_slice())
                 .map_err(err)?;
         }
         tx.commit().map_err(err)?;
-        Ok((changed, deleted))
+        Ok(written)
     }
 
     /// Deletes an object; returns it with the version of the deletion, or `None` if it did not

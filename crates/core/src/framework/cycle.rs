@@ -34,7 +34,9 @@ use crate::runtime::{CallError, PluginInstance};
 type InstanceRef<'a> = &'a mut Option<Box<dyn PluginInstance>>;
 
 /// A stage's result: `Err` ends the cycle with that outcome.
-type Stage<T> = Result<T, Outcome>;
+/// A stage of the cycle gives its result, or the outcome the cycle ends with (boxed: it is large
+/// and rare).
+type Stage<T> = Result<T, Box<Outcome>>;
 
 /// Fewest nodes per thread worth handing to a worker: below this the hand-off costs more than it
 /// saves.
@@ -144,6 +146,9 @@ pub struct Outcome {
     /// Preemption looked for room and found none: the pod's `status.nominatedNodeName` is to be
     /// cleared (set only when it had one).
     pub clears_nomination: bool,
+    /// When a node was chosen and the profile binds volumes: the volumes VolumeBinding chose for
+    /// the pod there, to reserve and bind with it.
+    pub volumes: crate::cache::PodVolumes,
 }
 
 /// The statuses of a cycle that found no node, as far as preemption needs them.
@@ -164,7 +169,7 @@ impl Outcome {
         }
     }
 
-    fn error(message: String) -> Outcome {
+    pub(super) fn error(message: String) -> Outcome {
         Outcome {
             message: Some(message),
             error: true,
@@ -267,7 +272,7 @@ impl Profile {
                     }
                 }
                 Ok(Some(_)) => {}
-                Err(error) => return error,
+                Err(error) => return *error,
             }
         }
         let mut outcome = self.run_cycle(cache, pod, explain, None);
@@ -295,10 +300,10 @@ impl Profile {
         cache: &mut Cache,
         pod: &sdk::Pod,
         id: u32,
-    ) -> Result<Option<sdk::Failure>, Outcome> {
+    ) -> Result<Option<sdk::Failure>, Box<Outcome>> {
         let outcome = self.run_cycle(cache, pod, false, Some(id));
         if outcome.error {
-            return Err(outcome);
+            return Err(Box::new(outcome));
         }
         if outcome.node.is_some() {
             return Ok(None);
@@ -336,7 +341,7 @@ impl Profile {
         };
         let outcome = self
             .run_stages(cache, pod, &mut cycle)
-            .unwrap_or_else(|ended| ended);
+            .unwrap_or_else(|ended| *ended);
         if !outcome.error {
             self.record_successes(&cycle.left_out);
         }
@@ -460,10 +465,10 @@ impl Profile {
         let pod_key = cycle.pod.key();
         slot.record_failure(error, cycle.now, Some(&pod_key));
         match slot.spec.policy.on_failure {
-            OnFailure::Fail => Err(Outcome::error(reasons::plugin_failed(
+            OnFailure::Fail => Err(Box::new(Outcome::error(reasons::plugin_failed(
                 &slot.spec.name,
                 error,
-            ))),
+            )))),
             OnFailure::Ignore => {
                 cycle.left_out[i] = true;
                 Ok(())
@@ -487,7 +492,7 @@ impl Profile {
             if slot.quarantined(cycle.now) {
                 match slot.spec.policy.on_failure {
                     OnFailure::Ignore => cycle.left_out[i] = true,
-                    OnFailure::Fail => return Err(quarantined(slot, cycle.now)),
+                    OnFailure::Fail => return Err(Box::new(quarantined(slot, cycle.now))),
                 }
                 continue;
             }
@@ -626,7 +631,9 @@ impl Profile {
                         },
                         failure: Some(failure.clone()),
                     };
-                    return Err(rejected_before_filtering(cache, all, name, failure, cycle));
+                    return Err(Box::new(rejected_before_filtering(
+                        cache, all, name, failure, cycle,
+                    )));
                 }
             }
         }
@@ -646,7 +653,7 @@ impl Profile {
                     potential: Vec::new(),
                     failure: Some(sdk::Failure::unresolvable(reason)),
                 };
-                return Err(Outcome::unschedulable(message, report));
+                return Err(Box::new(Outcome::unschedulable(message, report)));
             }
             Some(names) => Cow::Owned(
                 all.iter()
@@ -788,10 +795,10 @@ impl Profile {
                     let failure = &part.results.failures[local];
                     if failure.code == Code::Error {
                         let plugin = &self.slots[part.filtered_by[local]].spec.name;
-                        return Err(Outcome::error(reasons::filter_error(
+                        return Err(Box::new(Outcome::error(reasons::filter_error(
                             plugin,
                             &failure.reasons,
-                        )));
+                        ))));
                     }
                     interned[local] = table.intern(failure.clone());
                 }

@@ -88,6 +88,8 @@ pub enum IdleWhen {
     /// selector (no Service or controller selects it), so neither its own nor the cluster
     /// default constraints apply.
     NoTopologySpread,
+    /// VolumeBinding: the pod uses no PersistentVolumeClaim (nor generic ephemeral volume).
+    NoVolumeClaims,
 }
 
 impl IdleWhen {
@@ -100,6 +102,7 @@ impl IdleWhen {
             IdleWhen::NoTopologySpread => {
                 pod.topology_spread_constraints.is_empty() && pod.default_spread_selector.is_none()
             }
+            IdleWhen::NoVolumeClaims => pod.volume_claims.is_empty(),
         }
     }
 }
@@ -694,6 +697,14 @@ pub struct Profile {
 }
 
 impl Profile {
+    /// The profile filters with VolumeBinding, so the volumes it finds are reserved and bound
+    /// with the pod.
+    fn binds_volumes(&self) -> bool {
+        self.filters
+            .iter()
+            .any(|&i| self.slots[i].spec.name == wasched_volume_binding::NAME)
+    }
+
     /// Instantiates the profile's plugins and checks each does what the profile asks of it.
     ///
     /// # Errors
@@ -925,7 +936,29 @@ impl Scheduler {
     /// scheduler name.
     pub fn schedule(&mut self, pod: &sdk::Pod, explain: bool) -> Option<Outcome> {
         self.cycle(pod, |profile, cache, pod| {
-            profile.schedule(cache, pod, explain)
+            let mut outcome = profile.schedule(cache, pod, explain);
+            if let Some(node) = &outcome.node {
+                if profile.binds_volumes() && !pod.volume_claims.is_empty() {
+                    let info = cache.node_id(node).and_then(|id| cache.node(id));
+                    let found = info.map_or_else(
+                        || Err(sdk::Failure::error(format!("node \"{node}\" not found"))),
+                        |entry| wasched_volume_binding::find_pod_volumes(pod, &entry.info),
+                    );
+                    match found {
+                        Ok(volumes) => outcome.volumes = volumes,
+                        // The plugin named VolumeBinding in this profile is not the default
+                        // one (it passed a node the default would not): bind nothing blindly.
+                        Err(failure) => {
+                            outcome = Outcome::error(format!(
+                                "running Reserve plugin \"{}\": node {node}: {}",
+                                wasched_volume_binding::NAME,
+                                failure.reasons.join(", ")
+                            ))
+                        }
+                    }
+                }
+            }
+            outcome
         })
     }
 
