@@ -197,6 +197,11 @@ pub fn run_once(
         if let Some(node) = &outcome.node {
             // What the service does next; no binder here, so the pod stays assumed.
             scheduler.assume(pod, node);
+            if !outcome.volumes.is_empty() {
+                scheduler
+                    .cache_mut()
+                    .reserve_volumes(pod, node, &outcome.volumes);
+            }
         }
         latencies.push(cycle.elapsed());
         match (&outcome.node, outcome.error) {

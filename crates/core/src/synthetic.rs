@@ -46,13 +46,18 @@ pub enum Scenario {
     /// Every node full: four running pods of priorities 0 to 3 each take a quarter of it. Each
     /// new pod (priority 1000) fits nowhere until preemption evicts one; DefaultPreemption is on.
     Preemption,
+    /// Pods whose claims wait for their first consumer: most ask for a local volume (one
+    /// static PersistentVolume pinned to each node, 100 or 200 GiB; requests of 20 to 160 GiB),
+    /// some for a volume provisioned in zone a or b, a few for both. Volumes are reserved as pods
+    /// are placed, so later pods find fewer.
+    VolumeBinding,
     /// Every scenario above.
     All,
 }
 
 impl Scenario {
     /// Every scenario but [`Scenario::All`].
-    pub const EACH: [Scenario; 10] = [
+    pub const EACH: [Scenario; 11] = [
         Scenario::Basic,
         Scenario::NodeAffinity,
         Scenario::Taints,
@@ -63,6 +68,7 @@ impl Scenario {
         Scenario::PodAffinity,
         Scenario::TopologySpread,
         Scenario::Preemption,
+        Scenario::VolumeBinding,
     ];
 
     pub fn name(self) -> &'static str {
@@ -77,6 +83,7 @@ impl Scenario {
             Scenario::PodAffinity => "pod-affinity",
             Scenario::TopologySpread => "topology-spread",
             Scenario::Preemption => "preemption",
+            Scenario::VolumeBinding => "volume-binding",
             Scenario::All => "all",
         }
     }
@@ -235,6 +242,16 @@ pub fn cluster(scenario: Scenario, nodes: usize, pods: usize, seed: u64) -> Synt
     let running = running_pods(scenario, &nodes, &mut rng);
     let mut volumes = Vec::new();
     let mut claims = Vec::new();
+    let mut classes = vec![class];
+    if scenario == Scenario::VolumeBinding {
+        classes.extend(waiting_classes());
+        volumes.extend(
+            nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| local_volume(i, &n.name)),
+        );
+    }
     let pods = (0..pods)
         .map(|i| {
             let cpu = 100 * (1 + rng.below(20) as i64);
@@ -319,16 +336,38 @@ pub fn cluster(scenario: Scenario, nodes: usize, pods: usize, seed: u64) -> Synt
                 );
                 claims.push(
                     serde_json::from_value(serde_json::json!({
-                        "metadata": {"name": pvc, "namespace": "bench"},
-                        "spec": {"storageClassName": "zonal", "volumeName": pv}
+                        "metadata": {
+                            "name": pvc,
+                            "namespace": "bench",
+                            "annotations": {"pv.kubernetes.io/bind-completed": "yes"}
+                        },
+                        "spec": {"storageClassName": "zonal", "volumeName": pv},
+                        "status": {"phase": "Bound"}
                     }))
                     .expect("valid PersistentVolumeClaim"),
                 );
                 pod.volume_claims.push(sdk::VolumeClaim {
                     volume: "data".into(),
                     claim_name: pvc,
+                    ephemeral: false,
                     claim: None,
                 });
+            }
+            if scenario == Scenario::VolumeBinding {
+                let (local, provisioned) = match rng.below(10) {
+                    0..=5 => (true, false),
+                    6..=8 => (false, true),
+                    _ => (true, true),
+                };
+                if local {
+                    let size = 20 * (1 + rng.below(8) as i64);
+                    claims.push(waiting_claim(&format!("local-{i}"), "local", size));
+                    pod.volume_claims.push(claim_volume(&format!("local-{i}")));
+                }
+                if provisioned {
+                    claims.push(waiting_claim(&format!("fast-{i}"), "fast", 10));
+                    pod.volume_claims.push(claim_volume(&format!("fast-{i}")));
+                }
             }
             pod_affinity(scenario, &mut pod, nodes.len(), &mut rng);
             if scenario == Scenario::TopologySpread {
@@ -351,8 +390,74 @@ pub fn cluster(scenario: Scenario, nodes: usize, pods: usize, seed: u64) -> Synt
         pods,
         volumes,
         claims,
-        classes: vec![class],
+        classes,
         selectors,
+    }
+}
+
+/// The classes of the volume-binding scenario: local volumes made by an administrator, and a
+/// provisioner serving zones a and b; both bind when the first pod using a claim is placed.
+fn waiting_classes() -> Vec<StorageClass> {
+    [
+        serde_json::json!({
+            "metadata": {"name": "local"},
+            "provisioner": "kubernetes.io/no-provisioner",
+            "volumeBindingMode": "WaitForFirstConsumer"
+        }),
+        serde_json::json!({
+            "metadata": {"name": "fast"},
+            "provisioner": "csi.example.com",
+            "volumeBindingMode": "WaitForFirstConsumer",
+            "allowedTopologies": [{"matchLabelExpressions": [
+                {"key": "topology.kubernetes.io/zone", "values": ["zone-a", "zone-b"]}
+            ]}]
+        }),
+    ]
+    .into_iter()
+    .map(|class| serde_json::from_value(class).expect("valid StorageClass"))
+    .collect()
+}
+
+/// The local volume of node `node` (the `i`th): 100 or 200 GiB, usable from that node only.
+fn local_volume(i: usize, node: &str) -> core::PersistentVolume {
+    let size = if i.is_multiple_of(2) { "100Gi" } else { "200Gi" };
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("local-pv-{i:05}")},
+        "spec": {
+            "capacity": {"storage": size},
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "local",
+            "local": {"path": "/mnt/disks/ssd0"},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
+            ]}]}}
+        },
+        "status": {"phase": "Available"}
+    }))
+    .expect("valid PersistentVolume")
+}
+
+/// An unbound claim for `size_gib` GiB of `class`.
+fn waiting_claim(name: &str, class: &str, size_gib: i64) -> core::PersistentVolumeClaim {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "bench", "uid": format!("uid-{name}")},
+        "spec": {
+            "storageClassName": class,
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": format!("{size_gib}Gi")}}
+        },
+        "status": {"phase": "Pending"}
+    }))
+    .expect("valid PersistentVolumeClaim")
+}
+
+/// A pod volume using claim `name`.
+fn claim_volume(name: &str) -> sdk::VolumeClaim {
+    sdk::VolumeClaim {
+        volume: name.into(),
+        claim_name: name.into(),
+        ephemeral: false,
+        claim: None,
     }
 }
 
