@@ -1332,3 +1332,228 @@ fn readme_flow_builds_loads_and_schedules_with_the_example_plugin() {
 
 #[path = "browser.rs"]
 mod browser;
+
+/// A StorageClass for local disks: volumes made by an administrator, bound when the first pod
+/// using a claim is placed.
+fn local_storage_class() -> Value {
+    json!({
+        "kind": "StorageClass",
+        "apiVersion": "storage.k8s.io/v1",
+        "metadata": { "name": "local-storage" },
+        "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": "WaitForFirstConsumer"
+    })
+}
+
+/// A free local volume of 100Gi on `node`.
+fn local_volume(name: &str, node: &str) -> Value {
+    json!({
+        "kind": "PersistentVolume",
+        "metadata": { "name": name },
+        "spec": {
+            "capacity": { "storage": "100Gi" },
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "local-storage",
+            "local": { "path": "/mnt/disks/ssd0" },
+            "nodeAffinity": { "required": { "nodeSelectorTerms": [{ "matchExpressions": [
+                { "key": "kubernetes.io/hostname", "operator": "In", "values": [node] }
+            ] }] } }
+        },
+        "status": { "phase": "Available" }
+    })
+}
+
+/// A pending claim of `default` for 50Gi of local storage.
+fn local_claim(name: &str) -> Value {
+    json!({
+        "kind": "PersistentVolumeClaim",
+        "metadata": { "name": name, "namespace": "default", "uid": format!("uid-{name}") },
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "local-storage",
+            "resources": { "requests": { "storage": "50Gi" } }
+        },
+        "status": { "phase": "Pending" }
+    })
+}
+
+/// A pending pod of `default` using claim `claim`.
+fn pod_with_claim(name: &str, claim: &str) -> Value {
+    let mut pod = prioritized_pod(name, 0, "100m");
+    pod["spec"]["volumes"] =
+        json!([{ "name": "data", "persistentVolumeClaim": { "claimName": claim } }]);
+    pod
+}
+
+/// A node labelled with its hostname, as the kubelet labels it.
+fn host_node(name: &str) -> Value {
+    let mut node = two_cpu_node(name);
+    node["metadata"]["labels"] = json!({ "kubernetes.io/hostname": name });
+    node
+}
+
+fn stored(client: &Client, path: &str) -> Value {
+    ok(client.request("GET", path, None).unwrap())
+}
+
+fn stored_claim(client: &Client, name: &str) -> Value {
+    stored(
+        client,
+        &format!("/v1/namespaces/default/persistentvolumeclaims/{name}"),
+    )
+}
+
+fn stored_volume(client: &Client, name: &str) -> Value {
+    stored(client, &format!("/v1/persistentvolumes/{name}"))
+}
+
+/// The PodScheduled condition's message of a stored pod, once it failed an attempt.
+fn failure_message(pod: &Value) -> Option<String> {
+    pod["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "PodScheduled" && c["reason"] == "Unschedulable")?["message"]
+        .as_str()
+        .map(str::to_string)
+}
+
+/// Asserts `claim` is bound to `volume` and `volume` to `claim`, as the PV controller leaves them.
+fn assert_bound(client: &Client, claim: &str, volume: &str) {
+    let pvc = stored_claim(client, claim);
+    let pv = stored_volume(client, volume);
+    assert_eq!(pvc["spec"]["volumeName"], volume, "{pvc}");
+    assert_eq!(
+        pvc["metadata"]["annotations"]["pv.kubernetes.io/bind-completed"], "yes",
+        "{pvc}"
+    );
+    assert_eq!(pvc["status"]["phase"], "Bound", "{pvc}");
+    assert_eq!(pv["spec"]["claimRef"]["name"], claim, "{pv}");
+    assert_eq!(pv["spec"]["claimRef"]["namespace"], "default", "{pv}");
+    assert_eq!(pv["status"]["phase"], "Bound", "{pv}");
+}
+
+#[test]
+fn two_pods_wanting_one_local_volume_one_waits_until_it_is_released() {
+    let dir = temp_dir("one-local-volume");
+    let server = Server::start(&dir, &[]);
+    let admin = server.admin();
+    let items = json!({ "kind": "List", "items": [
+        host_node("n1"), host_node("n2"), local_storage_class(), local_volume("local-n1", "n1"),
+        local_claim("data-a"), local_claim("data-b"),
+        pod_with_claim("a", "data-a"), pod_with_claim("b", "data-b"),
+    ] });
+    ok(send(&admin, "POST", "/v1/objects", items));
+    let mut placed = None;
+    wait_until(
+        "one pod is bound, the other failed",
+        Duration::from_secs(30),
+        || {
+            let (a, b) = (stored_pod(&admin, "a"), stored_pod(&admin, "b"));
+            placed = match (node_of(&a), node_of(&b)) {
+                (Some(_), None) if failure_message(&b).is_some() => Some(("a", "b")),
+                (None, Some(_)) if failure_message(&a).is_some() => Some(("b", "a")),
+                _ => None,
+            };
+            placed.is_some()
+        },
+    );
+    let (first, second) = placed.unwrap();
+    assert_eq!(node_of(&stored_pod(&admin, first)).as_deref(), Some("n1"));
+    assert_bound(&admin, &format!("data-{first}"), "local-n1");
+    assert_eq!(
+        failure_message(&stored_pod(&admin, second)).unwrap(),
+        "0/2 nodes are available: 2 node(s) didn't find available persistent volumes to bind. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+    );
+    let unbound = stored_claim(&admin, &format!("data-{second}"));
+    assert!(unbound["spec"]["volumeName"].is_null(), "{unbound}");
+
+    // The first pod and its claim go; the local volume provisioner cleans the disk and makes
+    // the volume anew, free.
+    for path in [
+        format!("/v1/namespaces/default/pods/{first}"),
+        format!("/v1/namespaces/default/persistentvolumeclaims/data-{first}"),
+    ] {
+        ok(admin.request("DELETE", &path, None).unwrap());
+    }
+    let fresh = json!({ "kind": "List", "items": [local_volume("local-n1", "n1")] });
+    ok(send(&admin, "POST", "/v1/objects", fresh));
+    wait_until("the second pod is bound", Duration::from_secs(30), || {
+        node_of(&stored_pod(&admin, second)).as_deref() == Some("n1")
+    });
+    assert_bound(&admin, &format!("data-{second}"), "local-n1");
+}
+
+#[test]
+fn kill_9_after_pods_with_waiting_claims_were_bound_leaves_pods_claims_and_volumes_agreeing() {
+    const NODES: usize = 100;
+    let dir = temp_dir("volumes-kill9");
+    let server = Server::start(&dir, &[]);
+    let admin = server.admin();
+    let mut items = vec![local_storage_class()];
+    for i in 0..NODES {
+        let node = format!("node-{i:02}");
+        items.push(host_node(&node));
+        items.push(local_volume(&format!("local-{i:02}"), &node));
+        items.push(local_claim(&format!("data-{i:02}")));
+        items.push(pod_with_claim(
+            &format!("db-{i:02}"),
+            &format!("data-{i:02}"),
+        ));
+    }
+    ok(send(
+        &admin,
+        "POST",
+        "/v1/objects",
+        json!({ "kind": "List", "items": items }),
+    ));
+    // Killed as soon as the first pod is seen bound (polled without a pause).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !pods(&admin, "default").iter().any(|p| node_of(p).is_some()) {
+        assert!(Instant::now() < deadline, "no pod bound in 60 s");
+    }
+    server.kill9();
+
+    // Each pod bound after the restart has its claim bound to the volume of its node, and each
+    // pod not bound has its claim and no volume reserved for it.
+    let check = |admin: &Client| -> usize {
+        let volumes = ok(admin.request("GET", "/v1/persistentvolumes", None).unwrap());
+        let volumes = volumes["items"].as_array().unwrap().clone();
+        let mut bound = 0;
+        for pod in pods(admin, "default") {
+            let name = pod["metadata"]["name"].as_str().unwrap();
+            let claim = format!("data-{}", &name[3..]);
+            let pvc = stored_claim(admin, &claim);
+            let holders: Vec<&Value> = volumes
+                .iter()
+                .filter(|v| v["spec"]["claimRef"]["name"] == claim.as_str())
+                .collect();
+            match node_of(&pod) {
+                Some(node) => {
+                    bound += 1;
+                    let volume = format!("local-{}", &node[5..]);
+                    assert_bound(admin, &claim, &volume);
+                    assert_eq!(holders.len(), 1, "{claim} is held once: {holders:?}");
+                }
+                None => {
+                    assert!(pvc["spec"]["volumeName"].is_null(), "{name} waits: {pvc}");
+                    assert!(holders.is_empty(), "{name} waits: {holders:?}");
+                }
+            }
+        }
+        bound
+    };
+    let paused = dir.join("paused.toml");
+    std::fs::write(&paused, "[[profiles]]\nscheduler_name = \"paused\"\n").unwrap();
+    let server = Server::start(&dir, &["--config", paused.to_str().unwrap()]);
+    let bound = check(&server.admin());
+    assert!(bound >= 1, "the binding seen before the kill was durable");
+    eprintln!("after kill -9: {bound} of {NODES} pods bound, each with its volume");
+    drop(server);
+
+    let server = Server::start(&dir, &[]);
+    let admin = server.admin();
+    wait_until("every pod is bound", Duration::from_secs(60), || {
+        pods(&admin, "default").iter().all(|p| node_of(p).is_some())
+    });
+    assert_eq!(check(&admin), NODES);
+}

@@ -871,3 +871,51 @@ fn a_profile_with_preemption_off_leaves_the_critical_pod_waiting() {
         ]
     );
 }
+
+const VOLUMES: &str = "examples/clusters/volumes.yaml";
+
+/// kube-scheduler's answers for the volume stories: a StatefulSet replica whose volume stayed in
+/// the zone it left, a local volume on a removed node, a claim larger than any local disk, an
+/// Immediate claim not bound yet; three replicas sharing two free local disks, each taken once;
+/// a claim provisioned in the one zone its class allows.
+const VOLUME_DECISIONS: &[&str] = &[
+    r#"{"pod":"shop/db-0","node":null,"message":"0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 2 node(s) didn't match PersistentVolume's node affinity. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."}"#,
+    r#"{"pod":"shop/cache","node":null,"message":"0/3 nodes are available: 3 node(s) didn't match PersistentVolume's node affinity. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."}"#,
+    r#"{"pod":"shop/warehouse","node":null,"message":"0/3 nodes are available: 3 node(s) didn't find available persistent volumes to bind. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."}"#,
+    r#"{"pod":"shop/uploader","node":null,"message":"0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."}"#,
+    r#"{"pod":"shop/search-0","node":"node-b1"}"#,
+    r#"{"pod":"shop/search-1","node":"node-a1"}"#,
+    r#"{"pod":"shop/search-2","node":null,"message":"0/3 nodes are available: 3 node(s) didn't find available persistent volumes to bind. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."}"#,
+    r#"{"pod":"shop/queue","node":"node-b2"}"#,
+];
+
+#[test]
+fn pods_with_claims_are_placed_and_explained_as_kube_scheduler_would() {
+    for runtime in ["wasm", "native"] {
+        let lines = output_lines(&["simulate", "--runtime", runtime, VOLUMES]);
+        assert_eq!(lines, VOLUME_DECISIONS, "runtime {runtime}");
+    }
+}
+
+#[test]
+fn a_profile_without_volume_binding_places_pods_as_if_volumes_did_not_matter() {
+    let config = temp_file(
+        "no-volume-binding.toml",
+        r#"[[profiles]]
+scheduler_name = "default-scheduler"
+filters = ["NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity", "NodePorts", "NodeResourcesFit", "VolumeZone", "PodTopologySpread", "InterPodAffinity"]
+"#,
+    );
+    let lines = output_lines(&["simulate", "--config", config.to_str().unwrap(), VOLUMES]);
+    let placed = lines
+        .iter()
+        .filter(|l| !l.contains(r#""node":null"#))
+        .count();
+    // Without VolumeBinding only VolumeZone looks at claims: it lets through volumes pinned
+    // elsewhere and claims no disk can hold; it still rejects the unbound Immediate claim.
+    assert_eq!(placed, 7, "{lines:#?}");
+    assert!(
+        lines.contains(&r#"{"pod":"shop/uploader","node":null,"message":"0/3 nodes are available: PersistentVolume had no name. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."}"#.to_string()),
+        "{lines:#?}"
+    );
+}
