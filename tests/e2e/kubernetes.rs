@@ -57,6 +57,12 @@ impl ApiServer {
                 "/apis/policy/v1/namespaces/{}/poddisruptionbudgets",
                 object["metadata"]["namespace"].as_str().unwrap()
             ),
+            "PersistentVolume" => "/api/v1/persistentvolumes".to_string(),
+            "PersistentVolumeClaim" => format!(
+                "/api/v1/namespaces/{}/persistentvolumeclaims",
+                object["metadata"]["namespace"].as_str().unwrap()
+            ),
+            "StorageClass" => "/apis/storage.k8s.io/v1/storageclasses".to_string(),
             kind => panic!("no path for {kind}"),
         };
         let (status, reply) = self.call("POST", &path, Some(object.clone()));
@@ -818,4 +824,89 @@ fn a_plugin_and_configuration_loaded_through_one_replica_reach_every_replica_and
     });
     assert!(policy_chunks(&api).is_empty(), "unused chunks are deleted");
     assert!(standby.metric("wasched_policy_adopted_total") >= 2);
+}
+
+#[test]
+fn a_pod_with_a_waiting_claim_is_bound_once_the_pv_controller_bound_the_volume_it_chose() {
+    let api = ApiServer::start();
+    for name in ["n1", "n2"] {
+        let mut n = node(name, "a", "4");
+        n["metadata"]["labels"]["kubernetes.io/hostname"] = json!(name);
+        api.create(&n);
+    }
+    api.create(&json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": "local-storage"},
+        "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": "WaitForFirstConsumer"
+    }));
+    api.create(&json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": "local-n2"},
+        "spec": {
+            "capacity": {"storage": "100Gi"}, "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "local-storage", "local": {"path": "/mnt/disks/ssd0"},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n2"]}
+            ]}]}}
+        },
+        "status": {"phase": "Available"}
+    }));
+    api.create(&json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data", "namespace": "default"},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"], "storageClassName": "local-storage",
+            "resources": {"requests": {"storage": "50Gi"}}
+        },
+        "status": {"phase": "Pending"}
+    }));
+    api.create(&pod(
+        "db",
+        "1",
+        json!({"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]}),
+    ));
+    let _scheduler = Scheduler::start(&api, "volume-binding", &[]);
+    let claim_uid = api
+        .call(
+            "GET",
+            "/api/v1/namespaces/default/persistentvolumeclaims/data",
+            None,
+        )
+        .1["metadata"]["uid"]
+        .clone();
+
+    // PreBind: the scheduler reserves the volume of n2 for the claim, and waits.
+    wait_for("the volume is reserved for the claim", || {
+        let pv = api
+            .call("GET", "/api/v1/persistentvolumes/local-n2", None)
+            .1;
+        pv["spec"]["claimRef"]["name"] == "data" && pv["spec"]["claimRef"]["uid"] == claim_uid
+    });
+    let pv = api
+        .call("GET", "/api/v1/persistentvolumes/local-n2", None)
+        .1;
+    assert_eq!(
+        pv["metadata"]["annotations"]["pv.kubernetes.io/bound-by-controller"], "yes",
+        "{pv}"
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(api.node_of("db"), None, "not bound before its volume is");
+
+    // The PV controller completes the binding; the pod follows on the volume's node.
+    let (_, mut claim) = api.call(
+        "GET",
+        "/api/v1/namespaces/default/persistentvolumeclaims/data",
+        None,
+    );
+    claim["spec"]["volumeName"] = json!("local-n2");
+    claim["metadata"]["annotations"] = json!({"pv.kubernetes.io/bind-completed": "yes"});
+    let (status, reply) = api.call(
+        "PUT",
+        "/api/v1/namespaces/default/persistentvolumeclaims/data",
+        Some(claim),
+    );
+    assert!(status < 300, "{status} {reply}");
+    wait_for("the pod is bound", || api.node_of("db").is_some());
+    assert_eq!(api.node_of("db").as_deref(), Some("n2"));
 }

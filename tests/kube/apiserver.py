@@ -13,6 +13,8 @@ lacks (see ../shared/TESTING.md):
 - the `pods/{name}/binding` subresource (201; 409 when the pod is already bound; 404 when it is
   gone) and the `pods/{name}/status` subresource (merges `status` only);
 - a resourceVersion precondition on update (409 Conflict when it is stale);
+- full updates (PUT to a named object, as kube-scheduler writes volumes and claims; kmock serves
+  only PATCH there): the object is replaced but for its identity and status;
 - `reason: NotFound` on a 404 for a missing object (kmock says "Object Not Found");
 - `fieldSelector` on `metadata.name` / `metadata.namespace` and equality `labelSelector`s on
   lists and watches (kmock returns every object).
@@ -131,7 +133,7 @@ class ApiServer(kmock.KubernetesEmulator):
             # kmock says reason "Object Not Found"; clients (kube-rs's get_opt) look for NotFound.
             return _status(404, 'NotFound', f'{request.resource.plural} "{request.name}" not found')
         if request.action in (enums.action.CREATE, enums.action.UPDATE, enums.action.DELETE) \
-                or request.subresource in ('binding', 'status'):
+                or request.subresource in ('binding', 'status') or _is_replace(request):
             if request.subresource == 'binding' and self.binding_delays:
                 await asyncio.sleep(self.binding_delays.pop(0))
             async with self.writing:
@@ -143,6 +145,8 @@ class ApiServer(kmock.KubernetesEmulator):
             return await self._bind(request)
         if request.subresource == 'status' and request.method.value in ('PATCH', 'PUT'):
             return await self._update_status(request)
+        if _is_replace(request):
+            return await self._replace(request)
         if request.action == enums.action.CREATE and isinstance(request.data, dict):
             meta = request.data.setdefault('metadata', {})
             meta['uid'] = str(uuid.uuid4())
@@ -201,6 +205,32 @@ class ApiServer(kmock.KubernetesEmulator):
         await self._record(request.resource, 'MODIFIED', pod.raw)
         return aiohttp.web.json_response(
             {'kind': 'Status', 'apiVersion': 'v1', 'status': 'Success', 'code': 201}, status=201)
+
+    async def _replace(self, request):
+        """A full update (PUT): the object becomes the one sent, but for its identity and its
+        status (written through the status subresource); a stale resourceVersion conflicts."""
+        stored = self._stored(request)
+        if stored is None:
+            return _status(404, 'NotFound', f'{request.name} not found')
+        new = json.loads(json.dumps(request.data))
+        meta = new.setdefault('metadata', {})
+        old = json.loads(json.dumps(stored.raw))
+        expected = meta.get('resourceVersion')
+        if expected and expected != old['metadata'].get('resourceVersion'):
+            return _status(409, 'Conflict', 'the object has been modified; please apply '
+                           'your changes to the latest version and try again')
+        for kept in ('uid', 'creationTimestamp', 'name', 'namespace'):
+            if kept in old['metadata']:
+                meta[kept] = old['metadata'][kept]
+        if 'status' in old:
+            new['status'] = old['status']
+        else:
+            new.pop('status', None)
+        meta['resourceVersion'] = self._next_revision()
+        stored.delete()
+        stored.create(new)
+        await self._record(request.resource, 'MODIFIED', stored.raw)
+        return aiohttp.web.json_response(stored.raw)
 
     async def _update_status(self, request):
         obj = self._stored(request)
@@ -303,6 +333,12 @@ def _selected(request, obj: dict) -> bool:
 
 def _now() -> str:
     return datetime.datetime.now(tz=datetime.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')
+
+
+def _is_replace(request) -> bool:
+    """A PUT to a named object (kmock serves only PATCH there)."""
+    return request.method.value == 'PUT' and request.name is not None \
+        and not request.subresource
 
 
 def _status(code: int, reason: str, message: str):
