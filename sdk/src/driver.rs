@@ -5,7 +5,7 @@
 use crate::mirror::Nodes;
 use crate::types::{
     Descriptor, ExistingPod, FilterResults, Labels, NodeId, NodeInfo, NodeUsage, Pod, PodId,
-    PodPlan,
+    PodPlan, VolumeInfo,
 };
 use crate::Exported;
 
@@ -42,6 +42,7 @@ impl<P: Exported> Driver<P> {
             reads_pod: P::READS_POD,
             reads_existing_pods: P::READS_EXISTING_PODS,
             reads_namespaces: P::READS_NAMESPACES,
+            reads_volumes: P::READS_VOLUMES,
         }
     }
 
@@ -134,6 +135,20 @@ impl<P: Exported> Driver<P> {
     pub fn upsert_namespaces(&mut self, namespaces: impl IntoIterator<Item = (String, Labels)>) {
         for (name, labels) in namespaces {
             self.nodes.upsert_namespace(name, labels);
+        }
+    }
+
+    /// Adds volumes to the mirror or replaces them.
+    pub fn upsert_volumes(&mut self, volumes: impl IntoIterator<Item = VolumeInfo>) {
+        for volume in volumes {
+            self.nodes.upsert_volume(volume);
+        }
+    }
+
+    /// Removes volumes from the mirror.
+    pub fn remove_volumes<'a>(&mut self, names: impl IntoIterator<Item = &'a str>) {
+        for name in names {
+            self.nodes.remove_volume(name);
         }
     }
 

@@ -76,6 +76,14 @@ impl<P: Exported> bindings::Guest for Component<P> {
         driver::<P>().remove_namespaces(names.iter().map(String::as_str));
     }
 
+    fn upsert_volumes(volumes: Vec<wit::VolumeInfo>) {
+        driver::<P>().upsert_volumes(volumes.into_iter().map(Into::into));
+    }
+
+    fn remove_volumes(names: Vec<String>) {
+        driver::<P>().remove_volumes(names.iter().map(String::as_str));
+    }
+
     fn set_pod(pod: wit::Pod) -> wit::PodPlan {
         driver::<P>().set_pod(pod.into()).into()
     }
@@ -182,6 +190,7 @@ impl From<wit::VolumeInfo> for sdk::VolumeInfo {
         sdk::VolumeInfo {
             name: pv.name,
             labels: labels(pv.labels),
+            storage_class_name: pv.storage_class_name,
             capacity: pv.capacity,
             access_modes: pv.access_modes,
             volume_mode: pv.volume_mode,
@@ -226,7 +235,6 @@ impl From<wit::VolumeClaim> for sdk::VolumeClaim {
                 volume_mode: c.volume_mode,
                 volume_attributes_class_name: c.volume_attributes_class_name,
                 selector: c.selector.map(Into::into),
-                class_volumes: c.class_volumes.into_iter().map(Into::into).collect(),
             }),
         }
     }
@@ -467,6 +475,7 @@ impl From<sdk::Descriptor> for wit::Descriptor {
                 d.reads_existing_pods.bits(),
             ),
             reads_namespaces: d.reads_namespaces,
+            reads_volumes: d.reads_volumes,
         }
     }
 }

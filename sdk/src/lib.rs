@@ -82,6 +82,10 @@ pub trait Plugin: Sized + 'static {
     /// `namespaceSelector`s; WIT 0.2).
     const READS_NAMESPACES: bool = false;
 
+    /// True when the plugin reads the cluster's PersistentVolumes through
+    /// [`Nodes::class_volumes`] (WIT 0.2).
+    const READS_VOLUMES: bool = false;
+
     /// True when the plugin uses [`Nodes::label_test`] in its batch methods: the mirror then keeps
     /// an index of every node's labels (about 4 bytes per node per label key, plus each distinct
     /// value once).

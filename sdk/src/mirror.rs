@@ -11,7 +11,7 @@ use crate::helpers::FastMap;
 use std::collections::{BTreeSet, HashMap};
 
 use crate::types::{
-    ExistingPod, Failure, Labels, NodeId, NodeInfo, NodeUsage, PodId, Resources, Taint,
+    ExistingPod, Failure, Labels, NodeId, NodeInfo, NodeUsage, PodId, Resources, Taint, VolumeInfo,
 };
 
 /// The resources and flags of one node in 88 bytes: what the default plugins read per node.
@@ -106,6 +106,15 @@ pub struct Nodes {
     pods: PodMirror,
     /// Namespace labels by name, when the plugin reads them ([`crate::Plugin::READS_NAMESPACES`]).
     namespaces: HashMap<String, Labels>,
+    /// PersistentVolumes, when the plugin reads them ([`crate::Plugin::READS_VOLUMES`]).
+    volumes: VolumeMirror,
+}
+
+/// PersistentVolumes by name, and per storage class the names of its volumes, in name order.
+#[derive(Default)]
+struct VolumeMirror {
+    by_name: HashMap<String, VolumeInfo>,
+    by_class: HashMap<String, BTreeSet<String>>,
 }
 
 /// Existing pods by id, and per node the ids of its pods.
@@ -269,6 +278,7 @@ impl Nodes {
             generation: 0,
             pods: PodMirror::default(),
             namespaces: HashMap::new(),
+            volumes: VolumeMirror::default(),
         }
     }
 
@@ -513,6 +523,44 @@ impl Nodes {
 
     pub(crate) fn remove_pod(&mut self, id: PodId) -> Option<ExistingPod> {
         self.pods.remove(id)
+    }
+
+    /// The volumes of storage class `class` the mirror has, in name order (only when the plugin
+    /// reads volumes).
+    pub fn class_volumes<'a>(&'a self, class: &str) -> impl Iterator<Item = &'a VolumeInfo> + 'a {
+        self.volumes
+            .by_class
+            .get(class)
+            .into_iter()
+            .flatten()
+            .filter_map(|name| self.volumes.by_name.get(name))
+    }
+
+    /// The volume `name`, if the mirror has it.
+    pub fn volume(&self, name: &str) -> Option<&VolumeInfo> {
+        self.volumes.by_name.get(name)
+    }
+
+    pub(crate) fn upsert_volume(&mut self, volume: VolumeInfo) {
+        self.remove_volume(&volume.name.clone());
+        self.volumes
+            .by_class
+            .entry(volume.storage_class_name.clone())
+            .or_default()
+            .insert(volume.name.clone());
+        self.volumes.by_name.insert(volume.name.clone(), volume);
+    }
+
+    pub(crate) fn remove_volume(&mut self, name: &str) {
+        let Some(old) = self.volumes.by_name.remove(name) else {
+            return;
+        };
+        if let Some(names) = self.volumes.by_class.get_mut(&old.storage_class_name) {
+            names.remove(name);
+            if names.is_empty() {
+                self.volumes.by_class.remove(&old.storage_class_name);
+            }
+        }
     }
 
     pub(crate) fn upsert_namespace(&mut self, name: String, labels: Labels) {

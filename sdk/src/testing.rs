@@ -42,7 +42,7 @@ use crate::helpers::default_normalize;
 use crate::{
     Code, Driver, ExistingPod, ExistingPodParts, Exported, Failure, FilterPlan, FilterResults,
     HostPort, Labels, NodeId, NodeInfo, NodeSelectorRequirement, NodeSelectorTerm, Normalize, Pod,
-    PodId, PodPlan, Resources, Taint, Toleration,
+    PodId, PodPlan, Resources, Taint, Toleration, VolumeInfo,
 };
 
 /// One gibibyte.
@@ -252,6 +252,8 @@ pub struct Case {
     pub existing: Vec<(usize, Pod)>,
     /// Namespaces with their labels (for `namespaceSelector`s).
     pub namespaces: Vec<(String, Labels)>,
+    /// PersistentVolumes in the cluster (for claims waiting for their first consumer).
+    pub volumes: Vec<VolumeInfo>,
     /// The positions of the nodes that passed every filter, which are scored (`scores` has one
     /// entry per position); `None` scores every node.
     pub feasible: Option<Vec<usize>>,
@@ -275,6 +277,7 @@ impl Case {
             plan: None,
             existing: Vec::new(),
             namespaces: Vec::new(),
+            volumes: Vec::new(),
             feasible: None,
         }
     }
@@ -291,8 +294,15 @@ impl Case {
             plan: None,
             existing: Vec::new(),
             namespaces: Vec::new(),
+            volumes: Vec::new(),
             feasible: None,
         }
+    }
+
+    /// This row with the cluster's PersistentVolumes.
+    pub fn with_volumes(mut self, volumes: Vec<VolumeInfo>) -> Case {
+        self.volumes = volumes;
+        self
     }
 
     /// This row with the plugin configured by `config` (JSON).
@@ -453,6 +463,9 @@ pub fn answers<P: Exported>(case: &Case) -> Answers {
     driver.upsert_nodes(ids.iter().copied().zip(case.nodes.iter().cloned()));
     if P::READS_NAMESPACES {
         driver.upsert_namespaces(case.namespaces.iter().cloned());
+    }
+    if P::READS_VOLUMES {
+        driver.upsert_volumes(case.volumes.iter().cloned());
     }
     if !P::READS_EXISTING_PODS.is_empty() {
         driver.upsert_pods(case.existing_pods(P::READS_EXISTING_PODS));

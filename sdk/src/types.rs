@@ -322,6 +322,8 @@ pub struct VolumeInfo {
     pub name: String,
     /// Its labels (the zone and region labels VolumeZone reads).
     pub labels: Labels,
+    /// The class it belongs to (the beta annotation wins over `spec.storageClassName`).
+    pub storage_class_name: String,
     /// `spec.capacity.storage` in bytes (0 when unset).
     pub capacity: i64,
     /// `spec.accessModes`.
@@ -371,10 +373,6 @@ pub struct ClaimInfo {
     pub volume_attributes_class_name: Option<String>,
     /// `spec.selector`; `None` matches every volume.
     pub selector: Option<LabelSelector>,
-    /// For a claim waiting for its first consumer (no volume name, a `WaitForFirstConsumer`
-    /// class, no selected node): the volumes of its class not reserved for another claim, by
-    /// name. Empty otherwise.
-    pub class_volumes: Vec<VolumeInfo>,
 }
 
 impl ClaimInfo {
@@ -870,6 +868,8 @@ pub struct Descriptor {
     pub reads_existing_pods: ExistingPodParts,
     /// [`crate::Plugin::READS_NAMESPACES`].
     pub reads_namespaces: bool,
+    /// [`crate::Plugin::READS_VOLUMES`].
+    pub reads_volumes: bool,
 }
 
 /// A pod already on a node (bound, or assumed by this scheduler), as a plugin's mirror keeps it.

@@ -57,6 +57,10 @@ fn run_with(name: &str, runtime: DefaultPluginRuntime, case: &Case) -> Answers {
             .upsert_namespaces(&namespaces)
             .expect("upsert-namespaces");
     }
+    if descriptor.reads_volumes {
+        let volumes: Vec<&wasched_sdk::VolumeInfo> = case.volumes.iter().collect();
+        instance.upsert_volumes(&volumes).expect("upsert-volumes");
+    }
     let parts = descriptor.reads_existing_pods;
     if !parts.is_empty() {
         instance

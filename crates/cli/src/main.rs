@@ -377,6 +377,9 @@ fn inspect(component: &Path) -> anyhow::Result<()> {
             if d.reads_namespaces {
                 reads.push("namespaces".to_string());
             }
+            if d.reads_volumes {
+                reads.push("persistent volumes".to_string());
+            }
             println!("reads:    {}", reads.join("; "));
             println!("accepted: yes");
             Ok(())

@@ -146,6 +146,8 @@ enum Change {
     Pod(u32),
     /// A namespace (by namespace id) was added, relabelled or removed.
     Namespace(u32),
+    /// A PersistentVolume (by volume id) was added, changed, removed, reserved or given back.
+    Volume(u32),
 }
 
 /// What a plugin instance must be told to catch up with the cache.
@@ -158,6 +160,8 @@ pub struct Delta {
     pub pods: Vec<u32>,
     /// Namespace ids whose state to send: [`Cache::namespace`] says which.
     pub namespaces: Vec<u32>,
+    /// Volume ids whose state to send: [`Cache::volume_entry`] says which.
+    pub volumes: Vec<u32>,
 }
 
 impl Delta {
@@ -167,6 +171,7 @@ impl Delta {
             && self.usage.is_empty()
             && self.pods.is_empty()
             && self.namespaces.is_empty()
+            && self.volumes.is_empty()
     }
 }
 
@@ -178,11 +183,10 @@ struct NamespaceSlot {
     labels: Option<sdk::Labels>,
 }
 
-/// A volume with the storage class it is listed under.
+/// A volume as the cluster has it.
 #[derive(Debug)]
 struct StoredVolume {
     info: sdk::VolumeInfo,
-    class: String,
 }
 
 /// What reservations assumed of volumes and claims, and which pod holds which.
@@ -220,6 +224,9 @@ pub struct Cache {
     volumes: HashMap<String, StoredVolume>,
     /// Volume names by storage class, for the volumes a waiting claim could bind to.
     volumes_by_class: HashMap<String, BTreeSet<String>>,
+    /// Volume ids for the change log, by name; ids are not reused.
+    volume_ids: HashMap<String, u32>,
+    volume_names: Vec<String>,
     classes: HashMap<String, sdk::StorageClassInfo>,
     /// Volume bindings reserved for pods whose cycle chose a node, until the binding is seen
     /// (the volume or claim comes back changed) or given up ([`Cache::unreserve_volumes`]).
@@ -690,18 +697,49 @@ impl Cache {
     pub fn upsert_volume(&mut self, volume: core::PersistentVolume) {
         let name = volume.metadata.name.clone().unwrap_or_default();
         self.remove_volume(&name);
-        let class = crate::k8s::volume_storage_class(&volume);
+        let info = crate::k8s::volume_info(&volume);
         self.volumes_by_class
-            .entry(class.clone())
+            .entry(info.storage_class_name.clone())
             .or_default()
             .insert(name.clone());
-        self.volumes.insert(
-            name,
-            StoredVolume {
-                info: crate::k8s::volume_info(&volume),
-                class,
-            },
-        );
+        self.volumes.insert(name.clone(), StoredVolume { info });
+        self.volume_changed(&name);
+    }
+
+    /// Logs a change of volume `name` (what [`Cache::volume`] gives for it) for the plugins
+    /// whose mirror holds volumes.
+    fn volume_changed(&mut self, name: &str) {
+        let id = match self.volume_ids.get(name) {
+            Some(&id) => id,
+            None => {
+                let id = self.volume_names.len() as u32;
+                self.volume_names.push(name.to_string());
+                self.volume_ids.insert(name.to_string(), id);
+                id
+            }
+        };
+        self.log.push(Change::Volume(id));
+    }
+
+    /// Volume `id`: its name and, unless it was removed, the volume as the scheduler sees it.
+    pub fn volume_entry(&self, id: u32) -> Option<(&str, Option<&sdk::VolumeInfo>)> {
+        let name = self.volume_names.get(id as usize)?;
+        Some((name.as_str(), self.volume(name)))
+    }
+
+    /// Every volume as the scheduler sees it (with what reservations assumed of them).
+    pub fn all_volumes(&self) -> impl Iterator<Item = &sdk::VolumeInfo> + '_ {
+        self.volumes.keys().filter_map(|name| self.volume(name))
+    }
+
+    /// The volumes of storage class `class` as the scheduler sees them, in name order.
+    pub fn class_volumes(&self, class: &str) -> Vec<&sdk::VolumeInfo> {
+        self.volumes_by_class
+            .get(class)
+            .into_iter()
+            .flatten()
+            .filter_map(|name| self.volume(name))
+            .collect()
     }
 
     pub fn upsert_class(&mut self, class: StorageClass) {
@@ -722,12 +760,14 @@ impl Cache {
         let Some(old) = self.volumes.remove(name) else {
             return false;
         };
-        if let Some(names) = self.volumes_by_class.get_mut(&old.class) {
+        let class = &old.info.storage_class_name;
+        if let Some(names) = self.volumes_by_class.get_mut(class) {
             names.remove(name);
             if names.is_empty() {
-                self.volumes_by_class.remove(&old.class);
+                self.volumes_by_class.remove(class);
             }
         }
+        self.volume_changed(name);
         true
     }
 
@@ -770,6 +810,7 @@ impl Cache {
                 uid: claim.map(|c| c.uid).unwrap_or_default(),
             });
             self.reserved.volumes.insert(volume_name.clone(), volume);
+            self.volume_changed(volume_name);
             held.volumes.push(volume_name.clone());
         }
         for claim_name in &volumes.provisions {
@@ -791,7 +832,9 @@ impl Cache {
             return;
         };
         for name in held.volumes {
-            self.reserved.volumes.remove(&name);
+            if self.reserved.volumes.remove(&name).is_some() {
+                self.volume_changed(&name);
+            }
         }
         for key in held.claims {
             self.reserved.claims.remove(&key);
@@ -835,41 +878,9 @@ impl Cache {
                         let mut claim = claim.clone();
                         claim.storage_class = self.classes.get(&claim.storage_class_name).cloned();
                         claim.volume = self.volume(&claim.volume_name).cloned();
-                        if claim.waits_for_first_consumer() && claim.selected_node.is_none() {
-                            claim.class_volumes = self.class_volumes(
-                                &claim.storage_class_name,
-                                &pod.namespace,
-                                &volume_claim.claim_name,
-                                &claim.uid,
-                            );
-                        }
                         claim
                     });
         }
-    }
-
-    /// The volumes of `class` that are free or reserved for the claim `namespace/name` (uid
-    /// `uid`): the others can never be matched to it.
-    fn class_volumes(
-        &self,
-        class: &str,
-        namespace: &str,
-        name: &str,
-        uid: &str,
-    ) -> Vec<sdk::VolumeInfo> {
-        let Some(names) = self.volumes_by_class.get(class) else {
-            return Vec::new();
-        };
-        names
-            .iter()
-            .filter_map(|n| self.volume(n))
-            .filter(|v| {
-                v.claim_ref.as_ref().is_none_or(|r| {
-                    r.namespace == namespace && r.name == name && (r.uid.is_empty() || r.uid == uid)
-                })
-            })
-            .cloned()
-            .collect()
     }
 
     /// What changed since generation `since`, each node named once: its final state.
@@ -883,6 +894,7 @@ impl Cache {
         let mut usage_only: Vec<u32> = Vec::new();
         let mut pods_seen: std::collections::HashSet<u32> = Default::default();
         let mut namespaces_seen: std::collections::HashSet<u32> = Default::default();
+        let mut volumes_seen: std::collections::HashSet<u32> = Default::default();
         for change in window.iter().rev() {
             let (id, decisive) = match *change {
                 Change::Upsert(id) | Change::Remove(id) => (id, true),
@@ -896,6 +908,12 @@ impl Cache {
                 Change::Namespace(id) => {
                     if namespaces_seen.insert(id) {
                         delta.namespaces.push(id);
+                    }
+                    continue;
+                }
+                Change::Volume(id) => {
+                    if volumes_seen.insert(id) {
+                        delta.volumes.push(id);
                     }
                     continue;
                 }
@@ -999,13 +1017,19 @@ mod tests {
         }
     }
 
-    /// The names of the volumes `pod`'s first claim could bind to now, and its selected node.
+    /// The names of the volumes of class `local` no claim holds, and the selected node of
+    /// `pod`'s first claim.
     fn offered(cache: &Cache, pod: &sdk::Pod) -> (Vec<String>, Option<String>) {
         let mut pod = pod.clone();
         cache.resolve_claims(&mut pod);
         let claim = pod.volume_claims[0].claim.clone().unwrap();
-        let names = claim.class_volumes.iter().map(|v| v.name.clone()).collect();
-        (names, claim.selected_node)
+        let free = cache
+            .class_volumes("local")
+            .into_iter()
+            .filter(|v| v.claim_ref.is_none())
+            .map(|v| v.name.clone())
+            .collect();
+        (free, claim.selected_node)
     }
 
     #[test]
@@ -1027,19 +1051,13 @@ mod tests {
         };
         cache.reserve_volumes(&first, "n1", &bind_first);
         assert!(offered(&cache, &second).0.is_empty(), "held for c1");
-        let mut resolved = first.clone();
-        cache.resolve_claims(&mut resolved);
-        let held = &resolved.volume_claims[0]
-            .claim
-            .as_ref()
-            .unwrap()
-            .class_volumes[0];
+        let held = cache.class_volumes("local")[0];
         assert_eq!(
             held.claim_ref
                 .as_ref()
                 .map(|r| (r.name.as_str(), r.uid.as_str())),
             Some(("c1", "uid-c1")),
-            "still offered to its own claim, reserved for it"
+            "reserved for c1"
         );
 
         // The binding failed: the volume is free again.

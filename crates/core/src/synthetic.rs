@@ -420,7 +420,11 @@ fn waiting_classes() -> Vec<StorageClass> {
 
 /// The local volume of node `node` (the `i`th): 100 or 200 GiB, usable from that node only.
 fn local_volume(i: usize, node: &str) -> core::PersistentVolume {
-    let size = if i.is_multiple_of(2) { "100Gi" } else { "200Gi" };
+    let size = if i.is_multiple_of(2) {
+        "100Gi"
+    } else {
+        "200Gi"
+    };
     serde_json::from_value(serde_json::json!({
         "metadata": {"name": format!("local-pv-{i:05}")},
         "spec": {

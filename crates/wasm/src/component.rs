@@ -204,11 +204,11 @@ impl WasmRuntime {
         })?;
         let version = world_version(component_type.exports(&self.engine).map(|(e, _)| e));
         let pre = if version == CURRENT_WORLD {
-            Pre::Current(PluginPre::new(pre).map_err(|e| {
+            Pre::Current(Box::new(PluginPre::new(pre).map_err(|e| {
                 LoadError(format!(
                     "plugin {name}: does not implement the wasched:plugin/plugin world: {e:#}"
                 ))
-            })?)
+            })?))
         } else {
             // Their types are checked when an instance is made; a component lacking one of them
             // is no plugin of either version.
@@ -355,8 +355,8 @@ pub struct Inspection {
 
 /// A compiled component, pre-instantiated for the world version it was built against.
 enum Pre {
-    /// `wasched:plugin@0.2.0`.
-    Current(PluginPre<StoreState>),
+    /// `wasched:plugin@0.2.0` (boxed: its export indexes outweigh a bare `InstancePre`).
+    Current(Box<PluginPre<StoreState>>),
     /// `wasched:plugin@0.1.0` (see [`crate::legacy`]).
     V01(InstancePre<StoreState>),
 }
@@ -649,6 +649,28 @@ impl PluginInstance for ComponentInstance {
             .map_err(|e| trapped("remove-namespaces", e))
     }
 
+    fn upsert_volumes(&mut self, volumes: &[&sdk::VolumeInfo]) -> Result<(), CallError> {
+        let Some((world, store)) = self.current_armed(PER_NODE_ALLOWANCE * volumes.len() as u32)
+        else {
+            return Ok(());
+        };
+        let converted: Vec<wit::VolumeInfo> = volumes.iter().map(|v| volume_info(v)).collect();
+        world
+            .call_upsert_volumes(store, &converted)
+            .map_err(|e| trapped("upsert-volumes", e))
+    }
+
+    fn remove_volumes(&mut self, names: &[&str]) -> Result<(), CallError> {
+        let Some((world, store)) = self.current_armed(PER_NODE_ALLOWANCE * names.len() as u32)
+        else {
+            return Ok(());
+        };
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        world
+            .call_remove_volumes(store, &names)
+            .map_err(|e| trapped("remove-volumes", e))
+    }
+
     fn set_pod(&mut self, pod: &sdk::Pod) -> Result<sdk::PodPlan, CallError> {
         let items = pod_items(pod, self.descriptor.reads_pod);
         self.arm_for(SET_POD_PER_ITEM_ALLOWANCE * items as u32);
@@ -821,6 +843,7 @@ fn volume_info(pv: &sdk::VolumeInfo) -> wit::VolumeInfo {
     wit::VolumeInfo {
         name: pv.name.clone(),
         labels: pairs(&pv.labels),
+        storage_class_name: pv.storage_class_name.clone(),
         capacity: pv.capacity,
         access_modes: pv.access_modes.clone(),
         volume_mode: pv.volume_mode.clone(),
@@ -864,7 +887,6 @@ pub(crate) fn volume_claim(v: &sdk::VolumeClaim) -> wit::VolumeClaim {
             volume_mode: c.volume_mode.clone(),
             volume_attributes_class_name: c.volume_attributes_class_name.clone(),
             selector: c.selector.as_ref().map(label_selector),
-            class_volumes: c.class_volumes.iter().map(volume_info).collect(),
         }),
     }
 }
@@ -1149,6 +1171,7 @@ impl From<wit::Descriptor> for sdk::Descriptor {
                 d.reads_existing_pods.as_array()[0] as u8,
             ),
             reads_namespaces: d.reads_namespaces,
+            reads_volumes: d.reads_volumes,
         }
     }
 }

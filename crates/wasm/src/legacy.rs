@@ -68,6 +68,7 @@ impl From<DescriptorV01> for sdk::Descriptor {
             reads_pod: sdk::PodParts::from_bits(d.reads_pod.as_array()[0] as u16),
             reads_existing_pods: sdk::ExistingPodParts::NONE,
             reads_namespaces: false,
+            reads_volumes: false,
         }
     }
 }

@@ -62,12 +62,8 @@ pub(crate) fn local(name: &str, size: i64, on: &str) -> VolumeInfo {
     volume(name, size, Some(term(HOSTNAME, &[on])))
 }
 
-/// A claim of `size` GiB in `class` (WaitForFirstConsumer), not bound, offered `volumes`.
-pub(crate) fn waiting(
-    size: i64,
-    class_info: StorageClassInfo,
-    volumes: Vec<VolumeInfo>,
-) -> ClaimInfo {
+/// A claim of `size` GiB in `class`, not bound.
+pub(crate) fn waiting(size: i64, class_info: StorageClassInfo) -> ClaimInfo {
     ClaimInfo {
         storage_class_name: class_info.name.clone(),
         storage_class: Some(class_info),
@@ -76,9 +72,19 @@ pub(crate) fn waiting(
         requested_storage: size * GI,
         access_modes: vec!["ReadWriteOnce".into()],
         volume_mode: "Filesystem".into(),
-        class_volumes: volumes,
         ..ClaimInfo::default()
     }
+}
+
+/// `volumes` as volumes of `class_info`'s class.
+pub(crate) fn offered(class_info: &StorageClassInfo, volumes: Vec<VolumeInfo>) -> Vec<VolumeInfo> {
+    volumes
+        .into_iter()
+        .map(|v| VolumeInfo {
+            storage_class_name: class_info.name.clone(),
+            ..v
+        })
+        .collect()
 }
 
 /// A claim fully bound to `volume` (`None`: the volume does not exist).
@@ -180,14 +186,14 @@ pub fn cases() -> Vec<Case> {
         ),
         rejected(
             "an Immediate claim the PV controller has not bound",
-            claiming(vec![Some(waiting(1, class("std", "Immediate", "csi.example.com"), vec![]))]),
+            claiming(vec![Some(waiting(1, class("std", "Immediate", "csi.example.com")))]),
             Failure::unresolvable(super::REASON_UNBOUND_IMMEDIATE),
         ),
         rejected(
             "a claim whose class does not exist counts as Immediate",
             claiming(vec![Some(ClaimInfo {
                 storage_class: None,
-                ..waiting(1, dynamic(), vec![])
+                ..waiting(1, dynamic())
             })]),
             Failure::unresolvable(super::REASON_UNBOUND_IMMEDIATE),
         ),
@@ -195,7 +201,7 @@ pub fn cases() -> Vec<Case> {
             "a claim pre-bound to a volume (volumeName set, binding not completed) counts as Immediate",
             claiming(vec![Some(ClaimInfo {
                 volume_name: "pv-a".into(),
-                ..waiting(1, local_class(), vec![])
+                ..waiting(1, local_class())
             })]),
             Failure::unresolvable(super::REASON_UNBOUND_IMMEDIATE),
         ),
@@ -207,7 +213,6 @@ pub fn cases() -> Vec<Case> {
                     volume_binding_mode: None,
                     ..dynamic()
                 },
-                vec![],
             ))]),
             Failure::error("VolumeBindingMode not set for StorageClass \"fast\""),
         ),
@@ -234,7 +239,7 @@ pub fn cases() -> Vec<Case> {
             "bound and waiting claims both unsatisfied on a node: both reasons, node affinity first",
             claiming(vec![
                 Some(bound("pv-a", Some(volume("pv-a", 1, Some(term(ZONE, &["a"])))))),
-                Some(waiting(1, local_class(), vec![local("pv-local", 1, "n1")])),
+                Some(waiting(1, local_class())),
             ]),
             three(),
             vec![
@@ -245,33 +250,29 @@ pub fn cases() -> Vec<Case> {
                     &[REASON_NODE_CONFLICT, REASON_BIND_CONFLICT],
                 ),
             ],
-        ),
+        )
+        .with_volumes(offered(&local_class(), vec![local("pv-local", 1, "n1")])),
         Case::filter(
             "a waiting claim binds to the local volume of its node; no provisioner elsewhere",
-            claiming(vec![Some(waiting(
-                1,
-                local_class(),
-                vec![local("pv-1", 1, "n1"), local("pv-3", 1, "n3")],
-            ))]),
+            claiming(vec![Some(waiting(1, local_class()))]),
             three(),
             vec![pass(), bind_conflict(), pass()],
-        ),
+        )
+        .with_volumes(offered(&local_class(), vec![local("pv-1", 1, "n1"), local("pv-3", 1, "n3")])),
         Case::filter(
             "a volume smaller than the request never matches (300Gi wanted, 137Gi local disks)",
-            claiming(vec![Some(waiting(
-                300,
-                local_class(),
-                vec![local("pv-1", 137, "n1"), local("pv-2", 137, "n2")],
-            ))]),
+            claiming(vec![Some(waiting(300, local_class()))]),
             three(),
             vec![bind_conflict(), bind_conflict(), bind_conflict()],
-        ),
+        )
+        .with_volumes(offered(&local_class(), vec![local("pv-1", 137, "n1"), local("pv-2", 137, "n2")])),
         Case::filter(
             "volumes not Available, of another volume mode, being deleted, or missing an access mode are skipped",
-            claiming(vec![Some(waiting(
-                1,
-                local_class(),
-                vec![
+            claiming(vec![Some(waiting(1, local_class()))]),
+            three(),
+            vec![bind_conflict(), bind_conflict(), bind_conflict()],
+        )
+        .with_volumes(offered(&local_class(), vec![
                     VolumeInfo {
                         phase: "Released".into(),
                         ..local("pv-1", 1, "n1")
@@ -284,30 +285,23 @@ pub fn cases() -> Vec<Case> {
                         deleting: true,
                         ..local("pv-3", 1, "n3")
                     },
-                ],
-            ))]),
-            three(),
-            vec![bind_conflict(), bind_conflict(), bind_conflict()],
-        ),
+                ])),
         Case::filter(
             "a claim's access modes must all be offered by the volume",
             claiming(vec![Some(ClaimInfo {
                 access_modes: vec!["ReadWriteOnce".into(), "ReadOnlyMany".into()],
-                ..waiting(
-                    1,
-                    local_class(),
-                    vec![
+                ..waiting(1, local_class())
+            })]),
+            three(),
+            vec![bind_conflict(), pass(), bind_conflict()],
+        )
+        .with_volumes(offered(&local_class(), vec![
                         local("pv-1", 1, "n1"),
                         VolumeInfo {
                             access_modes: vec!["ReadOnlyMany".into(), "ReadWriteOnce".into()],
                             ..local("pv-2", 1, "n2")
                         },
-                    ],
-                )
-            })]),
-            three(),
-            vec![bind_conflict(), pass(), bind_conflict()],
-        ),
+                    ])),
         Case::filter(
             "a claim's selector must match the volume's labels",
             claiming(vec![Some(ClaimInfo {
@@ -315,27 +309,25 @@ pub fn cases() -> Vec<Case> {
                     match_labels: [("tier".to_string(), "ssd".to_string())].into_iter().collect(),
                     match_expressions: Vec::new(),
                 }),
-                ..waiting(
-                    1,
-                    local_class(),
-                    vec![
+                ..waiting(1, local_class())
+            })]),
+            three(),
+            vec![bind_conflict(), pass(), bind_conflict()],
+        )
+        .with_volumes(offered(&local_class(), vec![
                         local("pv-1", 1, "n1"),
                         VolumeInfo {
                             labels: [("tier".to_string(), "ssd".to_string())].into_iter().collect(),
                             ..local("pv-2", 1, "n2")
                         },
-                    ],
-                )
-            })]),
-            three(),
-            vec![bind_conflict(), pass(), bind_conflict()],
-        ),
+                    ])),
         Case::filter(
             "a volume pre-bound to the claim decides alone: only its node",
-            claiming(vec![Some(waiting(
-                1,
-                local_class(),
-                vec![
+            claiming(vec![Some(waiting(1, local_class()))]),
+            three(),
+            vec![bind_conflict(), pass(), bind_conflict()],
+        )
+        .with_volumes(offered(&local_class(), vec![
                     local("pv-1", 1, "n1"),
                     VolumeInfo {
                         phase: "Bound".into(),
@@ -346,30 +338,23 @@ pub fn cases() -> Vec<Case> {
                         }),
                         ..local("pv-2", 1, "n2")
                     },
-                ],
-            ))]),
-            three(),
-            vec![bind_conflict(), pass(), bind_conflict()],
-        ),
+                ])),
         Case::filter(
             "two claims cannot take the one local volume of a node",
             claiming(vec![
-                Some(waiting(1, local_class(), vec![local("pv-1", 5, "n1")])),
-                Some(waiting(2, local_class(), vec![local("pv-1", 5, "n1")])),
+                Some(waiting(1, local_class())),
+                Some(waiting(2, local_class())),
             ]),
             three(),
             vec![bind_conflict(), bind_conflict(), bind_conflict()],
-        ),
+        )
+        .with_volumes(offered(&local_class(), vec![local("pv-1", 5, "n1")])),
         Case::filter(
             "a dynamic class provisions where no volume matches, within its allowed topologies",
-            claiming(vec![Some(waiting(
-                10,
-                StorageClassInfo {
+            claiming(vec![Some(waiting(10, StorageClassInfo {
                     allowed_topologies: vec![term(ZONE, &["a"])],
                     ..dynamic()
-                },
-                vec![],
-            ))]),
+                }))]),
             three(),
             vec![pass(), pass(), bind_conflict()],
         ),
@@ -377,7 +362,7 @@ pub fn cases() -> Vec<Case> {
             "a claim whose volume is being provisioned for n2 fits n2 only",
             claiming(vec![Some(ClaimInfo {
                 selected_node: Some("n2".into()),
-                ..waiting(1, dynamic(), vec![])
+                ..waiting(1, dynamic())
             })]),
             three(),
             vec![bind_conflict(), pass(), bind_conflict()],
@@ -417,49 +402,64 @@ mod tests {
         wasched_sdk::testing::check::<VolumeBinding>(&cases());
     }
 
-    fn bindings(pod: &Pod, node: &NodeInfo) -> Vec<(String, String)> {
-        find_pod_volumes(pod, node).unwrap().static_bindings
+    /// What the host reserves for `pod` on `node` with these volumes in the cluster.
+    fn found(pod: &Pod, node: &NodeInfo, volumes: &[VolumeInfo]) -> Result<PodVolumes, Failure> {
+        find_pod_volumes(pod, node, |class| {
+            volumes
+                .iter()
+                .filter(|v| v.storage_class_name == class)
+                .collect()
+        })
+    }
+
+    fn bindings(pod: &Pod, node: &NodeInfo, volumes: &[VolumeInfo]) -> Vec<(String, String)> {
+        found(pod, node, volumes).unwrap().static_bindings
     }
 
     #[test]
     fn the_smallest_volume_that_fits_is_taken_the_first_of_equals() {
-        let claims = |volumes| {
-            claiming(vec![Some(waiting(
-                10,
-                class("l", "WaitForFirstConsumer", ""),
-                volumes,
-            ))])
-        };
-        let pod = claims(vec![
-            volume("big", 100, None),
-            volume("first-of-two", 20, None),
-            local("too-small", 5, "n1"),
-            local("second-of-two", 20, "n1"),
-            volume("exact-elsewhere", 10, Some(term(ZONE, &["b"]))),
-        ]);
-        let n1 = host("n1", "a");
+        let local_class = class("l", "WaitForFirstConsumer", "");
+        let pod = claiming(vec![Some(waiting(10, local_class.clone()))]);
+        let volumes = offered(
+            &local_class,
+            vec![
+                volume("big", 100, None),
+                volume("first-of-two", 20, None),
+                local("too-small", 5, "n1"),
+                local("second-of-two", 20, "n1"),
+                volume("exact-elsewhere", 10, Some(term(ZONE, &["b"]))),
+            ],
+        );
         assert_eq!(
-            bindings(&pod, &n1),
+            bindings(&pod, &host("n1", "a"), &volumes),
             [("pvc-0".into(), "first-of-two".into())]
         );
         assert_eq!(
-            bindings(&pod, &host("n3", "b")),
+            bindings(&pod, &host("n3", "b"), &volumes),
             [("pvc-0".into(), "exact-elsewhere".into())]
+        );
+        let other_class = offered(&class("other", "WaitForFirstConsumer", ""), volumes);
+        assert!(
+            found(&pod, &host("n1", "a"), &other_class).is_err(),
+            "volumes of another class are never offered"
         );
     }
 
     #[test]
     fn claims_are_matched_smallest_request_first_each_volume_once() {
         let local_class = class("l", "WaitForFirstConsumer", "kubernetes.io/no-provisioner");
-        let volumes = vec![local("pv-small", 10, "n1"), local("pv-large", 50, "n1")];
+        let volumes = offered(
+            &local_class,
+            vec![local("pv-small", 10, "n1"), local("pv-large", 50, "n1")],
+        );
         // In pod order the large claim comes first; matched in that order it would take the
         // small volume's place only if it fitted, so the order shows in who gets what.
         let pod = claiming(vec![
-            Some(waiting(40, local_class.clone(), volumes.clone())),
-            Some(waiting(5, local_class, volumes)),
+            Some(waiting(40, local_class.clone())),
+            Some(waiting(5, local_class)),
         ]);
         assert_eq!(
-            bindings(&pod, &host("n1", "a")),
+            bindings(&pod, &host("n1", "a"), &volumes),
             [
                 ("pvc-1".to_string(), "pv-small".to_string()),
                 ("pvc-0".to_string(), "pv-large".to_string())
@@ -474,19 +474,16 @@ mod tests {
             Some(waiting(
                 10,
                 class("fast", "WaitForFirstConsumer", "csi.example.com"),
-                vec![],
             )),
         ]);
         assert_eq!(
-            find_pod_volumes(&pod, &host("n1", "a")),
+            found(&pod, &host("n1", "a"), &[]),
             Ok(PodVolumes {
                 static_bindings: Vec::new(),
                 provisions: vec!["pvc-1".into()],
             })
         );
         let all_bound = claiming(vec![Some(bound("pv-a", Some(volume("pv-a", 1, None))))]);
-        assert!(find_pod_volumes(&all_bound, &host("n1", "a"))
-            .unwrap()
-            .is_empty());
+        assert!(found(&all_bound, &host("n1", "a"), &[]).unwrap().is_empty());
     }
 }

@@ -2,8 +2,10 @@
 //! their volume's node affinity to hold; claims that wait for their first consumer need, on that
 //! node, an available volume to bind or a class that can provision one there.
 //!
-//! The host runs the same matching for the chosen node after the cycle ([`find_pod_volumes`]) to
-//! reserve the volumes it found, so the filter and the binding never disagree.
+//! The plugin keeps the cluster's PersistentVolumes in its mirror, so a pod's cycle sends only its
+//! claims. The host runs the same matching for the chosen node after the cycle
+//! ([`find_pod_volumes`]) to reserve the volumes it found, so the filter and the binding never
+//! disagree.
 
 use std::collections::HashMap;
 
@@ -47,13 +49,18 @@ impl PodVolumes {
     }
 }
 
-/// The volumes `pod` would get on `node`, as the filter decided it: `Ok` with nothing to bind
-/// when the pod has no claims or all are bound.
+/// The volumes `pod` would get on `node`, as the filter decided it, `class_volumes` giving the
+/// volumes of a storage class (in name order, as the mirror lists them): `Ok` with nothing to
+/// bind when the pod has no claims or all are bound.
 ///
 /// # Errors
 /// The failure the plugin gives the pod (before any node) or the node.
-pub fn find_pod_volumes(pod: &Pod, node: &NodeInfo) -> Result<PodVolumes, Failure> {
-    match Claims::of(pod)? {
+pub fn find_pod_volumes<'a>(
+    pod: &Pod,
+    node: &NodeInfo,
+    class_volumes: impl Fn(&str) -> Vec<&'a VolumeInfo>,
+) -> Result<PodVolumes, Failure> {
+    match Claims::of(pod, &class_volumes)? {
         None => Ok(PodVolumes::default()),
         Some(claims) => claims.find(node).map_err(Failure::from_reasons),
     }
@@ -169,7 +176,12 @@ struct WaitingClaim {
 }
 
 impl WaitingClaim {
-    fn new(namespace: &str, name: &str, claim: &ClaimInfo) -> Self {
+    fn new<'a>(
+        namespace: &str,
+        name: &str,
+        claim: &ClaimInfo,
+        volumes: impl IntoIterator<Item = &'a VolumeInfo>,
+    ) -> Self {
         let class = claim.storage_class.as_ref();
         let mut waiting = WaitingClaim {
             name: name.to_string(),
@@ -185,7 +197,7 @@ impl WaitingClaim {
                 .map(|c| c.allowed_topologies.clone())
                 .unwrap_or_default(),
         };
-        for volume in &claim.class_volumes {
+        for volume in volumes {
             let for_claim = volume.claim_ref.as_ref().map(|r| {
                 r.namespace == namespace
                     && r.name == name
@@ -293,7 +305,10 @@ struct Claims {
 
 impl Claims {
     /// `None` when the pod has no claims (the plugin skips it).
-    fn of(pod: &Pod) -> Result<Option<Self>, Failure> {
+    fn of<'a>(
+        pod: &Pod,
+        class_volumes: &dyn Fn(&str) -> Vec<&'a VolumeInfo>,
+    ) -> Result<Option<Self>, Failure> {
         if pod.volume_claims.is_empty() {
             return Ok(None);
         }
@@ -343,9 +358,14 @@ impl Claims {
                 }
             }
             if claim.waits_for_first_consumer() {
+                let offered = if claim.selected_node.is_some() {
+                    Vec::new()
+                } else {
+                    class_volumes(&claim.storage_class_name)
+                };
                 claims
                     .waiting
-                    .push(WaitingClaim::new(&pod.namespace, name, claim));
+                    .push(WaitingClaim::new(&pod.namespace, name, claim, offered));
             } else {
                 immediate = true;
             }
@@ -434,14 +454,15 @@ pub struct VolumeBinding {
 impl Plugin for VolumeBinding {
     const NAME: &'static str = NAME;
     const READS_POD: PodParts = PodParts::VOLUME_CLAIMS.union(PodParts::IDENTITY);
+    const READS_VOLUMES: bool = true;
 
     fn new(_config: &str) -> Result<Self, String> {
         Ok(Self::default())
     }
 
-    fn prepare(&mut self, pod: &Pod, _nodes: &Nodes) -> PodPlan {
+    fn prepare(&mut self, pod: &Pod, nodes: &Nodes) -> PodPlan {
         self.claims = Claims::default();
-        let filter = match Claims::of(pod) {
+        let filter = match Claims::of(pod, &|class| nodes.class_volumes(class).collect()) {
             Err(failure) => FilterPlan::Reject(failure),
             Ok(None) => FilterPlan::Skip,
             Ok(Some(claims)) => {

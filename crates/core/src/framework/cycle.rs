@@ -1479,6 +1479,12 @@ mod stage_tests {
         fn remove_namespaces(&mut self, _: &[&str]) -> Result<(), CallError> {
             Ok(())
         }
+        fn upsert_volumes(&mut self, _: &[&sdk::VolumeInfo]) -> Result<(), CallError> {
+            Ok(())
+        }
+        fn remove_volumes(&mut self, _: &[&str]) -> Result<(), CallError> {
+            Ok(())
+        }
         fn set_pod(&mut self, _: &sdk::Pod) -> Result<sdk::PodPlan, CallError> {
             self.call("set-pod")?;
             Ok(sdk::PodPlan {
@@ -1522,6 +1528,7 @@ mod stage_tests {
                     reads_pod: sdk::PodParts::ALL,
                     reads_existing_pods: sdk::ExistingPodParts::NONE,
                     reads_namespaces: false,
+                    reads_volumes: false,
                 },
                 names: HashMap::new(),
             }))

@@ -165,6 +165,14 @@ impl PluginInstance for PlanReuse {
         self.last = None;
         self.inner.remove_namespaces(names)
     }
+    fn upsert_volumes(&mut self, volumes: &[&sdk::VolumeInfo]) -> Result<(), CallError> {
+        self.last = None;
+        self.inner.upsert_volumes(volumes)
+    }
+    fn remove_volumes(&mut self, names: &[&str]) -> Result<(), CallError> {
+        self.last = None;
+        self.inner.remove_volumes(names)
+    }
     fn set_pod(&mut self, pod: &sdk::Pod) -> Result<sdk::PodPlan, CallError> {
         let parts = self.inner.descriptor().reads_pod;
         if let Some((held, plan)) = &self.last {
@@ -231,6 +239,12 @@ impl PluginInstance for TimedInstance {
     }
     fn remove_namespaces(&mut self, names: &[&str]) -> Result<(), CallError> {
         self.timed(ExtensionPoint::Sync, |i| i.remove_namespaces(names))
+    }
+    fn upsert_volumes(&mut self, volumes: &[&sdk::VolumeInfo]) -> Result<(), CallError> {
+        self.timed(ExtensionPoint::Sync, |i| i.upsert_volumes(volumes))
+    }
+    fn remove_volumes(&mut self, names: &[&str]) -> Result<(), CallError> {
+        self.timed(ExtensionPoint::Sync, |i| i.remove_volumes(names))
     }
     fn set_pod(&mut self, pod: &sdk::Pod) -> Result<sdk::PodPlan, CallError> {
         self.timed(ExtensionPoint::PreFilter, |i| i.set_pod(pod))
@@ -451,6 +465,7 @@ struct Reads {
     usage: bool,
     existing_pods: sdk::ExistingPodParts,
     namespaces: bool,
+    volumes: bool,
 }
 
 impl Reads {
@@ -459,6 +474,7 @@ impl Reads {
             usage: descriptor.reads_usage,
             existing_pods: descriptor.reads_existing_pods,
             namespaces: descriptor.reads_namespaces,
+            volumes: descriptor.reads_volumes,
         }
     }
 }
@@ -564,6 +580,12 @@ fn send_changes(
                     instance.upsert_namespaces(batch)?;
                 }
             }
+            if reads.volumes {
+                let volumes: Vec<&sdk::VolumeInfo> = cache.all_volumes().collect();
+                for batch in volumes.chunks(SYNC_BATCH) {
+                    instance.upsert_volumes(batch)?;
+                }
+            }
         }
         Some(since) if since < cache.generation() => {
             let delta = cache.delta_since(since);
@@ -646,6 +668,22 @@ fn send_changes(
                 }
                 for batch in upserts.chunks(SYNC_BATCH) {
                     instance.upsert_namespaces(batch)?;
+                }
+            }
+            if reads.volumes && !delta.volumes.is_empty() {
+                let (mut upserts, mut removals) = (Vec::new(), Vec::new());
+                for &id in &delta.volumes {
+                    match cache.volume_entry(id) {
+                        Some((_, Some(volume))) => upserts.push(volume),
+                        Some((name, None)) => removals.push(name),
+                        None => {}
+                    }
+                }
+                if !removals.is_empty() {
+                    instance.remove_volumes(&removals)?;
+                }
+                for batch in upserts.chunks(SYNC_BATCH) {
+                    instance.upsert_volumes(batch)?;
                 }
             }
         }
@@ -942,7 +980,11 @@ impl Scheduler {
                     let info = cache.node_id(node).and_then(|id| cache.node(id));
                     let found = info.map_or_else(
                         || Err(sdk::Failure::error(format!("node \"{node}\" not found"))),
-                        |entry| wasched_volume_binding::find_pod_volumes(pod, &entry.info),
+                        |entry| {
+                            wasched_volume_binding::find_pod_volumes(pod, &entry.info, |class| {
+                                cache.class_volumes(class)
+                            })
+                        },
                     );
                     match found {
                         Ok(volumes) => outcome.volumes = volumes,
@@ -1108,6 +1150,12 @@ mod tests {
         fn remove_namespaces(&mut self, _: &[&str]) -> Result<(), CallError> {
             Ok(())
         }
+        fn upsert_volumes(&mut self, _: &[&sdk::VolumeInfo]) -> Result<(), CallError> {
+            Ok(())
+        }
+        fn remove_volumes(&mut self, _: &[&str]) -> Result<(), CallError> {
+            Ok(())
+        }
         fn set_pod(&mut self, _: &sdk::Pod) -> Result<sdk::PodPlan, CallError> {
             if self
                 .fail_next
@@ -1155,6 +1203,7 @@ mod tests {
                     reads_pod: sdk::PodParts::TOLERATIONS,
                     reads_existing_pods: sdk::ExistingPodParts::NONE,
                     reads_namespaces: false,
+                    reads_volumes: false,
                 },
                 set_pods: 0,
                 fail_next: fail_next.clone(),
@@ -1221,6 +1270,7 @@ mod tests {
         nodes: std::collections::BTreeSet<u32>,
         pods: std::collections::BTreeMap<u32, sdk::ExistingPod>,
         namespaces: std::collections::BTreeMap<String, sdk::Labels>,
+        volumes: std::collections::BTreeMap<String, sdk::VolumeInfo>,
         breaches: Vec<String>,
     }
 
@@ -1285,6 +1335,20 @@ mod tests {
                 .for_each(|name| drop(sent.namespaces.remove(*name)));
             Ok(())
         }
+        fn upsert_volumes(&mut self, volumes: &[&sdk::VolumeInfo]) -> Result<(), CallError> {
+            let mut sent = self.sent.lock().unwrap();
+            for volume in volumes {
+                sent.volumes.insert(volume.name.clone(), (*volume).clone());
+            }
+            Ok(())
+        }
+        fn remove_volumes(&mut self, names: &[&str]) -> Result<(), CallError> {
+            let mut sent = self.sent.lock().unwrap();
+            names
+                .iter()
+                .for_each(|name| drop(sent.volumes.remove(*name)));
+            Ok(())
+        }
         fn set_pod(&mut self, _: &sdk::Pod) -> Result<sdk::PodPlan, CallError> {
             Ok(sdk::PodPlan::default())
         }
@@ -1319,6 +1383,7 @@ mod tests {
                     reads_pod: sdk::PodParts::NONE,
                     reads_existing_pods: self.parts,
                     reads_namespaces: true,
+                    reads_volumes: true,
                 },
                 sent: self.sent.clone(),
             }))
@@ -1337,7 +1402,7 @@ mod tests {
     /// cache's nodes with the parts it reads, and never held a pod on a node it lacked. A plugin
     /// reading only host ports holds exactly the pods that have some.
     #[test]
-    fn an_instance_mirrors_exactly_the_existing_pods_and_namespaces_through_any_changes() {
+    fn an_instance_mirrors_exactly_the_existing_pods_namespaces_and_volumes_through_any_changes() {
         for seed in 1..=20 {
             mirror_follows_random_changes(
                 seed,
@@ -1364,6 +1429,7 @@ mod tests {
             usage: false,
             existing_pods: parts,
             namespaces: true,
+            volumes: true,
         };
         let mut cache = Cache::default();
         let (mut instance, mut synced) = (None, Synced::default());
@@ -1393,9 +1459,32 @@ mod tests {
         };
         for step in 0..3_000u64 {
             let (n, p) = (rng.below(8), rng.below(24));
-            match rng.below(10) {
+            match rng.below(13) {
                 0 => {
                     cache.upsert_node(node(n));
+                }
+                10 => cache.upsert_volume(
+                    serde_json::from_value(serde_json::json!({
+                        "metadata": {"name": format!("pv-{}", n % 5)},
+                        "spec": {"storageClassName": format!("class-{}", step % 2)},
+                        "status": {"phase": if step % 3 == 0 { "Bound" } else { "Available" }}
+                    }))
+                    .unwrap(),
+                ),
+                11 => {
+                    cache.remove_volume(&format!("pv-{}", n % 5));
+                }
+                12 => {
+                    let held = pod(p, step);
+                    if step.is_multiple_of(2) {
+                        let volumes = crate::cache::PodVolumes {
+                            static_bindings: vec![("data".into(), format!("pv-{}", n % 5))],
+                            provisions: Vec::new(),
+                        };
+                        cache.reserve_volumes(&held, "node-0", &volumes);
+                    } else {
+                        cache.unreserve_volumes(&held.key());
+                    }
                 }
                 1 => {
                     cache.remove_node(&format!("node-{n}"));
@@ -1443,6 +1532,11 @@ mod tests {
                     sent.namespaces, namespaces,
                     "seed {seed} step {step}: namespaces"
                 );
+                let volumes: std::collections::BTreeMap<String, sdk::VolumeInfo> = cache
+                    .all_volumes()
+                    .map(|v| (v.name.clone(), v.clone()))
+                    .collect();
+                assert_eq!(sent.volumes, volumes, "seed {seed} step {step}: volumes");
             }
             if rng.below(50) == 0 {
                 cache.compact(synced.generation.unwrap_or(0).min(cache.generation()));

@@ -424,6 +424,7 @@ pub fn volume_info(pv: &core::PersistentVolume) -> sdk::VolumeInfo {
     sdk::VolumeInfo {
         name: pv.metadata.name.clone().unwrap_or_default(),
         labels: labels(&pv.metadata.labels),
+        storage_class_name: volume_storage_class(pv),
         capacity: storage_bytes(spec.and_then(|s| s.capacity.as_ref())),
         access_modes: spec
             .and_then(|s| s.access_modes.clone())
@@ -507,7 +508,6 @@ pub fn claim_info(claim: &core::PersistentVolumeClaim) -> sdk::ClaimInfo {
         selector: spec
             .and_then(|s| s.selector.as_ref())
             .map(placement::selector),
-        class_volumes: Vec::new(),
     }
 }
 

@@ -10,7 +10,7 @@ pub mod defaults;
 pub mod native;
 
 use wasched_sdk::{
-    Descriptor, ExistingPod, FilterResults, Labels, NodeInfo, NodeUsage, Pod, PodPlan,
+    Descriptor, ExistingPod, FilterResults, Labels, NodeInfo, NodeUsage, Pod, PodPlan, VolumeInfo,
 };
 
 /// How a call into a plugin failed, for the counts operators read (`plugin list`, `/metrics`).
@@ -102,6 +102,10 @@ pub trait PluginInstance: Send {
     fn upsert_namespaces(&mut self, namespaces: &[(&str, &Labels)]) -> Result<(), CallError>;
     /// Removes namespaces from the mirror.
     fn remove_namespaces(&mut self, names: &[&str]) -> Result<(), CallError>;
+    /// Adds or replaces PersistentVolumes in the mirror (only for a plugin that reads them).
+    fn upsert_volumes(&mut self, volumes: &[&VolumeInfo]) -> Result<(), CallError>;
+    /// Removes PersistentVolumes from the mirror.
+    fn remove_volumes(&mut self, names: &[&str]) -> Result<(), CallError>;
     /// Starts a cycle for `pod`.
     fn set_pod(&mut self, pod: &Pod) -> Result<PodPlan, CallError>;
     /// Filters `ids`, appending exactly one verdict per id to `out`.

@@ -88,6 +88,17 @@ impl<P: Exported + Send> PluginInstance for NativeInstance<P> {
         Ok(())
     }
 
+    fn upsert_volumes(&mut self, volumes: &[&wasched_sdk::VolumeInfo]) -> Result<(), CallError> {
+        self.driver
+            .upsert_volumes(volumes.iter().map(|v| (*v).clone()));
+        Ok(())
+    }
+
+    fn remove_volumes(&mut self, names: &[&str]) -> Result<(), CallError> {
+        self.driver.remove_volumes(names.iter().copied());
+        Ok(())
+    }
+
     fn set_pod(&mut self, pod: &Pod) -> Result<PodPlan, CallError> {
         Ok(self
             .driver
