@@ -377,6 +377,15 @@ impl Claims {
         Ok(Some(claims))
     }
 
+    /// No claim waits and every bound volume exists and can be used from any node.
+    fn fit_everywhere(&self) -> bool {
+        self.waiting.is_empty()
+            && self
+                .bound
+                .iter()
+                .all(|c| matches!(c.volume, Some(Affinity::Any)))
+    }
+
     /// kube-scheduler's `FindPodVolumes`: the volumes for `node`, or the node's reasons.
     fn find(&self, node: &NodeInfo) -> Result<PodVolumes, Vec<&'static str>> {
         let mut node_conflict = false;
@@ -465,6 +474,8 @@ impl Plugin for VolumeBinding {
         let filter = match Claims::of(pod, &|class| nodes.class_volumes(class).collect()) {
             Err(failure) => FilterPlan::Reject(failure),
             Ok(None) => FilterPlan::Skip,
+            // Every claim bound to a volume any node can use: every node passes.
+            Ok(Some(claims)) if claims.fit_everywhere() => FilterPlan::Skip,
             Ok(Some(claims)) => {
                 self.claims = claims;
                 FilterPlan::Run
