@@ -366,8 +366,16 @@ fn an_unschedulable_pod_gets_the_fit_error_and_is_placed_when_a_node_arrives() {
     };
     assert_eq!(requested("large-node"), 6000);
     assert_eq!(requested("small"), 0);
-    let (_, body) = _scheduler.get("/v1/status/pods/default/large");
-    let large: Value = serde_json::from_str(&body).unwrap();
+    // The placement is recorded once the binding call returned, which may be after the watch
+    // showed the pod bound.
+    let placement = || {
+        let (_, body) = _scheduler.get("/v1/status/pods/default/large");
+        serde_json::from_str::<Value>(&body).unwrap()
+    };
+    wait_for("the placement to be recorded", || {
+        !placement()["placement"].is_null()
+    });
+    let large = placement();
     assert_eq!(large["node"], "large-node", "{large}");
     assert_eq!(large["placement"]["node"], "large-node", "{large}");
     assert_eq!(large["placement"]["choice"]["feasibleNodes"], 1, "{large}");
