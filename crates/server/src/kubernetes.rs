@@ -587,21 +587,8 @@ async fn bind_volumes(
         rate.acquire().await;
         let claim = claims.get(claim_name).await.map_err(failed)?;
         rate.acquire().await;
-        let mut volume = volumes.get(volume_name).await.map_err(failed)?;
-        volume.spec.get_or_insert_with(Default::default).claim_ref = Some(core::ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("PersistentVolumeClaim".into()),
-            namespace: Some(namespace.to_string()),
-            name: Some(claim_name.clone()),
-            uid: claim.metadata.uid.clone(),
-            resource_version: claim.metadata.resource_version.clone(),
-            ..Default::default()
-        });
-        volume
-            .metadata
-            .annotations
-            .get_or_insert_with(Default::default)
-            .insert(k8s::ANNOTATION_BOUND_BY_CONTROLLER.into(), "yes".into());
+        let volume = volumes.get(volume_name).await.map_err(failed)?;
+        let volume = k8s::volume_reserved_for(&volume, &claim);
         rate.acquire().await;
         volumes
             .replace(volume_name, &PostParams::default(), &volume)

@@ -519,30 +519,11 @@ pub fn bound_volume_and_claim(
     claim: &core::PersistentVolumeClaim,
 ) -> (core::PersistentVolume, core::PersistentVolumeClaim) {
     let yes = || "yes".to_string();
-    let mut volume = volume.clone();
+    let mut volume = volume_reserved_for(volume, claim);
     let mut claim = claim.clone();
     let spec = volume.spec.get_or_insert_with(Default::default);
-    spec.claim_ref = Some(core::ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("PersistentVolumeClaim".into()),
-        namespace: Some(
-            claim
-                .metadata
-                .namespace
-                .clone()
-                .unwrap_or_else(|| "default".into()),
-        ),
-        name: claim.metadata.name.clone(),
-        uid: claim.metadata.uid.clone(),
-        ..Default::default()
-    });
     let capacity = spec.capacity.clone();
     let access_modes = spec.access_modes.clone();
-    volume
-        .metadata
-        .annotations
-        .get_or_insert_with(Default::default)
-        .insert(ANNOTATION_BOUND_BY_CONTROLLER.into(), yes());
     volume.status.get_or_insert_with(Default::default).phase = Some("Bound".into());
     claim.spec.get_or_insert_with(Default::default).volume_name = volume.metadata.name.clone();
     let annotations = claim
@@ -556,6 +537,37 @@ pub fn bound_volume_and_claim(
     status.capacity = capacity;
     status.access_modes = access_modes;
     (volume, claim)
+}
+
+/// `volume` reserved for `claim`, as VolumeBinding's PreBind writes it (kube-scheduler's
+/// `GetBindVolumeToClaim`): `claimRef` names the claim (with its uid and resourceVersion) and
+/// `pv.kubernetes.io/bound-by-controller` is set.
+pub fn volume_reserved_for(
+    volume: &core::PersistentVolume,
+    claim: &core::PersistentVolumeClaim,
+) -> core::PersistentVolume {
+    let mut volume = volume.clone();
+    volume.spec.get_or_insert_with(Default::default).claim_ref = Some(core::ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("PersistentVolumeClaim".into()),
+        namespace: Some(
+            claim
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into()),
+        ),
+        name: claim.metadata.name.clone(),
+        uid: claim.metadata.uid.clone(),
+        resource_version: claim.metadata.resource_version.clone(),
+        ..Default::default()
+    });
+    volume
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(ANNOTATION_BOUND_BY_CONTROLLER.into(), "yes".into());
+    volume
 }
 
 /// `claim` with the node its volume is to be provisioned for, as VolumeBinding's PreBind writes
