@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::policy::v1 as policy;
 use k8s_openapi::api::storage::v1 as storage;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use wasched_sdk as sdk;
 use wasched_sdk::{resource, Labels, Resources};
 
@@ -379,29 +380,31 @@ pub fn preempted_by_scheduler(pod: &core::Pod) -> bool {
 
 /// The storage class a claim asks for: the beta annotation wins over `spec.storageClassName`.
 pub fn claim_storage_class(claim: &core::PersistentVolumeClaim) -> String {
-    claim
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get("volume.beta.kubernetes.io/storage-class"))
-        .cloned()
-        .or_else(|| {
-            claim
-                .spec
-                .as_ref()
-                .and_then(|s| s.storage_class_name.clone())
-        })
-        .unwrap_or_default()
+    storage_class(
+        &claim.metadata,
+        claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.storage_class_name.as_ref()),
+    )
 }
 
 /// The storage class a volume belongs to: the beta annotation wins over `spec.storageClassName`.
 pub fn volume_storage_class(pv: &core::PersistentVolume) -> String {
-    pv.metadata
-        .annotations
+    storage_class(
+        &pv.metadata,
+        pv.spec.as_ref().and_then(|s| s.storage_class_name.as_ref()),
+    )
+}
+
+/// The class an object's `volume.beta.kubernetes.io/storage-class` annotation names, else
+/// `spec_class`, else empty (kube's `GetPersistentVolume(Claim)Class`).
+fn storage_class(meta: &ObjectMeta, spec_class: Option<&String>) -> String {
+    meta.annotations
         .as_ref()
         .and_then(|a| a.get("volume.beta.kubernetes.io/storage-class"))
+        .or(spec_class)
         .cloned()
-        .or_else(|| pv.spec.as_ref().and_then(|s| s.storage_class_name.clone()))
         .unwrap_or_default()
 }
 
