@@ -8,7 +8,7 @@ use std::borrow::Cow;
 
 pub use args::Args;
 use args::Strategy;
-use wasched_sdk::helpers::MAX_NODE_SCORE;
+use wasched_sdk::helpers::{round_half_away, MAX_NODE_SCORE};
 use wasched_sdk::{
     resource, Failure, FilterPlugin, FilterResults, NodeInfo, NodeSummary, Nodes, Plugin, Pod,
     PodParts, PodPlan, ScorePlugin, Verdict,
@@ -316,7 +316,7 @@ impl NodeResourcesFit {
         }
         match scoring.strategy {
             Strategy::RequestedToCapacityRatio(_) => {
-                (node_score as f64 / weight_sum as f64).round() as i64
+                round_half_away(node_score as f64 / weight_sum as f64) as i64
             }
             _ => node_score / weight_sum,
         }

@@ -16,7 +16,7 @@ pub mod counts;
 
 use std::collections::HashMap;
 
-use wasched_sdk::helpers::FastMap;
+use wasched_sdk::helpers::{round_half_away, FastMap};
 
 use wasched_sdk::{
     ExistingPod, ExistingPodParts, Failure, FilterPlan, FilterPlugin, FilterResults, LabelColumnId,
@@ -392,7 +392,7 @@ impl PodTopologySpread {
                 score += count as f64 * weights[i] + (c.max_skew - 1) as f64;
             }
         }
-        score.round() as i64
+        round_half_away(score) as i64
     }
 }
 
