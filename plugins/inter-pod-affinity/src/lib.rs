@@ -124,6 +124,18 @@ fn each_node_counted(nodes: &Nodes, key: &str, counts: &Counts, mut each: impl F
     }
 }
 
+/// How many nodes [`each_node_counted`] would visit, from the sizes of the domains' node lists.
+fn nodes_counted(nodes: &Nodes, key: &str, counts: &Counts) -> usize {
+    let Some(column) = nodes.label_column(key) else {
+        return 0;
+    };
+    counts
+        .keys()
+        .filter_map(|value| nodes.label_value_id(column, value))
+        .map(|value| nodes.nodes_with_label_value(column, value).len())
+        .sum()
+}
+
 /// The plugin: its configuration, the counts it keeps, the current pod's state and per-node
 /// scratch space reused from pod to pod.
 pub struct InterPodAffinity {
@@ -271,14 +283,7 @@ impl InterPodAffinity {
             );
         } else if tally.terms.len() == 1 {
             // The nodes of the term's domains pass; when they are every node, none fails.
-            let mut covered = 0;
-            each_node_counted(
-                nodes,
-                &tally.terms[0].topology_key,
-                &tally.counts[0],
-                |_, _| covered += 1,
-            );
-            if covered == nodes.len() {
+            if nodes_counted(nodes, &tally.terms[0].topology_key, &tally.counts[0]) == nodes.len() {
                 return;
             }
             each_node_counted(
