@@ -46,6 +46,7 @@ mod driver;
 #[doc(hidden)]
 pub mod guest;
 pub mod helpers;
+pub mod memcmp;
 mod mirror;
 pub mod node_selector;
 pub mod pod_index;
