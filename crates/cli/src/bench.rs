@@ -53,6 +53,11 @@ pub struct Args {
     /// and the speed-up over one thread is printed.
     #[arg(long, value_delimiter = ',', default_value = "1")]
     pub threads: Vec<usize>,
+    /// Runs of each runtime, alternating WASM and native, of which the table shows each runtime's
+    /// median: on a machine whose speed drifts, a ratio from one run of each swings by tens of
+    /// percent.
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
 }
 
 /// Figures for one runtime.
@@ -115,6 +120,8 @@ pub struct Report {
     pub wasm_mb_per_1000_nodes: Option<f64>,
     /// The configuration file, when not the default profile.
     pub config: Option<String>,
+    /// Per round (`--rounds`), WASM and native pods per second.
+    pub rounds: Vec<(f64, f64)>,
 }
 
 /// Schedules the synthetic cluster with one runtime, with or without call deadlines.
@@ -446,38 +453,34 @@ fn run_scenario(
     threads: usize,
 ) -> anyhow::Result<Report> {
     let cluster = synthetic::cluster(scenario, nodes, args.pods, args.seed);
-    // WASM first, so its peak memory is not inflated by the native run.
-    let wasm = run_once(
-        &cluster,
-        scenario,
-        DefaultPluginRuntime::Wasm,
-        true,
-        threads,
-        args.seed,
-        args.config.as_deref(),
-    )?;
-    let wasm_without_deadlines = if args.without_deadlines {
-        Some(run_once(
+    let run = |runtime, deadlines| {
+        run_once(
             &cluster,
             scenario,
-            DefaultPluginRuntime::Wasm,
-            false,
+            runtime,
+            deadlines,
             threads,
             args.seed,
             args.config.as_deref(),
-        )?)
-    } else {
-        None
+        )
     };
-    let native = run_once(
-        &cluster,
-        scenario,
-        DefaultPluginRuntime::Native,
-        true,
-        threads,
-        args.seed,
-        args.config.as_deref(),
-    )?;
+    let (mut wasms, mut nodls, mut natives) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..args.rounds.max(1) {
+        // WASM first, so its peak memory is not inflated by the native run.
+        wasms.push(run(DefaultPluginRuntime::Wasm, true)?);
+        if args.without_deadlines {
+            nodls.push(run(DefaultPluginRuntime::Wasm, false)?);
+        }
+        natives.push(run(DefaultPluginRuntime::Native, true)?);
+    }
+    let rounds = wasms
+        .iter()
+        .zip(&natives)
+        .map(|(w, n)| (w.pods_per_second, n.pods_per_second))
+        .collect();
+    let wasm = median_run(wasms);
+    let wasm_without_deadlines = (!nodls.is_empty()).then(|| median_run(nodls));
+    let native = median_run(natives);
     Ok(Report {
         scenario,
         nodes,
@@ -493,10 +496,18 @@ fn run_scenario(
             .map(|r| 100.0 * (1.0 - r)),
         wasm_mb_per_1000_nodes: per_thousand_nodes(wasm.rss_growth_mb, nodes),
         config: args.config.as_ref().map(|p| p.display().to_string()),
+        rounds,
         wasm,
         wasm_without_deadlines,
         native,
     })
+}
+
+/// The run with the median throughput (the faster of the middle two for an even count).
+fn median_run(mut runs: Vec<RunReport>) -> RunReport {
+    runs.sort_by(|a, b| a.pods_per_second.total_cmp(&b.pods_per_second));
+    let middle = runs.len() / 2;
+    runs.swap_remove(middle)
 }
 
 fn print_table(r: &Report) {
@@ -549,6 +560,21 @@ fn print_table(r: &Report) {
         r.wasm.rss_growth_mb,
         or_na(r.wasm_mb_per_1000_nodes, 1)
     );
+    if r.rounds.len() > 1 {
+        let list = |figures: Vec<String>| figures.join(", ");
+        println!(
+            "{} rounds, each runtime's median run shown: wasm pods/s {}; native pods/s {}; wasm/native per round {}",
+            r.rounds.len(),
+            list(r.rounds.iter().map(|(w, _)| format!("{w:.0}")).collect()),
+            list(r.rounds.iter().map(|(_, n)| format!("{n:.0}")).collect()),
+            list(
+                r.rounds
+                    .iter()
+                    .map(|&(w, n)| or_na(ratio(w, n), 2))
+                    .collect()
+            ),
+        );
+    }
     if let Some(overhead) = r.deadline_overhead_percent {
         println!("call deadlines cost {overhead:.1}% of WASM throughput (wasm vs wasm-nodl)");
     }
@@ -609,5 +635,34 @@ mod tests {
         assert_eq!(per_thousand_nodes(21_695.0, 0), None);
         assert_eq!(or_na(None, 2), "n/a");
         assert_eq!(or_na(Some(0.704), 2), "0.70");
+    }
+
+    fn run_at(pods_per_second: f64) -> RunReport {
+        RunReport {
+            runtime: "wasm",
+            pods: 0,
+            scheduled: 0,
+            unschedulable: 0,
+            errors: 0,
+            setup_ms: 0.0,
+            pods_per_second,
+            p50_cycle_us: 0.0,
+            p99_cycle_us: 0.0,
+            peak_rss_mb: 0.0,
+            rss_growth_mb: 0.0,
+            phases_us: Vec::new(),
+            plugins_us: Vec::new(),
+            preemptions: 0,
+            preemption_attempt_us: None,
+        }
+    }
+
+    #[test]
+    fn the_median_run_of_several_rounds_is_the_one_shown() {
+        let of = |figures: &[f64]| median_run(figures.iter().map(|&f| run_at(f)).collect());
+        assert_eq!(of(&[9.0, 3.0, 5.0]).pods_per_second, 5.0);
+        assert_eq!(of(&[4.0, 8.0]).pods_per_second, 8.0);
+        assert_eq!(of(&[7.0]).pods_per_second, 7.0);
+        assert_eq!(of(&[1.0, 100.0, 2.0, 3.0, 50.0]).pods_per_second, 3.0);
     }
 }
