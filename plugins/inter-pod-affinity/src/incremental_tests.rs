@@ -113,7 +113,7 @@ fn assert_counts_are_from_scratch(driver: &Driver<InterPodAffinity>, when: &str)
                 let labels = node_labels(nodes, pod, &none);
                 for (term, counts) in tally.terms.iter().zip(&mut expected) {
                     if let Some(value) = labels.get(&term.topology_key) {
-                        *counts.entry(value.to_string()).or_insert(0) += 1;
+                        counts.add(value, true);
                     }
                 }
             }
@@ -130,7 +130,7 @@ fn assert_counts_are_from_scratch(driver: &Driver<InterPodAffinity>, when: &str)
             let entry = anti.entry(term).or_default();
             entry.0 += 1;
             if let Some(value) = value {
-                *entry.1.entry(value).or_insert(0) += 1;
+                entry.1.add(&value, true);
             }
         }
     }

@@ -110,18 +110,16 @@ impl RawScores {
 }
 
 /// Calls `each` with every node of every domain of `counts` (values of label `key`) and that
-/// domain's count, finding the domains by value id: one string lookup per domain, none per node.
+/// domain's count, finding the domains by value id (cached in `counts` while the nodes stay).
 fn each_node_counted(nodes: &Nodes, key: &str, counts: &Counts, mut each: impl FnMut(NodeId, u32)) {
     let Some(column) = nodes.label_column(key) else {
         return;
     };
-    for (value, &count) in counts {
-        if let Some(value) = nodes.label_value_id(column, value) {
-            for &id in nodes.nodes_with_label_value(column, value) {
-                each(id, count);
-            }
+    counts.each_domain(nodes, column, |value, count| {
+        for &id in nodes.nodes_with_label_value(column, value) {
+            each(id, count);
         }
-    }
+    });
 }
 
 /// How many nodes [`each_node_counted`] would visit, from the sizes of the domains' node lists.
@@ -129,11 +127,11 @@ fn nodes_counted(nodes: &Nodes, key: &str, counts: &Counts) -> usize {
     let Some(column) = nodes.label_column(key) else {
         return 0;
     };
-    counts
-        .keys()
-        .filter_map(|value| nodes.label_value_id(column, value))
-        .map(|value| nodes.nodes_with_label_value(column, value).len())
-        .sum()
+    let mut covered = 0;
+    counts.each_domain(nodes, column, |value, _| {
+        covered += nodes.nodes_with_label_value(column, value).len();
+    });
+    covered
 }
 
 /// The plugin: its configuration, the counts it keeps, the current pod's state and per-node
@@ -271,7 +269,7 @@ impl InterPodAffinity {
             tally.terms.iter().zip(&tally.counts).all(|(term, counts)| {
                 node.labels
                     .get(&term.topology_key)
-                    .is_some_and(|value| counts.contains_key(value))
+                    .is_some_and(|value| counts.contains(value))
             })
         };
         let passing_ids = &mut self.passing_ids;
@@ -458,7 +456,7 @@ impl FilterPlugin for InterPodAffinity {
             for (term, counts) in tally.terms.iter().zip(&tally.counts) {
                 match node.labels.get(&term.topology_key) {
                     None => return Err(Failure::unresolvable(AFFINITY_REASON)),
-                    Some(value) => in_every_domain &= counts.contains_key(value),
+                    Some(value) => in_every_domain &= counts.contains(value),
                 }
             }
             if !in_every_domain && !prepared.first_of_group {
@@ -470,7 +468,7 @@ impl FilterPlugin for InterPodAffinity {
             if node
                 .labels
                 .get(&tally.terms[0].topology_key)
-                .is_some_and(|value| tally.counts[0].contains_key(value))
+                .is_some_and(|value| tally.counts[0].contains(value))
             {
                 return Err(Failure::unschedulable(ANTI_AFFINITY_REASON));
             }
@@ -482,7 +480,7 @@ impl FilterPlugin for InterPodAffinity {
                     && node
                         .labels
                         .get(&term.topology_key)
-                        .is_some_and(|value| group.counts.contains_key(value))
+                        .is_some_and(|value| group.counts.contains(value))
                 {
                     return Err(Failure::unschedulable(EXISTING_ANTI_AFFINITY_REASON));
                 }
@@ -500,7 +498,7 @@ impl ScorePlugin for InterPodAffinity {
             node.labels
                 .get(key)
                 .and_then(|value| counts.get(value))
-                .map_or(0, |&count| i64::from(count))
+                .map_or(0, i64::from)
         };
         let mut score = 0;
         for &(slot, weight) in &self.prepared.score_tallies {

@@ -2,35 +2,113 @@
 //! they schedule, kept up to date instead as pods enter and leave the mirror: per topology value,
 //! how many placed pods match a term.
 
+use std::cell::Cell;
 use std::hash::Hash;
 
 use wasched_sdk::helpers::FastMap;
 use wasched_sdk::pod_index::{
     anchor, for_each_candidate, place_least_recently_used, ByAnchor, PodsByLabel,
 };
-use wasched_sdk::{ExistingPod, Labels, Nodes};
+use wasched_sdk::{ExistingPod, LabelColumnId, Labels, Nodes};
 
 use crate::terms::{IncomingTerm, OwnedTerm};
 
 /// Per value of a term's topology key: how many pods count there. A value is absent rather than
 /// zero, so an empty map means no pod counts anywhere.
-pub type Counts = FastMap<String, u32>;
+#[derive(Clone, Debug, Default)]
+pub struct Counts {
+    by_value: FastMap<String, Domain>,
+}
 
-fn count(counts: &mut Counts, value: &str, up: bool) {
-    if up {
-        match counts.get_mut(value) {
-            Some(n) => *n += 1,
-            None => {
-                counts.insert(value.to_string(), 1);
+#[derive(Clone, Debug)]
+struct Domain {
+    pods: u32,
+    /// The value's id in the mirror's label index with the mirror generation (plus one) it was
+    /// looked up at; a generation of 0 means not looked up yet. PreFilter and PreScore visit the
+    /// domains of every term of every pod: looking each value's text up again cost a string
+    /// hash and compare per domain per pod, which for a hostname key is one per counted node.
+    value_at: Cell<(u64, u32)>,
+}
+
+impl Counts {
+    /// Counts a pod in (`up`) or out of domain `value`.
+    pub fn add(&mut self, value: &str, up: bool) {
+        if up {
+            match self.by_value.get_mut(value) {
+                Some(domain) => domain.pods += 1,
+                None => {
+                    let domain = Domain {
+                        pods: 1,
+                        value_at: Cell::new((0, 0)),
+                    };
+                    self.by_value.insert(value.to_string(), domain);
+                }
+            }
+        } else if let Some(domain) = self.by_value.get_mut(value) {
+            domain.pods -= 1;
+            if domain.pods == 0 {
+                self.by_value.remove(value);
             }
         }
-    } else if let Some(n) = counts.get_mut(value) {
-        *n -= 1;
-        if *n == 0 {
-            counts.remove(value);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_value.is_empty()
+    }
+
+    /// Whether a pod counts in domain `value`.
+    pub fn contains(&self, value: &str) -> bool {
+        self.by_value.contains_key(value)
+    }
+
+    /// The pods counted in domain `value`.
+    pub fn get(&self, value: &str) -> Option<u32> {
+        self.by_value.get(value).map(|domain| domain.pods)
+    }
+
+    /// Every domain with its count.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, u32)> {
+        self.by_value
+            .iter()
+            .map(|(value, domain)| (value.as_str(), domain.pods))
+    }
+
+    /// Calls `each` with the value id in `column` of every domain some node of the mirror has,
+    /// and the domain's count.
+    pub fn each_domain(
+        &self,
+        nodes: &Nodes,
+        column: LabelColumnId,
+        mut each: impl FnMut(u32, u32),
+    ) {
+        let generation = nodes.generation() + 1;
+        for (value, domain) in &self.by_value {
+            let (at, cached) = domain.value_at.get();
+            let id = if at == generation {
+                cached
+            } else {
+                let id = nodes.label_value_id(column, value).unwrap_or(0);
+                domain.value_at.set((generation, id));
+                id
+            };
+            if id != 0 {
+                each(id, domain.pods);
+            }
         }
     }
 }
+
+/// Counts are equal when they count the same pods in the same domains (the cached ids aside).
+impl PartialEq for Counts {
+    fn eq(&self, other: &Counts) -> bool {
+        self.by_value.len() == other.by_value.len()
+            && self
+                .iter()
+                .all(|(value, pods)| other.get(value) == Some(pods))
+    }
+}
+
+impl Eq for Counts {}
 
 /// The placed pods that match every one of some terms of pods being scheduled, counted on each
 /// term's topology value (kube-scheduler's `updateWithAffinityTerms`; a single term is the
@@ -54,7 +132,7 @@ impl Tally {
         }
         for (term, counts) in self.terms.iter().zip(&mut self.counts) {
             if let Some(value) = node_labels.get(&term.topology_key) {
-                count(counts, value, up);
+                counts.add(value, up);
             }
         }
     }
@@ -210,13 +288,13 @@ impl<K: Keyed> Groups<K> {
             });
             group.pods += 1;
             if let Some(value) = topology_value {
-                count(&mut group.counts, value, true);
+                group.counts.add(value, true);
             }
         } else {
             let change = |groups: &mut FastMap<K, Group>| {
                 if let Some(group) = groups.get_mut(&key) {
                     if let Some(value) = topology_value {
-                        count(&mut group.counts, value, false);
+                        group.counts.add(value, false);
                     }
                     group.pods -= 1;
                     if group.pods == 0 {
