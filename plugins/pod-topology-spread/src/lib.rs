@@ -578,6 +578,8 @@ impl ScorePlugin for PodTopologySpread {
             scored.counts.push(counts);
             counts_by_value.push(by_value);
         }
+        // A string compare per node and constraint cost more than the rest of its score as WASM.
+        let by_hostname: Vec<bool> = pre.constraints.iter().map(|c| c.is_hostname()).collect();
         for (k, &id) in ids.iter().enumerate() {
             out.push(if !nodes.contains(id) {
                 i64::MIN
@@ -587,7 +589,7 @@ impl ScorePlugin for PodTopologySpread {
                 Self::raw_score(&pre, &scored.weights, |i| {
                     let v = of(k)[i];
                     (v != 0).then(|| {
-                        if pre.constraints[i].is_hostname() {
+                        if by_hostname[i] {
                             self.by_node.get(id)
                         } else {
                             counts_by_value[i][v as usize]
