@@ -23,8 +23,10 @@ pub const REASON_TOO_MANY_PODS: &str = "Too many pods";
 pub struct NodeResourcesFit {
     args: Args,
     pod_score_requests: Vec<i64>,
-    /// True when the scored resources are all in [`NodeSummary`].
-    score_from_summary: bool,
+    /// The [`NodeSummary`] field of each scored resource, in order, when they all have one.
+    /// Worked out once: matching each resource's name per node was a string compare per node
+    /// and resource, a library call in a component.
+    summary_fields: Option<Vec<SummaryField>>,
     /// True when the current pod requests no extended resource the filter checks, so the filter
     /// only needs [`NodeSummary`].
     filter_from_summary: bool,
@@ -37,15 +39,16 @@ impl Plugin for NodeResourcesFit {
 
     fn new(config: &str) -> Result<Self, String> {
         let args = Args::parse(config)?;
-        let score_from_summary = args
+        let summary_fields = args
             .scoring
             .resources
             .iter()
-            .all(|r| summary_amounts(&NodeSummary::default(), &r.name, 0).is_some());
+            .map(|r| SummaryField::of(&r.name))
+            .collect();
         Ok(NodeResourcesFit {
             args,
             pod_score_requests: Vec::new(),
-            score_from_summary,
+            summary_fields,
             filter_from_summary: false,
         })
     }
@@ -102,22 +105,40 @@ fn allocatable_and_requested(node: &NodeInfo, name: &str, pod_request: i64) -> (
     }
 }
 
-/// [`allocatable_and_requested`] from a node's summary; `None` for a resource it does not hold.
-fn summary_amounts(node: &NodeSummary, name: &str, pod_request: i64) -> Option<(i64, i64)> {
-    match name {
-        resource::CPU => Some((
-            node.allocatable_milli_cpu,
-            node.non_zero_requested_milli_cpu + pod_request,
-        )),
-        resource::MEMORY => Some((
-            node.allocatable_memory,
-            node.non_zero_requested_memory + pod_request,
-        )),
-        resource::EPHEMERAL_STORAGE => Some((
-            node.allocatable_ephemeral_storage,
-            node.requested_ephemeral_storage + pod_request,
-        )),
-        _ => None,
+/// A scored resource [`NodeSummary`] holds.
+#[derive(Clone, Copy)]
+enum SummaryField {
+    Cpu,
+    Memory,
+    EphemeralStorage,
+}
+
+impl SummaryField {
+    fn of(name: &str) -> Option<SummaryField> {
+        match name {
+            resource::CPU => Some(SummaryField::Cpu),
+            resource::MEMORY => Some(SummaryField::Memory),
+            resource::EPHEMERAL_STORAGE => Some(SummaryField::EphemeralStorage),
+            _ => None,
+        }
+    }
+
+    /// [`allocatable_and_requested`] from a node's summary.
+    fn amounts(self, node: &NodeSummary, pod_request: i64) -> (i64, i64) {
+        match self {
+            SummaryField::Cpu => (
+                node.allocatable_milli_cpu,
+                node.non_zero_requested_milli_cpu + pod_request,
+            ),
+            SummaryField::Memory => (
+                node.allocatable_memory,
+                node.non_zero_requested_memory + pod_request,
+            ),
+            SummaryField::EphemeralStorage => (
+                node.allocatable_ephemeral_storage,
+                node.requested_ephemeral_storage + pod_request,
+            ),
+        }
     }
 }
 
@@ -273,13 +294,19 @@ fn insufficient(name: &'static str) -> Cow<'static, str> {
 }
 
 impl NodeResourcesFit {
-    /// The score given each scored resource's `(allocatable, requested including the pod)`.
-    fn score_with(&self, amounts: impl Fn(&str, i64) -> (i64, i64)) -> i64 {
+    /// The score given each scored resource's `(allocatable, requested including the pod)`, from
+    /// `amounts(index, name, pod request)`.
+    fn score_with(&self, amounts: impl Fn(usize, &str, i64) -> (i64, i64)) -> i64 {
         let scoring = &self.args.scoring;
         let mut node_score = 0i64;
         let mut weight_sum = 0i64;
-        for (spec, pod_request) in scoring.resources.iter().zip(&self.pod_score_requests) {
-            let (allocatable, requested) = amounts(&spec.name, *pod_request);
+        for (i, (spec, pod_request)) in scoring
+            .resources
+            .iter()
+            .zip(&self.pod_score_requests)
+            .enumerate()
+        {
+            let (allocatable, requested) = amounts(i, &spec.name, *pod_request);
             if allocatable == 0 {
                 continue;
             }
@@ -325,17 +352,16 @@ impl NodeResourcesFit {
 
 impl ScorePlugin for NodeResourcesFit {
     fn score(&self, _pod: &Pod, node: &NodeInfo) -> i64 {
-        self.score_with(|name, pod_request| allocatable_and_requested(node, name, pod_request))
+        self.score_with(|_, name, pod_request| allocatable_and_requested(node, name, pod_request))
     }
 
     /// Reads only the nodes' summaries when the scored resources are all in them.
     fn score_batch(&mut self, pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut Vec<i64>) {
         out.extend(ids.iter().map(|&id| {
-            if self.score_from_summary {
+            if let Some(fields) = &self.summary_fields {
                 if let Some(node) = nodes.summary(id) {
-                    return self.score_with(|name, pod_request| {
-                        summary_amounts(node, name, pod_request).unwrap_or((0, 0))
-                    });
+                    return self
+                        .score_with(|i, _, pod_request| fields[i].amounts(node, pod_request));
                 }
             } else if let Some(node) = nodes.get(id) {
                 return self.score(pod, node);
