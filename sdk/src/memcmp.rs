@@ -5,8 +5,8 @@
 //! `HashMap<String, _>` lookup) calls compiler-builtins' `memcmp`, which compares one byte per
 //! loop iteration, and the host's call deadlines add an epoch check to every iteration. In the
 //! pod-affinity bench the byte loop took 7% of the WebAssembly run, against under 1% for the
-//! same comparisons natively. compiler-builtins defines its versions as weak symbols, so these
-//! take their place at link time.
+//! same comparisons natively. The linker takes these in place of compiler-builtins' versions
+//! (the components' `memcmp` is this one in `perf`: 0.9% of the same run).
 
 /// Compares `n` bytes at `a` and `b` as `memcmp` does: the sign of the difference of the first
 /// differing bytes (as unsigned), 0 when all are equal.
