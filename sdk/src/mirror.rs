@@ -345,6 +345,16 @@ impl Nodes {
             .unwrap_or(0)
     }
 
+    /// Every node's value id of `column` ([`Nodes::label_value`]), indexed by node id: a loop
+    /// over many nodes reads this slice instead of finding the column again for each node, which
+    /// as WebAssembly costs several loads and bounds checks per node. Ids past its end have no
+    /// such label.
+    pub fn label_values(&self, column: LabelColumnId) -> &[u32] {
+        self.labels
+            .as_ref()
+            .map_or(&[], |index| &index.columns[column.0].of_node)
+    }
+
     /// One past the largest value id of `column`.
     pub fn label_value_bound(&self, column: LabelColumnId) -> usize {
         self.labels

@@ -280,20 +280,37 @@ impl PodTopologySpread {
         self.failing_plan(nodes)
     }
 
-    /// The verdict of node `id` under the prepared constraints: the first one it fails.
-    fn verdict(&self, nodes: &Nodes, id: NodeId) -> u8 {
-        for c in &self.filter {
-            let value = c.column.map_or(0, |column| nodes.label_value(column, id));
-            if value == 0 {
-                return MISSING_LABEL;
-            }
-            if c.fails[value as usize] {
-                return SKEW;
-            }
-        }
-        0
+    /// Each prepared constraint's label values by node and failing values, found once per
+    /// batch: finding the column again for every node cost several loads and bounds checks per
+    /// node as WebAssembly.
+    fn rules<'a>(&'a self, nodes: &'a Nodes) -> Vec<(&'a [u32], &'a [bool])> {
+        self.filter
+            .iter()
+            .map(|c| {
+                let of_node = c
+                    .column
+                    .map_or(&[][..], |column| nodes.label_values(column));
+                (of_node, c.fails.as_slice())
+            })
+            .collect()
     }
+}
 
+/// The verdict of node `id` under the prepared constraints' `rules`: the first one it fails.
+fn verdict(rules: &[(&[u32], &[bool])], id: NodeId) -> u8 {
+    for &(of_node, fails) in rules {
+        let value = of_node.get(id as usize).copied().unwrap_or(0);
+        if value == 0 {
+            return MISSING_LABEL;
+        }
+        if fails[value as usize] {
+            return SKEW;
+        }
+    }
+    0
+}
+
+impl PodTopologySpread {
     /// Names the failing nodes when they are few: those missing a key, and those of the domains
     /// whose skew would exceed `maxSkew`; a node failing several constraints reports the first.
     fn failing_plan(&mut self, nodes: &Nodes) -> FilterPlan {
@@ -463,13 +480,14 @@ impl FilterPlugin for PodTopologySpread {
     }
 
     fn filter_batch(&mut self, _pod: &Pod, nodes: &Nodes, ids: &[NodeId], out: &mut FilterResults) {
+        let rules = self.rules(nodes);
         let mut interned = [0u32; 3];
         for &id in ids {
             if !nodes.contains(id) {
                 out.push(Err(Nodes::unknown(id)));
                 continue;
             }
-            let verdict = self.verdict(nodes, id) as usize;
+            let verdict = verdict(&rules, id) as usize;
             if verdict != 0 && interned[verdict] == 0 {
                 interned[verdict] = out.intern(failure(verdict as u8));
             }
@@ -517,15 +535,16 @@ impl ScorePlugin for PodTopologySpread {
             .iter()
             .map(|c| nodes.label_column(&c.topology_key))
             .collect();
-        // Each feasible node's value id per constraint (0: no such label), read once.
+        // Each feasible node's value id per constraint (0: no such label), read once, one
+        // constraint at a time from the column's slice.
         let width = pre.constraints.len();
-        let mut values = Vec::with_capacity(ids.len() * width);
-        for &id in ids {
-            values.extend(
-                columns
-                    .iter()
-                    .map(|column| column.map_or(0, |c| nodes.label_value(c, id))),
-            );
+        let mut values = vec![0u32; ids.len() * width];
+        for (i, column) in columns.iter().enumerate() {
+            let Some(column) = *column else { continue };
+            let of_node = nodes.label_values(column);
+            for (k, &id) in ids.iter().enumerate() {
+                values[k * width + i] = of_node.get(id as usize).copied().unwrap_or(0);
+            }
         }
         let of = |k: usize| &values[k * width..(k + 1) * width];
         let considered: Vec<bool> = ids
@@ -578,26 +597,39 @@ impl ScorePlugin for PodTopologySpread {
             scored.counts.push(counts);
             counts_by_value.push(by_value);
         }
-        // A string compare per node and constraint cost more than the rest of its score as WASM.
-        let by_hostname: Vec<bool> = pre.constraints.iter().map(|c| c.is_hostname()).collect();
-        for (k, &id) in ids.iter().enumerate() {
-            out.push(if !nodes.contains(id) {
+        // kube-scheduler's Score, one constraint at a time over the nodes (as `raw_score`
+        // does per node, adding in the same order, so the sums are the same to the bit): a
+        // loop per constraint has no branch on the constraint's kind, which as WebAssembly made
+        // the per-node loop twice as slow as native.
+        let mut sums = vec![0.0f64; ids.len()];
+        for (i, c) in pre.constraints.iter().enumerate() {
+            let weight = scored.weights[i];
+            let skew = (c.max_skew - 1) as f64;
+            let of_constraint = values.iter().skip(i).step_by(width);
+            if c.is_hostname() {
+                for ((sum, &v), &id) in sums.iter_mut().zip(of_constraint).zip(ids) {
+                    if v != 0 {
+                        *sum += self.by_node.get(id) as f64 * weight + skew;
+                    }
+                }
+            } else {
+                let by_value = &counts_by_value[i];
+                for (sum, &v) in sums.iter_mut().zip(of_constraint) {
+                    if v != 0 {
+                        *sum += by_value[v as usize] as f64 * weight + skew;
+                    }
+                }
+            }
+        }
+        out.extend(ids.iter().enumerate().map(|(k, &id)| {
+            if !nodes.contains(id) {
                 i64::MIN
             } else if !considered[k] {
                 IGNORED
             } else {
-                Self::raw_score(&pre, &scored.weights, |i| {
-                    let v = of(k)[i];
-                    (v != 0).then(|| {
-                        if by_hostname[i] {
-                            self.by_node.get(id)
-                        } else {
-                            counts_by_value[i][v as usize]
-                        }
-                    })
-                })
-            });
-        }
+                round_half_away(sums[k]) as i64
+            }
+        }));
         self.by_node.clear();
         self.scored = scored;
         self.prescore = Some(pre);
