@@ -50,9 +50,16 @@ pub mod memcmp;
 mod mirror;
 pub mod node_selector;
 pub mod pod_index;
+pub mod size_classes;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod testing;
 mod types;
+
+/// Plugins built as WebAssembly allocate small blocks from free lists ([`size_classes`]).
+#[cfg(target_arch = "wasm32")]
+#[global_allocator]
+static ALLOCATOR: size_classes::SizeClasses<std::alloc::System> =
+    size_classes::SizeClasses::new(std::alloc::System);
 
 pub use driver::Driver;
 pub use mirror::{LabelColumnId, LabelTest, NodeSummary, Nodes, NO_TAINTS};
