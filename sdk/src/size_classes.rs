@@ -5,9 +5,9 @@
 //! sends, the pod the SDK builds from them, a plugin's per-pod vectors). In a component the
 //! target's allocator (dlmalloc, compiled to WebAssembly) took about 3.5% of a cycle in `perf`
 //! of the topology-spread bench; taking a block from a free list and giving it back are a few
-//! loads and stores. With it, PodTopologySpread's `set-pod` went from 5.2 to 4.3 µs and
-//! NodeResourcesFit's from 2.0 to 1.0-1.2 µs (criterion `set_pod`), for about 5% more RSS in
-//! the `mixed` bench (dlmalloc packs blocks closer).
+//! loads and stores. With it, PodTopologySpread's `set-pod` went from 5.2 to 4.3 µs (criterion
+//! `set_pod`, the two builds run one after the other), for about 5% more RSS in the `mixed`
+//! bench (dlmalloc packs blocks closer).
 //!
 //! Freed small blocks stay on their list for the next block of that size instead of going back
 //! to the target's allocator, so a plugin holds on to the most small memory it ever used at
