@@ -190,6 +190,11 @@ impl ScorePlugin for BalancedAllocation {
             }));
             return;
         }
+        if let ([Compared::Cpu, Compared::Memory], &[cpu, memory]) =
+            (self.resources.as_slice(), self.pod_requests.as_slice())
+        {
+            return cpu_and_memory_scores(nodes, ids, cpu, memory, out);
+        }
         out.extend(ids.iter().map(|&id| match nodes.summary(id) {
             Some(node) => {
                 let mut fractions = [0.0; SUMMARY_RESOURCES];
@@ -206,6 +211,38 @@ impl ScorePlugin for BalancedAllocation {
             None => i64::MIN,
         }));
     }
+}
+
+/// The scores of the default comparison, cpu then memory, from the nodes' summaries: the same
+/// arithmetic as [`BalancedAllocation::fractions`] and [`balance_score`], without the loop over
+/// resources and the slice match, whose per-node branches and spills made this loop 1.75 times
+/// as slow as native in a component.
+fn cpu_and_memory_scores(nodes: &Nodes, ids: &[u32], cpu: i64, memory: i64, out: &mut Vec<i64>) {
+    out.extend(ids.iter().map(|&id| {
+        let Some(node) = nodes.summary(id) else {
+            return i64::MIN;
+        };
+        let cpu_fraction =
+            used_fraction(node.requested_milli_cpu + cpu, node.allocatable_milli_cpu);
+        let memory_fraction =
+            used_fraction(node.requested_memory + memory, node.allocatable_memory);
+        let std = match (cpu_fraction, memory_fraction) {
+            (Some(a), Some(b)) => ((a - b) / 2.0).abs(),
+            _ => 0.0,
+        };
+        ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
+    }));
+}
+
+/// `requested / allocatable` capped at 1, or none when the node has none of the resource (it
+/// is then left out, as in [`BalancedAllocation::fractions`]).
+#[inline]
+fn used_fraction(requested: i64, allocatable: i64) -> Option<f64> {
+    if allocatable == 0 {
+        return None;
+    }
+    let fraction = requested as f64 / allocatable as f64;
+    Some(if fraction > 1.0 { 1.0 } else { fraction })
 }
 
 wasched_sdk::export_plugin!(BalancedAllocation: score);
@@ -241,8 +278,36 @@ pub fn cases() -> Vec<wasched_sdk::testing::Case> {
 
 #[cfg(test)]
 mod tests {
+    use wasched_sdk::testing::{answers, node, requesting, with_usage, Case, Walk, GI};
+
     #[test]
     fn answers_as_kube_scheduler() {
         wasched_sdk::testing::check::<super::BalancedAllocation>(&super::cases());
+    }
+
+    /// The cpu-and-memory loop against the general per-node score (`answers` fails on any
+    /// difference), on nodes with and without each resource, full, overcommitted or empty.
+    #[test]
+    fn the_cpu_and_memory_batch_scores_as_the_general_path() {
+        let mut walk = Walk(19);
+        for round in 0..200 {
+            let nodes = (0..40)
+                .map(|i| {
+                    let mut n = node(&format!("n{i}"));
+                    n.allocatable.milli_cpu = [0, 1000, 4000, 64_000][walk.below(4) as usize];
+                    n.allocatable.memory = [0, GI, 8 * GI, 256 * GI][walk.below(4) as usize];
+                    let cpu = walk.below(70_000) as i64;
+                    let memory = walk.below(300) as i64 * GI;
+                    with_usage(n, cpu, memory, 1)
+                })
+                .collect();
+            let pod = requesting(walk.below(5000) as i64, walk.below(20) as i64 * GI);
+            let case = Case::score("random", pod, nodes, Vec::new());
+            let scored = answers::<super::BalancedAllocation>(&case);
+            assert!(
+                scored.scores.is_empty() || scored.scores.len() == 40,
+                "round {round}"
+            );
+        }
     }
 }

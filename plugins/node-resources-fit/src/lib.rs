@@ -357,6 +357,21 @@ impl ScorePlugin for NodeResourcesFit {
 
     /// Reads only the nodes' summaries when the scored resources are all in them.
     fn score_batch(&mut self, pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut Vec<i64>) {
+        let scoring = &self.args.scoring;
+        if let (
+            Strategy::LeastAllocated,
+            Some([SummaryField::Cpu, SummaryField::Memory]),
+            [cpu_spec, memory_spec],
+            &[cpu, memory],
+        ) = (
+            &scoring.strategy,
+            self.summary_fields.as_deref(),
+            scoring.resources.as_slice(),
+            self.pod_score_requests.as_slice(),
+        ) {
+            let weights = (cpu_spec.weight, memory_spec.weight);
+            return least_allocated_cpu_and_memory(nodes, ids, (cpu, memory), weights, out);
+        }
         out.extend(ids.iter().map(|&id| {
             if let Some(fields) = &self.summary_fields {
                 if let Some(node) = nodes.summary(id) {
@@ -368,6 +383,51 @@ impl ScorePlugin for NodeResourcesFit {
             }
             i64::MIN
         }));
+    }
+}
+
+/// [`NodeResourcesFit::score_with`] for the default scoring, LeastAllocated over cpu then memory,
+/// from the nodes' summaries: the same arithmetic without the loop over resources and the
+/// matches on strategy and field, whose per-node branches and spills made the general loop
+/// 1.4 times as slow as native in a component.
+fn least_allocated_cpu_and_memory(
+    nodes: &Nodes,
+    ids: &[u32],
+    (cpu, memory): (i64, i64),
+    (cpu_weight, memory_weight): (i64, i64),
+    out: &mut Vec<i64>,
+) {
+    out.extend(ids.iter().map(|&id| {
+        let Some(node) = nodes.summary(id) else {
+            return i64::MIN;
+        };
+        let mut node_score = 0;
+        let mut weight_sum = 0;
+        if node.allocatable_milli_cpu != 0 {
+            let requested = node.non_zero_requested_milli_cpu + cpu;
+            node_score += least_allocated(requested, node.allocatable_milli_cpu) * cpu_weight;
+            weight_sum += cpu_weight;
+        }
+        if node.allocatable_memory != 0 {
+            let requested = node.non_zero_requested_memory + memory;
+            node_score += least_allocated(requested, node.allocatable_memory) * memory_weight;
+            weight_sum += memory_weight;
+        }
+        if weight_sum == 0 {
+            0
+        } else {
+            node_score / weight_sum
+        }
+    }));
+}
+
+/// LeastAllocated's score of one resource; `allocatable` is not 0.
+#[inline]
+fn least_allocated(requested: i64, allocatable: i64) -> i64 {
+    if requested > allocatable {
+        0
+    } else {
+        (allocatable - requested) * MAX_NODE_SCORE / allocatable
     }
 }
 
@@ -515,8 +575,43 @@ pub fn cases() -> Vec<wasched_sdk::testing::Case> {
 
 #[cfg(test)]
 mod table_tests {
+    use wasched_sdk::testing::{answers, node, requesting, with_usage, Case, Walk, GI};
+
     #[test]
     fn answers_as_kube_scheduler() {
         wasched_sdk::testing::check::<super::NodeResourcesFit>(&super::cases());
+    }
+
+    /// The default scoring's loop against the general per-node score (`answers` fails on any
+    /// difference), with weights, on nodes with and without each resource, full, overcommitted or
+    /// empty, and for best-effort pods (scored as 100m and 200Mi).
+    #[test]
+    fn the_default_scoring_batch_scores_as_the_general_path() {
+        let mut walk = Walk(23);
+        for round in 0..200 {
+            let nodes: Vec<_> = (0..40)
+                .map(|i| {
+                    let mut n = node(&format!("n{i}"));
+                    n.allocatable.milli_cpu = [0, 1000, 4000, 64_000][walk.below(4) as usize];
+                    n.allocatable.memory = [0, GI, 8 * GI, 256 * GI][walk.below(4) as usize];
+                    let cpu = walk.below(70_000) as i64;
+                    let memory = walk.below(300) as i64 * GI;
+                    with_usage(n, cpu, memory, 1)
+                })
+                .collect();
+            let cpu = walk.below(5000) as i64;
+            let memory = walk.below(20) as i64 * GI;
+            let mut pod = requesting(cpu, memory);
+            pod.non_zero_requests.milli_cpu = if cpu == 0 { 100 } else { cpu };
+            pod.non_zero_requests.memory = if memory == 0 { 200 << 20 } else { memory };
+            let config = format!(
+                r#"{{"scoringStrategy": {{"type": "LeastAllocated", "resources": [{{"name": "cpu", "weight": {}}}, {{"name": "memory", "weight": {}}}]}}}}"#,
+                1 + walk.below(5),
+                1 + walk.below(5)
+            );
+            let case = Case::score("random", pod, nodes, Vec::new()).with_config(&config);
+            let scored = answers::<super::NodeResourcesFit>(&case);
+            assert_eq!(scored.scores.len(), 40, "round {round}");
+        }
     }
 }
