@@ -151,6 +151,17 @@ pub fn with_usage(mut node: NodeInfo, milli_cpu: i64, memory: i64, pods: u32) ->
     node
 }
 
+/// A node named `name` for property tests of resource scoring: allocatable cpu and memory drawn
+/// from none to large, and pods requesting from nothing to more than any node has.
+pub fn random_resource_node(walk: &mut Walk, name: &str) -> NodeInfo {
+    let mut n = node(name);
+    n.allocatable.milli_cpu = [0, 1000, 4000, 64_000][walk.below(4) as usize];
+    n.allocatable.memory = [0, GI, 8 * GI, 256 * GI][walk.below(4) as usize];
+    let cpu = walk.below(70_000) as i64;
+    let memory = walk.below(300) as i64 * GI;
+    with_usage(n, cpu, memory, 1)
+}
+
 /// `pod` asking for `ports` on its node, each `(host IP, protocol, port)`; an empty IP or protocol
 /// is filled in as the host does (`0.0.0.0`, `TCP`).
 pub fn with_host_ports(mut pod: Pod, ports: &[(&str, &str, i32)]) -> Pod {

@@ -575,7 +575,7 @@ pub fn cases() -> Vec<wasched_sdk::testing::Case> {
 
 #[cfg(test)]
 mod table_tests {
-    use wasched_sdk::testing::{answers, node, requesting, with_usage, Case, Walk, GI};
+    use wasched_sdk::testing::{answers, random_resource_node, requesting, Case, Walk, GI};
 
     #[test]
     fn answers_as_kube_scheduler() {
@@ -590,14 +590,7 @@ mod table_tests {
         let mut walk = Walk(23);
         for round in 0..200 {
             let nodes: Vec<_> = (0..40)
-                .map(|i| {
-                    let mut n = node(&format!("n{i}"));
-                    n.allocatable.milli_cpu = [0, 1000, 4000, 64_000][walk.below(4) as usize];
-                    n.allocatable.memory = [0, GI, 8 * GI, 256 * GI][walk.below(4) as usize];
-                    let cpu = walk.below(70_000) as i64;
-                    let memory = walk.below(300) as i64 * GI;
-                    with_usage(n, cpu, memory, 1)
-                })
+                .map(|i| random_resource_node(&mut walk, &format!("n{i}")))
                 .collect();
             let cpu = walk.below(5000) as i64;
             let memory = walk.below(20) as i64 * GI;
