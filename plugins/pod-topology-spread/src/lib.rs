@@ -294,23 +294,7 @@ impl PodTopologySpread {
             })
             .collect()
     }
-}
 
-/// The verdict of node `id` under the prepared constraints' `rules`: the first one it fails.
-fn verdict(rules: &[(&[u32], &[bool])], id: NodeId) -> u8 {
-    for &(of_node, fails) in rules {
-        let value = of_node.get(id as usize).copied().unwrap_or(0);
-        if value == 0 {
-            return MISSING_LABEL;
-        }
-        if fails[value as usize] {
-            return SKEW;
-        }
-    }
-    0
-}
-
-impl PodTopologySpread {
     /// Names the failing nodes when they are few: those missing a key, and those of the domains
     /// whose skew would exceed `maxSkew`; a node failing several constraints reports the first.
     fn failing_plan(&mut self, nodes: &Nodes) -> FilterPlan {
@@ -411,6 +395,20 @@ impl PodTopologySpread {
         }
         round_half_away(score) as i64
     }
+}
+
+/// The verdict of node `id` under the prepared constraints' `rules`: the first one it fails.
+fn verdict(rules: &[(&[u32], &[bool])], id: NodeId) -> u8 {
+    for &(of_node, fails) in rules {
+        let value = of_node.get(id as usize).copied().unwrap_or(0);
+        if value == 0 {
+            return MISSING_LABEL;
+        }
+        if fails[value as usize] {
+            return SKEW;
+        }
+    }
+    0
 }
 
 fn failure(verdict: u8) -> Failure {
@@ -599,8 +597,8 @@ impl ScorePlugin for PodTopologySpread {
         }
         // kube-scheduler's Score, one constraint at a time over the nodes (as `raw_score`
         // does per node, adding in the same order, so the sums are the same to the bit): a
-        // loop per constraint has no branch on the constraint's kind, which as WebAssembly made
-        // the per-node loop twice as slow as native.
+        // loop per constraint has no branch per node on the constraint's kind (this Score went
+        // from 22-24 to 19-20 µs per pod as WASM in the topology-spread bench).
         let mut sums = vec![0.0f64; ids.len()];
         for (i, c) in pre.constraints.iter().enumerate() {
             let weight = scored.weights[i];
