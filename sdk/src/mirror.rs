@@ -339,9 +339,9 @@ impl Nodes {
     /// stay valid while the mirror does not change.
     #[inline]
     pub fn label_value(&self, column: LabelColumnId, id: NodeId) -> u32 {
-        self.labels
-            .as_ref()
-            .and_then(|index| index.columns[column.0].of_node.get(id as usize).copied())
+        self.label_values(column)
+            .get(id as usize)
+            .copied()
             .unwrap_or(0)
     }
 
