@@ -4,8 +4,8 @@
 
 use crate::mirror::Nodes;
 use crate::types::{
-    Descriptor, ExistingPod, FilterResults, Labels, NodeId, NodeInfo, NodeUsage, Pod, PodId,
-    PodPlan, VolumeInfo,
+    Descriptor, ExistingPod, FilterResults, Labels, NodeId, NodeInfo, NodeUsage, Normalize, Pod,
+    PodId, PodPlan, VolumeInfo,
 };
 use crate::Exported;
 
@@ -30,14 +30,19 @@ impl<P: Exported> Driver<P> {
         })
     }
 
-    /// What this plugin does.
+    /// What this plugin does, as the host is told: a plugin's own normalization
+    /// ([`Normalize::Custom`]) is reported as [`Normalize::InScore`], since
+    /// [`Driver::score_for_host`] runs it before returning (one call fewer per cycle).
     pub fn descriptor() -> Descriptor {
         Descriptor {
             name: P::NAME.to_string(),
             version: P::VERSION.to_string(),
             filter: P::FILTER,
             score: P::SCORE,
-            normalize: P::NORMALIZE,
+            normalize: match P::NORMALIZE {
+                Normalize::Custom => Normalize::InScore,
+                declared => declared,
+            },
             reads_usage: P::READS_USAGE,
             reads_pod: P::READS_POD,
             reads_existing_pods: P::READS_EXISTING_PODS,
@@ -188,5 +193,16 @@ impl<P: Exported> Driver<P> {
     /// The plugin's own normalization of the current cycle's scores.
     pub fn normalize(&self, scores: &mut [i64]) {
         self.plugin.normalize_scores(&self.pod, scores);
+    }
+
+    /// [`Driver::score`] as the host calls it: with [`Normalize::Custom`] (told to the host as
+    /// [`Normalize::InScore`]), `ids` are every feasible node, and their scores are normalized
+    /// before returning.
+    pub fn score_for_host(&mut self, ids: &[NodeId], out: &mut Vec<i64>) {
+        let before = out.len();
+        self.score(ids, out);
+        if P::NORMALIZE == Normalize::Custom {
+            self.normalize(&mut out[before..]);
+        }
     }
 }

@@ -100,7 +100,7 @@ impl<P: Exported> bindings::Guest for Component<P> {
 
     fn score(nodes: Vec<u32>) -> Vec<i64> {
         let mut scores = Vec::with_capacity(nodes.len());
-        driver::<P>().score(&nodes, &mut scores);
+        driver::<P>().score_for_host(&nodes, &mut scores);
         scores
     }
 
@@ -467,6 +467,7 @@ impl From<sdk::Descriptor> for wit::Descriptor {
                 sdk::Normalize::Scale => wit::NormalizeKind::Scale,
                 sdk::Normalize::Reverse => wit::NormalizeKind::Reverse,
                 sdk::Normalize::Custom => wit::NormalizeKind::Custom,
+                sdk::Normalize::InScore => wit::NormalizeKind::InScore,
             },
             reads_usage: d.reads_usage,
             // The canonical ABI numbers flags in the order the WIT declares them, as `PodParts` does.

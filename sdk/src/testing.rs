@@ -514,7 +514,7 @@ pub fn answers<P: Exported>(case: &Case) -> Answers {
     if P::SCORE && plan.score {
         let scored = case.scored_ids();
         // As the host does: a plugin normalizing its own scores gets every feasible node at once.
-        if P::NORMALIZE == Normalize::Custom {
+        if matches!(P::NORMALIZE, Normalize::Custom | Normalize::InScore) {
             driver.score(&scored, &mut scores);
         } else {
             let split = scored.len() / 2;
@@ -530,7 +530,7 @@ pub fn answers<P: Exported>(case: &Case) -> Answers {
             .collect();
         assert_eq!(scores, one_by_one, "{}", what("score_batch vs score"));
         match P::NORMALIZE {
-            Normalize::None => {}
+            Normalize::None | Normalize::InScore => {}
             Normalize::Scale => default_normalize(&mut scores, false),
             Normalize::Reverse => default_normalize(&mut scores, true),
             Normalize::Custom => driver.normalize(&mut scores),

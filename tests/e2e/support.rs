@@ -93,7 +93,7 @@ fn run_with(name: &str, runtime: DefaultPluginRuntime, case: &Case) -> Answers {
             .score(&case.scored_ids(), &mut scores)
             .expect("score");
         match descriptor.normalize {
-            Normalize::None => {}
+            Normalize::None | Normalize::InScore => {}
             Normalize::Scale => wasched_sdk::helpers::default_normalize(&mut scores, false),
             Normalize::Reverse => wasched_sdk::helpers::default_normalize(&mut scores, true),
             Normalize::Custom => instance.normalize(&mut scores).expect("normalize"),

@@ -1147,12 +1147,13 @@ fn pod_plan(p: wit::PodPlan) -> sdk::PodPlan {
     }
 }
 
-pub(crate) fn normalize_kind(kind: wit::NormalizeKind) -> sdk::Normalize {
+fn normalize_kind(kind: wit::NormalizeKind) -> sdk::Normalize {
     match kind {
         wit::NormalizeKind::None => sdk::Normalize::None,
         wit::NormalizeKind::Scale => sdk::Normalize::Scale,
         wit::NormalizeKind::Reverse => sdk::Normalize::Reverse,
         wit::NormalizeKind::Custom => sdk::Normalize::Custom,
+        wit::NormalizeKind::InScore => sdk::Normalize::InScore,
     }
 }
 

@@ -1,7 +1,7 @@
 //! Components built against `wasched:plugin@0.1.0` (`wit/v0.1/plugin.wit`).
 //!
-//! 0.2.0 kept every 0.1.0 type but `pod`, `pod-parts`, `descriptor` and the volume claim records
-//! (which VolumeBinding extended), and the component model
+//! 0.2.0 kept every 0.1.0 type but `pod`, `pod-parts`, `descriptor`, `normalize-kind` and the
+//! volume claim records (which VolumeBinding extended), and the component model
 //! checks a value's type by its shape (field, case and flag names), not by the name of the WIT
 //! package that declared it. So a 0.1.0 component is called through typed functions over the 0.2.0
 //! types, with only the changed types written out here in their 0.1.0 shape: the host has one
@@ -40,6 +40,32 @@ flags! {
     }
 }
 
+/// `normalize-kind` of 0.1.0: without `in-score`.
+#[derive(ComponentType, Lift, Clone, Copy)]
+#[component(enum)]
+#[repr(u8)]
+pub enum NormalizeKindV01 {
+    #[component(name = "none")]
+    None,
+    #[component(name = "scale")]
+    Scale,
+    #[component(name = "reverse")]
+    Reverse,
+    #[component(name = "custom")]
+    Custom,
+}
+
+impl From<NormalizeKindV01> for sdk::Normalize {
+    fn from(kind: NormalizeKindV01) -> Self {
+        match kind {
+            NormalizeKindV01::None => sdk::Normalize::None,
+            NormalizeKindV01::Scale => sdk::Normalize::Scale,
+            NormalizeKindV01::Reverse => sdk::Normalize::Reverse,
+            NormalizeKindV01::Custom => sdk::Normalize::Custom,
+        }
+    }
+}
+
 /// `descriptor` of 0.1.0: no existing pods, no namespaces.
 #[derive(ComponentType, Lift)]
 #[component(record)]
@@ -48,7 +74,7 @@ pub struct DescriptorV01 {
     version: String,
     filter: bool,
     score: bool,
-    normalize: wit::NormalizeKind,
+    normalize: NormalizeKindV01,
     #[component(name = "reads-usage")]
     reads_usage: bool,
     #[component(name = "reads-pod")]
@@ -62,7 +88,7 @@ impl From<DescriptorV01> for sdk::Descriptor {
             version: d.version,
             filter: d.filter,
             score: d.score,
-            normalize: crate::component::normalize_kind(d.normalize),
+            normalize: d.normalize.into(),
             reads_usage: d.reads_usage,
             // 0.1.0's nine parts are 0.2.0's first nine, in the same order.
             reads_pod: sdk::PodParts::from_bits(d.reads_pod.as_array()[0] as u16),

@@ -833,10 +833,13 @@ impl Profile {
         // A plugin that normalizes its own scores may weigh each node against the whole feasible
         // set (PodTopologySpread counts its domains), so it scores every feasible node in one call
         // on this thread; the others are split between the threads.
-        let (whole, split): (Vec<usize>, Vec<usize>) = scoring
-            .iter()
-            .map(|&(i, _)| i)
-            .partition(|&i| self.slots[i].descriptor.normalize == Normalize::Custom);
+        let (whole, split): (Vec<usize>, Vec<usize>) =
+            scoring.iter().map(|&(i, _)| i).partition(|&i| {
+                matches!(
+                    self.slots[i].descriptor.normalize,
+                    Normalize::Custom | Normalize::InScore
+                )
+            });
         let mut parts: Vec<Vec<Result<Vec<i64>, CallError>>> =
             vec![Vec::new(); 1 + self.workers.len()];
         let used = self.on_each_part(feasible, &mut parts, |instances, nodes, part| {
@@ -1062,7 +1065,7 @@ fn infeasible(cache: &Cache, id: u32, reasons: Vec<String>) -> NodeReport {
 /// Normalizes one plugin's raw scores of the feasible nodes and checks their range.
 fn normalize(slot: &mut Slot, scores: &mut Vec<i64>) -> Result<(), CallError> {
     match slot.descriptor.normalize {
-        Normalize::None => {}
+        Normalize::None | Normalize::InScore => {}
         Normalize::Scale => sdk::helpers::default_normalize(scores, false),
         Normalize::Reverse => sdk::helpers::default_normalize(scores, true),
         Normalize::Custom => slot.instance.as_mut().expect("synced").normalize(scores)?,
@@ -1433,6 +1436,8 @@ mod stage_tests {
         normalize: Normalize,
         /// The size of every `score` batch, across the instances.
         score_batches: Arc<std::sync::Mutex<Vec<usize>>>,
+        /// How many `normalize` calls came, across the instances.
+        normalize_calls: Arc<std::sync::atomic::AtomicUsize>,
     }
 
     struct Scripted {
@@ -1508,6 +1513,8 @@ mod stage_tests {
             Ok(())
         }
         fn normalize(&mut self, _: &mut Vec<i64>) -> Result<(), CallError> {
+            let calls = &self.script.normalize_calls;
+            calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             Ok(())
         }
     }
@@ -1615,29 +1622,36 @@ mod stage_tests {
     }
 
     #[test]
-    fn a_custom_normalizing_plugin_scores_every_feasible_node_in_one_batch() {
+    fn a_self_normalizing_plugin_scores_every_feasible_node_in_one_batch() {
         let nodes = 4 * MIN_NODES_PER_WORKER;
         let script = |normalize| Script {
             normalize,
             ..Script::default()
         };
-        let whole = script(Normalize::Custom);
-        let shared = script(Normalize::None);
-        let mut scheduler = threaded_scheduler(
-            nodes,
-            vec![],
-            vec![
-                (plugin("Whole", whole.clone(), OnFailure::Fail), 1),
-                (plugin("Shared", shared.clone(), OnFailure::Fail), 1),
-            ],
-            2,
-        );
-        let outcome = scheduler.schedule(&pod(), false).expect("profile");
-        assert!(outcome.node.is_some());
-        assert_eq!(*whole.score_batches.lock().unwrap(), [nodes]);
-        let shared_batches = shared.score_batches.lock().unwrap().clone();
-        assert_eq!(shared_batches.len(), 2, "split between the threads");
-        assert_eq!(shared_batches.iter().sum::<usize>(), nodes);
+        // `InScore` normalizes inside `score`: the host must not call `normalize` as well.
+        for (kind, normalize_calls) in [(Normalize::Custom, 1), (Normalize::InScore, 0)] {
+            let whole = script(kind);
+            let shared = script(Normalize::None);
+            let mut scheduler = threaded_scheduler(
+                nodes,
+                vec![],
+                vec![
+                    (plugin("Whole", whole.clone(), OnFailure::Fail), 1),
+                    (plugin("Shared", shared.clone(), OnFailure::Fail), 1),
+                ],
+                2,
+            );
+            let outcome = scheduler.schedule(&pod(), false).expect("profile");
+            assert!(outcome.node.is_some());
+            assert_eq!(*whole.score_batches.lock().unwrap(), [nodes], "{kind:?}");
+            let called = whole
+                .normalize_calls
+                .load(std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(called, normalize_calls, "{kind:?}");
+            let shared_batches = shared.score_batches.lock().unwrap().clone();
+            assert_eq!(shared_batches.len(), 2, "split between the threads");
+            assert_eq!(shared_batches.iter().sum::<usize>(), nodes);
+        }
     }
 
     #[test]

@@ -113,7 +113,7 @@ impl<P: Exported + Send> PluginInstance for NativeInstance<P> {
 
     fn score(&mut self, ids: &[u32], out: &mut Vec<i64>) -> Result<(), CallError> {
         let before = out.len();
-        self.driver.score(ids, out);
+        self.driver.score_for_host(ids, out);
         check_len("score", out.len() - before, ids.len())
     }
 
