@@ -529,16 +529,29 @@ impl ScorePlugin for InterPodAffinity {
     /// kube-scheduler's NormalizeScore: `100 * (s - min) / (max - min)` in floating point,
     /// truncated; all equal gives 0.
     fn normalize(&self, _pod: &Pod, scores: &mut [i64]) {
-        let (Some(&min), Some(&max)) = (scores.iter().min(), scores.iter().max()) else {
+        let Some(&first) = scores.first() else {
             return;
         };
+        let (min, max) = scores
+            .iter()
+            .fold((first, first), |(min, max), &s| (min.min(s), max.max(s)));
         let spread = max - min;
+        if spread == 0 {
+            scores.fill(0);
+            return;
+        }
+        // Most feasible nodes share one raw score (0: no matching pod in their domains), so a run
+        // of equal scores is converted once: the conversion (two float operations and a
+        // saturating cast) cost ~4 ns a node as WebAssembly. The minimum maps to 0 exactly.
+        let mut last = (min, 0);
         for score in scores.iter_mut() {
-            *score = if spread > 0 {
-                (100.0 * ((*score - min) as f64 / spread as f64)) as i64
-            } else {
-                0
-            };
+            if *score != last.0 {
+                last = (
+                    *score,
+                    (100.0 * ((*score - min) as f64 / spread as f64)) as i64,
+                );
+            }
+            *score = last.1;
         }
     }
 }
@@ -551,3 +564,46 @@ mod cases;
 mod incremental_tests;
 #[cfg(not(target_arch = "wasm32"))]
 pub use cases::cases;
+
+#[cfg(test)]
+mod normalize_tests {
+    use super::*;
+    use wasched_sdk::testing::Walk;
+
+    /// kube-scheduler's NormalizeScore written out per node, as the plugin did before converting
+    /// each run of equal scores once.
+    fn per_node(scores: &[i64]) -> Vec<i64> {
+        let (min, max) = (scores.iter().min().unwrap(), scores.iter().max().unwrap());
+        let spread = max - min;
+        scores
+            .iter()
+            .map(|s| {
+                if spread > 0 {
+                    (100.0 * ((s - min) as f64 / spread as f64)) as i64
+                } else {
+                    0
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn normalizing_runs_of_equal_scores_once_gives_every_node_its_own_result() {
+        let plugin = InterPodAffinity::new("{}").expect("default args");
+        let pod = Pod::default();
+        let mut walk = Walk(7);
+        for round in 0..500 {
+            let len = 1 + walk.below(60) as usize;
+            // Few distinct values, in runs and interleaved, negative ones too (anti-affinity).
+            let values: Vec<i64> = (0..1 + walk.below(4))
+                .map(|_| walk.below(400) as i64 - 150)
+                .collect();
+            let scores: Vec<i64> = (0..len)
+                .map(|_| values[walk.below(values.len() as u64) as usize])
+                .collect();
+            let mut normalized = scores.clone();
+            plugin.normalize(&pod, &mut normalized);
+            assert_eq!(normalized, per_node(&scores), "round {round}: {scores:?}");
+        }
+    }
+}
