@@ -157,9 +157,132 @@ pub type FastMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherD
 /// A `HashSet` with [`FastHasher`].
 pub type FastSet<T> = std::collections::HashSet<T, std::hash::BuildHasherDefault<FastHasher>>;
 
+/// Counts per key in one dense list, found by key through a [`FastMap`] index. Walking every
+/// counted key, which pod-aware plugins do for each pod they schedule, then reads a vector,
+/// where walking a hash map scans its control bytes (four at a time as WebAssembly, sixteen
+/// natively). A key is absent rather than at zero. Each entry also carries `E`, a plugin's cache
+/// for its key, made with `E::default()` when the key is first counted.
+#[derive(Clone, Debug)]
+pub struct DenseCounts<K, E = ()> {
+    /// Key → position in `entries`.
+    index: FastMap<K, usize>,
+    entries: Vec<(K, u32, E)>,
+}
+
+impl<K, E> Default for DenseCounts<K, E> {
+    fn default() -> Self {
+        DenseCounts {
+            index: FastMap::default(),
+            entries: Vec::new(),
+        }
+    }
+}
+
+impl<K: std::hash::Hash + Eq + Clone, E: Default> DenseCounts<K, E> {
+    /// Counts one more (`up`) or one less at `key`; a key counted down to zero is dropped, and
+    /// counting down an absent key does nothing.
+    pub fn add<Q>(&mut self, key: &Q, up: bool)
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let Some(&at) = self.index.get(key) else {
+            if up {
+                self.index.insert(key.to_owned(), self.entries.len());
+                self.entries.push((key.to_owned(), 1, E::default()));
+            }
+            return;
+        };
+        let count = &mut self.entries[at].1;
+        if up {
+            *count += 1;
+            return;
+        }
+        *count -= 1;
+        if *count == 0 {
+            self.index.remove(key);
+            self.entries.swap_remove(at);
+            if let Some((moved, _, _)) = self.entries.get(at) {
+                *self
+                    .index
+                    .get_mut::<K>(moved)
+                    .expect("every entry is indexed") = at;
+            }
+        }
+    }
+
+    /// The count at `key`, if any.
+    pub fn get<Q>(&self, key: &Q) -> Option<u32>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
+        self.index.get(key).map(|&at| self.entries[at].1)
+    }
+
+    /// Whether `key` is counted.
+    pub fn contains<Q>(&self, key: &Q) -> bool
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
+        self.index.contains_key(key)
+    }
+
+    /// How many keys are counted.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no key is counted.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Every counted key with its count and its cache, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&K, u32, &E)> {
+        self.entries
+            .iter()
+            .map(|(key, count, extra)| (key, *count, extra))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dense_counts_follow_adds_and_removals_like_a_map() {
+        let mut walk = crate::testing::Walk(3);
+        let mut counts: DenseCounts<String> = DenseCounts::default();
+        let mut model: std::collections::HashMap<String, u32> = Default::default();
+        for step in 0..20_000 {
+            let key = format!("host-{}", walk.below(40));
+            let held = model.get(&key).copied().unwrap_or(0);
+            // Mostly removals of counted keys, some of absent ones (which change nothing).
+            let up = walk.below(2) == 0;
+            counts.add(key.as_str(), up);
+            if up {
+                *model.entry(key.clone()).or_default() += 1;
+            } else if held == 1 {
+                model.remove(&key);
+            } else if held > 1 {
+                model.insert(key.clone(), held - 1);
+            }
+            assert_eq!(
+                counts.get(key.as_str()),
+                model.get(&key).copied(),
+                "step {step}"
+            );
+            assert_eq!(counts.contains(key.as_str()), model.contains_key(&key));
+            if step % 97 == 0 {
+                let listed: std::collections::HashMap<String, u32> =
+                    counts.iter().map(|(k, n, _)| (k.clone(), n)).collect();
+                assert_eq!(listed, model, "step {step}");
+                assert_eq!(counts.len(), model.len());
+            }
+        }
+    }
 
     #[test]
     fn round_half_away_equals_f64_round() {

@@ -5,7 +5,7 @@
 use std::cell::Cell;
 use std::hash::Hash;
 
-use wasched_sdk::helpers::FastMap;
+use wasched_sdk::helpers::{DenseCounts, FastMap};
 use wasched_sdk::pod_index::{
     anchor, for_each_candidate, place_least_recently_used, ByAnchor, PodsByLabel,
 };
@@ -13,64 +13,44 @@ use wasched_sdk::{ExistingPod, LabelColumnId, Labels, Nodes};
 
 use crate::terms::{IncomingTerm, OwnedTerm};
 
-/// Per value of a term's topology key: how many pods count there. A value is absent rather than
-/// zero, so an empty map means no pod counts anywhere.
+/// Per value of a term's topology key: how many pods count there, in one dense list (PreFilter
+/// and PreScore walk every domain of every term of every pod). A value is absent rather than
+/// zero, so no domain means no pod counts anywhere.
+///
+/// Each domain keeps its value's id in the mirror's label index with the mirror generation
+/// (plus one) it was looked up at; a generation of 0 means not looked up yet. Looking each
+/// value's text up again cost a string hash and compare per domain per pod, which for a hostname
+/// key is one per counted node.
 #[derive(Clone, Debug, Default)]
 pub struct Counts {
-    by_value: FastMap<String, Domain>,
-}
-
-#[derive(Clone, Debug)]
-struct Domain {
-    pods: u32,
-    /// The value's id in the mirror's label index with the mirror generation (plus one) it was
-    /// looked up at; a generation of 0 means not looked up yet. PreFilter and PreScore visit the
-    /// domains of every term of every pod: looking each value's text up again cost a string
-    /// hash and compare per domain per pod, which for a hostname key is one per counted node.
-    value_at: Cell<(u64, u32)>,
+    domains: DenseCounts<String, Cell<(u64, u32)>>,
 }
 
 impl Counts {
     /// Counts a pod in (`up`) or out of domain `value`.
     pub fn add(&mut self, value: &str, up: bool) {
-        if up {
-            match self.by_value.get_mut(value) {
-                Some(domain) => domain.pods += 1,
-                None => {
-                    let domain = Domain {
-                        pods: 1,
-                        value_at: Cell::new((0, 0)),
-                    };
-                    self.by_value.insert(value.to_string(), domain);
-                }
-            }
-        } else if let Some(domain) = self.by_value.get_mut(value) {
-            domain.pods -= 1;
-            if domain.pods == 0 {
-                self.by_value.remove(value);
-            }
-        }
+        self.domains.add(value, up);
     }
 
     pub fn is_empty(&self) -> bool {
-        self.by_value.is_empty()
+        self.domains.is_empty()
     }
 
     /// Whether a pod counts in domain `value`.
     pub fn contains(&self, value: &str) -> bool {
-        self.by_value.contains_key(value)
+        self.domains.contains(value)
     }
 
     /// The pods counted in domain `value`.
     pub fn get(&self, value: &str) -> Option<u32> {
-        self.by_value.get(value).map(|domain| domain.pods)
+        self.domains.get(value)
     }
 
     /// Every domain with its count.
     pub fn iter(&self) -> impl Iterator<Item = (&str, u32)> {
-        self.by_value
+        self.domains
             .iter()
-            .map(|(value, domain)| (value.as_str(), domain.pods))
+            .map(|(value, pods, _)| (value.as_str(), pods))
     }
 
     /// Calls `each` with the value id in `column` of every domain some node of the mirror has,
@@ -82,17 +62,17 @@ impl Counts {
         mut each: impl FnMut(u32, u32),
     ) {
         let generation = nodes.generation() + 1;
-        for (value, domain) in &self.by_value {
-            let (at, cached) = domain.value_at.get();
+        for (value, pods, value_at) in self.domains.iter() {
+            let (at, cached) = value_at.get();
             let id = if at == generation {
                 cached
             } else {
                 let id = nodes.label_value_id(column, value).unwrap_or(0);
-                domain.value_at.set((generation, id));
+                value_at.set((generation, id));
                 id
             };
             if id != 0 {
-                each(id, domain.pods);
+                each(id, pods);
             }
         }
     }
@@ -101,7 +81,7 @@ impl Counts {
 /// Counts are equal when they count the same pods in the same domains (the cached ids aside).
 impl PartialEq for Counts {
     fn eq(&self, other: &Counts) -> bool {
-        self.by_value.len() == other.by_value.len()
+        self.domains.len() == other.domains.len()
             && self
                 .iter()
                 .all(|(value, pods)| other.get(value) == Some(pods))

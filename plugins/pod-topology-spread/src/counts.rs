@@ -4,7 +4,7 @@
 //! nodes count and which domains they make ([`Eligibility`], worked out again only when nodes
 //! change).
 
-use wasched_sdk::helpers::FastMap;
+use wasched_sdk::helpers::{DenseCounts, FastMap};
 
 use wasched_sdk::helpers::tolerated_by_any;
 use wasched_sdk::node_selector::RequiredNodeAffinity;
@@ -23,8 +23,9 @@ use crate::constraints::{Constraint, SpreadSelector};
 pub struct Tally {
     pub namespace: String,
     pub selector: SpreadSelector,
-    /// Node id → matching pods on it; absent when none.
-    pub per_node: FastMap<NodeId, u32>,
+    /// Node id → matching pods on it; absent when none. PreFilter and PreScore walk it for
+    /// every pod, hence a dense list.
+    pub per_node: DenseCounts<NodeId>,
     /// The same by node name, for the single-node score.
     pub per_name: FastMap<String, u32>,
     used: u64,
@@ -39,7 +40,7 @@ impl Tally {
         if !self.counts(pod) {
             return;
         }
-        step(&mut self.per_node, pod.node, up);
+        self.per_node.add(&pod.node, up);
         match self.per_name.get_mut(node.name.as_str()) {
             Some(n) if up => *n += 1,
             Some(n) => {
@@ -57,18 +58,7 @@ impl Tally {
 
     /// Matching pods on node `id`.
     pub fn on_node(&self, id: NodeId) -> u32 {
-        self.per_node.get(&id).copied().unwrap_or(0)
-    }
-}
-
-fn step(counts: &mut FastMap<NodeId, u32>, id: NodeId, up: bool) {
-    if up {
-        *counts.entry(id).or_insert(0) += 1;
-    } else if let Some(n) = counts.get_mut(&id) {
-        *n -= 1;
-        if *n == 0 {
-            counts.remove(&id);
-        }
+        self.per_node.get(&id).unwrap_or(0)
     }
 }
 
@@ -104,7 +94,7 @@ impl Tallies {
         let mut tally = Tally {
             namespace: namespace.to_string(),
             selector: selector.clone(),
-            per_node: FastMap::default(),
+            per_node: DenseCounts::default(),
             per_name: FastMap::default(),
             used: self.clock,
         };

@@ -150,7 +150,9 @@ fn assert_tallies_are_from_scratch(driver: &Driver<PodTopologySpread>, when: &st
                 *per_name.entry(name.to_string()).or_insert(0) += 1;
             }
         }
-        assert_eq!(tally.per_node, per_node, "{when}: {:?}", tally.selector);
+        let counted: FastMap<NodeId, u32> =
+            tally.per_node.iter().map(|(&id, n, _)| (id, n)).collect();
+        assert_eq!(counted, per_node, "{when}: {:?}", tally.selector);
         assert_eq!(tally.per_name, per_name, "{when}: {:?}", tally.selector);
     }
 }

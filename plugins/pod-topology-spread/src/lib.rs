@@ -235,7 +235,7 @@ impl PodTopologySpread {
             domains.begin(self.cycle);
             if let (Some(slot), Some(column)) = (slots[i], column) {
                 // Compact per-node arrays only: the nodes themselves are not read.
-                for (&id, &n) in &self.tallies.get(slot).per_node {
+                for (&id, n, _) in self.tallies.get(slot).per_node.iter() {
                     let value = nodes.label_value(column, id);
                     if value != 0 && eligibility.counts(i, id) {
                         self.by_value.add(value, i64::from(n));
@@ -569,7 +569,7 @@ impl ScorePlugin for PodTopologySpread {
                 }
                 by_value = vec![0i64; bound];
                 if let Some(slot) = pre.slots[i] {
-                    for (&id, &n) in &self.tallies.get(slot).per_node {
+                    for (&id, n, _) in self.tallies.get(slot).per_node.iter() {
                         let v = value(i, id) as usize;
                         if eligibility.counts(i, id) && domain[v] {
                             by_value[v] += i64::from(n);
@@ -586,7 +586,7 @@ impl ScorePlugin for PodTopologySpread {
             };
             if c.is_hostname() {
                 if let Some(slot) = pre.slots[i] {
-                    for (&id, &n) in &self.tallies.get(slot).per_node {
+                    for (&id, n, _) in self.tallies.get(slot).per_node.iter() {
                         self.by_node.add(id, i64::from(n));
                     }
                 }
