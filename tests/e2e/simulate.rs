@@ -272,6 +272,7 @@ fn plugin_inspect_tells_what_a_component_is_and_whether_it_is_accepted() {
         "imports:  wasched:plugin/types@0.2.0".to_string(),
         "world:    wasched:plugin/plugin@0.2.0".to_string(),
         "plugin:   TaintToleration 0.1.0 (filter, score)".to_string(),
+        "normalize: reverse".to_string(),
         "reads:    pod tolerations".to_string(),
         "accepted: yes".to_string(),
     ] {
@@ -280,6 +281,21 @@ fn plugin_inspect_tells_what_a_component_is_and_whether_it_is_accepted() {
             "{line:?} missing from:\n{output}"
         );
     }
+
+    // The SDK reports a plugin's own normalization as `in-score`: it normalizes inside `score`.
+    let affinity =
+        wasched::embedded::component(wasched::runtime::defaults::find("InterPodAffinity").unwrap());
+    let affinity_path = temp_file("inter-pod-affinity.wasm", "");
+    std::fs::write(&affinity_path, affinity).unwrap();
+    let output = stdout(&wasched(&[
+        "plugin",
+        "inspect",
+        affinity_path.to_str().unwrap(),
+    ]));
+    assert!(
+        output.lines().any(|l| l == "normalize: in-score"),
+        "{output}"
+    );
 
     let greedy =
         wat::parse_str("(component (import \"wasi:filesystem/preopens@0.2.0\" (instance)))")
@@ -708,6 +724,7 @@ fn a_plugin_built_against_wit_0_1_still_loads_and_answers() {
     for line in [
         "world:    wasched:plugin/plugin@0.1.0",
         "plugin:   V01Maintenance 0.1.0 (filter, score)",
+        "normalize: scale",
         "reads:    pod labels; node usage",
         "accepted: yes",
     ] {

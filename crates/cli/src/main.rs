@@ -361,6 +361,9 @@ fn inspect(component: &Path) -> anyhow::Result<()> {
             }
             println!("world:    {}", report.world);
             println!("plugin:   {} {} ({})", d.name, d.version, does.join(", "));
+            if d.score {
+                println!("normalize: {}", normalize_kind(d.normalize));
+            }
             let parts = d.reads_pod.names();
             let mut reads = vec![if parts.is_empty() {
                 "no part of the pod".to_string()
@@ -388,6 +391,17 @@ fn inspect(component: &Path) -> anyhow::Result<()> {
             println!("accepted: no: {why}");
             anyhow::bail!("{} is not a plugin this host accepts", component.display())
         }
+    }
+}
+
+/// A descriptor's `normalize`, as the WIT names it.
+fn normalize_kind(kind: wasched_sdk::Normalize) -> &'static str {
+    match kind {
+        wasched_sdk::Normalize::None => "none",
+        wasched_sdk::Normalize::Scale => "scale",
+        wasched_sdk::Normalize::Reverse => "reverse",
+        wasched_sdk::Normalize::Custom => "custom",
+        wasched_sdk::Normalize::InScore => "in-score",
     }
 }
 
