@@ -1031,11 +1031,18 @@ impl FilterResults {
     /// Stores `failure` once and returns the verdict that refers to it, for a batch method that
     /// pushes the same verdict for many nodes onto [`FilterResults::verdicts`].
     pub fn intern(&mut self, failure: Failure) -> u32 {
-        let index = match self.failures.iter().position(|f| *f == failure) {
+        Self::intern_into(&mut self.failures, failure)
+    }
+
+    /// [`FilterResults::intern`] into `failures` alone, for a batch method that appends its
+    /// verdicts in one `extend` of [`FilterResults::verdicts`] while interning: as WebAssembly a
+    /// `push` per node loaded and stored the vector's length and checked its capacity.
+    pub fn intern_into(failures: &mut Vec<Failure>, failure: Failure) -> u32 {
+        let index = match failures.iter().position(|f| *f == failure) {
             Some(i) => i,
             None => {
-                self.failures.push(failure);
-                self.failures.len() - 1
+                failures.push(failure);
+                failures.len() - 1
             }
         };
         index as u32 + 1

@@ -270,18 +270,18 @@ impl FilterPlugin for NodeResourcesFit {
             return;
         }
         let mut verdict_of_shortages = [None; 16];
-        for &id in ids {
+        let failures = &mut out.failures;
+        out.verdicts.extend(ids.iter().map(|&id| {
             let Some(node) = nodes.summary(id) else {
-                out.push(Err(Nodes::unknown(id)));
-                continue;
+                return FilterResults::intern_into(failures, Nodes::unknown(id));
             };
-            let verdict = match shortages(pod, node) {
+            match shortages(pod, node) {
                 0 => 0,
-                short => *verdict_of_shortages[short]
-                    .get_or_insert_with(|| out.intern(shortage_failure(short))),
-            };
-            out.verdicts.push(verdict);
-        }
+                short => *verdict_of_shortages[short].get_or_insert_with(|| {
+                    FilterResults::intern_into(failures, shortage_failure(short))
+                }),
+            }
+        }));
     }
 }
 

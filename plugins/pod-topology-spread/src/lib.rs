@@ -480,17 +480,17 @@ impl FilterPlugin for PodTopologySpread {
     fn filter_batch(&mut self, _pod: &Pod, nodes: &Nodes, ids: &[NodeId], out: &mut FilterResults) {
         let rules = self.rules(nodes);
         let mut interned = [0u32; 3];
-        for &id in ids {
+        let failures = &mut out.failures;
+        out.verdicts.extend(ids.iter().map(|&id| {
             if !nodes.contains(id) {
-                out.push(Err(Nodes::unknown(id)));
-                continue;
+                return FilterResults::intern_into(failures, Nodes::unknown(id));
             }
             let verdict = verdict(&rules, id) as usize;
             if verdict != 0 && interned[verdict] == 0 {
-                interned[verdict] = out.intern(failure(verdict as u8));
+                interned[verdict] = FilterResults::intern_into(failures, failure(verdict as u8));
             }
-            out.verdicts.push(interned[verdict]);
-        }
+            interned[verdict]
+        }));
     }
 }
 

@@ -154,22 +154,23 @@ impl ScorePlugin for TaintToleration {
         untolerated_preferences(&self.prefer_no_schedule_tolerations, &node.taints)
     }
 
+    /// One `extend` over the ids rather than a `push` per node: as WebAssembly each `push`
+    /// loaded and stored the vector's length in memory and checked its capacity.
     fn score_batch(&mut self, _pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut Vec<i64>) {
         let memo = &mut self.per_taint_set;
         reset(memo, nodes);
-        for &id in ids {
+        let tolerations = &self.prefer_no_schedule_tolerations;
+        out.extend(ids.iter().map(|&id| {
             let Some(summary) = nodes.summary(id) else {
-                out.push(i64::MIN);
-                continue;
+                return i64::MIN;
             };
             let known = &mut memo[summary.taint_set as usize];
             if *known == NOT_YET {
                 let taints = nodes.taint_set(summary.taint_set);
-                *known =
-                    untolerated_preferences(&self.prefer_no_schedule_tolerations, taints) as u32;
+                *known = untolerated_preferences(tolerations, taints) as u32;
             }
-            out.push(i64::from(*known));
-        }
+            i64::from(*known)
+        }));
     }
 }
 
