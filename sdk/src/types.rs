@@ -846,10 +846,11 @@ pub enum Normalize {
     /// The plugin's own [`crate::ScorePlugin::normalize`].
     Custom,
     /// The plugin's scores are final when they come back from `score`: it normalizes them itself
-    /// over every feasible node, which the host sends in one call. A component built with this
-    /// SDK reports [`Normalize::Custom`] this way (its `score` export runs
-    /// [`crate::ScorePlugin::normalize`] before returning), which saves the `normalize` call of
-    /// every cycle; a plugin written with the SDK declares `Custom`.
+    /// over every feasible node, which the host sends in one call. A plugin built with this SDK,
+    /// as a component or natively, reports [`Normalize::Custom`] this way
+    /// ([`crate::Driver::score_for_host`] runs [`crate::ScorePlugin::normalize`] before
+    /// returning), which saves the `normalize` call of every cycle; a plugin written with the
+    /// SDK declares `Custom`.
     InScore,
 }
 

@@ -125,11 +125,7 @@ impl BalancedAllocation {
             if allocatable == 0 || (is_scalar && *pod_request == 0) {
                 continue;
             }
-            let requested = requested + pod_request;
-            let fraction = requested as f64 / allocatable as f64;
-            // As kube-scheduler writes it; `f64::min` would also order NaNs, which cannot occur
-            // here, and costs a long instruction sequence in a component.
-            put(if fraction > 1.0 { 1.0 } else { fraction });
+            put(capped_fraction(requested + pod_request, allocatable));
         }
     }
 }
@@ -222,27 +218,31 @@ fn cpu_and_memory_scores(nodes: &Nodes, ids: &[u32], cpu: i64, memory: i64, out:
         let Some(node) = nodes.summary(id) else {
             return i64::MIN;
         };
-        let cpu_fraction =
-            used_fraction(node.requested_milli_cpu + cpu, node.allocatable_milli_cpu);
-        let memory_fraction =
-            used_fraction(node.requested_memory + memory, node.allocatable_memory);
-        let std = match (cpu_fraction, memory_fraction) {
-            (Some(a), Some(b)) => ((a - b) / 2.0).abs(),
-            _ => 0.0,
+        // A resource the node has none of is left out, as in [`BalancedAllocation::fractions`].
+        let std = if node.allocatable_milli_cpu != 0 && node.allocatable_memory != 0 {
+            let cpu_fraction =
+                capped_fraction(node.requested_milli_cpu + cpu, node.allocatable_milli_cpu);
+            let memory_fraction =
+                capped_fraction(node.requested_memory + memory, node.allocatable_memory);
+            ((cpu_fraction - memory_fraction) / 2.0).abs()
+        } else {
+            0.0
         };
         ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
     }));
 }
 
-/// `requested / allocatable` capped at 1, or none when the node has none of the resource (it
-/// is then left out, as in [`BalancedAllocation::fractions`]).
+/// `requested / allocatable` capped at 1; `allocatable` is not 0.
 #[inline]
-fn used_fraction(requested: i64, allocatable: i64) -> Option<f64> {
-    if allocatable == 0 {
-        return None;
-    }
+fn capped_fraction(requested: i64, allocatable: i64) -> f64 {
     let fraction = requested as f64 / allocatable as f64;
-    Some(if fraction > 1.0 { 1.0 } else { fraction })
+    // As kube-scheduler writes it; `f64::min` would also order NaNs, which cannot occur here,
+    // and costs a long instruction sequence in a component.
+    if fraction > 1.0 {
+        1.0
+    } else {
+        fraction
+    }
 }
 
 wasched_sdk::export_plugin!(BalancedAllocation: score);

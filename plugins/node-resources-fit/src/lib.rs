@@ -311,13 +311,7 @@ impl NodeResourcesFit {
                 continue;
             }
             let resource_score = match &scoring.strategy {
-                Strategy::LeastAllocated => {
-                    if requested > allocatable {
-                        0
-                    } else {
-                        (allocatable - requested) * MAX_NODE_SCORE / allocatable
-                    }
-                }
+                Strategy::LeastAllocated => least_allocated(requested, allocatable),
                 Strategy::MostAllocated => {
                     requested.min(allocatable) * MAX_NODE_SCORE / allocatable
                 }
