@@ -1,5 +1,6 @@
-//! Component glue (wasm32 only): the `plugin` world's exports, converting between the generated
-//! WIT types and the SDK's types and delegating to one [`Driver`] per component instance.
+//! Component glue (wasm32 only): the exports of the `batched-plugin` world (the `plugin` world and
+//! `apply-and-set-pod`), converting between the generated WIT types and the SDK's types and
+//! delegating to one [`Driver`] per component instance.
 
 use std::any::Any;
 use std::cell::UnsafeCell;
@@ -12,7 +13,7 @@ use crate::{Driver, Exported};
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../wit",
-        world: "plugin",
+        world: "batched-plugin",
         pub_export_macro: true,
         export_macro_name: "__export_plugin_world",
         default_bindings_module: "wasched_sdk::guest::bindings",
@@ -107,6 +108,21 @@ impl<P: Exported> bindings::Guest for Component<P> {
     fn normalize(mut scores: Vec<i64>) -> Vec<i64> {
         driver::<P>().normalize(&mut scores);
         scores
+    }
+}
+
+impl<P: Exported> bindings::exports::wasched::plugin::batched::Guest for Component<P> {
+    fn apply_and_set_pod(changes: wit::MirrorChanges, pod: wit::Pod) -> wit::PodPlan {
+        let driver = driver::<P>();
+        driver.remove_pods(&changes.removed_pods);
+        driver.upsert_pods(
+            changes
+                .upserted_pods
+                .into_iter()
+                .map(|(id, pod)| (id, pod.into())),
+        );
+        driver.update_usage(changes.usage.into_iter().map(|(id, u)| (id, u.into())));
+        driver.set_pod(pod.into()).into()
     }
 }
 
