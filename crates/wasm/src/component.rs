@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use wasmtime::component::{Component, InstancePre, Linker};
+use wasmtime::component::{Component, Instance, InstancePre, Linker, TypedFunc};
 use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
 
 use wasched_sdk as sdk;
@@ -402,6 +402,23 @@ impl wasmtime_wasi::WasiView for StoreState {
 
 impl PluginFactory for ComponentFactory {
     fn instantiate(&self, config: &str) -> Result<Box<dyn PluginInstance>, LoadError> {
+        Ok(Box::new(self.instance(config)?))
+    }
+
+    fn kind(&self) -> &'static str {
+        "wasm"
+    }
+
+    fn identity(&self) -> String {
+        format!(
+            "wasm:{}:{:?}:deadlines={}",
+            self.sha256, self.limits, self.deadlines
+        )
+    }
+}
+
+impl ComponentFactory {
+    fn instance(&self, config: &str) -> Result<ComponentInstance, LoadError> {
         let limits = StoreLimitsBuilder::new()
             .memory_size(self.limits.memory)
             .table_elements(self.limits.table_elements)
@@ -429,9 +446,21 @@ impl PluginFactory for ComponentFactory {
         };
         let init_trapped =
             |e: wasmtime::Error| LoadError(format!("plugin {}: init trapped: {e:#}", self.name));
+        let mut batched = None;
         let (exports, descriptor) = match &self.pre {
             Pre::Current(pre) => {
-                let world = pre.instantiate(&mut store).map_err(instantiation_failed)?;
+                let instance = pre
+                    .instance_pre()
+                    .instantiate(&mut store)
+                    .map_err(instantiation_failed)?;
+                let world =
+                    PluginWorld::new(&mut store, &instance).map_err(instantiation_failed)?;
+                batched = batched_export(&mut store, &instance).map_err(|e| {
+                    LoadError(format!(
+                        "plugin {}: exports {BATCHED_INTERFACE} with the wrong type: {e:#}",
+                        self.name
+                    ))
+                })?;
                 if self.deadlines {
                     store.set_epoch_deadline(start_ticks);
                 }
@@ -462,7 +491,7 @@ impl PluginFactory for ComponentFactory {
                 self.name
             ))
         })?;
-        Ok(Box::new(ComponentInstance {
+        Ok(ComponentInstance {
             store,
             exports,
             descriptor,
@@ -470,18 +499,10 @@ impl PluginFactory for ComponentFactory {
             deadlines: self.deadlines,
             scratch_nodes: Vec::new(),
             mirrored: 0,
-        }))
-    }
-
-    fn kind(&self) -> &'static str {
-        "wasm"
-    }
-
-    fn identity(&self) -> String {
-        format!(
-            "wasm:{}:{:?}:deadlines={}",
-            self.sha256, self.limits, self.deadlines
-        )
+            batched,
+            held: HeldChanges::default(),
+            calls: 0,
+        })
     }
 }
 
@@ -498,6 +519,64 @@ struct ComponentInstance {
     scratch_nodes: Vec<(u32, wit::NodeInfo)>,
     /// One past the highest node id sent: a bound on the mirror's size.
     mirrored: usize,
+    /// `apply-and-set-pod`, when the component exports [`BATCHED_INTERFACE`].
+    batched: Option<BatchedSetPod>,
+    /// Pod and usage updates held back for the next `set-pod` (only with `batched`).
+    held: HeldChanges,
+    /// Calls made into the component, for tests.
+    calls: u64,
+}
+
+/// The interface through which a component takes held-back mirror updates with the next pod.
+pub const BATCHED_INTERFACE: &str = "wasched:plugin/batched@0.2.0";
+
+type BatchedSetPod = TypedFunc<(wit::MirrorChanges, wit::Pod), (wit::PodPlan,)>;
+
+/// At most this many updates are held back: a plugin that is sent no pod for a long time (one
+/// idle for the pods being scheduled) gets them in batches of this size.
+const MAX_HELD_CHANGES: usize = 512;
+
+/// `apply-and-set-pod` of `instance`, if it exports [`BATCHED_INTERFACE`].
+fn batched_export(
+    store: &mut Store<StoreState>,
+    instance: &Instance,
+) -> wasmtime::Result<Option<BatchedSetPod>> {
+    let Some(interface) = instance.get_export_index(&mut *store, None, BATCHED_INTERFACE) else {
+        return Ok(None);
+    };
+    let func = instance
+        .get_export_index(&mut *store, Some(&interface), "apply-and-set-pod")
+        .ok_or_else(|| wasmtime::Error::msg("it lacks apply-and-set-pod"))?;
+    instance.get_typed_func(&mut *store, func).map(Some)
+}
+
+/// Mirror updates not yet sent, in the order `apply-and-set-pod` applies them: removals, then
+/// upserts, then usage. An update that would have to go before one already held (a removal
+/// after an upsert, a pod after usage) first sends what is held.
+#[derive(Default)]
+struct HeldChanges {
+    removed_pods: Vec<u32>,
+    upserted_pods: Vec<(u32, wit::ExistingPod)>,
+    usage: Vec<(u32, wit::NodeUsage)>,
+}
+
+impl HeldChanges {
+    fn count(&self) -> usize {
+        self.removed_pods.len() + self.upserted_pods.len() + self.usage.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.count() == 0
+    }
+
+    /// What is held, emptying it.
+    fn take(&mut self) -> wit::MirrorChanges {
+        wit::MirrorChanges {
+            removed_pods: std::mem::take(&mut self.removed_pods),
+            upserted_pods: std::mem::take(&mut self.upserted_pods),
+            usage: std::mem::take(&mut self.usage),
+        }
+    }
 }
 
 fn trapped(call: &'static str, error: wasmtime::Error) -> CallError {
@@ -541,8 +620,10 @@ impl ComponentInstance {
         }
     }
 
-    /// Sets the deadline of the next call: the call timeout plus `allowance`.
+    /// Sets the deadline of the next call: the call timeout plus `allowance`. Every call into the
+    /// component is armed once.
     fn arm_for(&mut self, allowance: Duration) {
+        self.calls += 1;
         if self.deadlines {
             let extra = allowance.as_micros() / EPOCH_TICK.as_micros();
             self.store
@@ -561,12 +642,66 @@ macro_rules! call {
     };
 }
 
+impl ComponentInstance {
+    /// Sends the held-back updates through the plain exports.
+    fn send_held(&mut self) -> Result<(), CallError> {
+        if self.held.is_empty() {
+            return Ok(());
+        }
+        let changes = self.held.take();
+        if !changes.removed_pods.is_empty() {
+            self.send_removed_pods(&changes.removed_pods)?;
+        }
+        if !changes.upserted_pods.is_empty() {
+            self.send_upserted_pods(&changes.upserted_pods)?;
+        }
+        if !changes.usage.is_empty() {
+            self.send_usage(&changes.usage)?;
+        }
+        Ok(())
+    }
+
+    /// Sends what is held once there is a batch's worth.
+    fn send_held_if_full(&mut self) -> Result<(), CallError> {
+        if self.held.count() >= MAX_HELD_CHANGES {
+            self.send_held()?;
+        }
+        Ok(())
+    }
+
+    fn send_usage(&mut self, usage: &[(u32, wit::NodeUsage)]) -> Result<(), CallError> {
+        self.arm(usage.len());
+        call!(self, call_update_usage, update_usage, usage).map_err(|e| trapped("update-usage", e))
+    }
+
+    fn send_upserted_pods(&mut self, pods: &[(u32, wit::ExistingPod)]) -> Result<(), CallError> {
+        // Like nodes: a plugin may index what it is sent (counts per topology domain).
+        let Some((world, store)) = self.current_armed(SYNC_PER_NODE_ALLOWANCE * pods.len() as u32)
+        else {
+            return Ok(());
+        };
+        world
+            .call_upsert_pods(store, pods)
+            .map_err(|e| trapped("upsert-pods", e))
+    }
+
+    fn send_removed_pods(&mut self, ids: &[u32]) -> Result<(), CallError> {
+        let Some((world, store)) = self.current_armed(PER_NODE_ALLOWANCE * ids.len() as u32) else {
+            return Ok(());
+        };
+        world
+            .call_remove_pods(store, ids)
+            .map_err(|e| trapped("remove-pods", e))
+    }
+}
+
 impl PluginInstance for ComponentInstance {
     fn descriptor(&self) -> &sdk::Descriptor {
         &self.descriptor
     }
 
     fn upsert_nodes(&mut self, nodes: &[(u32, &sdk::NodeInfo)]) -> Result<(), CallError> {
+        self.send_held()?;
         let highest = nodes
             .iter()
             .map(|(id, _)| *id as usize + 1)
@@ -587,41 +722,47 @@ impl PluginInstance for ComponentInstance {
     }
 
     fn remove_nodes(&mut self, ids: &[u32]) -> Result<(), CallError> {
+        self.send_held()?;
         self.arm(ids.len());
         call!(self, call_remove_nodes, remove_nodes, ids).map_err(|e| trapped("remove-nodes", e))
     }
 
     fn update_usage(&mut self, usage: &[(u32, &sdk::NodeUsage)]) -> Result<(), CallError> {
-        self.arm(usage.len());
-        let converted: Vec<(u32, wit::NodeUsage)> =
-            usage.iter().map(|(id, u)| (*id, node_usage(u))).collect();
-        call!(self, call_update_usage, update_usage, &converted)
-            .map_err(|e| trapped("update-usage", e))
+        let converted = usage.iter().map(|(id, u)| (*id, node_usage(u)));
+        if self.batched.is_none() {
+            let converted: Vec<(u32, wit::NodeUsage)> = converted.collect();
+            return self.send_usage(&converted);
+        }
+        self.held.usage.extend(converted);
+        self.send_held_if_full()
     }
 
     fn upsert_pods(&mut self, pods: &[(u32, sdk::ExistingPod)]) -> Result<(), CallError> {
-        // Like nodes: a plugin may index what it is sent (counts per topology domain).
-        let Some((world, store)) = self.current_armed(SYNC_PER_NODE_ALLOWANCE * pods.len() as u32)
-        else {
-            return Ok(());
-        };
-        let converted: Vec<(u32, wit::ExistingPod)> =
-            pods.iter().map(|(id, p)| (*id, existing_pod(p))).collect();
-        world
-            .call_upsert_pods(store, &converted)
-            .map_err(|e| trapped("upsert-pods", e))
+        let converted = pods.iter().map(|(id, p)| (*id, existing_pod(p)));
+        if self.batched.is_none() {
+            let converted: Vec<(u32, wit::ExistingPod)> = converted.collect();
+            return self.send_upserted_pods(&converted);
+        }
+        if !self.held.usage.is_empty() {
+            self.send_held()?;
+        }
+        self.held.upserted_pods.extend(converted);
+        self.send_held_if_full()
     }
 
     fn remove_pods(&mut self, ids: &[u32]) -> Result<(), CallError> {
-        let Some((world, store)) = self.current_armed(PER_NODE_ALLOWANCE * ids.len() as u32) else {
-            return Ok(());
-        };
-        world
-            .call_remove_pods(store, ids)
-            .map_err(|e| trapped("remove-pods", e))
+        if self.batched.is_none() {
+            return self.send_removed_pods(ids);
+        }
+        if !self.held.upserted_pods.is_empty() || !self.held.usage.is_empty() {
+            self.send_held()?;
+        }
+        self.held.removed_pods.extend_from_slice(ids);
+        self.send_held_if_full()
     }
 
     fn upsert_namespaces(&mut self, namespaces: &[(&str, &sdk::Labels)]) -> Result<(), CallError> {
+        self.send_held()?;
         let Some((world, store)) = self.current_armed(PER_NODE_ALLOWANCE * namespaces.len() as u32)
         else {
             return Ok(());
@@ -639,6 +780,7 @@ impl PluginInstance for ComponentInstance {
     }
 
     fn remove_namespaces(&mut self, names: &[&str]) -> Result<(), CallError> {
+        self.send_held()?;
         let Some((world, store)) = self.current_armed(PER_NODE_ALLOWANCE * names.len() as u32)
         else {
             return Ok(());
@@ -650,6 +792,7 @@ impl PluginInstance for ComponentInstance {
     }
 
     fn upsert_volumes(&mut self, volumes: &[&sdk::VolumeInfo]) -> Result<(), CallError> {
+        self.send_held()?;
         let Some((world, store)) = self.current_armed(PER_NODE_ALLOWANCE * volumes.len() as u32)
         else {
             return Ok(());
@@ -661,6 +804,7 @@ impl PluginInstance for ComponentInstance {
     }
 
     fn remove_volumes(&mut self, names: &[&str]) -> Result<(), CallError> {
+        self.send_held()?;
         let Some((world, store)) = self.current_armed(PER_NODE_ALLOWANCE * names.len() as u32)
         else {
             return Ok(());
@@ -673,13 +817,30 @@ impl PluginInstance for ComponentInstance {
 
     fn set_pod(&mut self, pod: &sdk::Pod) -> Result<sdk::PodPlan, CallError> {
         let items = pod_items(pod, self.descriptor.reads_pod);
-        self.arm_for(SET_POD_PER_ITEM_ALLOWANCE * items as u32);
         let sent = wit_pod(pod, self.descriptor.reads_pod);
-        let plan = match &self.exports {
-            Exports::Current(world) => world.call_set_pod(&mut self.store, &sent),
-            Exports::V01(exports) => exports.set_pod(&mut self.store, sent),
-        }
-        .map_err(|e| trapped("set-pod", e))?;
+        let plan = match (&self.batched, self.held.is_empty()) {
+            (Some(batched), false) => {
+                let batched = *batched;
+                let held = self.held.count();
+                let changes = self.held.take();
+                self.arm_for(
+                    SET_POD_PER_ITEM_ALLOWANCE * items as u32
+                        + SYNC_PER_NODE_ALLOWANCE * held as u32,
+                );
+                batched
+                    .call(&mut self.store, (changes, sent))
+                    .map(|(plan,)| plan)
+                    .map_err(|e| trapped("apply-and-set-pod", e))?
+            }
+            _ => {
+                self.arm_for(SET_POD_PER_ITEM_ALLOWANCE * items as u32);
+                match &self.exports {
+                    Exports::Current(world) => world.call_set_pod(&mut self.store, &sent),
+                    Exports::V01(exports) => exports.set_pod(&mut self.store, sent),
+                }
+                .map_err(|e| trapped("set-pod", e))?
+            }
+        };
         match &plan.filter {
             wit::FilterPlan::Reject(f) => check_failure("set-pod", f)?,
             wit::FilterPlan::OnlyNodes(names) if names.len() > MAX_LISTED_NODES => {
@@ -706,6 +867,7 @@ impl PluginInstance for ComponentInstance {
     }
 
     fn filter(&mut self, ids: &[u32], out: &mut sdk::FilterResults) -> Result<(), CallError> {
+        self.send_held()?;
         self.arm(ids.len());
         let results = call!(self, call_filter, filter, ids).map_err(|e| trapped("filter", e))?;
         check_failures("filter", &results.failures, ids.len())?;
@@ -721,6 +883,7 @@ impl PluginInstance for ComponentInstance {
     }
 
     fn score(&mut self, ids: &[u32], out: &mut Vec<i64>) -> Result<(), CallError> {
+        self.send_held()?;
         self.arm(ids.len());
         let scores = call!(self, call_score, score, ids).map_err(|e| trapped("score", e))?;
         check_len("score", scores.len(), ids.len())?;
@@ -733,6 +896,7 @@ impl PluginInstance for ComponentInstance {
     }
 
     fn normalize(&mut self, scores: &mut Vec<i64>) -> Result<(), CallError> {
+        self.send_held()?;
         self.arm(scores.len());
         let normalized =
             call!(self, call_normalize, normalize, scores).map_err(|e| trapped("normalize", e))?;
@@ -1180,6 +1344,263 @@ impl From<wit::Descriptor> for sdk::Descriptor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+    use wasched_core::runtime::defaults;
+
+    /// Default plugin `name` as a component and natively.
+    fn instances(name: &str) -> (ComponentInstance, Box<dyn PluginInstance>) {
+        let plugin = defaults::find(name).expect("a default plugin");
+        let factory = WasmRuntime::shared()
+            .load(name, crate::embedded::component(plugin), Limits::default())
+            .expect("loads");
+        let wasm = factory.instance("{}").expect("instantiates");
+        let native = (plugin.native)().instantiate("{}").expect("instantiates");
+        (wasm, native)
+    }
+
+    /// Node `i` of four: its own hostname, zone `a` or `b`, 4 cpus.
+    fn node(i: u32) -> sdk::NodeInfo {
+        let name = format!("n{i}");
+        let zone = if i.is_multiple_of(2) { "a" } else { "b" };
+        sdk::NodeInfo {
+            labels: [
+                ("kubernetes.io/hostname", name.as_str()),
+                ("topology.kubernetes.io/zone", zone),
+            ]
+            .into_iter()
+            .collect(),
+            name,
+            allocatable: sdk::Resources {
+                milli_cpu: 4000,
+                memory: 1 << 34,
+                pods: 110,
+                ..sdk::Resources::default()
+            },
+            ..sdk::NodeInfo::default()
+        }
+    }
+
+    fn app(i: u8) -> sdk::Labels {
+        [("app", format!("a{i}"))].into_iter().collect()
+    }
+
+    fn placed(node: u32, app_of: u8) -> sdk::ExistingPod {
+        sdk::ExistingPod {
+            node,
+            namespace: "default".into(),
+            labels: app(app_of),
+            ..sdk::ExistingPod::default()
+        }
+    }
+
+    fn selecting(i: u8) -> Option<sdk::LabelSelector> {
+        Some(sdk::LabelSelector {
+            match_labels: app(i),
+            match_expressions: Vec::new(),
+        })
+    }
+
+    fn term(i: u8, key: &str) -> sdk::PodAffinityTerm {
+        sdk::PodAffinityTerm {
+            label_selector: selecting(i),
+            topology_key: key.into(),
+            ..sdk::PodAffinityTerm::default()
+        }
+    }
+
+    /// A pod of app `a<i>` that, by `kind`, keeps off nodes with `a<i+1>` pods, prefers zones
+    /// with `a<i+2>` pods, or spreads over zones with its own app.
+    fn pod(i: u8, kind: u8) -> sdk::Pod {
+        let mut pod = sdk::Pod {
+            namespace: "default".into(),
+            name: format!("p{i}-{kind}"),
+            labels: app(i),
+            requests: sdk::Resources {
+                milli_cpu: 500,
+                ..sdk::Resources::default()
+            },
+            non_zero_requests: sdk::Resources {
+                milli_cpu: 500,
+                memory: 200 << 20,
+                ..sdk::Resources::default()
+            },
+            ..sdk::Pod::default()
+        };
+        match kind {
+            0 => pod
+                .pod_affinity
+                .required_anti_affinity
+                .push(term((i + 1) % 3, "kubernetes.io/hostname")),
+            1 => pod
+                .pod_affinity
+                .preferred_affinity
+                .push(sdk::WeightedPodAffinityTerm {
+                    weight: 10,
+                    term: term((i + 2) % 3, "topology.kubernetes.io/zone"),
+                }),
+            _ => pod
+                .topology_spread_constraints
+                .push(sdk::TopologySpreadConstraint {
+                    max_skew: 1,
+                    topology_key: "topology.kubernetes.io/zone".into(),
+                    when_unsatisfiable: "DoNotSchedule".into(),
+                    label_selector: selecting(i),
+                    ..sdk::TopologySpreadConstraint::default()
+                }),
+        }
+        pod
+    }
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Place { pod: u32, node: u32, app: u8 },
+        Remove { pod: u32 },
+        Usage { node: u32, milli_cpu: i64 },
+        Schedule { app: u8, kind: u8 },
+        Filter,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            (0u32..6, 0u32..4, 0u8..3).prop_map(|(pod, node, app)| Step::Place { pod, node, app }),
+            (0u32..6).prop_map(|pod| Step::Remove { pod }),
+            (0u32..4, 0i64..4000).prop_map(|(node, milli_cpu)| Step::Usage { node, milli_cpu }),
+            (0u8..3, 0u8..3).prop_map(|(app, kind)| Step::Schedule { app, kind }),
+            Just(Step::Filter),
+        ]
+    }
+
+    /// What an instance answers to `step` (nothing for a mirror update).
+    fn answer(
+        instance: &mut dyn PluginInstance,
+        step: &Step,
+    ) -> Option<(sdk::PodPlan, sdk::FilterResults, Vec<i64>)> {
+        let ids = [0, 1, 2, 3];
+        match *step {
+            Step::Place { pod, node, app } => {
+                instance.upsert_pods(&[(pod, placed(node, app))]).unwrap();
+                None
+            }
+            Step::Remove { pod } => {
+                instance.remove_pods(&[pod]).unwrap();
+                None
+            }
+            Step::Usage { node, milli_cpu } => {
+                let usage = sdk::NodeUsage {
+                    requested: sdk::Resources {
+                        milli_cpu,
+                        ..sdk::Resources::default()
+                    },
+                    non_zero_requested: sdk::Resources {
+                        milli_cpu,
+                        ..sdk::Resources::default()
+                    },
+                    pod_count: 1,
+                };
+                instance.update_usage(&[(node, &usage)]).unwrap();
+                None
+            }
+            Step::Schedule { app, kind } => {
+                let plan = instance.set_pod(&pod(app, kind)).unwrap();
+                let mut results = sdk::FilterResults::default();
+                if matches!(plan.filter, sdk::FilterPlan::Run) && instance.descriptor().filter {
+                    instance.filter(&ids, &mut results).unwrap();
+                }
+                let mut scores = Vec::new();
+                if plan.score && instance.descriptor().score {
+                    instance.score(&ids, &mut scores).unwrap();
+                }
+                Some((plan, results, scores))
+            }
+            // Updates held back must reach the mirror before a filter that follows them.
+            Step::Filter => {
+                let mut results = sdk::FilterResults::default();
+                if instance.descriptor().filter {
+                    instance.filter(&ids, &mut results).unwrap();
+                }
+                Some((sdk::PodPlan::default(), results, Vec::new()))
+            }
+        }
+    }
+
+    #[test]
+    fn held_back_updates_go_with_the_next_pod_in_one_call() {
+        let (mut wasm, _) = instances("InterPodAffinity");
+        assert!(
+            wasm.batched.is_some(),
+            "the SDK exports {BATCHED_INTERFACE}"
+        );
+        let nodes: Vec<sdk::NodeInfo> = (0..4).map(node).collect();
+        let entries: Vec<(u32, &sdk::NodeInfo)> = (0u32..).zip(&nodes).collect();
+        wasm.upsert_nodes(&entries).unwrap();
+        let keeps_off_a1 = pod(0, 0);
+
+        let before = wasm.calls;
+        wasm.upsert_pods(&[(7, placed(1, 1))]).unwrap();
+        assert_eq!(wasm.calls, before, "the pod is held back");
+        let plan = wasm.set_pod(&keeps_off_a1).unwrap();
+        assert_eq!(wasm.calls, before + 1, "one call: the pod, then set-pod");
+        match plan.filter {
+            sdk::FilterPlan::FailingNodes { nodes, .. } => assert_eq!(nodes, vec![1]),
+            other => panic!("the a1 pod on n1 was not in the mirror: {other:?}"),
+        }
+
+        wasm.remove_pods(&[7]).unwrap();
+        assert_eq!(wasm.calls, before + 1, "the removal is held back");
+        let mut scores = Vec::new();
+        wasm.score(&[0, 1, 2, 3], &mut scores).unwrap();
+        assert_eq!(wasm.calls, before + 3, "remove-pods, then score");
+        let plan = wasm.set_pod(&keeps_off_a1).unwrap();
+        assert_eq!(wasm.calls, before + 4, "nothing held: a plain set-pod");
+        assert_eq!(
+            plan.filter,
+            sdk::FilterPlan::Skip,
+            "the pod left the mirror"
+        );
+    }
+
+    #[test]
+    fn a_component_without_the_batched_interface_gets_each_update_at_once() {
+        let (mut wasm, _) = instances("InterPodAffinity");
+        wasm.batched = None;
+        let nodes: Vec<sdk::NodeInfo> = (0..4).map(node).collect();
+        let entries: Vec<(u32, &sdk::NodeInfo)> = (0u32..).zip(&nodes).collect();
+        wasm.upsert_nodes(&entries).unwrap();
+        let before = wasm.calls;
+        wasm.upsert_pods(&[(7, placed(1, 1))]).unwrap();
+        assert_eq!(wasm.calls, before + 1);
+        let plan = wasm.set_pod(&pod(0, 0)).unwrap();
+        assert_eq!(wasm.calls, before + 2);
+        assert!(matches!(plan.filter, sdk::FilterPlan::FailingNodes { .. }));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Whatever the order of placements, removals, usage updates and questions, a component
+        /// taking held-back updates with its pods answers as the native build given each at once.
+        #[test]
+        fn held_back_updates_give_the_answers_of_updates_sent_at_once(
+            steps in proptest::collection::vec(step(), 1..40)
+        ) {
+            for name in ["InterPodAffinity", "PodTopologySpread", "NodeResourcesFit"] {
+                let (mut wasm, mut native) = instances(name);
+                let nodes: Vec<sdk::NodeInfo> = (0..4).map(node).collect();
+                let entries: Vec<(u32, &sdk::NodeInfo)> = (0u32..).zip(&nodes).collect();
+                wasm.upsert_nodes(&entries).unwrap();
+                native.upsert_nodes(&entries).unwrap();
+                let reads_pods = !wasm.descriptor().reads_existing_pods.is_empty();
+                for step in &steps {
+                    if matches!(step, Step::Place { .. } | Step::Remove { .. }) && !reads_pods {
+                        continue;
+                    }
+                    let from_wasm = answer(&mut wasm, step);
+                    let from_native = answer(native.as_mut(), step);
+                    prop_assert_eq!(from_wasm, from_native, "{} at {:?}", name, step);
+                }
+            }
+        }
+    }
 
     #[test]
     fn set_pod_deadline_items_count_only_the_parts_a_plugin_reads() {
