@@ -1432,6 +1432,9 @@ mod stage_tests {
         scores: HashMap<&'static str, i64>,
         /// The call that fails, every time.
         fails_in: Option<&'static str>,
+        /// The call the failure names, when not `fails_in` (a component's `set-pod` with
+        /// held-back updates is `apply-and-set-pod`).
+        fails_as: Option<&'static str>,
         /// How its scores are normalized (`Custom` leaves them as they are).
         normalize: Normalize,
         /// The size of every `score` batch, across the instances.
@@ -1449,7 +1452,9 @@ mod stage_tests {
     impl Scripted {
         fn call(&self, call: &'static str) -> Result<(), CallError> {
             match self.script.fails_in {
-                Some(failing) if failing == call => Err(CallError::new(call, "boom")),
+                Some(failing) if failing == call => {
+                    Err(CallError::new(self.script.fails_as.unwrap_or(call), "boom"))
+                }
                 _ => Ok(()),
             }
         }
@@ -1722,35 +1727,42 @@ mod stage_tests {
 
     #[test]
     fn one_pod_failing_a_plugin_again_and_again_fails_only_its_own_cycles() {
-        let mut scheduler = scheduler(
-            2,
-            vec![plugin("Broken", failing_in("set-pod"), OnFailure::Fail)],
-            vec![],
-        );
-        let named = |name: &str| sdk::Pod {
-            name: name.into(),
-            ..pod()
-        };
-        for _ in 0..10 {
-            let outcome = scheduler
-                .schedule(&named("hostile"), false)
-                .expect("profile");
+        for named_call in ["set-pod", "apply-and-set-pod"] {
+            let script = Script {
+                fails_as: Some(named_call),
+                ..failing_in("set-pod")
+            };
+            let mut scheduler =
+                scheduler(2, vec![plugin("Broken", script, OnFailure::Fail)], vec![]);
+            let named = |name: &str| sdk::Pod {
+                name: name.into(),
+                ..pod()
+            };
+            for _ in 0..10 {
+                let outcome = scheduler
+                    .schedule(&named("hostile"), false)
+                    .expect("profile");
+                assert_eq!(
+                    outcome.message,
+                    Some(format!("plugin Broken failed in {named_call}: boom")),
+                    "the pod's own cycle fails, the plugin is not quarantined"
+                );
+            }
+            let health = &scheduler.plugin_health()[0];
             assert_eq!(
-                outcome.message.as_deref(),
-                Some("plugin Broken failed in set-pod: boom"),
-                "the pod's own cycle fails, the plugin is not quarantined"
+                (health.failures, health.consecutive_failures),
+                (10, 1),
+                "{named_call}"
+            );
+            for k in 1..super::super::DEFAULT_QUARANTINE_AFTER {
+                scheduler.schedule(&named(&format!("other-{k}")), false);
+            }
+            let health = &scheduler.plugin_health()[0];
+            assert!(
+                health.quarantined_until.is_some(),
+                "failing for five different pods in a row is the plugin's failure"
             );
         }
-        let health = &scheduler.plugin_health()[0];
-        assert_eq!((health.failures, health.consecutive_failures), (10, 1));
-        for k in 1..super::super::DEFAULT_QUARANTINE_AFTER {
-            scheduler.schedule(&named(&format!("other-{k}")), false);
-        }
-        let health = &scheduler.plugin_health()[0];
-        assert!(
-            health.quarantined_until.is_some(),
-            "failing for five different pods in a row is the plugin's failure"
-        );
     }
 
     #[test]

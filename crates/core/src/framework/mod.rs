@@ -372,8 +372,15 @@ struct Slot {
 }
 
 /// The calls whose input is the pod of the cycle: a failure in one of them may be that pod's
-/// doing (a pod too large or too odd for the plugin), not the plugin's for every pod.
-const POD_CALLS: [&str; 4] = ["set-pod", "filter", "score", "normalize"];
+/// doing (a pod too large or too odd for the plugin), not the plugin's for every pod. A
+/// component's `apply-and-set-pod` is `set-pod` with held-back mirror updates.
+const POD_CALLS: [&str; 5] = [
+    "set-pod",
+    "apply-and-set-pod",
+    "filter",
+    "score",
+    "normalize",
+];
 
 impl Slot {
     fn new(spec: PluginSpec) -> Result<Slot, LoadError> {
