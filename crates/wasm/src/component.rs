@@ -377,13 +377,6 @@ pub struct ComponentFactory {
     deadlines: bool,
 }
 
-impl ComponentFactory {
-    /// The sha256 of the component's bytes.
-    pub fn sha256(&self) -> &str {
-        &self.sha256
-    }
-}
-
 /// Per-instance host state: the resource limits and the (minimal) WASI context.
 pub struct StoreState {
     limits: StoreLimits,
@@ -418,6 +411,11 @@ impl PluginFactory for ComponentFactory {
 }
 
 impl ComponentFactory {
+    /// The sha256 of the component's bytes.
+    pub fn sha256(&self) -> &str {
+        &self.sha256
+    }
+
     fn instance(&self, config: &str) -> Result<ComponentInstance, LoadError> {
         let limits = StoreLimitsBuilder::new()
             .memory_size(self.limits.memory)
