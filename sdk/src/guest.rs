@@ -113,16 +113,10 @@ impl<P: Exported> bindings::Guest for Component<P> {
 
 impl<P: Exported> bindings::exports::wasched::plugin::batched::Guest for Component<P> {
     fn apply_and_set_pod(changes: wit::MirrorChanges, pod: wit::Pod) -> wit::PodPlan {
-        let driver = driver::<P>();
-        driver.remove_pods(&changes.removed_pods);
-        driver.upsert_pods(
-            changes
-                .upserted_pods
-                .into_iter()
-                .map(|(id, pod)| (id, pod.into())),
-        );
-        driver.update_usage(changes.usage.into_iter().map(|(id, u)| (id, u.into())));
-        driver.set_pod(pod.into()).into()
+        <Self as bindings::Guest>::remove_pods(changes.removed_pods);
+        <Self as bindings::Guest>::upsert_pods(changes.upserted_pods);
+        <Self as bindings::Guest>::update_usage(changes.usage);
+        <Self as bindings::Guest>::set_pod(pod)
     }
 }
 
