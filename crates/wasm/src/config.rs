@@ -758,16 +758,16 @@ impl Config {
             }
         }
         let mut limits = Limits::default();
+        let timeout_ms = raw
+            .as_ref()
+            .and_then(|r| r.call_timeout_ms.as_ref())
+            .map(|t| *t.get_ref());
         // 0 runs the plugin without epoch checks, which cost 12-16% of a WASM cycle's time.
-        let deadlines = self.deadlines
-            && raw
-                .as_ref()
-                .and_then(|r| r.call_timeout_ms.as_ref())
-                .is_none_or(|t| *t.get_ref() != 0);
+        let deadlines = self.deadlines && timeout_ms != Some(0);
+        if let Some(ms) = timeout_ms.filter(|&ms| ms != 0) {
+            limits.call_timeout = std::time::Duration::from_millis(ms);
+        }
         if let Some(r) = &raw {
-            if let Some(t) = r.call_timeout_ms.as_ref().filter(|t| *t.get_ref() != 0) {
-                limits.call_timeout = std::time::Duration::from_millis(*t.get_ref());
-            }
             if let Some(m) = &r.memory_limit_mib {
                 limits.memory = (*m.get_ref() as usize) << 20;
             }
