@@ -16,7 +16,7 @@ pub mod counts;
 
 use std::collections::HashMap;
 
-use wasched_sdk::helpers::{round_half_away, FastMap};
+use wasched_sdk::helpers::{for_each_in_blocks, round_half_away, FastMap};
 
 use wasched_sdk::{
     ExistingPod, ExistingPodParts, Failure, FilterPlan, FilterPlugin, FilterResults, LabelColumnId,
@@ -37,9 +37,12 @@ pub const MISSING_LABEL_REASON: &str =
 /// `ErrReasonConstraintsNotMatch` (Unschedulable).
 pub const CONSTRAINTS_REASON: &str = "node(s) didn't match pod topology spread constraints";
 
-/// Verdicts of the failing-nodes plan.
+/// Verdicts of the filter and of the failing-nodes plan.
+const PASS: u8 = 0;
 const MISSING_LABEL: u8 = 1;
 const SKEW: u8 = 2;
+/// A node the mirror lacks (the batch filter only).
+const UNKNOWN: u8 = 3;
 
 /// The raw score of a node the score leaves out (it lacks a key of the pod's own constraints):
 /// normalized to 0 and not counted in the minimum and maximum.
@@ -173,6 +176,8 @@ pub struct PodTopologySpread {
     /// Per node id: the failing-plan verdict of the current pod (0 = passes).
     verdicts: Vec<u8>,
     failing: Vec<NodeId>,
+    /// The batch filter's verdicts, kept for the next batch's allocation.
+    batch_verdicts: Vec<u8>,
     by_value: Scratch,
     by_node: Scratch,
 }
@@ -408,7 +413,166 @@ fn verdict(rules: &[(&[u32], &[bool])], id: NodeId) -> u8 {
             return SKEW;
         }
     }
-    0
+    PASS
+}
+
+/// `verdicts[k]`: the verdict of node `ids[k]` ([`UNKNOWN`] when the mirror lacks it).
+#[inline(never)]
+fn first_failures(rules: &[(&[u32], &[bool])], nodes: &Nodes, ids: &[NodeId], verdicts: &mut [u8]) {
+    let n = verdicts.len().min(ids.len());
+    let (ids, verdicts) = (&ids[..n], &mut verdicts[..n]);
+    for_each_in_blocks(n, |k| {
+        let id = ids[k];
+        verdicts[k] = if nodes.contains(id) {
+            verdict(rules, id)
+        } else {
+            UNKNOWN
+        };
+    });
+}
+
+/// [`first_failures`] under one constraint, the usual case, without a loop over the rules per
+/// node.
+#[inline(never)]
+fn first_failures_of_one(
+    of_node: &[u32],
+    fails: &[bool],
+    nodes: &Nodes,
+    ids: &[NodeId],
+    verdicts: &mut [u8],
+) {
+    let n = verdicts.len().min(ids.len());
+    let (ids, verdicts) = (&ids[..n], &mut verdicts[..n]);
+    for_each_in_blocks(n, |k| {
+        let id = ids[k];
+        let value = of_node.get(id as usize).copied().unwrap_or(0);
+        verdicts[k] = if !nodes.contains(id) {
+            UNKNOWN
+        } else if value == 0 {
+            MISSING_LABEL
+        } else if fails[value as usize] {
+            SKEW
+        } else {
+            PASS
+        };
+    });
+}
+
+/// What the score does with a feasible node: the host does not know it (`i64::MIN`), it lacks a
+/// required key ([`IGNORED`]), or it is scored.
+const UNKNOWN_NODE: u8 = 0;
+const UNLABELED_NODE: u8 = 1;
+const SCORED_NODE: u8 = 2;
+
+/// `out[k]`: node `ids[k]`'s value id in a column's `of_node` (0 when it has none).
+#[inline(never)]
+fn gather_values(of_node: &[u32], ids: &[NodeId], out: &mut [u32]) {
+    let n = out.len().min(ids.len());
+    let (ids, out) = (&ids[..n], &mut out[..n]);
+    for_each_in_blocks(n, |k| {
+        out[k] = of_node.get(ids[k] as usize).copied().unwrap_or(0);
+    });
+}
+
+#[inline(never)]
+fn mark_known(nodes: &Nodes, ids: &[NodeId], kinds: &mut [u8]) {
+    let n = kinds.len().min(ids.len());
+    let (ids, kinds) = (&ids[..n], &mut kinds[..n]);
+    for_each_in_blocks(n, |k| {
+        kinds[k] = if nodes.contains(ids[k]) {
+            SCORED_NODE
+        } else {
+            UNKNOWN_NODE
+        };
+    });
+}
+
+/// Leaves out the scored nodes without the constraint's key (value id 0).
+#[inline(never)]
+fn ignore_unlabeled(values: &[u32], kinds: &mut [u8]) {
+    let n = kinds.len().min(values.len());
+    let (values, kinds) = (&values[..n], &mut kinds[..n]);
+    for_each_in_blocks(n, |k| {
+        if values[k] == 0 && kinds[k] == SCORED_NODE {
+            kinds[k] = UNLABELED_NODE;
+        }
+    });
+}
+
+#[inline(never)]
+fn count_scored(kinds: &[u8]) -> usize {
+    let mut count = 0;
+    for_each_in_blocks(kinds.len(), |k| {
+        count += usize::from(kinds[k] == SCORED_NODE)
+    });
+    count
+}
+
+/// Marks the domains (value ids) of the scored nodes.
+#[inline(never)]
+fn mark_domains(values: &[u32], kinds: &[u8], domain: &mut [bool]) {
+    let n = kinds.len().min(values.len());
+    let (values, kinds) = (&values[..n], &kinds[..n]);
+    for_each_in_blocks(n, |k| {
+        if kinds[k] == SCORED_NODE {
+            if let Some(seen) = domain.get_mut(values[k] as usize) {
+                *seen = true;
+            }
+        }
+    });
+}
+
+/// Adds one hostname constraint's term for each node with the key: its own matching pods
+/// (`per_node`, by node id) weighted, plus the skew.
+#[inline(never)]
+fn add_node_counts(
+    values: &[u32],
+    ids: &[NodeId],
+    per_node: &[i64],
+    weight: f64,
+    skew: f64,
+    sums: &mut [f64],
+) {
+    let n = sums.len().min(values.len()).min(ids.len());
+    let (values, ids, sums) = (&values[..n], &ids[..n], &mut sums[..n]);
+    for_each_in_blocks(n, |k| {
+        if values[k] != 0 {
+            let count = per_node.get(ids[k] as usize).copied().unwrap_or(0);
+            sums[k] += count as f64 * weight + skew;
+        }
+    });
+}
+
+/// Adds one constraint's term for each node with the key: its domain's matching pods
+/// (`by_value`, by value id) weighted, plus the skew.
+#[inline(never)]
+fn add_domain_counts(values: &[u32], by_value: &[i64], weight: f64, skew: f64, sums: &mut [f64]) {
+    let n = sums.len().min(values.len());
+    let (values, sums) = (&values[..n], &mut sums[..n]);
+    for_each_in_blocks(n, |k| {
+        let v = values[k];
+        if v != 0 {
+            let count = by_value.get(v as usize).copied().unwrap_or(0);
+            sums[k] += count as f64 * weight + skew;
+        }
+    });
+}
+
+/// The raw scores: `i64::MIN` for a node the mirror lacks, [`IGNORED`] for one left out, else
+/// its sum rounded.
+#[inline(never)]
+fn finish_scores(kinds: &[u8], sums: &[f64], out: &mut Vec<i64>) {
+    let n = kinds.len().min(sums.len());
+    let start = out.len();
+    out.resize(start + n, 0);
+    let (kinds, sums, scores) = (&kinds[..n], &sums[..n], &mut out[start..]);
+    for_each_in_blocks(n, |k| {
+        scores[k] = match kinds[k] {
+            UNKNOWN_NODE => i64::MIN,
+            UNLABELED_NODE => IGNORED,
+            _ => round_half_away(sums[k]) as i64,
+        };
+    });
 }
 
 fn failure(verdict: u8) -> Failure {
@@ -442,6 +606,7 @@ impl Plugin for PodTopologySpread {
             missing: FastMap::default(),
             verdicts: Vec::new(),
             failing: Vec::new(),
+            batch_verdicts: Vec::new(),
             by_value: Scratch::default(),
             by_node: Scratch::default(),
         })
@@ -478,19 +643,34 @@ impl FilterPlugin for PodTopologySpread {
     }
 
     fn filter_batch(&mut self, _pod: &Pod, nodes: &Nodes, ids: &[NodeId], out: &mut FilterResults) {
+        let mut verdicts = std::mem::take(&mut self.batch_verdicts);
         let rules = self.rules(nodes);
+        verdicts.clear();
+        verdicts.resize(ids.len(), 0);
+        match rules.as_slice() {
+            [(of_node, fails)] => first_failures_of_one(of_node, fails, nodes, ids, &mut verdicts),
+            _ => first_failures(&rules, nodes, ids, &mut verdicts),
+        }
         let mut interned = [0u32; 3];
         let failures = &mut out.failures;
-        out.verdicts.extend(ids.iter().map(|&id| {
-            if !nodes.contains(id) {
-                return FilterResults::intern_into(failures, Nodes::unknown(id));
-            }
-            let verdict = verdict(&rules, id) as usize;
-            if verdict != 0 && interned[verdict] == 0 {
-                interned[verdict] = FilterResults::intern_into(failures, failure(verdict as u8));
-            }
-            interned[verdict]
-        }));
+        out.verdicts.extend(
+            verdicts
+                .iter()
+                .zip(ids)
+                .map(|(&verdict, &id)| match verdict {
+                    PASS => 0,
+                    UNKNOWN => FilterResults::intern_into(failures, Nodes::unknown(id)),
+                    verdict => {
+                        let verdict = verdict as usize;
+                        if interned[verdict] == 0 {
+                            interned[verdict] =
+                                FilterResults::intern_into(failures, failure(verdict as u8));
+                        }
+                        interned[verdict]
+                    }
+                }),
+        );
+        self.batch_verdicts = verdicts;
     }
 }
 
@@ -522,6 +702,11 @@ impl ScorePlugin for PodTopologySpread {
 
     /// kube-scheduler's PreScore over the feasible nodes `ids` (the domains they make weigh the
     /// counts), then its Score per node, on label value ids.
+    ///
+    /// The passes over the feasible nodes are small functions of their own (`inline(never)`),
+    /// walking whole blocks of nodes: inlined into this one, their loop variables, the memory base
+    /// and the deadline check's two words lived on the stack, and as WebAssembly each node cost
+    /// several stack loads and a deadline check per pass.
     fn score_batch(&mut self, _pod: &Pod, nodes: &Nodes, ids: &[NodeId], out: &mut Vec<i64>) {
         let Some(pre) = self.prescore.take() else {
             out.extend(ids.iter().map(|_| 0));
@@ -533,25 +718,24 @@ impl ScorePlugin for PodTopologySpread {
             .iter()
             .map(|c| nodes.label_column(&c.topology_key))
             .collect();
-        // Each feasible node's value id per constraint (0: no such label), read once, one
-        // constraint at a time from the column's slice.
-        let width = pre.constraints.len();
-        let mut values = vec![0u32; ids.len() * width];
+        // Each feasible node's value id per constraint (0: no such label), one constraint after
+        // the other.
+        let n = ids.len();
+        let mut values = vec![0u32; n * pre.constraints.len()];
+        let of = |i: usize| i * n..(i + 1) * n;
         for (i, column) in columns.iter().enumerate() {
-            let Some(column) = *column else { continue };
-            let of_node = nodes.label_values(column);
-            for (k, &id) in ids.iter().enumerate() {
-                values[k * width + i] = of_node.get(id as usize).copied().unwrap_or(0);
+            if let Some(column) = *column {
+                gather_values(nodes.label_values(column), ids, &mut values[of(i)]);
             }
         }
-        let of = |k: usize| &values[k * width..(k + 1) * width];
-        let considered: Vec<bool> = ids
-            .iter()
-            .enumerate()
-            .map(|(k, &id)| nodes.contains(id) && !(pre.require_all_keys && of(k).contains(&0)))
-            .collect();
-        let value = |i: usize, id: NodeId| columns[i].map_or(0, |c| nodes.label_value(c, id));
-        let considered_count = considered.iter().filter(|&&c| c).count();
+        let mut kinds = vec![UNKNOWN_NODE; n];
+        mark_known(nodes, ids, &mut kinds);
+        if pre.require_all_keys {
+            for i in 0..pre.constraints.len() {
+                ignore_unlabeled(&values[of(i)], &mut kinds);
+            }
+        }
+        let considered_count = count_scored(&kinds);
         let mut scored = Scored::default();
         let mut counts_by_value: Vec<Vec<i64>> = Vec::with_capacity(pre.constraints.len());
         for (i, c) in pre.constraints.iter().enumerate() {
@@ -564,14 +748,14 @@ impl ScorePlugin for PodTopologySpread {
                 // without the key, which counts when keys are not required.
                 let bound = columns[i].map_or(1, |c| nodes.label_value_bound(c));
                 let mut domain = vec![false; bound];
-                for k in (0..ids.len()).filter(|&k| considered[k]) {
-                    domain[of(k)[i] as usize] = true;
-                }
+                mark_domains(&values[of(i)], &kinds, &mut domain);
                 by_value = vec![0i64; bound];
                 if let Some(slot) = pre.slots[i] {
+                    let of_node = columns[i].map_or(&[][..], |c| nodes.label_values(c));
+                    let eligible = &eligibility.eligible[i];
                     for (&id, n, _) in self.tallies.get(slot).per_node.iter() {
-                        let v = value(i, id) as usize;
-                        if eligibility.counts(i, id) && domain[v] {
+                        let v = of_node.get(id as usize).copied().unwrap_or(0) as usize;
+                        if eligible.get(id as usize).copied().unwrap_or(false) && domain[v] {
                             by_value[v] += i64::from(n);
                         }
                     }
@@ -596,38 +780,26 @@ impl ScorePlugin for PodTopologySpread {
             counts_by_value.push(by_value);
         }
         // kube-scheduler's Score, one constraint at a time over the nodes (as `raw_score`
-        // does per node, adding in the same order, so the sums are the same to the bit): a
-        // loop per constraint has no branch per node on the constraint's kind (this Score went
-        // from 22-24 to 19-20 µs per pod as WASM in the topology-spread bench).
-        let mut sums = vec![0.0f64; ids.len()];
+        // does per node, adding in the same order, so the sums are the same to the bit).
+        let mut sums = vec![0.0f64; n];
         for (i, c) in pre.constraints.iter().enumerate() {
             let weight = scored.weights[i];
             let skew = (c.max_skew - 1) as f64;
-            let of_constraint = values.iter().skip(i).step_by(width);
+            let of_constraint = &values[of(i)];
             if c.is_hostname() {
-                for ((sum, &v), &id) in sums.iter_mut().zip(of_constraint).zip(ids) {
-                    if v != 0 {
-                        *sum += self.by_node.get(id) as f64 * weight + skew;
-                    }
-                }
+                add_node_counts(
+                    of_constraint,
+                    ids,
+                    &self.by_node.sums,
+                    weight,
+                    skew,
+                    &mut sums,
+                );
             } else {
-                let by_value = &counts_by_value[i];
-                for (sum, &v) in sums.iter_mut().zip(of_constraint) {
-                    if v != 0 {
-                        *sum += by_value[v as usize] as f64 * weight + skew;
-                    }
-                }
+                add_domain_counts(of_constraint, &counts_by_value[i], weight, skew, &mut sums);
             }
         }
-        out.extend(ids.iter().enumerate().map(|(k, &id)| {
-            if !nodes.contains(id) {
-                i64::MIN
-            } else if !considered[k] {
-                IGNORED
-            } else {
-                round_half_away(sums[k]) as i64
-            }
-        }));
+        finish_scores(&kinds, &sums, out);
         self.by_node.clear();
         self.scored = scored;
         self.prescore = Some(pre);
