@@ -22,6 +22,7 @@ use wasched_sdk::{
 pub use args::Args;
 use state::{Counts, Groups, ScoringKey, Tallies};
 use terms::{IncomingTerm, OwnedTerm};
+use wasched_sdk::helpers::extend_in_blocks;
 use wasched_sdk::pod_index::PodsByLabel;
 
 /// The name used in configs and messages.
@@ -517,13 +518,14 @@ impl ScorePlugin for InterPodAffinity {
     }
 
     fn score_batch(&mut self, _pod: &Pod, nodes: &Nodes, ids: &[NodeId], out: &mut Vec<i64>) {
-        out.extend(ids.iter().map(|&id| {
+        let of_node = &self.raw.of_node;
+        extend_in_blocks(out, ids, |&id| {
             if nodes.contains(id) {
-                self.raw.of_node.get(id as usize).copied().unwrap_or(0)
+                of_node.get(id as usize).copied().unwrap_or(0)
             } else {
                 i64::MIN
             }
-        }));
+        });
     }
 
     /// kube-scheduler's NormalizeScore: `100 * (s - min) / (max - min)` in floating point,
