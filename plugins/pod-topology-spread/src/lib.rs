@@ -403,6 +403,7 @@ impl PodTopologySpread {
 }
 
 /// The verdict of node `id` under the prepared constraints' `rules`: the first one it fails.
+#[inline]
 fn verdict(rules: &[(&[u32], &[bool])], id: NodeId) -> u8 {
     for &(of_node, fails) in rules {
         let value = of_node.get(id as usize).copied().unwrap_or(0);
@@ -417,8 +418,13 @@ fn verdict(rules: &[(&[u32], &[bool])], id: NodeId) -> u8 {
 }
 
 /// `verdicts[k]`: the verdict of node `ids[k]` ([`UNKNOWN`] when the mirror lacks it).
-#[inline(never)]
-fn first_failures(rules: &[(&[u32], &[bool])], nodes: &Nodes, ids: &[NodeId], verdicts: &mut [u8]) {
+#[inline(always)]
+fn first_failures_with(
+    rules: &[(&[u32], &[bool])],
+    nodes: &Nodes,
+    ids: &[NodeId],
+    verdicts: &mut [u8],
+) {
     let n = verdicts.len().min(ids.len());
     let (ids, verdicts) = (&ids[..n], &mut verdicts[..n]);
     for_each_in_blocks(n, |k| {
@@ -431,31 +437,21 @@ fn first_failures(rules: &[(&[u32], &[bool])], nodes: &Nodes, ids: &[NodeId], ve
     });
 }
 
-/// [`first_failures`] under one constraint, the usual case, without a loop over the rules per
-/// node.
+#[inline(never)]
+fn first_failures(rules: &[(&[u32], &[bool])], nodes: &Nodes, ids: &[NodeId], verdicts: &mut [u8]) {
+    first_failures_with(rules, nodes, ids, verdicts);
+}
+
+/// [`first_failures`] under one constraint, the usual case: with the rules a one-element array,
+/// the loop over them per node is gone.
 #[inline(never)]
 fn first_failures_of_one(
-    of_node: &[u32],
-    fails: &[bool],
+    rule: (&[u32], &[bool]),
     nodes: &Nodes,
     ids: &[NodeId],
     verdicts: &mut [u8],
 ) {
-    let n = verdicts.len().min(ids.len());
-    let (ids, verdicts) = (&ids[..n], &mut verdicts[..n]);
-    for_each_in_blocks(n, |k| {
-        let id = ids[k];
-        let value = of_node.get(id as usize).copied().unwrap_or(0);
-        verdicts[k] = if !nodes.contains(id) {
-            UNKNOWN
-        } else if value == 0 {
-            MISSING_LABEL
-        } else if fails[value as usize] {
-            SKEW
-        } else {
-            PASS
-        };
-    });
+    first_failures_with(&[rule], nodes, ids, verdicts);
 }
 
 /// What the score does with a feasible node: the host does not know it (`i64::MIN`), it lacks a
@@ -648,7 +644,7 @@ impl FilterPlugin for PodTopologySpread {
         verdicts.clear();
         verdicts.resize(ids.len(), 0);
         match rules.as_slice() {
-            [(of_node, fails)] => first_failures_of_one(of_node, fails, nodes, ids, &mut verdicts),
+            [rule] => first_failures_of_one(*rule, nodes, ids, &mut verdicts),
             _ => first_failures(&rules, nodes, ids, &mut verdicts),
         }
         let mut interned = [0u32; 3];

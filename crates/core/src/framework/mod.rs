@@ -132,8 +132,8 @@ impl PluginSpec {
 /// leave nothing more to ask the plugin for their pod (every node passes or the failing ones
 /// are listed, and no score): such a plan stands for a pod with the same parts whichever pod
 /// the instance holds, since the cycle makes no further call into it. In the `mixed` bench
-/// scenario this left out most `set-pod` calls of NodeUnschedulable, NodePorts, VolumeBinding
-/// and VolumeZone, a few microseconds each as WebAssembly.
+/// scenario this left out nearly every `set-pod` of NodeUnschedulable and some of NodeAffinity's
+/// and VolumeZone's, a few microseconds each as WebAssembly.
 struct PlanReuse {
     inner: Box<dyn PluginInstance>,
     /// The pod the instance holds (only the parts it reads) and the plan it gave for it; none
