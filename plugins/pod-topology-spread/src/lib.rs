@@ -747,11 +747,9 @@ impl ScorePlugin for PodTopologySpread {
                 mark_domains(&values[of(i)], &kinds, &mut domain);
                 by_value = vec![0i64; bound];
                 if let Some(slot) = pre.slots[i] {
-                    let of_node = columns[i].map_or(&[][..], |c| nodes.label_values(c));
-                    let eligible = &eligibility.eligible[i];
                     for (&id, n, _) in self.tallies.get(slot).per_node.iter() {
-                        let v = of_node.get(id as usize).copied().unwrap_or(0) as usize;
-                        if eligible.get(id as usize).copied().unwrap_or(false) && domain[v] {
+                        let v = columns[i].map_or(0, |c| nodes.label_value(c, id)) as usize;
+                        if eligibility.counts(i, id) && domain[v] {
                             by_value[v] += i64::from(n);
                         }
                     }
