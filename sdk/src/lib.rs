@@ -54,6 +54,7 @@ pub mod size_classes;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod testing;
 mod types;
+pub mod wire;
 
 /// Plugins built as WebAssembly allocate small blocks from free lists ([`size_classes`]).
 #[cfg(target_arch = "wasm32")]

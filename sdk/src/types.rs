@@ -30,25 +30,40 @@ const LABELS_SCAN_LIMIT: usize = 12;
 impl Labels {
     /// Builds a label set; later duplicates of a key replace earlier ones.
     pub fn new(pairs: impl IntoIterator<Item = (String, String)>) -> Self {
-        let mut pairs: Vec<(String, String)> = pairs.into_iter().collect();
+        Labels::build(pairs.into_iter().collect())
+    }
+
+    /// Builds a label set from borrowed pairs, as [`Labels::new`] does from owned ones, copying
+    /// each key and value once, into the set's buffer.
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        Labels::build(pairs.into_iter().collect())
+    }
+
+    fn build<S: AsRef<str>>(mut pairs: Vec<(S, S)>) -> Self {
         // A stable sort keeps insertion order among equal keys, so the last one wins below.
-        pairs.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut deduped: Vec<(String, String)> = Vec::with_capacity(pairs.len());
-        for pair in pairs {
-            match deduped.last_mut() {
-                Some(last) if last.0 == pair.0 => *last = pair,
-                _ => deduped.push(pair),
+        pairs.sort_by(|a, b| a.0.as_ref().cmp(b.0.as_ref()));
+        pairs.dedup_by(|later, kept| {
+            let duplicate = later.0.as_ref() == kept.0.as_ref();
+            if duplicate {
+                std::mem::swap(later, kept);
             }
-        }
+            duplicate
+        });
+        let deduped = pairs;
         let mut labels = Labels {
-            text: String::with_capacity(deduped.iter().map(|(k, v)| k.len() + v.len()).sum()),
+            text: String::with_capacity(
+                deduped
+                    .iter()
+                    .map(|(k, v)| k.as_ref().len() + v.as_ref().len())
+                    .sum(),
+            ),
             spans: Vec::with_capacity(deduped.len()),
         };
         for (key, value) in &deduped {
             let start = labels.text.len() as u32;
-            labels.text.push_str(key);
+            labels.text.push_str(key.as_ref());
             let middle = labels.text.len() as u32;
-            labels.text.push_str(value);
+            labels.text.push_str(value.as_ref());
             labels.spans.push([start, middle, labels.text.len() as u32]);
         }
         labels

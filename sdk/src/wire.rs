@@ -1,0 +1,1081 @@
+//! The byte encoding of the `encoded` interface of `wit/plugin.wit`: held-back mirror changes and
+//! the next pod in one `list<u8>`.
+//!
+//! Lowering a WIT record costs the host a look-up per field and a call into the component's
+//! allocator per string and list; a pod with affinity terms and a placed pod beside it are dozens
+//! of such calls per plugin per cycle. As bytes they are one allocation and one copy, and the
+//! guest decodes them straight into the SDK's types (a label set into one buffer, not a `String`
+//! per key and value).
+//!
+//! The encoding follows the WIT types field by field, in declaration order:
+//!
+//! - `u8`, `u16`, `u32`, `s32`, `s64`: little-endian, 1, 2, 4, 4 and 8 bytes; `bool`: one byte, 0 or 1;
+//! - `string`: its length in bytes as `u32`, then its UTF-8 bytes;
+//! - `list<T>`: its length as `u32`, then each item; `tuple<A, B>`: `A` then `B`;
+//! - `option<T>`: one byte, 0 for none, or 1 followed by `T`;
+//! - a record: its fields in order.
+//!
+//! `changes` (the input of `apply`) is a `mirror-changes` record. The input of
+//! `apply-and-set-pod` is `changes` followed by the pod: its priority (`s32`), the parts present
+//! (`pod-parts` as a `u16`, bit 0 = `identity`), then each present part in the order of the
+//! bits, as the `pod` record holds it (`identity` as a `pod-identity`, `labels` as
+//! `list<tuple<string, string>>`, ...). Nothing may follow.
+
+use crate::types::*;
+
+/// Why bytes could not be decoded: the host and the component disagree on the encoding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WireError(pub String);
+
+impl std::fmt::Display for WireError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "malformed encoded input: {}", self.0)
+    }
+}
+
+impl std::error::Error for WireError {}
+
+type Decoded<T> = Result<T, WireError>;
+
+/// Appends encoded values to a byte buffer.
+struct Writer<'a>(&'a mut Vec<u8>);
+
+impl Writer<'_> {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+
+    fn bool(&mut self, v: bool) {
+        self.0.push(v as u8);
+    }
+
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+
+    fn i32(&mut self, v: i32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+
+    fn i64(&mut self, v: i64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+
+    fn len(&mut self, n: usize) {
+        let n = u32::try_from(n).expect("a list or string of more than 4 GiB");
+        self.u32(n);
+    }
+
+    fn str(&mut self, s: &str) {
+        self.len(s.len());
+        self.0.extend_from_slice(s.as_bytes());
+    }
+
+    fn strs(&mut self, list: &[String]) {
+        self.len(list.len());
+        for s in list {
+            self.str(s);
+        }
+    }
+
+    fn option<T>(&mut self, v: Option<&T>, put: impl FnOnce(&mut Self, &T)) {
+        match v {
+            None => self.u8(0),
+            Some(v) => {
+                self.u8(1);
+                put(self, v);
+            }
+        }
+    }
+
+    fn opt_str(&mut self, v: Option<&String>) {
+        self.option(v, |w, s| w.str(s));
+    }
+
+    fn list<T>(&mut self, items: &[T], mut put: impl FnMut(&mut Self, &T)) {
+        self.len(items.len());
+        for item in items {
+            put(self, item);
+        }
+    }
+
+    fn labels(&mut self, labels: &Labels) {
+        self.len(labels.len());
+        for (key, value) in labels.iter() {
+            self.str(key);
+            self.str(value);
+        }
+    }
+
+    fn resources(&mut self, r: &Resources) {
+        self.i64(r.milli_cpu);
+        self.i64(r.memory);
+        self.i64(r.ephemeral_storage);
+        self.i64(r.pods);
+        self.list(&r.scalar, |w, (name, amount)| {
+            w.str(name);
+            w.i64(*amount);
+        });
+    }
+
+    fn usage(&mut self, u: &NodeUsage) {
+        self.resources(&u.requested);
+        self.resources(&u.non_zero_requested);
+        self.u32(u.pod_count);
+    }
+
+    fn requirements(&mut self, list: &[NodeSelectorRequirement]) {
+        self.list(list, |w, r| {
+            w.str(&r.key);
+            w.str(&r.operator);
+            w.strs(&r.values);
+        });
+    }
+
+    fn term(&mut self, t: &NodeSelectorTerm) {
+        self.requirements(&t.match_expressions);
+        self.requirements(&t.match_fields);
+    }
+
+    fn terms(&mut self, terms: &[NodeSelectorTerm]) {
+        self.list(terms, Self::term);
+    }
+
+    fn label_selector(&mut self, s: &LabelSelector) {
+        self.labels(&s.match_labels);
+        self.list(&s.match_expressions, |w, r| {
+            w.str(&r.key);
+            w.str(&r.operator);
+            w.strs(&r.values);
+        });
+    }
+
+    fn affinity_term(&mut self, t: &PodAffinityTerm) {
+        self.option(t.label_selector.as_ref(), Self::label_selector);
+        self.strs(&t.namespaces);
+        self.option(t.namespace_selector.as_ref(), Self::label_selector);
+        self.str(&t.topology_key);
+    }
+
+    fn weighted_terms(&mut self, terms: &[WeightedPodAffinityTerm]) {
+        self.list(terms, |w, t| {
+            w.i32(t.weight);
+            w.affinity_term(&t.term);
+        });
+    }
+
+    fn pod_affinity(&mut self, a: &PodAffinity) {
+        self.list(&a.required_affinity, Self::affinity_term);
+        self.weighted_terms(&a.preferred_affinity);
+        self.list(&a.required_anti_affinity, Self::affinity_term);
+        self.weighted_terms(&a.preferred_anti_affinity);
+    }
+
+    fn host_ports(&mut self, ports: &[HostPort]) {
+        self.list(ports, |w, p| {
+            w.str(&p.host_ip);
+            w.str(&p.protocol);
+            w.i32(p.port);
+        });
+    }
+
+    fn existing_pod(&mut self, p: &ExistingPod) {
+        self.u32(p.node);
+        self.str(&p.namespace);
+        self.labels(&p.labels);
+        self.bool(p.terminating);
+        self.pod_affinity(&p.pod_affinity);
+        self.host_ports(&p.host_ports);
+    }
+
+    fn volume(&mut self, pv: &VolumeInfo) {
+        self.str(&pv.name);
+        self.labels(&pv.labels);
+        self.str(&pv.storage_class_name);
+        self.i64(pv.capacity);
+        self.strs(&pv.access_modes);
+        self.str(&pv.volume_mode);
+        self.opt_str(pv.volume_attributes_class_name.as_ref());
+        self.str(&pv.phase);
+        self.bool(pv.deleting);
+        self.option(pv.claim_ref.as_ref(), |w, r| {
+            w.str(&r.namespace);
+            w.str(&r.name);
+            w.str(&r.uid);
+        });
+        self.option(pv.node_affinity.as_ref(), |w, terms| w.terms(terms));
+    }
+
+    fn claim(&mut self, c: &ClaimInfo) {
+        self.str(&c.volume_name);
+        self.str(&c.storage_class_name);
+        self.option(c.storage_class.as_ref(), |w, s| {
+            w.str(&s.name);
+            w.opt_str(s.volume_binding_mode.as_ref());
+            w.str(&s.provisioner);
+            w.terms(&s.allowed_topologies);
+        });
+        self.option(c.volume.as_ref(), Self::volume);
+        self.str(&c.uid);
+        self.str(&c.phase);
+        self.bool(c.deleting);
+        self.bool(c.bind_completed);
+        self.opt_str(c.selected_node.as_ref());
+        self.i64(c.requested_storage);
+        self.strs(&c.access_modes);
+        self.str(&c.volume_mode);
+        self.opt_str(c.volume_attributes_class_name.as_ref());
+        self.option(c.selector.as_ref(), Self::label_selector);
+    }
+
+    fn pod(&mut self, p: &Pod, parts: PodParts) {
+        self.i32(p.priority);
+        self.0.extend_from_slice(&parts.bits().to_le_bytes());
+        let part = |wanted| parts.contains(wanted);
+        if part(PodParts::IDENTITY) {
+            self.str(&p.namespace);
+            self.str(&p.name);
+            self.str(&p.uid);
+            self.str(&p.scheduler_name);
+        }
+        if part(PodParts::LABELS) {
+            self.labels(&p.labels);
+        }
+        if part(PodParts::ANNOTATIONS) {
+            self.labels(&p.annotations);
+        }
+        if part(PodParts::NODE_NAME) {
+            self.str(&p.node_name);
+        }
+        if part(PodParts::NODE_SELECTION) {
+            self.labels(&p.node_selector);
+            self.option(p.node_affinity.as_ref(), |w, a| {
+                w.option(a.required.as_ref(), |w, terms| w.terms(terms));
+                w.list(&a.preferred, |w, p| {
+                    w.i32(p.weight);
+                    w.term(&p.preference);
+                });
+            });
+        }
+        if part(PodParts::TOLERATIONS) {
+            self.list(&p.tolerations, |w, t| {
+                w.str(&t.key);
+                w.str(&t.operator);
+                w.str(&t.value);
+                w.str(&t.effect);
+                w.option(t.toleration_seconds.as_ref(), |w, s| w.i64(*s));
+            });
+        }
+        if part(PodParts::REQUESTS) {
+            self.resources(&p.requests);
+            self.resources(&p.non_zero_requests);
+        }
+        if part(PodParts::VOLUME_CLAIMS) {
+            self.list(&p.volume_claims, |w, v| {
+                w.str(&v.volume);
+                w.str(&v.claim_name);
+                w.bool(v.ephemeral);
+                w.option(v.claim.as_ref(), Self::claim);
+            });
+        }
+        if part(PodParts::CONTAINERS) {
+            self.list(&p.containers, |w, c| {
+                w.str(&c.name);
+                w.str(&c.image);
+            });
+        }
+        if part(PodParts::POD_AFFINITY) {
+            self.pod_affinity(&p.pod_affinity);
+        }
+        if part(PodParts::HOST_PORTS) {
+            self.host_ports(&p.host_ports);
+        }
+        if part(PodParts::TOPOLOGY_SPREAD) {
+            self.list(&p.topology_spread_constraints, |w, c| {
+                w.i32(c.max_skew);
+                w.str(&c.topology_key);
+                w.str(&c.when_unsatisfiable);
+                w.option(c.label_selector.as_ref(), Self::label_selector);
+                w.option(c.min_domains.as_ref(), |w, m| w.i32(*m));
+                w.str(&c.node_affinity_policy);
+                w.str(&c.node_taints_policy);
+                w.strs(&c.match_label_keys);
+            });
+            self.option(p.default_spread_selector.as_ref(), Self::label_selector);
+        }
+    }
+}
+
+/// Mirror changes held back by the host, already encoded: removals, upserts and usage updates
+/// each in their own section, joined in that order by [`HeldChanges::write`].
+#[derive(Default)]
+pub struct HeldChanges {
+    removed: Vec<u8>,
+    removed_count: u32,
+    upserted: Vec<u8>,
+    upserted_count: u32,
+    usage: Vec<u8>,
+    usage_count: u32,
+}
+
+impl HeldChanges {
+    /// Holds the removal of pod `id`.
+    pub fn remove_pod(&mut self, id: PodId) {
+        Writer(&mut self.removed).u32(id);
+        self.removed_count += 1;
+    }
+
+    /// Holds the upsert of pod `id`.
+    pub fn upsert_pod(&mut self, id: PodId, pod: &ExistingPod) {
+        let mut w = Writer(&mut self.upserted);
+        w.u32(id);
+        w.existing_pod(pod);
+        self.upserted_count += 1;
+    }
+
+    /// Holds the usage of node `id`.
+    pub fn update_usage(&mut self, id: NodeId, usage: &NodeUsage) {
+        let mut w = Writer(&mut self.usage);
+        w.u32(id);
+        w.usage(usage);
+        self.usage_count += 1;
+    }
+
+    /// Number of changes held.
+    pub fn count(&self) -> usize {
+        (self.removed_count + self.upserted_count + self.usage_count) as usize
+    }
+
+    /// True when nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.count() == 0
+    }
+
+    /// True when a pod upsert is held.
+    pub fn has_upserts(&self) -> bool {
+        self.upserted_count > 0
+    }
+
+    /// True when a usage update is held.
+    pub fn has_usage(&self) -> bool {
+        self.usage_count > 0
+    }
+
+    /// Appends what is held to `out` as a `mirror-changes` record, and empties it.
+    pub fn write(&mut self, out: &mut Vec<u8>) {
+        for (count, section) in [
+            (&mut self.removed_count, &mut self.removed),
+            (&mut self.upserted_count, &mut self.upserted),
+            (&mut self.usage_count, &mut self.usage),
+        ] {
+            Writer(out).u32(*count);
+            out.extend_from_slice(section);
+            *count = 0;
+            section.clear();
+        }
+    }
+}
+
+/// Appends the parts of `pod` in `parts` to `out`, after the changes of an `apply-and-set-pod`
+/// input.
+pub fn write_pod(out: &mut Vec<u8>, pod: &Pod, parts: PodParts) {
+    Writer(out).pod(pod, parts);
+}
+
+/// Decoded `mirror-changes`, to apply in this order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MirrorChanges {
+    /// Pods to remove.
+    pub removed_pods: Vec<PodId>,
+    /// Pods to add or replace.
+    pub upserted_pods: Vec<(PodId, ExistingPod)>,
+    /// Node usage to replace.
+    pub usage: Vec<(NodeId, NodeUsage)>,
+}
+
+/// Reads encoded values from a byte slice.
+pub struct Reader<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    /// A reader of `bytes` from their start.
+    pub fn new(bytes: &'a [u8]) -> Self {
+        Reader { rest: bytes }
+    }
+
+    /// Fails unless every byte was read.
+    pub fn finish(self) -> Decoded<()> {
+        match self.rest.len() {
+            0 => Ok(()),
+            n => Err(WireError(format!("{n} bytes left over"))),
+        }
+    }
+
+    fn take(&mut self, n: usize) -> Decoded<&'a [u8]> {
+        if self.rest.len() < n {
+            return Err(WireError(format!(
+                "{n} bytes wanted, {} left",
+                self.rest.len()
+            )));
+        }
+        let (head, tail) = self.rest.split_at(n);
+        self.rest = tail;
+        Ok(head)
+    }
+
+    fn array<const N: usize>(&mut self) -> Decoded<[u8; N]> {
+        let bytes = self.take(N)?;
+        Ok(bytes.try_into().expect("take returns N bytes"))
+    }
+
+    fn u8(&mut self) -> Decoded<u8> {
+        Ok(self.array::<1>()?[0])
+    }
+
+    fn bool(&mut self) -> Decoded<bool> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            other => Err(WireError(format!("bool {other}"))),
+        }
+    }
+
+    fn u32(&mut self) -> Decoded<u32> {
+        self.array().map(u32::from_le_bytes)
+    }
+
+    fn i32(&mut self) -> Decoded<i32> {
+        self.array().map(i32::from_le_bytes)
+    }
+
+    fn i64(&mut self) -> Decoded<i64> {
+        self.array().map(i64::from_le_bytes)
+    }
+
+    /// A list's length, refused when even one byte per item would overrun the input (so garbage
+    /// cannot make the decoder reserve gigabytes).
+    fn len(&mut self) -> Decoded<usize> {
+        let n = self.u32()? as usize;
+        if n > self.rest.len() {
+            return Err(WireError(format!(
+                "a length of {n} with {} bytes left",
+                self.rest.len()
+            )));
+        }
+        Ok(n)
+    }
+
+    fn str(&mut self) -> Decoded<&'a str> {
+        let n = self.len()?;
+        std::str::from_utf8(self.take(n)?).map_err(|e| WireError(format!("string: {e}")))
+    }
+
+    fn string(&mut self) -> Decoded<String> {
+        self.str().map(str::to_string)
+    }
+
+    fn strings(&mut self) -> Decoded<Vec<String>> {
+        self.list(Self::string)
+    }
+
+    fn option<T>(&mut self, get: impl FnOnce(&mut Self) -> Decoded<T>) -> Decoded<Option<T>> {
+        match self.u8()? {
+            0 => Ok(None),
+            1 => get(self).map(Some),
+            other => Err(WireError(format!("option tag {other}"))),
+        }
+    }
+
+    fn opt_string(&mut self) -> Decoded<Option<String>> {
+        self.option(Self::string)
+    }
+
+    fn list<T>(&mut self, mut get: impl FnMut(&mut Self) -> Decoded<T>) -> Decoded<Vec<T>> {
+        let n = self.len()?;
+        let mut items = Vec::with_capacity(n);
+        for _ in 0..n {
+            items.push(get(self)?);
+        }
+        Ok(items)
+    }
+
+    fn labels(&mut self) -> Decoded<Labels> {
+        let n = self.len()?;
+        let mut pairs = Vec::with_capacity(n);
+        for _ in 0..n {
+            pairs.push((self.str()?, self.str()?));
+        }
+        Ok(Labels::from_pairs(pairs))
+    }
+
+    fn resources(&mut self) -> Decoded<Resources> {
+        Ok(Resources {
+            milli_cpu: self.i64()?,
+            memory: self.i64()?,
+            ephemeral_storage: self.i64()?,
+            pods: self.i64()?,
+            scalar: self.list(|r| Ok((r.string()?, r.i64()?)))?,
+        })
+    }
+
+    fn usage(&mut self) -> Decoded<NodeUsage> {
+        Ok(NodeUsage {
+            requested: self.resources()?,
+            non_zero_requested: self.resources()?,
+            pod_count: self.u32()?,
+        })
+    }
+
+    fn requirements(&mut self) -> Decoded<Vec<NodeSelectorRequirement>> {
+        self.list(|r| {
+            Ok(NodeSelectorRequirement {
+                key: r.string()?,
+                operator: r.string()?,
+                values: r.strings()?,
+            })
+        })
+    }
+
+    fn term(&mut self) -> Decoded<NodeSelectorTerm> {
+        Ok(NodeSelectorTerm {
+            match_expressions: self.requirements()?,
+            match_fields: self.requirements()?,
+        })
+    }
+
+    fn terms(&mut self) -> Decoded<Vec<NodeSelectorTerm>> {
+        self.list(Self::term)
+    }
+
+    fn label_selector(&mut self) -> Decoded<LabelSelector> {
+        Ok(LabelSelector {
+            match_labels: self.labels()?,
+            match_expressions: self.list(|r| {
+                Ok(LabelSelectorRequirement {
+                    key: r.string()?,
+                    operator: r.string()?,
+                    values: r.strings()?,
+                })
+            })?,
+        })
+    }
+
+    fn affinity_term(&mut self) -> Decoded<PodAffinityTerm> {
+        Ok(PodAffinityTerm {
+            label_selector: self.option(Self::label_selector)?,
+            namespaces: self.strings()?,
+            namespace_selector: self.option(Self::label_selector)?,
+            topology_key: self.string()?,
+        })
+    }
+
+    fn weighted_terms(&mut self) -> Decoded<Vec<WeightedPodAffinityTerm>> {
+        self.list(|r| {
+            Ok(WeightedPodAffinityTerm {
+                weight: r.i32()?,
+                term: r.affinity_term()?,
+            })
+        })
+    }
+
+    fn pod_affinity(&mut self) -> Decoded<PodAffinity> {
+        Ok(PodAffinity {
+            required_affinity: self.list(Self::affinity_term)?,
+            preferred_affinity: self.weighted_terms()?,
+            required_anti_affinity: self.list(Self::affinity_term)?,
+            preferred_anti_affinity: self.weighted_terms()?,
+        })
+    }
+
+    fn host_ports(&mut self) -> Decoded<Vec<HostPort>> {
+        self.list(|r| {
+            Ok(HostPort {
+                host_ip: r.string()?,
+                protocol: r.string()?,
+                port: r.i32()?,
+            })
+        })
+    }
+
+    fn existing_pod(&mut self) -> Decoded<ExistingPod> {
+        Ok(ExistingPod {
+            node: self.u32()?,
+            namespace: self.string()?,
+            labels: self.labels()?,
+            terminating: self.bool()?,
+            pod_affinity: self.pod_affinity()?,
+            host_ports: self.host_ports()?,
+        })
+    }
+
+    fn volume(&mut self) -> Decoded<VolumeInfo> {
+        Ok(VolumeInfo {
+            name: self.string()?,
+            labels: self.labels()?,
+            storage_class_name: self.string()?,
+            capacity: self.i64()?,
+            access_modes: self.strings()?,
+            volume_mode: self.string()?,
+            volume_attributes_class_name: self.opt_string()?,
+            phase: self.string()?,
+            deleting: self.bool()?,
+            claim_ref: self.option(|r| {
+                Ok(ClaimRef {
+                    namespace: r.string()?,
+                    name: r.string()?,
+                    uid: r.string()?,
+                })
+            })?,
+            node_affinity: self.option(Self::terms)?,
+        })
+    }
+
+    fn claim(&mut self) -> Decoded<ClaimInfo> {
+        Ok(ClaimInfo {
+            volume_name: self.string()?,
+            storage_class_name: self.string()?,
+            storage_class: self.option(|r| {
+                Ok(StorageClassInfo {
+                    name: r.string()?,
+                    volume_binding_mode: r.opt_string()?,
+                    provisioner: r.string()?,
+                    allowed_topologies: r.terms()?,
+                })
+            })?,
+            volume: self.option(Self::volume)?,
+            uid: self.string()?,
+            phase: self.string()?,
+            deleting: self.bool()?,
+            bind_completed: self.bool()?,
+            selected_node: self.opt_string()?,
+            requested_storage: self.i64()?,
+            access_modes: self.strings()?,
+            volume_mode: self.string()?,
+            volume_attributes_class_name: self.opt_string()?,
+            selector: self.option(Self::label_selector)?,
+        })
+    }
+
+    /// A `mirror-changes` record.
+    pub fn changes(&mut self) -> Decoded<MirrorChanges> {
+        Ok(MirrorChanges {
+            removed_pods: self.list(Self::u32)?,
+            upserted_pods: self.list(|r| Ok((r.u32()?, r.existing_pod()?)))?,
+            usage: self.list(|r| Ok((r.u32()?, r.usage()?)))?,
+        })
+    }
+
+    /// A pod as [`write_pod`] wrote it: the parts it lacks are left empty, as
+    /// [`Pod::with_parts`] leaves them.
+    pub fn pod(&mut self) -> Decoded<Pod> {
+        let mut pod = Pod {
+            priority: self.i32()?,
+            ..Pod::default()
+        };
+        let bits = u16::from_le_bytes(self.array()?);
+        let parts = PodParts::from_bits(bits);
+        if parts.bits() != bits {
+            return Err(WireError(format!("unknown pod parts {bits:#x}")));
+        }
+        let part = |wanted| parts.contains(wanted);
+        if part(PodParts::IDENTITY) {
+            pod.namespace = self.string()?;
+            pod.name = self.string()?;
+            pod.uid = self.string()?;
+            pod.scheduler_name = self.string()?;
+        }
+        if part(PodParts::LABELS) {
+            pod.labels = self.labels()?;
+        }
+        if part(PodParts::ANNOTATIONS) {
+            pod.annotations = self.labels()?;
+        }
+        if part(PodParts::NODE_NAME) {
+            pod.node_name = self.string()?;
+        }
+        if part(PodParts::NODE_SELECTION) {
+            pod.node_selector = self.labels()?;
+            pod.node_affinity = self.option(|r| {
+                Ok(NodeAffinity {
+                    required: r.option(Self::terms)?,
+                    preferred: r.list(|r| {
+                        Ok(PreferredSchedulingTerm {
+                            weight: r.i32()?,
+                            preference: r.term()?,
+                        })
+                    })?,
+                })
+            })?;
+        }
+        if part(PodParts::TOLERATIONS) {
+            pod.tolerations = self.list(|r| {
+                Ok(Toleration {
+                    key: r.string()?,
+                    operator: r.string()?,
+                    value: r.string()?,
+                    effect: r.string()?,
+                    toleration_seconds: r.option(Self::i64)?,
+                })
+            })?;
+        }
+        if part(PodParts::REQUESTS) {
+            pod.requests = self.resources()?;
+            pod.non_zero_requests = self.resources()?;
+        }
+        if part(PodParts::VOLUME_CLAIMS) {
+            pod.volume_claims = self.list(|r| {
+                Ok(VolumeClaim {
+                    volume: r.string()?,
+                    claim_name: r.string()?,
+                    ephemeral: r.bool()?,
+                    claim: r.option(Self::claim)?,
+                })
+            })?;
+        }
+        if part(PodParts::CONTAINERS) {
+            pod.containers = self.list(|r| {
+                Ok(Container {
+                    name: r.string()?,
+                    image: r.string()?,
+                })
+            })?;
+        }
+        if part(PodParts::POD_AFFINITY) {
+            pod.pod_affinity = self.pod_affinity()?;
+        }
+        if part(PodParts::HOST_PORTS) {
+            pod.host_ports = self.host_ports()?;
+        }
+        if part(PodParts::TOPOLOGY_SPREAD) {
+            pod.topology_spread_constraints = self.list(|r| {
+                Ok(TopologySpreadConstraint {
+                    max_skew: r.i32()?,
+                    topology_key: r.string()?,
+                    when_unsatisfiable: r.string()?,
+                    label_selector: r.option(Self::label_selector)?,
+                    min_domains: r.option(Self::i32)?,
+                    node_affinity_policy: r.string()?,
+                    node_taints_policy: r.string()?,
+                    match_label_keys: r.strings()?,
+                })
+            })?;
+            pod.default_spread_selector = self.option(Self::label_selector)?;
+        }
+        Ok(pod)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> Labels {
+        Labels::from_pairs(pairs.iter().copied())
+    }
+
+    fn selector(app: &str) -> LabelSelector {
+        LabelSelector {
+            match_labels: labels(&[("app", app), ("tier", "web")]),
+            match_expressions: vec![LabelSelectorRequirement {
+                key: "track".into(),
+                operator: "NotIn".into(),
+                values: vec!["canary".into(), "dev".into()],
+            }],
+        }
+    }
+
+    fn term(n: u8) -> NodeSelectorTerm {
+        let requirement = |key: &str| NodeSelectorRequirement {
+            key: key.into(),
+            operator: "In".into(),
+            values: vec![format!("v{n}"), "ü".into()],
+        };
+        NodeSelectorTerm {
+            match_expressions: vec![requirement("zone"), requirement("disk")],
+            match_fields: vec![requirement("metadata.name")],
+        }
+    }
+
+    fn affinity(n: i32) -> PodAffinity {
+        let term = |key: &str| PodAffinityTerm {
+            label_selector: Some(selector(key)),
+            namespaces: vec!["a".into(), format!("ns{n}")],
+            namespace_selector: Some(LabelSelector::default()),
+            topology_key: key.into(),
+        };
+        PodAffinity {
+            required_affinity: vec![term("zone"), term("rack")],
+            preferred_affinity: vec![WeightedPodAffinityTerm {
+                weight: n,
+                term: term("region"),
+            }],
+            required_anti_affinity: vec![PodAffinityTerm {
+                label_selector: None,
+                namespace_selector: None,
+                ..term("host")
+            }],
+            preferred_anti_affinity: vec![WeightedPodAffinityTerm {
+                weight: -n,
+                term: term("host"),
+            }],
+        }
+    }
+
+    fn resources(n: i64) -> Resources {
+        Resources {
+            milli_cpu: n,
+            memory: n << 30,
+            ephemeral_storage: -n,
+            pods: i64::MAX - n,
+            scalar: vec![("example.com/a".into(), n), ("nvidia.com/gpu".into(), 2)],
+        }
+    }
+
+    fn volume() -> VolumeInfo {
+        VolumeInfo {
+            name: "pv-1".into(),
+            labels: labels(&[("zone", "a")]),
+            storage_class_name: "fast".into(),
+            capacity: 1 << 40,
+            access_modes: vec!["ReadWriteOnce".into()],
+            volume_mode: "Block".into(),
+            volume_attributes_class_name: Some("gold".into()),
+            phase: "Available".into(),
+            deleting: true,
+            claim_ref: Some(ClaimRef {
+                namespace: "ns".into(),
+                name: "data".into(),
+                uid: "u-9".into(),
+            }),
+            node_affinity: Some(vec![term(4)]),
+        }
+    }
+
+    /// A pod with something other than the default in every field a part carries.
+    fn full_pod() -> Pod {
+        Pod {
+            namespace: "ns".into(),
+            name: "web-0".into(),
+            uid: "u-1".into(),
+            scheduler_name: "default-scheduler".into(),
+            priority: -7,
+            labels: labels(&[("app", "web"), ("tier", "front")]),
+            annotations: labels(&[("note", "")]),
+            node_name: "n3".into(),
+            node_selector: labels(&[("disk", "ssd")]),
+            node_affinity: Some(NodeAffinity {
+                required: Some(vec![term(1), NodeSelectorTerm::default()]),
+                preferred: vec![PreferredSchedulingTerm {
+                    weight: 5,
+                    preference: term(2),
+                }],
+            }),
+            tolerations: vec![
+                Toleration {
+                    key: "k".into(),
+                    operator: "Equal".into(),
+                    value: "v".into(),
+                    effect: "NoExecute".into(),
+                    toleration_seconds: Some(-30),
+                },
+                Toleration::default(),
+            ],
+            requests: resources(500),
+            non_zero_requests: resources(600),
+            volume_claims: vec![
+                VolumeClaim {
+                    volume: "data".into(),
+                    claim_name: "web-0-data".into(),
+                    ephemeral: true,
+                    claim: Some(ClaimInfo {
+                        volume_name: "pv-1".into(),
+                        storage_class_name: "fast".into(),
+                        storage_class: Some(StorageClassInfo {
+                            name: "fast".into(),
+                            volume_binding_mode: Some("WaitForFirstConsumer".into()),
+                            provisioner: "csi.example.com".into(),
+                            allowed_topologies: vec![term(3)],
+                        }),
+                        volume: Some(volume()),
+                        uid: "c-1".into(),
+                        phase: "Bound".into(),
+                        deleting: true,
+                        bind_completed: true,
+                        selected_node: Some("n1".into()),
+                        requested_storage: 1 << 30,
+                        access_modes: vec!["ReadWriteOncePod".into()],
+                        volume_mode: "Filesystem".into(),
+                        volume_attributes_class_name: Some("silver".into()),
+                        selector: Some(selector("db")),
+                    }),
+                },
+                VolumeClaim::default(),
+            ],
+            containers: vec![Container {
+                name: "main".into(),
+                image: "nginx:1".into(),
+            }],
+            pod_affinity: affinity(9),
+            host_ports: vec![HostPort {
+                host_ip: "10.0.0.1".into(),
+                protocol: "UDP".into(),
+                port: 53,
+            }],
+            topology_spread_constraints: vec![TopologySpreadConstraint {
+                max_skew: 2,
+                topology_key: "zone".into(),
+                when_unsatisfiable: "ScheduleAnyway".into(),
+                label_selector: Some(selector("web")),
+                min_domains: Some(3),
+                node_affinity_policy: "Ignore".into(),
+                node_taints_policy: "Honor".into(),
+                match_label_keys: vec!["pod-template-hash".into()],
+            }],
+            default_spread_selector: Some(selector("svc")),
+            terminating: true,
+            nominated_node_name: "n9".into(),
+            ..Pod::default()
+        }
+    }
+
+    fn changes() -> MirrorChanges {
+        MirrorChanges {
+            removed_pods: vec![4, 0, u32::MAX],
+            upserted_pods: vec![
+                (
+                    2,
+                    ExistingPod {
+                        node: 7,
+                        namespace: "ns".into(),
+                        labels: labels(&[("app", "db")]),
+                        terminating: true,
+                        pod_affinity: affinity(3),
+                        host_ports: vec![HostPort::default()],
+                    },
+                ),
+                (3, ExistingPod::default()),
+            ],
+            usage: vec![(
+                1,
+                NodeUsage {
+                    requested: resources(1),
+                    non_zero_requested: resources(2),
+                    pod_count: 3,
+                },
+            )],
+        }
+    }
+
+    fn encode(changes: &MirrorChanges, pod: &Pod, parts: PodParts) -> Vec<u8> {
+        let mut held = HeldChanges::default();
+        for &id in &changes.removed_pods {
+            held.remove_pod(id);
+        }
+        for (id, pod) in &changes.upserted_pods {
+            held.upsert_pod(*id, pod);
+        }
+        for (id, usage) in &changes.usage {
+            held.update_usage(*id, usage);
+        }
+        assert_eq!(held.count(), 6);
+        let mut out = Vec::new();
+        held.write(&mut out);
+        assert!(held.is_empty(), "writing empties what is held");
+        write_pod(&mut out, pod, parts);
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Decoded<(MirrorChanges, Pod)> {
+        let mut reader = Reader::new(bytes);
+        let decoded = (reader.changes()?, reader.pod()?);
+        reader.finish()?;
+        Ok(decoded)
+    }
+
+    #[test]
+    fn changes_and_every_choice_of_parts_decode_to_what_was_encoded() {
+        let pod = full_pod();
+        for bits in 0..=PodParts::ALL.bits() {
+            let parts = PodParts::from_bits(bits);
+            let bytes = encode(&changes(), &pod, parts);
+            let (changes, decoded) = decode(&bytes).unwrap();
+            assert_eq!(changes, self::changes());
+            assert_eq!(decoded, pod.with_parts(parts), "parts {bits:#x}");
+        }
+    }
+
+    #[test]
+    fn a_held_change_list_can_be_written_again_after_it_was_emptied() {
+        let mut held = HeldChanges::default();
+        held.remove_pod(1);
+        held.write(&mut Vec::new());
+        held.update_usage(5, &NodeUsage::default());
+        assert!(held.has_usage() && !held.has_upserts());
+        let mut out = Vec::new();
+        held.write(&mut out);
+        let changes = Reader::new(&out).changes().unwrap();
+        assert_eq!(changes.removed_pods, Vec::<u32>::new());
+        assert_eq!(changes.usage, vec![(5, NodeUsage::default())]);
+    }
+
+    #[test]
+    fn every_truncation_and_trailing_byte_is_refused() {
+        let bytes = encode(&changes(), &full_pod(), PodParts::ALL);
+        for end in 0..bytes.len() {
+            assert!(decode(&bytes[..end]).is_err(), "cut at {end}");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert_eq!(
+            decode(&longer).unwrap_err(),
+            WireError("1 bytes left over".into())
+        );
+    }
+
+    #[test]
+    fn garbage_is_refused_without_reserving_its_lengths() {
+        let mut huge = Vec::new();
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert!(Reader::new(&huge).changes().is_err());
+
+        let mut bad_utf8 = Vec::new();
+        Writer(&mut bad_utf8).u32(2);
+        bad_utf8.extend_from_slice(&[0xff, 0xfe]);
+        assert!(Reader::new(&bad_utf8)
+            .str()
+            .unwrap_err()
+            .0
+            .contains("string"));
+
+        assert_eq!(
+            Reader::new(&[2]).bool().unwrap_err(),
+            WireError("bool 2".into())
+        );
+        assert_eq!(
+            Reader::new(&[9]).option(Reader::u8).unwrap_err(),
+            WireError("option tag 9".into())
+        );
+
+        let mut unknown_part = Vec::new();
+        Writer(&mut unknown_part).i32(0);
+        unknown_part.extend_from_slice(&(1u16 << 15).to_le_bytes());
+        assert!(Reader::new(&unknown_part).pod().is_err());
+    }
+
+    #[test]
+    fn labels_from_borrowed_pairs_sort_and_keep_the_last_duplicate() {
+        let built = Labels::from_pairs([("b", "1"), ("a", "2"), ("b", "3"), ("c", "")]);
+        let pairs: Vec<(&str, &str)> = built.iter().collect();
+        assert_eq!(pairs, vec![("a", "2"), ("b", "3"), ("c", "")]);
+        assert_eq!(
+            built,
+            Labels::new([
+                ("b".to_string(), "1".to_string()),
+                ("a".to_string(), "2".to_string()),
+                ("b".to_string(), "3".to_string()),
+                ("c".to_string(), String::new()),
+            ])
+        );
+    }
+}
