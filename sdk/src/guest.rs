@@ -1,5 +1,5 @@
-//! Component glue (wasm32 only): the exports of the `batched-plugin` world (the `plugin` world and
-//! `apply-and-set-pod`), converting between the generated WIT types and the SDK's types and
+//! Component glue (wasm32 only): the exports of the `encoded-plugin` world (the `plugin` world,
+//! `apply-and-set-pod`, and the same with its input as bytes), converting between the generated WIT types and the SDK's types and
 //! delegating to one [`Driver`] per component instance.
 
 use std::any::Any;
@@ -13,7 +13,7 @@ use crate::{Driver, Exported};
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../wit",
-        world: "batched-plugin",
+        world: "encoded-plugin",
         pub_export_macro: true,
         export_macro_name: "__export_plugin_world",
         default_bindings_module: "wasched_sdk::guest::bindings",
@@ -117,6 +117,38 @@ impl<P: Exported> bindings::exports::wasched::plugin::batched::Guest for Compone
         <Self as bindings::Guest>::upsert_pods(changes.upserted_pods);
         <Self as bindings::Guest>::update_usage(changes.usage);
         <Self as bindings::Guest>::set_pod(pod)
+    }
+}
+
+/// Applies decoded mirror changes in the order `apply-and-set-pod` promises.
+fn apply<P: Exported>(changes: crate::wire::MirrorChanges) {
+    let driver = driver::<P>();
+    driver.remove_pods(&changes.removed_pods);
+    driver.upsert_pods(changes.upserted_pods);
+    driver.update_usage(changes.usage);
+}
+
+/// The host encodes what it sends with the same `wire` module, so bytes that do not decode are
+/// a host bug: the call traps with the reason, and the host reports it as the plugin's failure.
+fn decoded<T>(value: Result<T, crate::wire::WireError>) -> T {
+    value.unwrap_or_else(|e| panic!("{e}"))
+}
+
+impl<P: Exported> bindings::exports::wasched::plugin::encoded::Guest for Component<P> {
+    fn apply(changes: Vec<u8>) {
+        let mut reader = crate::wire::Reader::new(&changes);
+        let changes = decoded(reader.changes());
+        decoded(reader.finish());
+        apply::<P>(changes);
+    }
+
+    fn apply_and_set_pod(input: Vec<u8>) -> wit::PodPlan {
+        let mut reader = crate::wire::Reader::new(&input);
+        let changes = decoded(reader.changes());
+        let pod = decoded(reader.pod());
+        decoded(reader.finish());
+        apply::<P>(changes);
+        driver::<P>().set_pod(pod).into()
     }
 }
 

@@ -10,10 +10,11 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use wasmtime::component::{Component, Instance, InstancePre, Linker, TypedFunc};
+use wasmtime::component::{Component, Func, Instance, InstancePre, Linker, TypedFunc};
 use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
 
 use wasched_sdk as sdk;
+use wasched_sdk::wire;
 
 use wasched_core::runtime::{
     check_len, CallError, FailureKind, LoadError, PluginFactory, PluginInstance,
@@ -445,6 +446,7 @@ impl ComponentFactory {
         let init_trapped =
             |e: wasmtime::Error| LoadError(format!("plugin {}: init trapped: {e:#}", self.name));
         let mut batched = None;
+        let mut encoded = None;
         let (exports, descriptor) = match &self.pre {
             Pre::Current(pre) => {
                 let instance = pre
@@ -456,6 +458,12 @@ impl ComponentFactory {
                 batched = batched_export(&mut store, &instance).map_err(|e| {
                     LoadError(format!(
                         "plugin {}: exports {BATCHED_INTERFACE} with the wrong type: {e:#}",
+                        self.name
+                    ))
+                })?;
+                encoded = encoded_exports(&mut store, &instance).map_err(|e| {
+                    LoadError(format!(
+                        "plugin {}: exports {ENCODED_INTERFACE} with the wrong type: {e:#}",
                         self.name
                     ))
                 })?;
@@ -499,6 +507,9 @@ impl ComponentFactory {
             mirrored: 0,
             batched,
             held: HeldChanges::default(),
+            encoded,
+            held_encoded: wire::HeldChanges::default(),
+            input: Vec::new(),
             calls: 0,
         })
     }
@@ -519,8 +530,15 @@ struct ComponentInstance {
     mirrored: usize,
     /// `apply-and-set-pod`, when the component exports [`BATCHED_INTERFACE`].
     batched: Option<BatchedSetPod>,
-    /// Pod and usage updates held back for the next `set-pod` (only with `batched`).
+    /// Pod and usage updates held back for the next `set-pod` (only with `batched` and without
+    /// `encoded`).
     held: HeldChanges,
+    /// The exports of [`ENCODED_INTERFACE`], which the host prefers to `batched` and `set-pod`.
+    encoded: Option<EncodedExports>,
+    /// Pod and usage updates held back for the next `set-pod`, encoded (only with `encoded`).
+    held_encoded: wire::HeldChanges,
+    /// The bytes of the last `encoded` call, kept for their allocation.
+    input: Vec<u8>,
     /// Calls made into the component, for tests.
     calls: u64,
 }
@@ -529,6 +547,56 @@ struct ComponentInstance {
 pub const BATCHED_INTERFACE: &str = "wasched:plugin/batched@0.2.0";
 
 type BatchedSetPod = TypedFunc<(wit::MirrorChanges, wit::Pod), (wit::PodPlan,)>;
+
+/// The interface through which a component takes its pods and held-back updates as bytes.
+pub const ENCODED_INTERFACE: &str = "wasched:plugin/encoded@0.2.0";
+
+/// The functions of [`ENCODED_INTERFACE`], type-checked when the instance starts.
+#[derive(Clone, Copy)]
+struct EncodedExports {
+    apply: Func,
+    apply_and_set_pod: Func,
+}
+
+impl EncodedExports {
+    fn apply(&self) -> TypedFunc<(&[u8],), ()> {
+        // SAFETY: `encoded_exports` checked this type when the instance started.
+        unsafe { TypedFunc::new_unchecked(self.apply) }
+    }
+
+    fn apply_and_set_pod(&self) -> TypedFunc<(&[u8],), (wit::PodPlan,)> {
+        // SAFETY: as in `apply`.
+        unsafe { TypedFunc::new_unchecked(self.apply_and_set_pod) }
+    }
+}
+
+/// The functions of [`ENCODED_INTERFACE`] of `instance`, if it exports it.
+fn encoded_exports(
+    store: &mut Store<StoreState>,
+    instance: &Instance,
+) -> wasmtime::Result<Option<EncodedExports>> {
+    let Some(interface) = instance.get_export_index(&mut *store, None, ENCODED_INTERFACE) else {
+        return Ok(None);
+    };
+    let mut func = |name: &str| {
+        let index = instance
+            .get_export_index(&mut *store, Some(&interface), name)
+            .ok_or_else(|| wasmtime::Error::msg(format!("it lacks {name}")))?;
+        instance
+            .get_func(&mut *store, index)
+            .ok_or_else(|| wasmtime::Error::msg(format!("{name} is not a function")))
+    };
+    let exports = EncodedExports {
+        apply: func("apply")?,
+        apply_and_set_pod: func("apply-and-set-pod")?,
+    };
+    exports.apply().func().typed::<(&[u8],), ()>(&*store)?;
+    exports
+        .apply_and_set_pod()
+        .func()
+        .typed::<(&[u8],), (wit::PodPlan,)>(&*store)?;
+    Ok(Some(exports))
+}
 
 /// At most this many updates are held back: a plugin that is sent no pod for a long time (one
 /// idle for the pods being scheduled) gets them in batches of this size.
@@ -643,6 +711,19 @@ macro_rules! call {
 impl ComponentInstance {
     /// Sends the held-back updates through the plain exports.
     fn send_held(&mut self) -> Result<(), CallError> {
+        if let Some(encoded) = self.encoded {
+            if self.held_encoded.is_empty() {
+                return Ok(());
+            }
+            let held = self.held_encoded.count();
+            self.input.clear();
+            self.held_encoded.write(&mut self.input);
+            self.arm_for(SYNC_PER_NODE_ALLOWANCE * held as u32);
+            return encoded
+                .apply()
+                .call(&mut self.store, (&self.input,))
+                .map_err(|e| trapped("apply", e));
+        }
         if self.held.is_empty() {
             return Ok(());
         }
@@ -659,9 +740,64 @@ impl ComponentInstance {
         Ok(())
     }
 
+    /// `set-pod`, or `apply-and-set-pod` of `batched`, with the pod as a WIT record.
+    fn set_pod_lowered(&mut self, pod: &sdk::Pod, items: usize) -> Result<wit::PodPlan, CallError> {
+        let sent = wit_pod(pod, self.descriptor.reads_pod);
+        Ok(match (&self.batched, self.held.is_empty()) {
+            (Some(batched), false) => {
+                let batched = *batched;
+                let held = self.held.count();
+                let changes = self.held.take();
+                self.arm_for(
+                    SET_POD_PER_ITEM_ALLOWANCE * items as u32
+                        + SYNC_PER_NODE_ALLOWANCE * held as u32,
+                );
+                batched
+                    .call(&mut self.store, (changes, sent))
+                    .map(|(plan,)| plan)
+                    .map_err(|e| trapped("apply-and-set-pod", e))?
+            }
+            _ => {
+                self.arm_for(SET_POD_PER_ITEM_ALLOWANCE * items as u32);
+                match &self.exports {
+                    Exports::Current(world) => world.call_set_pod(&mut self.store, &sent),
+                    Exports::V01(exports) => exports.set_pod(&mut self.store, sent),
+                }
+                .map_err(|e| trapped("set-pod", e))?
+            }
+        })
+    }
+
+    /// Refuses a plan that lists too many nodes or carries a malformed failure.
+    fn check_plan(&self, plan: wit::PodPlan) -> Result<sdk::PodPlan, CallError> {
+        match &plan.filter {
+            wit::FilterPlan::Reject(f) => check_failure("set-pod", f)?,
+            wit::FilterPlan::OnlyNodes(names) if names.len() > MAX_LISTED_NODES => {
+                return Err(CallError::new(
+                    "set-pod",
+                    format!("listed {} nodes, more than {MAX_LISTED_NODES}", names.len()),
+                ))
+            }
+            wit::FilterPlan::FailingNodes(failing) => {
+                if failing.nodes.len() > MAX_LISTED_NODES {
+                    return Err(CallError::new(
+                        "set-pod",
+                        format!(
+                            "listed {} failing nodes, more than {MAX_LISTED_NODES}",
+                            failing.nodes.len()
+                        ),
+                    ));
+                }
+                check_failures("set-pod", &failing.failures, failing.nodes.len())?;
+            }
+            _ => {}
+        }
+        Ok(pod_plan(plan))
+    }
+
     /// Sends what is held once there is a batch's worth.
     fn send_held_if_full(&mut self) -> Result<(), CallError> {
-        if self.held.count() >= MAX_HELD_CHANGES {
+        if self.held.count() + self.held_encoded.count() >= MAX_HELD_CHANGES {
             self.send_held()?;
         }
         Ok(())
@@ -726,6 +862,12 @@ impl PluginInstance for ComponentInstance {
     }
 
     fn update_usage(&mut self, usage: &[(u32, &sdk::NodeUsage)]) -> Result<(), CallError> {
+        if self.encoded.is_some() {
+            for (id, u) in usage {
+                self.held_encoded.update_usage(*id, u);
+            }
+            return self.send_held_if_full();
+        }
         let converted = usage.iter().map(|(id, u)| (*id, node_usage(u)));
         if self.batched.is_none() {
             let converted: Vec<(u32, wit::NodeUsage)> = converted.collect();
@@ -736,6 +878,15 @@ impl PluginInstance for ComponentInstance {
     }
 
     fn upsert_pods(&mut self, pods: &[(u32, sdk::ExistingPod)]) -> Result<(), CallError> {
+        if self.encoded.is_some() {
+            if self.held_encoded.has_usage() {
+                self.send_held()?;
+            }
+            for (id, p) in pods {
+                self.held_encoded.upsert_pod(*id, p);
+            }
+            return self.send_held_if_full();
+        }
         let converted = pods.iter().map(|(id, p)| (*id, existing_pod(p)));
         if self.batched.is_none() {
             let converted: Vec<(u32, wit::ExistingPod)> = converted.collect();
@@ -749,6 +900,15 @@ impl PluginInstance for ComponentInstance {
     }
 
     fn remove_pods(&mut self, ids: &[u32]) -> Result<(), CallError> {
+        if self.encoded.is_some() {
+            if self.held_encoded.has_upserts() || self.held_encoded.has_usage() {
+                self.send_held()?;
+            }
+            for &id in ids {
+                self.held_encoded.remove_pod(id);
+            }
+            return self.send_held_if_full();
+        }
         if self.batched.is_none() {
             return self.send_removed_pods(ids);
         }
@@ -815,53 +975,23 @@ impl PluginInstance for ComponentInstance {
 
     fn set_pod(&mut self, pod: &sdk::Pod) -> Result<sdk::PodPlan, CallError> {
         let items = pod_items(pod, self.descriptor.reads_pod);
-        let sent = wit_pod(pod, self.descriptor.reads_pod);
-        let plan = match (&self.batched, self.held.is_empty()) {
-            (Some(batched), false) => {
-                let batched = *batched;
-                let held = self.held.count();
-                let changes = self.held.take();
-                self.arm_for(
-                    SET_POD_PER_ITEM_ALLOWANCE * items as u32
-                        + SYNC_PER_NODE_ALLOWANCE * held as u32,
-                );
-                batched
-                    .call(&mut self.store, (changes, sent))
-                    .map(|(plan,)| plan)
-                    .map_err(|e| trapped("apply-and-set-pod", e))?
-            }
-            _ => {
-                self.arm_for(SET_POD_PER_ITEM_ALLOWANCE * items as u32);
-                match &self.exports {
-                    Exports::Current(world) => world.call_set_pod(&mut self.store, &sent),
-                    Exports::V01(exports) => exports.set_pod(&mut self.store, sent),
-                }
-                .map_err(|e| trapped("set-pod", e))?
-            }
+        let plan = if let Some(encoded) = self.encoded {
+            let held = self.held_encoded.count();
+            self.input.clear();
+            self.held_encoded.write(&mut self.input);
+            wire::write_pod(&mut self.input, pod, self.descriptor.reads_pod);
+            self.arm_for(
+                SET_POD_PER_ITEM_ALLOWANCE * items as u32 + SYNC_PER_NODE_ALLOWANCE * held as u32,
+            );
+            encoded
+                .apply_and_set_pod()
+                .call(&mut self.store, (&self.input,))
+                .map(|(plan,)| plan)
+                .map_err(|e| trapped("apply-and-set-pod", e))?
+        } else {
+            self.set_pod_lowered(pod, items)?
         };
-        match &plan.filter {
-            wit::FilterPlan::Reject(f) => check_failure("set-pod", f)?,
-            wit::FilterPlan::OnlyNodes(names) if names.len() > MAX_LISTED_NODES => {
-                return Err(CallError::new(
-                    "set-pod",
-                    format!("listed {} nodes, more than {MAX_LISTED_NODES}", names.len()),
-                ))
-            }
-            wit::FilterPlan::FailingNodes(failing) => {
-                if failing.nodes.len() > MAX_LISTED_NODES {
-                    return Err(CallError::new(
-                        "set-pod",
-                        format!(
-                            "listed {} failing nodes, more than {MAX_LISTED_NODES}",
-                            failing.nodes.len()
-                        ),
-                    ));
-                }
-                check_failures("set-pod", &failing.failures, failing.nodes.len())?;
-            }
-            _ => {}
-        }
-        Ok(pod_plan(plan))
+        self.check_plan(plan)
     }
 
     fn filter(&mut self, ids: &[u32], out: &mut sdk::FilterResults) -> Result<(), CallError> {
@@ -1521,13 +1651,45 @@ mod tests {
         }
     }
 
+    /// How the host sends a component its pods and held-back updates.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Sending {
+        /// As bytes, through [`ENCODED_INTERFACE`] (what the SDK's components get).
+        Encoded,
+        /// As WIT records, through [`BATCHED_INTERFACE`].
+        Batched,
+        /// Each update at once, through the plain exports.
+        Plain,
+    }
+
+    /// Default plugin `name` as a component sent its pods `sending`, and natively.
+    fn instances_sending(
+        name: &str,
+        sending: Sending,
+    ) -> (ComponentInstance, Box<dyn PluginInstance>) {
+        let (mut wasm, native) = instances(name);
+        assert!(
+            wasm.encoded.is_some() && wasm.batched.is_some(),
+            "the SDK exports {ENCODED_INTERFACE} and {BATCHED_INTERFACE}"
+        );
+        if sending != Sending::Encoded {
+            wasm.encoded = None;
+        }
+        if sending == Sending::Plain {
+            wasm.batched = None;
+        }
+        (wasm, native)
+    }
+
     #[test]
     fn held_back_updates_go_with_the_next_pod_in_one_call() {
-        let (mut wasm, _) = instances("InterPodAffinity");
-        assert!(
-            wasm.batched.is_some(),
-            "the SDK exports {BATCHED_INTERFACE}"
-        );
+        for sending in [Sending::Encoded, Sending::Batched] {
+            held_back_updates_go_with_the_next_pod_sent(sending);
+        }
+    }
+
+    fn held_back_updates_go_with_the_next_pod_sent(sending: Sending) {
+        let (mut wasm, _) = instances_sending("InterPodAffinity", sending);
         let nodes: Vec<sdk::NodeInfo> = (0..4).map(node).collect();
         let entries: Vec<(u32, &sdk::NodeInfo)> = (0u32..).zip(&nodes).collect();
         wasm.upsert_nodes(&entries).unwrap();
@@ -1538,6 +1700,11 @@ mod tests {
         assert_eq!(wasm.calls, before, "the pod is held back");
         let plan = wasm.set_pod(&keeps_off_a1).unwrap();
         assert_eq!(wasm.calls, before + 1, "one call: the pod, then set-pod");
+        assert_eq!(
+            !wasm.input.is_empty(),
+            sending == Sending::Encoded,
+            "only the encoded interface is sent bytes"
+        );
         match plan.filter {
             sdk::FilterPlan::FailingNodes { nodes, .. } => assert_eq!(nodes, vec![1]),
             other => panic!("the a1 pod on n1 was not in the mirror: {other:?}"),
@@ -1559,8 +1726,7 @@ mod tests {
 
     #[test]
     fn a_component_without_the_batched_interface_gets_each_update_at_once() {
-        let (mut wasm, _) = instances("InterPodAffinity");
-        wasm.batched = None;
+        let (mut wasm, _) = instances_sending("InterPodAffinity", Sending::Plain);
         let nodes: Vec<sdk::NodeInfo> = (0..4).map(node).collect();
         let entries: Vec<(u32, &sdk::NodeInfo)> = (0u32..).zip(&nodes).collect();
         wasm.upsert_nodes(&entries).unwrap();
@@ -1576,13 +1742,19 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(48))]
 
         /// Whatever the order of placements, removals, usage updates and questions, a component
-        /// taking held-back updates with its pods answers as the native build given each at once.
+        /// taking held-back updates with its pods, as bytes or as records, answers as the native
+        /// build given each at once.
         #[test]
         fn held_back_updates_give_the_answers_of_updates_sent_at_once(
             steps in proptest::collection::vec(step(), 1..40)
         ) {
-            for name in ["InterPodAffinity", "PodTopologySpread", "NodeResourcesFit"] {
-                let (mut wasm, mut native) = instances(name);
+            for (name, sending) in ["InterPodAffinity", "PodTopologySpread", "NodeResourcesFit"]
+                .into_iter()
+                .flat_map(|name| {
+                    [Sending::Encoded, Sending::Batched, Sending::Plain].map(|s| (name, s))
+                })
+            {
+                let (mut wasm, mut native) = instances_sending(name, sending);
                 let nodes: Vec<sdk::NodeInfo> = (0..4).map(node).collect();
                 let entries: Vec<(u32, &sdk::NodeInfo)> = (0u32..).zip(&nodes).collect();
                 wasm.upsert_nodes(&entries).unwrap();
@@ -1594,7 +1766,9 @@ mod tests {
                     }
                     let from_wasm = answer(&mut wasm, step);
                     let from_native = answer(native.as_mut(), step);
-                    prop_assert_eq!(from_wasm, from_native, "{} at {:?}", name, step);
+                    prop_assert_eq!(
+                        from_wasm, from_native, "{} sent {:?} at {:?}", name, sending, step
+                    );
                 }
             }
         }
