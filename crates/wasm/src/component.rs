@@ -575,27 +575,43 @@ fn encoded_exports(
     store: &mut Store<StoreState>,
     instance: &Instance,
 ) -> wasmtime::Result<Option<EncodedExports>> {
-    let Some(interface) = instance.get_export_index(&mut *store, None, ENCODED_INTERFACE) else {
+    let Some([apply, apply_and_set_pod]) = interface_funcs(
+        store,
+        instance,
+        ENCODED_INTERFACE,
+        ["apply", "apply-and-set-pod"],
+    )?
+    else {
         return Ok(None);
     };
-    let mut func = |name: &str| {
-        let index = instance
+    apply.typed::<(&[u8],), ()>(&*store)?;
+    apply_and_set_pod.typed::<(&[u8],), (wit::PodPlan,)>(&*store)?;
+    Ok(Some(EncodedExports {
+        apply,
+        apply_and_set_pod,
+    }))
+}
+
+/// The functions `names` of `interface`, if `instance` exports the interface (an error if it
+/// lacks one of them).
+fn interface_funcs<const N: usize>(
+    store: &mut Store<StoreState>,
+    instance: &Instance,
+    interface: &str,
+    names: [&str; N],
+) -> wasmtime::Result<Option<[Func; N]>> {
+    let Some(interface) = instance.get_export_index(&mut *store, None, interface) else {
+        return Ok(None);
+    };
+    let mut funcs = Vec::with_capacity(N);
+    for name in names {
+        let func = instance
             .get_export_index(&mut *store, Some(&interface), name)
-            .ok_or_else(|| wasmtime::Error::msg(format!("it lacks {name}")))?;
-        instance
-            .get_func(&mut *store, index)
-            .ok_or_else(|| wasmtime::Error::msg(format!("{name} is not a function")))
-    };
-    let exports = EncodedExports {
-        apply: func("apply")?,
-        apply_and_set_pod: func("apply-and-set-pod")?,
-    };
-    exports.apply().func().typed::<(&[u8],), ()>(&*store)?;
-    exports
-        .apply_and_set_pod()
-        .func()
-        .typed::<(&[u8],), (wit::PodPlan,)>(&*store)?;
-    Ok(Some(exports))
+            .and_then(|index| instance.get_func(&mut *store, index))
+            .ok_or_else(|| wasmtime::Error::msg(format!("it lacks the function {name}")))?;
+        funcs.push(func);
+    }
+    Ok(funcs.try_into().ok())
 }
 
 /// At most this many updates are held back: a plugin that is sent no pod for a long time (one
@@ -607,13 +623,11 @@ fn batched_export(
     store: &mut Store<StoreState>,
     instance: &Instance,
 ) -> wasmtime::Result<Option<BatchedSetPod>> {
-    let Some(interface) = instance.get_export_index(&mut *store, None, BATCHED_INTERFACE) else {
+    let Some([func]) = interface_funcs(store, instance, BATCHED_INTERFACE, ["apply-and-set-pod"])?
+    else {
         return Ok(None);
     };
-    let func = instance
-        .get_export_index(&mut *store, Some(&interface), "apply-and-set-pod")
-        .ok_or_else(|| wasmtime::Error::msg("it lacks apply-and-set-pod"))?;
-    instance.get_typed_func(&mut *store, func).map(Some)
+    func.typed(&*store).map(Some)
 }
 
 /// Mirror updates not yet sent, in the order `apply-and-set-pod` applies them: removals, then
