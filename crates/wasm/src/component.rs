@@ -723,7 +723,8 @@ macro_rules! call {
 }
 
 impl ComponentInstance {
-    /// Sends the held-back updates through the plain exports.
+    /// Sends the held-back updates: as bytes through `apply` to a component exporting
+    /// [`ENCODED_INTERFACE`], otherwise through the plain exports.
     fn send_held(&mut self) -> Result<(), CallError> {
         if let Some(encoded) = self.encoded {
             if self.held_encoded.is_empty() {
@@ -780,33 +781,6 @@ impl ComponentInstance {
                 .map_err(|e| trapped("set-pod", e))?
             }
         })
-    }
-
-    /// Refuses a plan that lists too many nodes or carries a malformed failure.
-    fn check_plan(&self, plan: wit::PodPlan) -> Result<sdk::PodPlan, CallError> {
-        match &plan.filter {
-            wit::FilterPlan::Reject(f) => check_failure("set-pod", f)?,
-            wit::FilterPlan::OnlyNodes(names) if names.len() > MAX_LISTED_NODES => {
-                return Err(CallError::new(
-                    "set-pod",
-                    format!("listed {} nodes, more than {MAX_LISTED_NODES}", names.len()),
-                ))
-            }
-            wit::FilterPlan::FailingNodes(failing) => {
-                if failing.nodes.len() > MAX_LISTED_NODES {
-                    return Err(CallError::new(
-                        "set-pod",
-                        format!(
-                            "listed {} failing nodes, more than {MAX_LISTED_NODES}",
-                            failing.nodes.len()
-                        ),
-                    ));
-                }
-                check_failures("set-pod", &failing.failures, failing.nodes.len())?;
-            }
-            _ => {}
-        }
-        Ok(pod_plan(plan))
     }
 
     /// Sends what is held once there is a batch's worth.
@@ -1005,7 +979,7 @@ impl PluginInstance for ComponentInstance {
         } else {
             self.set_pod_lowered(pod, items)?
         };
-        self.check_plan(plan)
+        check_plan(plan)
     }
 
     fn filter(&mut self, ids: &[u32], out: &mut sdk::FilterResults) -> Result<(), CallError> {
@@ -1046,6 +1020,33 @@ impl PluginInstance for ComponentInstance {
         *scores = normalized;
         Ok(())
     }
+}
+
+/// Refuses a plan that lists too many nodes or carries a malformed failure.
+fn check_plan(plan: wit::PodPlan) -> Result<sdk::PodPlan, CallError> {
+    match &plan.filter {
+        wit::FilterPlan::Reject(f) => check_failure("set-pod", f)?,
+        wit::FilterPlan::OnlyNodes(names) if names.len() > MAX_LISTED_NODES => {
+            return Err(CallError::new(
+                "set-pod",
+                format!("listed {} nodes, more than {MAX_LISTED_NODES}", names.len()),
+            ))
+        }
+        wit::FilterPlan::FailingNodes(failing) => {
+            if failing.nodes.len() > MAX_LISTED_NODES {
+                return Err(CallError::new(
+                    "set-pod",
+                    format!(
+                        "listed {} failing nodes, more than {MAX_LISTED_NODES}",
+                        failing.nodes.len()
+                    ),
+                ));
+            }
+            check_failures("set-pod", &failing.failures, failing.nodes.len())?;
+        }
+        _ => {}
+    }
+    Ok(pod_plan(plan))
 }
 
 /// Refuses more distinct failures than the `nodes` they are for, or any failure
