@@ -150,6 +150,13 @@ impl<P: Exported> bindings::exports::wasched::plugin::encoded::Guest for Compone
         apply::<P>(changes);
         driver::<P>().set_pod(pod).into()
     }
+
+    fn upsert_nodes(nodes: Vec<u8>) {
+        let mut reader = crate::wire::Reader::new(&nodes);
+        let nodes = decoded(reader.nodes());
+        decoded(reader.finish());
+        driver::<P>().upsert_nodes(nodes);
+    }
 }
 
 fn labels(pairs: Vec<(String, String)>) -> sdk::Labels {

@@ -15,7 +15,8 @@
 //! - `option<T>`: one byte, 0 for none, or 1 followed by `T`;
 //! - a record: its fields in order.
 //!
-//! `changes` (the input of `apply`) is a `mirror-changes` record. The input of
+//! `changes` (the input of `apply`) is a `mirror-changes` record; the input of `upsert-nodes` is a
+//! `list<tuple<node-id, node-info>>`. The input of
 //! `apply-and-set-pod` is `changes` followed by the pod: its priority (`s32`), the parts present
 //! (`pod-parts` as a `u16`, bit 0 = `identity`), then each present part in the order of the
 //! bits, as the `pod` record holds it (`identity` as a `pod-identity`, `labels` as
@@ -122,6 +123,20 @@ impl Writer<'_> {
         self.resources(&u.requested);
         self.resources(&u.non_zero_requested);
         self.u32(u.pod_count);
+    }
+
+    fn node(&mut self, n: &NodeInfo) {
+        self.str(&n.name);
+        self.labels(&n.labels);
+        self.labels(&n.annotations);
+        self.list(&n.taints, |w, t| {
+            w.str(&t.key);
+            w.str(&t.value);
+            w.str(&t.effect);
+        });
+        self.bool(n.unschedulable);
+        self.resources(&n.allocatable);
+        self.usage(&n.usage);
     }
 
     fn requirements(&mut self, list: &[NodeSelectorRequirement]) {
@@ -382,6 +397,16 @@ pub fn write_pod(out: &mut Vec<u8>, pod: &Pod, parts: PodParts) {
     Writer(out).pod(pod, parts);
 }
 
+/// Appends `nodes` to `out` as the input of `upsert-nodes`: a `list<tuple<node-id, node-info>>`.
+pub fn write_nodes(out: &mut Vec<u8>, nodes: &[(NodeId, &NodeInfo)]) {
+    let mut w = Writer(out);
+    w.len(nodes.len());
+    for (id, node) in nodes {
+        w.u32(*id);
+        w.node(node);
+    }
+}
+
 /// Decoded `mirror-changes`, to apply in this order.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct MirrorChanges {
@@ -524,6 +549,29 @@ impl<'a> Reader<'a> {
             requested: self.resources()?,
             non_zero_requested: self.resources()?,
             pod_count: self.u32()?,
+        })
+    }
+
+    /// A `list<tuple<node-id, node-info>>`, as [`write_nodes`] wrote it.
+    pub fn nodes(&mut self) -> Decoded<Vec<(NodeId, NodeInfo)>> {
+        self.list(|r| {
+            let id = r.u32()?;
+            let node = NodeInfo {
+                name: r.string()?,
+                labels: r.labels()?,
+                annotations: r.labels()?,
+                taints: r.list(|r| {
+                    Ok(Taint {
+                        key: r.string()?,
+                        value: r.string()?,
+                        effect: r.string()?,
+                    })
+                })?,
+                unschedulable: r.bool()?,
+                allocatable: r.resources()?,
+                usage: r.usage()?,
+            };
+            Ok((id, node))
         })
     }
 
@@ -1002,6 +1050,39 @@ mod tests {
             let (changes, decoded) = decode(&bytes).unwrap();
             assert_eq!(changes, self::changes());
             assert_eq!(decoded, pod.with_parts(parts), "parts {bits:#x}");
+        }
+    }
+
+    #[test]
+    fn nodes_decode_to_what_was_encoded() {
+        let node = NodeInfo {
+            name: "n1".into(),
+            labels: labels(&[("zone", "a"), ("kubernetes.io/hostname", "n1")]),
+            annotations: labels(&[("note", "x")]),
+            taints: vec![
+                Taint {
+                    key: "gpu".into(),
+                    value: "true".into(),
+                    effect: "NoSchedule".into(),
+                },
+                Taint::default(),
+            ],
+            unschedulable: true,
+            allocatable: resources(4000),
+            usage: NodeUsage {
+                requested: resources(5),
+                non_zero_requested: resources(6),
+                pod_count: 7,
+            },
+        };
+        let empty = NodeInfo::default();
+        let mut out = Vec::new();
+        write_nodes(&mut out, &[(3, &node), (0, &empty)]);
+        let mut reader = Reader::new(&out);
+        assert_eq!(reader.nodes().unwrap(), vec![(3, node), (0, empty)]);
+        reader.finish().unwrap();
+        for end in 0..out.len() {
+            assert!(Reader::new(&out[..end]).nodes().is_err(), "cut at {end}");
         }
     }
 

@@ -556,6 +556,7 @@ pub const ENCODED_INTERFACE: &str = "wasched:plugin/encoded@0.2.0";
 struct EncodedExports {
     apply: Func,
     apply_and_set_pod: Func,
+    upsert_nodes: Func,
 }
 
 impl EncodedExports {
@@ -568,6 +569,11 @@ impl EncodedExports {
         // SAFETY: as in `apply`.
         unsafe { TypedFunc::new_unchecked(self.apply_and_set_pod) }
     }
+
+    fn upsert_nodes(&self) -> TypedFunc<(&[u8],), ()> {
+        // SAFETY: as in `apply`.
+        unsafe { TypedFunc::new_unchecked(self.upsert_nodes) }
+    }
 }
 
 /// The functions of [`ENCODED_INTERFACE`] of `instance`, if it exports it.
@@ -575,20 +581,22 @@ fn encoded_exports(
     store: &mut Store<StoreState>,
     instance: &Instance,
 ) -> wasmtime::Result<Option<EncodedExports>> {
-    let Some([apply, apply_and_set_pod]) = interface_funcs(
+    let Some([apply, apply_and_set_pod, upsert_nodes]) = interface_funcs(
         store,
         instance,
         ENCODED_INTERFACE,
-        ["apply", "apply-and-set-pod"],
+        ["apply", "apply-and-set-pod", "upsert-nodes"],
     )?
     else {
         return Ok(None);
     };
     apply.typed::<(&[u8],), ()>(&*store)?;
     apply_and_set_pod.typed::<(&[u8],), (wit::PodPlan,)>(&*store)?;
+    upsert_nodes.typed::<(&[u8],), ()>(&*store)?;
     Ok(Some(EncodedExports {
         apply,
         apply_and_set_pod,
+        upsert_nodes,
     }))
 }
 
@@ -834,6 +842,14 @@ impl PluginInstance for ComponentInstance {
             SYNC_PER_NODE_ALLOWANCE * nodes.len() as u32
                 + SYNC_PER_MIRRORED_NODE_ALLOWANCE * self.mirrored as u32,
         );
+        if let Some(encoded) = self.encoded {
+            self.input.clear();
+            wire::write_nodes(&mut self.input, nodes);
+            return encoded
+                .upsert_nodes()
+                .call(&mut self.store, (&self.input,))
+                .map_err(|e| trapped("upsert-nodes", e));
+        }
         let mut batch = std::mem::take(&mut self.scratch_nodes);
         batch.clear();
         batch.extend(nodes.iter().map(|(id, node)| (*id, node_info(node))));
