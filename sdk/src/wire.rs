@@ -243,6 +243,40 @@ impl Writer<'_> {
         self.option(c.selector.as_ref(), Self::label_selector);
     }
 
+    fn node_affinity(&mut self, a: &NodeAffinity) {
+        self.option(a.required.as_ref(), |w, terms| w.terms(terms));
+        self.list(&a.preferred, |w, p| {
+            w.i32(p.weight);
+            w.term(&p.preference);
+        });
+    }
+
+    fn toleration(&mut self, t: &Toleration) {
+        self.str(&t.key);
+        self.str(&t.operator);
+        self.str(&t.value);
+        self.str(&t.effect);
+        self.option(t.toleration_seconds.as_ref(), |w, s| w.i64(*s));
+    }
+
+    fn volume_claim(&mut self, v: &VolumeClaim) {
+        self.str(&v.volume);
+        self.str(&v.claim_name);
+        self.bool(v.ephemeral);
+        self.option(v.claim.as_ref(), Self::claim);
+    }
+
+    fn spread_constraint(&mut self, c: &TopologySpreadConstraint) {
+        self.i32(c.max_skew);
+        self.str(&c.topology_key);
+        self.str(&c.when_unsatisfiable);
+        self.option(c.label_selector.as_ref(), Self::label_selector);
+        self.option(c.min_domains.as_ref(), |w, m| w.i32(*m));
+        self.str(&c.node_affinity_policy);
+        self.str(&c.node_taints_policy);
+        self.strs(&c.match_label_keys);
+    }
+
     fn pod(&mut self, p: &Pod, parts: PodParts) {
         self.i32(p.priority);
         self.0.extend_from_slice(&parts.bits().to_le_bytes());
@@ -264,34 +298,17 @@ impl Writer<'_> {
         }
         if part(PodParts::NODE_SELECTION) {
             self.labels(&p.node_selector);
-            self.option(p.node_affinity.as_ref(), |w, a| {
-                w.option(a.required.as_ref(), |w, terms| w.terms(terms));
-                w.list(&a.preferred, |w, p| {
-                    w.i32(p.weight);
-                    w.term(&p.preference);
-                });
-            });
+            self.option(p.node_affinity.as_ref(), Self::node_affinity);
         }
         if part(PodParts::TOLERATIONS) {
-            self.list(&p.tolerations, |w, t| {
-                w.str(&t.key);
-                w.str(&t.operator);
-                w.str(&t.value);
-                w.str(&t.effect);
-                w.option(t.toleration_seconds.as_ref(), |w, s| w.i64(*s));
-            });
+            self.list(&p.tolerations, Self::toleration);
         }
         if part(PodParts::REQUESTS) {
             self.resources(&p.requests);
             self.resources(&p.non_zero_requests);
         }
         if part(PodParts::VOLUME_CLAIMS) {
-            self.list(&p.volume_claims, |w, v| {
-                w.str(&v.volume);
-                w.str(&v.claim_name);
-                w.bool(v.ephemeral);
-                w.option(v.claim.as_ref(), Self::claim);
-            });
+            self.list(&p.volume_claims, Self::volume_claim);
         }
         if part(PodParts::CONTAINERS) {
             self.list(&p.containers, |w, c| {
@@ -306,16 +323,7 @@ impl Writer<'_> {
             self.host_ports(&p.host_ports);
         }
         if part(PodParts::TOPOLOGY_SPREAD) {
-            self.list(&p.topology_spread_constraints, |w, c| {
-                w.i32(c.max_skew);
-                w.str(&c.topology_key);
-                w.str(&c.when_unsatisfiable);
-                w.option(c.label_selector.as_ref(), Self::label_selector);
-                w.option(c.min_domains.as_ref(), |w, m| w.i32(*m));
-                w.str(&c.node_affinity_policy);
-                w.str(&c.node_taints_policy);
-                w.strs(&c.match_label_keys);
-            });
+            self.list(&p.topology_spread_constraints, Self::spread_constraint);
             self.option(p.default_spread_selector.as_ref(), Self::label_selector);
         }
     }
@@ -705,6 +713,50 @@ impl<'a> Reader<'a> {
         })
     }
 
+    fn node_affinity(&mut self) -> Decoded<NodeAffinity> {
+        Ok(NodeAffinity {
+            required: self.option(Self::terms)?,
+            preferred: self.list(|r| {
+                Ok(PreferredSchedulingTerm {
+                    weight: r.i32()?,
+                    preference: r.term()?,
+                })
+            })?,
+        })
+    }
+
+    fn toleration(&mut self) -> Decoded<Toleration> {
+        Ok(Toleration {
+            key: self.string()?,
+            operator: self.string()?,
+            value: self.string()?,
+            effect: self.string()?,
+            toleration_seconds: self.option(Self::i64)?,
+        })
+    }
+
+    fn volume_claim(&mut self) -> Decoded<VolumeClaim> {
+        Ok(VolumeClaim {
+            volume: self.string()?,
+            claim_name: self.string()?,
+            ephemeral: self.bool()?,
+            claim: self.option(Self::claim)?,
+        })
+    }
+
+    fn spread_constraint(&mut self) -> Decoded<TopologySpreadConstraint> {
+        Ok(TopologySpreadConstraint {
+            max_skew: self.i32()?,
+            topology_key: self.string()?,
+            when_unsatisfiable: self.string()?,
+            label_selector: self.option(Self::label_selector)?,
+            min_domains: self.option(Self::i32)?,
+            node_affinity_policy: self.string()?,
+            node_taints_policy: self.string()?,
+            match_label_keys: self.strings()?,
+        })
+    }
+
     /// A `mirror-changes` record.
     pub fn changes(&mut self) -> Decoded<MirrorChanges> {
         Ok(MirrorChanges {
@@ -744,42 +796,17 @@ impl<'a> Reader<'a> {
         }
         if part(PodParts::NODE_SELECTION) {
             pod.node_selector = self.labels()?;
-            pod.node_affinity = self.option(|r| {
-                Ok(NodeAffinity {
-                    required: r.option(Self::terms)?,
-                    preferred: r.list(|r| {
-                        Ok(PreferredSchedulingTerm {
-                            weight: r.i32()?,
-                            preference: r.term()?,
-                        })
-                    })?,
-                })
-            })?;
+            pod.node_affinity = self.option(Self::node_affinity)?;
         }
         if part(PodParts::TOLERATIONS) {
-            pod.tolerations = self.list(|r| {
-                Ok(Toleration {
-                    key: r.string()?,
-                    operator: r.string()?,
-                    value: r.string()?,
-                    effect: r.string()?,
-                    toleration_seconds: r.option(Self::i64)?,
-                })
-            })?;
+            pod.tolerations = self.list(Self::toleration)?;
         }
         if part(PodParts::REQUESTS) {
             pod.requests = self.resources()?;
             pod.non_zero_requests = self.resources()?;
         }
         if part(PodParts::VOLUME_CLAIMS) {
-            pod.volume_claims = self.list(|r| {
-                Ok(VolumeClaim {
-                    volume: r.string()?,
-                    claim_name: r.string()?,
-                    ephemeral: r.bool()?,
-                    claim: r.option(Self::claim)?,
-                })
-            })?;
+            pod.volume_claims = self.list(Self::volume_claim)?;
         }
         if part(PodParts::CONTAINERS) {
             pod.containers = self.list(|r| {
@@ -796,18 +823,7 @@ impl<'a> Reader<'a> {
             pod.host_ports = self.host_ports()?;
         }
         if part(PodParts::TOPOLOGY_SPREAD) {
-            pod.topology_spread_constraints = self.list(|r| {
-                Ok(TopologySpreadConstraint {
-                    max_skew: r.i32()?,
-                    topology_key: r.string()?,
-                    when_unsatisfiable: r.string()?,
-                    label_selector: r.option(Self::label_selector)?,
-                    min_domains: r.option(Self::i32)?,
-                    node_affinity_policy: r.string()?,
-                    node_taints_policy: r.string()?,
-                    match_label_keys: r.strings()?,
-                })
-            })?;
+            pod.topology_spread_constraints = self.list(Self::spread_constraint)?;
             pod.default_spread_selector = self.option(Self::label_selector)?;
         }
         Ok(pod)

@@ -417,7 +417,8 @@ impl ComponentFactory {
         &self.sha256
     }
 
-    fn instance(&self, config: &str) -> Result<ComponentInstance, LoadError> {
+    /// A store for one instance: its limits, its WASI context, and a deadline of `start_ticks`.
+    fn new_store(&self, start_ticks: u64) -> Store<StoreState> {
         let limits = StoreLimitsBuilder::new()
             .memory_size(self.limits.memory)
             .table_elements(self.limits.table_elements)
@@ -434,12 +435,17 @@ impl ComponentFactory {
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limits);
-        let ticks = ticks(self.limits.call_timeout);
-        let start_ticks = self::ticks(INSTANTIATE_TIMEOUT.max(self.limits.call_timeout));
         if self.deadlines {
             store.epoch_deadline_trap();
             store.set_epoch_deadline(start_ticks);
         }
+        store
+    }
+
+    fn instance(&self, config: &str) -> Result<ComponentInstance, LoadError> {
+        let ticks = ticks(self.limits.call_timeout);
+        let start_ticks = self::ticks(INSTANTIATE_TIMEOUT.max(self.limits.call_timeout));
+        let mut store = self.new_store(start_ticks);
         let instantiation_failed = |e: wasmtime::Error| {
             LoadError(format!("plugin {}: instantiation failed: {e:#}", self.name))
         };
@@ -455,18 +461,16 @@ impl ComponentFactory {
                     .map_err(instantiation_failed)?;
                 let world =
                     PluginWorld::new(&mut store, &instance).map_err(instantiation_failed)?;
-                batched = batched_export(&mut store, &instance).map_err(|e| {
+                let wrong_type = |interface: &str, e: wasmtime::Error| {
                     LoadError(format!(
-                        "plugin {}: exports {BATCHED_INTERFACE} with the wrong type: {e:#}",
+                        "plugin {}: exports {interface} with the wrong type: {e:#}",
                         self.name
                     ))
-                })?;
-                encoded = encoded_exports(&mut store, &instance).map_err(|e| {
-                    LoadError(format!(
-                        "plugin {}: exports {ENCODED_INTERFACE} with the wrong type: {e:#}",
-                        self.name
-                    ))
-                })?;
+                };
+                batched = batched_export(&mut store, &instance)
+                    .map_err(|e| wrong_type(BATCHED_INTERFACE, e))?;
+                encoded = encoded_exports(&mut store, &instance)
+                    .map_err(|e| wrong_type(ENCODED_INTERFACE, e))?;
                 if self.deadlines {
                     store.set_epoch_deadline(start_ticks);
                 }
