@@ -509,10 +509,9 @@ impl ComponentFactory {
             deadlines: self.deadlines,
             scratch_nodes: Vec::new(),
             mirrored: 0,
+            held: Held::for_exports(encoded.is_some(), batched.is_some()),
             batched,
-            held: HeldChanges::default(),
             encoded,
-            held_encoded: wire::HeldChanges::default(),
             input: Vec::new(),
             calls: 0,
         })
@@ -534,13 +533,11 @@ struct ComponentInstance {
     mirrored: usize,
     /// `apply-and-set-pod`, when the component exports [`BATCHED_INTERFACE`].
     batched: Option<BatchedSetPod>,
-    /// Pod and usage updates held back for the next `set-pod` (only with `batched` and without
-    /// `encoded`).
-    held: HeldChanges,
     /// The exports of [`ENCODED_INTERFACE`], which the host prefers to `batched` and `set-pod`.
     encoded: Option<EncodedExports>,
-    /// Pod and usage updates held back for the next `set-pod`, encoded (only with `encoded`).
-    held_encoded: wire::HeldChanges,
+    /// Pod and usage updates held back for the next `set-pod`: as bytes with `encoded`, as
+    /// records with `batched`, none without either.
+    held: Option<Held>,
     /// The bytes of the last `encoded` call, kept for their allocation.
     input: Vec<u8>,
     /// Calls made into the component, for tests.
@@ -661,6 +658,26 @@ impl HeldChanges {
         self.count() == 0
     }
 
+    fn remove_pod(&mut self, id: u32) {
+        self.removed_pods.push(id);
+    }
+
+    fn upsert_pod(&mut self, id: u32, pod: &sdk::ExistingPod) {
+        self.upserted_pods.push((id, existing_pod(pod)));
+    }
+
+    fn update_usage(&mut self, id: u32, usage: &sdk::NodeUsage) {
+        self.usage.push((id, node_usage(usage)));
+    }
+
+    fn has_upserts(&self) -> bool {
+        !self.upserted_pods.is_empty()
+    }
+
+    fn has_usage(&self) -> bool {
+        !self.usage.is_empty()
+    }
+
     /// What is held, emptying it.
     fn take(&mut self) -> wit::MirrorChanges {
         wit::MirrorChanges {
@@ -668,6 +685,60 @@ impl HeldChanges {
             upserted_pods: std::mem::take(&mut self.upserted_pods),
             usage: std::mem::take(&mut self.usage),
         }
+    }
+}
+
+/// `$call` with `$held` bound to whichever form a [`Held`] holds: both forms have the same
+/// methods.
+macro_rules! either_form {
+    ($value:expr, $held:ident => $call:expr) => {
+        match $value {
+            Held::Records($held) => $call,
+            Held::Bytes($held) => $call,
+        }
+    };
+}
+
+/// Mirror updates held back for the next pod, in the form the component takes them.
+enum Held {
+    /// As WIT records, for [`BATCHED_INTERFACE`].
+    Records(HeldChanges),
+    /// As bytes, for [`ENCODED_INTERFACE`].
+    Bytes(wire::HeldChanges),
+}
+
+impl Held {
+    /// What a component with these exports is held back (none: it takes each update at once).
+    fn for_exports(encoded: bool, batched: bool) -> Option<Held> {
+        match (encoded, batched) {
+            (true, _) => Some(Held::Bytes(wire::HeldChanges::default())),
+            (false, true) => Some(Held::Records(HeldChanges::default())),
+            (false, false) => None,
+        }
+    }
+
+    fn count(&self) -> usize {
+        either_form!(self, held => held.count())
+    }
+
+    fn has_upserts(&self) -> bool {
+        either_form!(self, held => held.has_upserts())
+    }
+
+    fn has_usage(&self) -> bool {
+        either_form!(self, held => held.has_usage())
+    }
+
+    fn remove_pod(&mut self, id: u32) {
+        either_form!(self, held => held.remove_pod(id))
+    }
+
+    fn upsert_pod(&mut self, id: u32, pod: &sdk::ExistingPod) {
+        either_form!(self, held => held.upsert_pod(id, pod))
+    }
+
+    fn update_usage(&mut self, id: u32, usage: &sdk::NodeUsage) {
+        either_form!(self, held => held.update_usage(id, usage))
     }
 }
 
@@ -738,46 +809,69 @@ impl ComponentInstance {
     /// Sends the held-back updates: as bytes through `apply` to a component exporting
     /// [`ENCODED_INTERFACE`], otherwise through the plain exports.
     fn send_held(&mut self) -> Result<(), CallError> {
-        if let Some(encoded) = self.encoded {
-            if self.held_encoded.is_empty() {
-                return Ok(());
-            }
-            let held = self.held_encoded.count();
-            self.input.clear();
-            self.held_encoded.write(&mut self.input);
-            self.arm_for(SYNC_PER_NODE_ALLOWANCE * held as u32);
-            return encoded
-                .apply()
-                .call(&mut self.store, (&self.input,))
-                .map_err(|e| trapped("apply", e));
-        }
-        if self.held.is_empty() {
+        let Some(held) = &mut self.held else {
+            return Ok(());
+        };
+        let count = held.count();
+        if count == 0 {
             return Ok(());
         }
-        let changes = self.held.take();
-        if !changes.removed_pods.is_empty() {
-            self.send_removed_pods(&changes.removed_pods)?;
+        match held {
+            Held::Bytes(held) => {
+                self.input.clear();
+                held.write(&mut self.input);
+                let encoded = self.encoded.expect("bytes are held only for `encoded`");
+                self.arm_for(SYNC_PER_NODE_ALLOWANCE * count as u32);
+                encoded
+                    .apply()
+                    .call(&mut self.store, (&self.input,))
+                    .map_err(|e| trapped("apply", e))
+            }
+            Held::Records(held) => {
+                let changes = held.take();
+                if !changes.removed_pods.is_empty() {
+                    self.send_removed_pods(&changes.removed_pods)?;
+                }
+                if !changes.upserted_pods.is_empty() {
+                    self.send_upserted_pods(&changes.upserted_pods)?;
+                }
+                if !changes.usage.is_empty() {
+                    self.send_usage(&changes.usage)?;
+                }
+                Ok(())
+            }
         }
-        if !changes.upserted_pods.is_empty() {
-            self.send_upserted_pods(&changes.upserted_pods)?;
+    }
+
+    /// Holds an update back if the component takes updates with its pods (`add` holds it),
+    /// first sending what is held when `must_follow` says the update must come after it.
+    /// False when the component takes each update at once.
+    fn hold(
+        &mut self,
+        must_follow: fn(&Held) -> bool,
+        add: impl FnOnce(&mut Held),
+    ) -> Result<bool, CallError> {
+        let Some(held) = &self.held else {
+            return Ok(false);
+        };
+        if must_follow(held) {
+            self.send_held()?;
         }
-        if !changes.usage.is_empty() {
-            self.send_usage(&changes.usage)?;
-        }
-        Ok(())
+        add(self.held.as_mut().expect("sending keeps the holding"));
+        self.send_held_if_full()?;
+        Ok(true)
     }
 
     /// `set-pod`, or `apply-and-set-pod` of `batched`, with the pod as a WIT record.
     fn set_pod_lowered(&mut self, pod: &sdk::Pod, items: usize) -> Result<wit::PodPlan, CallError> {
         let sent = wit_pod(pod, self.descriptor.reads_pod);
-        Ok(match (&self.batched, self.held.is_empty()) {
-            (Some(batched), false) => {
-                let batched = *batched;
-                let held = self.held.count();
-                let changes = self.held.take();
+        Ok(match (self.batched, &mut self.held) {
+            (Some(batched), Some(Held::Records(held))) if !held.is_empty() => {
+                let count = held.count();
+                let changes = held.take();
                 self.arm_for(
                     SET_POD_PER_ITEM_ALLOWANCE * items as u32
-                        + SYNC_PER_NODE_ALLOWANCE * held as u32,
+                        + SYNC_PER_NODE_ALLOWANCE * count as u32,
                 );
                 batched
                     .call(&mut self.store, (changes, sent))
@@ -797,7 +891,7 @@ impl ComponentInstance {
 
     /// Sends what is held once there is a batch's worth.
     fn send_held_if_full(&mut self) -> Result<(), CallError> {
-        if self.held.count() + self.held_encoded.count() >= MAX_HELD_CHANGES {
+        if self.held.as_ref().map_or(0, Held::count) >= MAX_HELD_CHANGES {
             self.send_held()?;
         }
         Ok(())
@@ -870,61 +964,49 @@ impl PluginInstance for ComponentInstance {
     }
 
     fn update_usage(&mut self, usage: &[(u32, &sdk::NodeUsage)]) -> Result<(), CallError> {
-        if self.encoded.is_some() {
-            for (id, u) in usage {
-                self.held_encoded.update_usage(*id, u);
-            }
-            return self.send_held_if_full();
+        let held = self.hold(
+            |_| false,
+            |held| {
+                for (id, u) in usage {
+                    held.update_usage(*id, u);
+                }
+            },
+        )?;
+        if held {
+            return Ok(());
         }
-        let converted = usage.iter().map(|(id, u)| (*id, node_usage(u)));
-        if self.batched.is_none() {
-            let converted: Vec<(u32, wit::NodeUsage)> = converted.collect();
-            return self.send_usage(&converted);
-        }
-        self.held.usage.extend(converted);
-        self.send_held_if_full()
+        let converted: Vec<(u32, wit::NodeUsage)> =
+            usage.iter().map(|(id, u)| (*id, node_usage(u))).collect();
+        self.send_usage(&converted)
     }
 
     fn upsert_pods(&mut self, pods: &[(u32, sdk::ExistingPod)]) -> Result<(), CallError> {
-        if self.encoded.is_some() {
-            if self.held_encoded.has_usage() {
-                self.send_held()?;
-            }
+        let held = self.hold(Held::has_usage, |held| {
             for (id, p) in pods {
-                self.held_encoded.upsert_pod(*id, p);
+                held.upsert_pod(*id, p);
             }
-            return self.send_held_if_full();
+        })?;
+        if held {
+            return Ok(());
         }
-        let converted = pods.iter().map(|(id, p)| (*id, existing_pod(p)));
-        if self.batched.is_none() {
-            let converted: Vec<(u32, wit::ExistingPod)> = converted.collect();
-            return self.send_upserted_pods(&converted);
-        }
-        if !self.held.usage.is_empty() {
-            self.send_held()?;
-        }
-        self.held.upserted_pods.extend(converted);
-        self.send_held_if_full()
+        let converted: Vec<(u32, wit::ExistingPod)> =
+            pods.iter().map(|(id, p)| (*id, existing_pod(p))).collect();
+        self.send_upserted_pods(&converted)
     }
 
     fn remove_pods(&mut self, ids: &[u32]) -> Result<(), CallError> {
-        if self.encoded.is_some() {
-            if self.held_encoded.has_upserts() || self.held_encoded.has_usage() {
-                self.send_held()?;
-            }
-            for &id in ids {
-                self.held_encoded.remove_pod(id);
-            }
-            return self.send_held_if_full();
+        let held = self.hold(
+            |held| held.has_upserts() || held.has_usage(),
+            |held| {
+                for &id in ids {
+                    held.remove_pod(id);
+                }
+            },
+        )?;
+        if held {
+            return Ok(());
         }
-        if self.batched.is_none() {
-            return self.send_removed_pods(ids);
-        }
-        if !self.held.upserted_pods.is_empty() || !self.held.usage.is_empty() {
-            self.send_held()?;
-        }
-        self.held.removed_pods.extend_from_slice(ids);
-        self.send_held_if_full()
+        self.send_removed_pods(ids)
     }
 
     fn upsert_namespaces(&mut self, namespaces: &[(&str, &sdk::Labels)]) -> Result<(), CallError> {
@@ -983,13 +1065,14 @@ impl PluginInstance for ComponentInstance {
 
     fn set_pod(&mut self, pod: &sdk::Pod) -> Result<sdk::PodPlan, CallError> {
         let items = pod_items(pod, self.descriptor.reads_pod);
-        let plan = if let Some(encoded) = self.encoded {
-            let held = self.held_encoded.count();
+        let plan = if let (Some(encoded), Some(Held::Bytes(held))) = (self.encoded, &mut self.held)
+        {
+            let count = held.count();
             self.input.clear();
-            self.held_encoded.write(&mut self.input);
+            held.write(&mut self.input);
             wire::write_pod(&mut self.input, pod, self.descriptor.reads_pod);
             self.arm_for(
-                SET_POD_PER_ITEM_ALLOWANCE * items as u32 + SYNC_PER_NODE_ALLOWANCE * held as u32,
+                SET_POD_PER_ITEM_ALLOWANCE * items as u32 + SYNC_PER_NODE_ALLOWANCE * count as u32,
             );
             encoded
                 .apply_and_set_pod()
@@ -1713,6 +1796,7 @@ mod tests {
         if sending == Sending::Plain {
             wasm.batched = None;
         }
+        wasm.held = Held::for_exports(wasm.encoded.is_some(), wasm.batched.is_some());
         (wasm, native)
     }
 
