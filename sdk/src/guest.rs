@@ -1,6 +1,7 @@
 //! Component glue (wasm32 only): the exports of the `encoded-plugin` world (the `plugin` world,
-//! `apply-and-set-pod`, and the same with its input as bytes), converting between the generated WIT types and the SDK's types and
-//! delegating to one [`Driver`] per component instance.
+//! `apply-and-set-pod`, and the same with its input as bytes), converting between the generated
+//! WIT types (or the bytes) and the SDK's types and delegating to one [`Driver`] per component
+//! instance.
 
 use std::any::Any;
 use std::cell::UnsafeCell;
@@ -113,14 +114,24 @@ impl<P: Exported> bindings::Guest for Component<P> {
 
 impl<P: Exported> bindings::exports::wasched::plugin::batched::Guest for Component<P> {
     fn apply_and_set_pod(changes: wit::MirrorChanges, pod: wit::Pod) -> wit::PodPlan {
-        <Self as bindings::Guest>::remove_pods(changes.removed_pods);
-        <Self as bindings::Guest>::upsert_pods(changes.upserted_pods);
-        <Self as bindings::Guest>::update_usage(changes.usage);
+        apply::<P>(crate::wire::MirrorChanges {
+            removed_pods: changes.removed_pods,
+            upserted_pods: changes
+                .upserted_pods
+                .into_iter()
+                .map(|(id, pod)| (id, pod.into()))
+                .collect(),
+            usage: changes
+                .usage
+                .into_iter()
+                .map(|(id, usage)| (id, usage.into()))
+                .collect(),
+        });
         <Self as bindings::Guest>::set_pod(pod)
     }
 }
 
-/// Applies decoded mirror changes in the order `apply-and-set-pod` promises.
+/// Applies mirror changes, from records or bytes, in the order `apply-and-set-pod` promises.
 fn apply<P: Exported>(changes: crate::wire::MirrorChanges) {
     let driver = driver::<P>();
     driver.remove_pods(&changes.removed_pods);
