@@ -49,17 +49,16 @@ impl Labels {
             }
             duplicate
         });
-        let deduped = pairs;
         let mut labels = Labels {
             text: String::with_capacity(
-                deduped
+                pairs
                     .iter()
                     .map(|(k, v)| k.as_ref().len() + v.as_ref().len())
                     .sum(),
             ),
-            spans: Vec::with_capacity(deduped.len()),
+            spans: Vec::with_capacity(pairs.len()),
         };
-        for (key, value) in &deduped {
+        for (key, value) in &pairs {
             let start = labels.text.len() as u32;
             labels.text.push_str(key.as_ref());
             let middle = labels.text.len() as u32;
