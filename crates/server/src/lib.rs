@@ -104,6 +104,15 @@ pub struct ServeArgs {
     /// Log format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// A name clients reach the server by (through a proxy or DNS), besides its IP addresses
+    /// and, on loopback, `localhost`: on loopback a request naming any other `Host` is refused,
+    /// so a page whose name was re-pointed at 127.0.0.1 cannot call the API. Repeatable.
+    #[arg(long = "allowed-host", value_name = "NAME")]
+    pub allowed_hosts: Vec<String>,
+    /// An origin (`https://dash.example:8443`) whose pages may call the API from a browser,
+    /// besides the server's own page. Repeatable.
+    #[arg(long = "allowed-origin", value_name = "ORIGIN")]
+    pub allowed_origins: Vec<String>,
     #[command(flatten)]
     pub kube: kubernetes::KubeArgs,
 }
@@ -183,6 +192,8 @@ pub struct Server {
     pub plugin_stats: Arc<PluginStatsRegistry>,
     pub policy: Arc<tokio::sync::Mutex<Policy>>,
     pub tokens: Tokens,
+    /// The hosts and origins requests may come from ([`http::site`]).
+    pub(crate) sites: http::site::Sites,
     pub args: ServeArgs,
     pub clock: Arc<dyn Clock>,
     pub plugin_loads: [std::sync::atomic::AtomicU64; 2],
@@ -591,20 +602,41 @@ impl Server {
                 client.clone(),
                 &args.kube.policy,
                 runtime.clone(),
+                args.max_component_bytes,
             ))
         });
 
         let mut policy = stored_policy(&args, &store, shared_policy.as_deref())?;
         let (label, dir) = config_location(&policy.source, &args.data_dir);
-        let (config, specs) = parse_and_load(
+        let built = parse_and_load(
             &label,
             &dir,
             &policy.text,
             &policy.uploaded,
             &plugin_stats,
             &args,
-        )
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        );
+        let (config, specs) = match (built, shared_policy.as_deref()) {
+            (Ok(built), _) => built,
+            // A configuration anyone who may edit the ConfigMap wrote must not keep every
+            // replica down: start with this replica's own, and take the cluster's in once a
+            // change makes it buildable.
+            (Err(e), Some(shared)) if matches!(policy.source, ConfigSource::Cluster(_)) => {
+                refuse_shared_policy(shared, &format!("its configuration: {e}"));
+                policy = local_policy(&args, policy.uploaded, policy.records)?;
+                let (label, dir) = config_location(&policy.source, &args.data_dir);
+                parse_and_load(
+                    &label,
+                    &dir,
+                    &policy.text,
+                    &policy.uploaded,
+                    &plugin_stats,
+                    &args,
+                )
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+            }
+            (Err(e), _) => anyhow::bail!("{e}"),
+        };
         policy.usage = config.usage();
         policy.chains = config.chains();
 
@@ -655,6 +687,7 @@ impl Server {
             plugin_stats,
             policy: Arc::new(tokio::sync::Mutex::new(policy)),
             tokens,
+            sites: http::site::Sites::new(args.listen, &args.allowed_hosts, &args.allowed_origins),
             args: args.clone(),
             clock,
             plugin_loads: Default::default(),
@@ -810,41 +843,54 @@ fn stored_policy(
     store: &Store,
     shared: Option<&shared_policy::SharedPolicy>,
 ) -> anyhow::Result<Policy> {
-    let mut shared_version = 0;
-    let (uploaded, records, admin_config) = match shared {
-        Some(shared) => {
-            let (index, version, components) = off_runtime(|| shared.load())
-                .map_err(|e| anyhow::anyhow!("loading the shared policy: {e}"))?;
-            let records: BTreeMap<String, PluginRecord> = index
-                .plugins
-                .into_iter()
-                .map(|p| (p.record.name.clone(), p.record))
-                .collect();
-            let config = index
-                .config
-                .map(|text| (ConfigSource::Cluster(shared.location()), text));
-            shared_version = version;
-            (components, records, config)
+    let Some(shared) = shared else {
+        let mut uploaded = BTreeMap::new();
+        let mut records = BTreeMap::new();
+        for (record, bytes) in store.plugins()? {
+            uploaded.insert(record.name.clone(), Arc::new(bytes));
+            records.insert(record.name.clone(), record);
         }
-        None => {
-            let mut uploaded = BTreeMap::new();
-            let mut records = BTreeMap::new();
-            for (record, bytes) in store.plugins()? {
-                uploaded.insert(record.name.clone(), Arc::new(bytes));
-                records.insert(record.name.clone(), record);
-            }
-            let config = store.config()?.map(|text| (ConfigSource::Store, text));
-            (uploaded, records, config)
+        let mut policy = local_policy(args, uploaded, records)?;
+        if let (Some(text), None) = (store.config()?, &args.config) {
+            (policy.source, policy.text) = (ConfigSource::Store, text);
+        }
+        return Ok(policy);
+    };
+    let (index, version, components) = match off_runtime(|| shared.load()) {
+        Ok(loaded) => loaded,
+        Err(shared_policy::LoadError::Unreachable(e)) => {
+            anyhow::bail!("loading the shared policy: {e}")
+        }
+        Err(shared_policy::LoadError::Refused(e)) => {
+            refuse_shared_policy(shared, &e);
+            return local_policy(args, BTreeMap::new(), BTreeMap::new());
         }
     };
-    let (source, text) = match (admin_config, &args.config) {
-        (Some(admin), _) if shared.is_some() => admin,
-        (_, Some(path)) => (
+    let records: BTreeMap<String, PluginRecord> = index
+        .plugins
+        .into_iter()
+        .map(|p| (p.record.name.clone(), p.record))
+        .collect();
+    let mut policy = local_policy(args, components, records)?;
+    if let Some(text) = index.config {
+        (policy.source, policy.text) = (ConfigSource::Cluster(shared.location()), text);
+    }
+    policy.shared_version = version;
+    Ok(policy)
+}
+
+/// This replica's own policy: `--config`, else the default profile, with `uploaded` components.
+fn local_policy(
+    args: &ServeArgs,
+    uploaded: BTreeMap<String, Arc<Vec<u8>>>,
+    records: BTreeMap<String, PluginRecord>,
+) -> anyhow::Result<Policy> {
+    let (source, text) = match &args.config {
+        Some(path) => (
             ConfigSource::File(path.clone()),
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
         ),
-        (Some(admin), None) => admin,
-        (None, None) => (ConfigSource::Default, String::new()),
+        None => (ConfigSource::Default, String::new()),
     };
     Ok(Policy {
         source,
@@ -853,8 +899,17 @@ fn stored_policy(
         records,
         usage: BTreeMap::new(),
         chains: Vec::new(),
-        shared_version,
+        shared_version: 0,
     })
+}
+
+/// Counts and logs a cluster policy a starting replica does not take in.
+fn refuse_shared_policy(shared: &shared_policy::SharedPolicy, why: &str) {
+    shared.stats.adopt_failures.fetch_add(1, Ordering::Relaxed);
+    tracing::error!(
+        "not taking in the policy of ConfigMap {}: {why}; starting with this replica's own configuration and waiting for a valid change",
+        shared.location()
+    );
 }
 
 /// Runs `work` on a thread of its own: it may block on the async runtime, which the calling

@@ -101,13 +101,69 @@ impl PolicyIndex {
         self.plugins.iter().any(|p| p.record.sha256 == sha256)
     }
 
-    fn parse(map: &ConfigMap) -> Result<PolicyIndex, String> {
+    /// The index `map` holds, every entry checked by [`IndexedComponent::check`] against
+    /// `max_component_bytes`: anyone who may edit ConfigMaps in the namespace can write it, so
+    /// nothing in it is trusted.
+    fn parse(map: &ConfigMap, max_component_bytes: usize) -> Result<PolicyIndex, String> {
         let text = map
             .data
             .as_ref()
             .and_then(|d| d.get(INDEX_KEY))
             .map_or("{}", String::as_str);
-        serde_json::from_str(text).map_err(|e| format!("its {INDEX_KEY} is not valid: {e}"))
+        let index: PolicyIndex =
+            serde_json::from_str(text).map_err(|e| format!("its {INDEX_KEY} is not valid: {e}"))?;
+        let mut names = std::collections::BTreeSet::new();
+        for (i, entry) in index.plugins.iter().enumerate() {
+            entry
+                .check(max_component_bytes)
+                .map_err(|e| format!("its {INDEX_KEY} is refused: plugins[{i}].{e}"))?;
+            if !names.insert(entry.record.name.as_str()) {
+                return Err(format!(
+                    "its {INDEX_KEY} is refused: plugins[{i}].name {:?} is listed twice",
+                    entry.record.name
+                ));
+            }
+        }
+        Ok(index)
+    }
+}
+
+impl IndexedComponent {
+    /// Checks the entry with the upload API's rules; the error starts with the field's name.
+    ///
+    /// # Errors
+    /// The name is not a plugin name, the sha256 not 64 lowercase hex digits (it becomes part of
+    /// ConfigMap names), the size not within 1..=`max_component_bytes`, or the chunk count not
+    /// the one that size takes.
+    fn check(&self, max_component_bytes: usize) -> Result<(), String> {
+        let record = &self.record;
+        if !crate::valid_plugin_name(&record.name) {
+            return Err(format!(
+                "name {:?} is not a plugin name (1-63 letters, digits, '-', '_' or '.', starting with a letter)",
+                record.name
+            ));
+        }
+        let hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+        if record.sha256.len() != 64 || !record.sha256.bytes().all(hex) {
+            return Err(format!(
+                "sha256 {:?} is not 64 lowercase hex digits",
+                record.sha256
+            ));
+        }
+        if record.size == 0 || record.size > max_component_bytes {
+            return Err(format!(
+                "size {} is not within 1..={max_component_bytes} bytes (--max-component-bytes)",
+                record.size
+            ));
+        }
+        let chunks = record.size.div_ceil(CHUNK_BYTES);
+        if self.chunks as usize != chunks {
+            return Err(format!(
+                "chunks {} does not match its size: {} bytes take {chunks} chunks of {CHUNK_BYTES}",
+                self.chunks, record.size
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -156,15 +212,19 @@ pub struct SharedPolicy {
     pub namespace: String,
     pub name: String,
     runtime: tokio::runtime::Handle,
+    /// The largest component an index may list (`--max-component-bytes`).
+    max_component_bytes: usize,
     pub stats: SharedPolicyStats,
 }
 
 impl SharedPolicy {
-    /// The policy `args` name, through `client`.
+    /// The policy `args` name, through `client`; components over `max_component_bytes` are
+    /// refused as the upload API refuses them.
     pub fn new(
         client: Client,
         args: &SharedPolicyArgs,
         runtime: tokio::runtime::Handle,
+        max_component_bytes: usize,
     ) -> SharedPolicy {
         let namespace = args
             .policy_namespace
@@ -175,6 +235,7 @@ impl SharedPolicy {
             namespace,
             name: args.policy_configmap.clone(),
             runtime,
+            max_component_bytes,
             stats: SharedPolicyStats::default(),
         }
     }
@@ -202,7 +263,7 @@ impl SharedPolicy {
     pub async fn read(&self) -> Result<(Option<String>, PolicyIndex), String> {
         match self.maps.get_opt(&self.name).await {
             Ok(Some(map)) => {
-                let index = PolicyIndex::parse(&map)
+                let index = PolicyIndex::parse(&map, self.max_component_bytes)
                     .map_err(|e| format!("ConfigMap {}: {e}", self.location()))?;
                 Ok((map.metadata.resource_version, index))
             }
@@ -216,6 +277,9 @@ impl SharedPolicy {
     /// # Errors
     /// A chunk is missing or the bytes are not the ones the index names.
     pub async fn fetch(&self, entry: &IndexedComponent) -> Result<Vec<u8>, String> {
+        entry
+            .check(self.max_component_bytes)
+            .map_err(|e| format!("plugin {:?}: {e}", entry.record.name))?;
         let mut bytes = Vec::with_capacity(entry.record.size);
         for i in 0..entry.chunks {
             let name = self.chunk_name(&entry.record.sha256, i);
@@ -226,6 +290,12 @@ impl SharedPolicy {
                 .binary_data
                 .and_then(|mut d| d.remove(CHUNK_KEY))
                 .ok_or_else(|| format!("chunk {name} has no {CHUNK_KEY}"))?;
+            if bytes.len() + part.0.len() > entry.record.size {
+                return Err(format!(
+                    "plugin {}: chunk {name} holds more than the {} bytes the index names",
+                    entry.record.name, entry.record.size
+                ));
+            }
             bytes.extend_from_slice(&part.0);
         }
         let sha256 = wasched_wasm::component::sha256_hex(&bytes);
@@ -477,14 +547,36 @@ impl SharedPolicy {
     /// that starts.
     ///
     /// # Errors
-    /// As [`SharedPolicy::fetch`].
-    pub fn load(&self) -> Result<(PolicyIndex, u64, Components), String> {
+    /// [`LoadError::Unreachable`] when the index cannot be read, [`LoadError::Refused`] when it
+    /// is not valid or a component it lists cannot be put together.
+    pub fn load(&self) -> Result<(PolicyIndex, u64, Components), LoadError> {
         self.block_on(async {
-            let (version, index) = self.read().await?;
-            let components = self.fetch_all(&index, &BTreeMap::new()).await?;
-            Ok((index, parse_version(version.as_deref()), components))
+            let map = self.maps.get_opt(&self.name).await.map_err(|e| {
+                LoadError::Unreachable(format!("reading ConfigMap {}: {e}", self.location()))
+            })?;
+            let Some(map) = map else {
+                return Ok((PolicyIndex::default(), 0, BTreeMap::new()));
+            };
+            let index = PolicyIndex::parse(&map, self.max_component_bytes)
+                .map_err(|e| LoadError::Refused(format!("ConfigMap {}: {e}", self.location())))?;
+            let components = self
+                .fetch_all(&index, &BTreeMap::new())
+                .await
+                .map_err(LoadError::Refused)?;
+            Ok((index, version_of(&map), components))
         })
     }
+}
+
+/// Why a starting replica could not take in the cluster's policy.
+#[derive(Debug)]
+pub enum LoadError {
+    /// The API server did not answer: the replica cannot know the policy and does not start.
+    Unreachable(String),
+    /// The index is not valid or names chunks that are not there: the replica starts with its
+    /// own configuration and takes in the cluster's once a change makes it whole, so a bad
+    /// ConfigMap cannot keep every replica down.
+    Refused(String),
 }
 
 fn parse_version(version: Option<&str>) -> u64 {
@@ -542,7 +634,7 @@ pub async fn follow(
                         if map.metadata.name.as_deref() != Some(shared.name.as_str()) {
                             continue;
                         }
-                        match PolicyIndex::parse(&map) {
+                        match PolicyIndex::parse(&map, shared.max_component_bytes) {
                             Ok(index) => pending = Some((version_of(&map), index)),
                             Err(e) => {
                                 shared.stats.adopt_failures.fetch_add(1, Ordering::Relaxed);
@@ -652,6 +744,8 @@ async fn adopt(
 mod tests {
     use super::*;
 
+    const LIMIT: usize = 64 << 20;
+
     fn entry(name: &str, sha256: &str) -> IndexedComponent {
         IndexedComponent {
             record: PluginRecord {
@@ -686,7 +780,7 @@ mod tests {
             config: Some("[[profiles]]\n".into()),
             ..Default::default()
         };
-        index.put(entry("a", "2"));
+        index.put(entry("a", &"2".repeat(64)));
         let map = ConfigMap {
             data: Some(BTreeMap::from([(
                 INDEX_KEY.to_string(),
@@ -694,17 +788,108 @@ mod tests {
             )])),
             ..Default::default()
         };
-        assert_eq!(PolicyIndex::parse(&map).unwrap(), index);
+        assert_eq!(PolicyIndex::parse(&map, LIMIT).unwrap(), index);
         assert_eq!(
-            PolicyIndex::parse(&ConfigMap::default()).unwrap(),
+            PolicyIndex::parse(&ConfigMap::default(), LIMIT).unwrap(),
             PolicyIndex::default()
         );
         let garbage = ConfigMap {
             data: Some(BTreeMap::from([(INDEX_KEY.to_string(), "[1".to_string())])),
             ..Default::default()
         };
-        assert!(PolicyIndex::parse(&garbage)
+        assert!(PolicyIndex::parse(&garbage, LIMIT)
             .unwrap_err()
             .contains("not valid"));
+    }
+
+    fn index_map(index: &PolicyIndex) -> ConfigMap {
+        ConfigMap {
+            data: Some(BTreeMap::from([(
+                INDEX_KEY.to_string(),
+                serde_json::to_string(index).unwrap(),
+            )])),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_index_entry_the_upload_api_would_refuse_is_refused_naming_its_field() {
+        let sha = "ab".repeat(32);
+        let big = |size: usize, chunks: u32| {
+            let mut e = entry("big", &sha);
+            e.record.size = size;
+            e.chunks = chunks;
+            e
+        };
+        let cases: Vec<(&str, IndexedComponent, Option<&str>)> = vec![
+            ("a valid entry is taken", entry("fine", &sha), None),
+            (
+                "a size of 64 GiB is over --max-component-bytes",
+                big(68_719_476_736, 131_072),
+                Some("plugins[0].size 68719476736 is not within 1..=67108864"),
+            ),
+            (
+                "the largest size is refused before anything is allocated",
+                big(usize::MAX, 1),
+                Some("plugins[0].size"),
+            ),
+            (
+                "a size of zero is refused",
+                big(0, 0),
+                Some("plugins[0].size 0"),
+            ),
+            (
+                "a path as a name is refused",
+                entry("../../etc/passwd", &sha),
+                Some("plugins[0].name \"../../etc/passwd\" is not a plugin name"),
+            ),
+            (
+                "a path as a sha256 never reaches a ConfigMap name",
+                entry("fine", "../../../x"),
+                Some("plugins[0].sha256 \"../../../x\" is not 64 lowercase hex digits"),
+            ),
+            (
+                "upper-case hex is not what the upload API writes",
+                entry("fine", &"AB".repeat(32)),
+                Some("plugins[0].sha256"),
+            ),
+            (
+                "a chunk count that does not match the size is refused",
+                big(CHUNK_BYTES + 1, 1),
+                Some("plugins[0].chunks 1 does not match its size: 524289 bytes take 2 chunks"),
+            ),
+            (
+                "two chunks for two chunks' worth of bytes are fine",
+                big(CHUNK_BYTES + 1, 2),
+                None,
+            ),
+        ];
+        for (name, entry, expected) in cases {
+            let index = PolicyIndex {
+                config: None,
+                plugins: vec![entry],
+            };
+            match (PolicyIndex::parse(&index_map(&index), LIMIT), expected) {
+                (Ok(parsed), None) => assert_eq!(parsed, index, "{name}"),
+                (Err(e), Some(expected)) => assert!(e.contains(expected), "{name}: {e}"),
+                (outcome, _) => panic!("{name}: {outcome:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn an_index_naming_one_plugin_twice_is_refused() {
+        let index = PolicyIndex {
+            config: None,
+            plugins: vec![
+                entry("twin", &"1".repeat(64)),
+                entry("twin", &"2".repeat(64)),
+            ],
+        };
+        let e = PolicyIndex::parse(&index_map(&index), LIMIT).unwrap_err();
+        assert!(
+            e.contains("plugins[1].name \"twin\" is listed twice"),
+            "{e}"
+        );
     }
 }
