@@ -159,7 +159,12 @@ impl Tokens {
         if !self.guarded(access) {
             return Ok(());
         }
-        let Some(given) = authorization.and_then(|v| v.strip_prefix("Bearer ")) else {
+        // RFC 7235: the scheme is case-insensitive (`bearer`, `BEARER`).
+        let bearer = authorization
+            .and_then(|v| v.trim_start().split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token);
+        let Some(given) = bearer else {
             return Err(Refusal {
                 status: 401,
                 message: format!(

@@ -1,7 +1,7 @@
 //! The admin API: plugins (list, upload, replace, remove) and the configuration.
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Multipart, Path, Query, State};
 use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -166,9 +166,10 @@ async fn load(
 async fn upload_raw(
     State(server): State<Shared>,
     Path(name): Path<String>,
-    Query(query): Query<UploadQuery>,
+    query: Result<Query<UploadQuery>, QueryRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let Query(query) = query?;
     let body = body?;
     load(server, name, body.to_vec(), query.sha256).await
 }

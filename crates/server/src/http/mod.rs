@@ -9,13 +9,14 @@
 mod admin;
 mod cluster;
 mod operations;
+pub(crate) mod site;
 mod status;
 #[cfg(test)]
 mod tests;
 
 use std::sync::Arc;
 
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, Method, StatusCode};
 use axum::middleware::{self, Next};
@@ -55,6 +56,15 @@ impl From<super::store::StoreError> for ApiError {
     }
 }
 
+impl From<QueryRejection> for ApiError {
+    fn from(e: QueryRejection) -> Self {
+        ApiError {
+            status: e.status(),
+            message: e.body_text(),
+        }
+    }
+}
+
 impl From<BytesRejection> for ApiError {
     fn from(e: BytesRejection) -> Self {
         let status = e.status();
@@ -77,6 +87,7 @@ fn reason(status: StatusCode) -> &'static str {
         409 => "AlreadyExists",
         410 => "Expired",
         413 => "RequestEntityTooLarge",
+        414 => "RequestURITooLong",
         415 => "UnsupportedMediaType",
         422 => "Invalid",
         503 => "ServiceUnavailable",
@@ -112,6 +123,10 @@ pub fn router(server: Shared) -> Router {
                 "method not allowed on this endpoint (see /openapi.json)",
             )
         })
+        .layer(middleware::from_fn_with_state(
+            server.clone(),
+            site::guard_site,
+        ))
         .with_state(server)
 }
 
@@ -156,16 +171,19 @@ async fn require(
 }
 
 /// Reads and drops a request's body before it is refused, unless the client asked to be told
-/// first (`Expect: 100-continue`, which then gets no `100 Continue`) or it declares more than
-/// [`DRAIN_AT_MOST`]: a client still sending would otherwise see the connection reset (a broken
-/// pipe) instead of the refusal.
+/// first (`Expect: 100-continue`, which then gets no `100 Continue`), declares more than
+/// [`DRAIN_AT_MOST`], or declares no length at all (a chunked body, which could go on forever):
+/// a client still sending a body of a length it declared would otherwise see the connection
+/// reset (a broken pipe) instead of the refusal.
 async fn drain_body(request: Request) {
     let declared = request
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(0);
+        .and_then(|v| v.parse::<u64>().ok());
+    let Some(declared) = declared else {
+        return;
+    };
     let waits_for_continue = request
         .headers()
         .get(header::EXPECT)

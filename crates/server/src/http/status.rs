@@ -9,8 +9,9 @@
 //!
 //! [`Engine::inspect`]: crate::engine::Engine::inspect
 
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{header, Method};
+use axum::http::{header, HeaderMap, Method};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -201,8 +202,9 @@ impl Term<'_> {
 /// queue, attempts, time waiting and last FitError, and how many matched.
 async fn pending(
     State(server): State<Shared>,
-    Query(query): Query<PendingQuery>,
+    query: Result<Query<PendingQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let Query(query) = query?;
     let sort = query.sort.clone().unwrap_or_else(|| "name".into());
     if !["name", "waiting", "attempts"].contains(&sort.as_str()) {
         return Err(ApiError::new(
@@ -359,11 +361,18 @@ async fn pod_status(
 
 /// `GET /v1/status/plugins`: each plugin with its version, digest, language and health (as
 /// `GET /admin/plugins`), each profile's chains, and the configuration.
-async fn plugins(State(server): State<Shared>) -> Result<Response, ApiError> {
+/// The configuration (which may hold plugins' settings, such as licence keys) is left out
+/// unless the request may read it through `GET /admin/config`.
+async fn plugins(State(server): State<Shared>, headers: HeaderMap) -> Result<Response, ApiError> {
     let mut body = admin::plugin_list(&server).await;
     let policy = server.policy.lock().await;
     body["profiles"] = serde_json::to_value(&policy.chains).expect("chains serialize");
-    body["config"] = admin::config_text(&policy).into();
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    if server.tokens.check(Access::Admin, authorization).is_ok() {
+        body["config"] = admin::config_text(&policy).into();
+    }
     body["configSource"] = admin::config_source(&policy).into();
     body["adminTokenRequired"] = server.tokens.guarded(Access::Admin).into();
     Ok(Json(body).into_response())

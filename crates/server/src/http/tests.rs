@@ -78,11 +78,32 @@ impl Harness {
         }
     }
 
-    /// The status and body of one request.
+    /// The status and body of one request; a body goes with the media type its endpoint takes.
     fn call(&self, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, String) {
+        let mut headers = Vec::new();
+        let bearer = token.map(|t| format!("Bearer {t}"));
+        if let Some(bearer) = &bearer {
+            headers.push(("authorization", bearer.as_str()));
+        }
+        if !body.is_empty() {
+            headers.push(("content-type", media_type_for(path, body)));
+        }
+        let (status, _, text) = self.send(method, path, &headers, body);
+        (status, text)
+    }
+
+    /// The status, headers and body of one request with exactly `headers` (and the body's
+    /// length).
+    fn send(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> (u16, axum::http::HeaderMap, String) {
         let mut request = Request::builder().method(method).uri(path);
-        if let Some(token) = token {
-            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
         }
         if !body.is_empty() {
             request = request.header(header::CONTENT_LENGTH, body.len());
@@ -92,10 +113,15 @@ impl Harness {
         self.runtime.block_on(async move {
             let response = router.oneshot(request).await.unwrap();
             let status = response.status().as_u16();
+            let headers = response.headers().clone();
             let bytes = axum::body::to_bytes(response.into_body(), 64 << 20)
                 .await
                 .unwrap();
-            (status, String::from_utf8_lossy(&bytes).into_owned())
+            (
+                status,
+                headers,
+                String::from_utf8_lossy(&bytes).into_owned(),
+            )
         })
     }
 
@@ -104,6 +130,19 @@ impl Harness {
         let value = serde_json::from_str(&text)
             .unwrap_or_else(|_| panic!("{method} {path}: not JSON ({status}): {text}"));
         (status, value)
+    }
+}
+
+/// What a client of `path` says its body is.
+fn media_type_for(path: &str, body: &str) -> &'static str {
+    if path == "/admin/config" {
+        "application/toml"
+    } else if path.starts_with("/admin/plugins/") {
+        "application/wasm"
+    } else if body.trim_start().starts_with('{') {
+        "application/json"
+    } else {
+        "application/yaml"
     }
 }
 
@@ -390,4 +429,143 @@ fn the_status_endpoints_read_the_schedulers_cache_queue_and_choices() {
 
     let (_, unknown) = h.json("GET", "/v1/status/pods/apps/nobody", None, "");
     assert_eq!(unknown["state"], "unknown");
+}
+
+#[test]
+fn a_page_of_another_site_cannot_change_objects_or_plugins_on_the_open_loopback_default() {
+    let h = Harness::open(&[], &[]);
+    let yaml = "kind: Node\nmetadata: {name: planted}\n";
+    let own = [
+        ("host", "127.0.0.1:7878"),
+        ("origin", "http://127.0.0.1:7878"),
+    ];
+    let cases: &[(&str, &str, &str, Vec<(&str, &str)>, u16, &str)] = &[
+        (
+            "a form post of text/plain from another origin",
+            "POST",
+            "/v1/objects",
+            vec![("host", "127.0.0.1:7878"), ("origin", "http://attacker.example"), ("content-type", "text/plain")],
+            403,
+            "requests from pages of http://attacker.example are refused",
+        ),
+        (
+            "a multipart upload from another origin",
+            "POST",
+            "/admin/plugins",
+            vec![("host", "127.0.0.1:7878"), ("origin", "http://attacker.example"), ("content-type", "multipart/form-data; boundary=x")],
+            403,
+            "requests from pages of http://attacker.example are refused",
+        ),
+        (
+            "a rebound name without an Origin",
+            "POST",
+            "/v1/objects",
+            vec![("host", "attacker.example:7878"), ("content-type", "application/yaml")],
+            403,
+            "Host \"attacker.example:7878\" does not name this server",
+        ),
+        (
+            "text/plain from the server's own page",
+            "POST",
+            "/v1/objects",
+            vec![own[0], own[1], ("content-type", "text/plain")],
+            415,
+            "Content-Type \"text/plain\" is not accepted here: send application/json or application/yaml",
+        ),
+        (
+            "a body without a media type",
+            "POST",
+            "/v1/objects",
+            vec![own[0]],
+            415,
+            "a body without a Content-Type is not accepted here",
+        ),
+    ];
+    for (name, method, path, headers, status, message) in cases {
+        let (got, answer_headers, text) = h.send(method, path, headers, yaml);
+        assert_eq!(got, *status, "{name}: {text}");
+        let body: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{name}: {text}"));
+        assert_eq!(body["kind"], "Status", "{name}");
+        assert!(
+            body["message"].as_str().unwrap().contains(message),
+            "{name}: {body}"
+        );
+        assert_eq!(answer_headers["x-frame-options"], "DENY", "{name}");
+    }
+    let (_, nodes) = h.json("GET", "/v1/nodes", None, "");
+    assert_eq!(nodes["items"], json!([]), "nothing was created");
+    // The page itself still works: the same request with its own origin and a real type.
+    let (status, _, text) = h.send(
+        "POST",
+        "/v1/objects",
+        &[own[0], own[1], ("content-type", "application/yaml")],
+        yaml,
+    );
+    assert_eq!(status, 200, "{text}");
+    let (status, headers, _) = h.send("GET", "/", &[("host", "localhost:7878")], "");
+    assert_eq!(status, 200);
+    assert_eq!(headers["content-security-policy"], "frame-ancestors 'none'");
+}
+
+#[test]
+fn query_errors_and_overlong_targets_answer_as_a_status() {
+    let h = Harness::open(&[], &[]);
+    for query in [
+        "/v1/status/pending?limit=lots",
+        "/v1/watch?policyChanges=maybe",
+    ] {
+        let (status, bad) = h.json("GET", query, None, "");
+        assert_eq!(status, 400, "{query}: {bad}");
+        assert_eq!(bad["kind"], "Status", "{query}");
+        assert!(
+            bad["message"].as_str().unwrap().contains("query string"),
+            "{query}: {bad}"
+        );
+    }
+    let long = format!("/v1/nodes?x={}", "a".repeat(super::site::MAX_URI_BYTES));
+    let (status, too_long) = h.json("GET", &long, None, "");
+    assert_eq!(status, 414, "{too_long}");
+    assert_eq!(too_long["reason"], "RequestURITooLong");
+}
+
+#[test]
+fn the_bearer_scheme_is_case_insensitive_and_a_read_token_sees_no_configuration() {
+    let h = Harness::open(&["admin", "read"], &[]);
+    for scheme in ["bearer", "BEARER", "Bearer"] {
+        let auth = format!("{scheme} {READ}");
+        let (status, _, _) = h.send("GET", "/v1/nodes", &[("authorization", &auth)], "");
+        assert_eq!(status, 200, "{scheme}");
+    }
+    let (status, plugins) = h.json("GET", "/v1/status/plugins", Some(READ), "");
+    assert_eq!(status, 200);
+    assert!(plugins.get("config").is_none(), "{plugins}");
+    assert_eq!(h.call("GET", "/admin/config", Some(READ), "").0, 403);
+    let (_, plugins) = h.json("GET", "/v1/status/plugins", Some(ADMIN), "");
+    assert!(plugins["config"].is_string(), "{plugins}");
+}
+
+#[test]
+fn an_unauthenticated_chunked_body_is_not_read_before_the_refusal() {
+    let h = Harness::open(&["admin"], &[]);
+    let request = Request::builder()
+        .method("PUT")
+        .uri("/admin/plugins/P")
+        .header(header::CONTENT_TYPE, "application/wasm")
+        .header(header::TRANSFER_ENCODING, "chunked")
+        // A body that never ends: reading it before answering would never answer.
+        .body(Body::from_stream(futures_util::stream::repeat_with(|| {
+            Ok::<_, std::io::Error>(axum::body::Bytes::from_static(&[0u8; 4096]))
+        })))
+        .unwrap();
+    let router = super::router(h.server.clone());
+    let status = h.runtime.block_on(async move {
+        let answer =
+            tokio::time::timeout(std::time::Duration::from_secs(10), router.oneshot(request));
+        answer
+            .await
+            .expect("answered without reading the body")
+            .unwrap()
+            .status()
+    });
+    assert_eq!(status.as_u16(), 401);
 }
