@@ -118,7 +118,17 @@ pub async fn campaign(
     let mut observed: Option<(LeaseSpec, Instant)> = None;
     let mut last_renewal: Option<Instant> = None;
     loop {
-        let outcome = try_acquire_or_renew(&leases, &name, &identity, &args, &mut observed).await;
+        // As client-go: a round may take no longer than the renew deadline allows, so a request
+        // the API server neither answers nor fails cannot keep a leader leading past it. The
+        // round's start stands for the renewal, since the API server may apply the write at
+        // any moment until its answer arrives.
+        let started = Instant::now();
+        let bound = round_bound(last_renewal, started, args.leader_elect_renew_deadline);
+        let round = try_acquire_or_renew(&leases, &name, &identity, &args, &mut observed);
+        let outcome = match tokio::time::timeout(bound, round).await {
+            Ok(outcome) => outcome.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("no answer from the API server within {bound:?}")),
+        };
         match outcome {
             Ok(true) => {
                 if last_renewal.is_none() {
@@ -128,7 +138,7 @@ pub async fn campaign(
                         let _ = signal.send(());
                     }
                 }
-                last_renewal = Some(Instant::now());
+                last_renewal = Some(started);
             }
             Ok(false) => {}
             Err(e) => tracing::warn!(lease = %name, "leader election: {e}"),
@@ -142,6 +152,15 @@ pub async fn campaign(
             }
         }
         tokio::time::sleep(args.leader_elect_retry_period).await;
+    }
+}
+
+/// How long a round started at `started` may take: a leader's ends at its renew deadline
+/// (measured from its last renewal), a candidate's after one renew deadline.
+fn round_bound(last_renewal: Option<Instant>, started: Instant, deadline: Duration) -> Duration {
+    match last_renewal {
+        Some(renewed) => (renewed + deadline).saturating_duration_since(started),
+        None => deadline,
     }
 }
 
@@ -226,6 +245,19 @@ mod tests {
         assert_eq!(duration("1m"), Ok(Duration::from_secs(60)));
         assert!(duration("15").unwrap_err().contains("unit"));
         assert!(duration("fast").is_err());
+    }
+
+    #[test]
+    fn a_leaders_round_ends_at_its_renew_deadline_whatever_the_api_server_does() {
+        let deadline = Duration::from_secs(3);
+        let renewed = Instant::now();
+        let one = Duration::from_secs(1);
+        assert_eq!(round_bound(None, renewed, deadline), deadline);
+        assert_eq!(round_bound(Some(renewed), renewed + one, deadline), 2 * one);
+        assert_eq!(
+            round_bound(Some(renewed), renewed + 4 * one, deadline),
+            Duration::ZERO
+        );
     }
 
     #[test]
