@@ -1557,3 +1557,122 @@ fn kill_9_after_pods_with_waiting_claims_were_bound_leaves_pods_claims_and_volum
     });
     assert_eq!(check(&admin), NODES);
 }
+
+/// Local volumes, claims and pods of `default`, one of each per node `node-NN`.
+fn local_batch(nodes: usize) -> Value {
+    let mut items = vec![local_storage_class()];
+    for i in 0..nodes {
+        let node = format!("node-{i:02}");
+        items.push(host_node(&node));
+        items.push(local_volume(&format!("local-{i:02}"), &node));
+        items.push(local_claim(&format!("data-{i:02}")));
+        items.push(pod_with_claim(
+            &format!("db-{i:02}"),
+            &format!("data-{i:02}"),
+        ));
+    }
+    json!({ "kind": "List", "items": items })
+}
+
+/// Asserts every pod `db-NN` is bound with its claim `data-NN` on the volume of its node.
+fn assert_pods_claims_and_volumes_agree(admin: &Client, nodes: usize) {
+    for i in 0..nodes {
+        let pod = stored_pod(admin, &format!("db-{i:02}"));
+        let node = node_of(&pod).unwrap_or_else(|| panic!("db-{i:02} is bound: {pod}"));
+        assert_bound(
+            admin,
+            &format!("data-{i:02}"),
+            &format!("local-{}", &node[5..]),
+        );
+    }
+}
+
+#[test]
+fn applying_the_same_manifests_again_keeps_every_binding_the_scheduler_made() {
+    const NODES: usize = 3;
+    let dir = temp_dir("reapply");
+    let server = Server::start(&dir, &[]);
+    let admin = server.admin();
+    let batch = local_batch(NODES);
+    ok(send(&admin, "POST", "/v1/objects", batch.clone()));
+    wait_until("every pod is bound", Duration::from_secs(30), || {
+        pods(&admin, "default").iter().all(|p| node_of(p).is_some())
+    });
+    assert_pods_claims_and_volumes_agree(&admin, NODES);
+
+    // The same apply again: a user re-running it, or a client retrying a batch it sent.
+    ok(send(&admin, "POST", "/v1/objects", batch));
+    assert_pods_claims_and_volumes_agree(&admin, NODES);
+
+    // A further claim finds no free volume: its pod waits, and no volume is held twice.
+    ok(send(
+        &admin,
+        "POST",
+        "/v1/objects",
+        json!({ "kind": "List", "items": [local_claim("late"), pod_with_claim("db-late", "late")] }),
+    ));
+    wait_until("db-late fails an attempt", Duration::from_secs(30), || {
+        failure_message(&stored_pod(&admin, "db-late")).is_some()
+    });
+    assert!(stored_claim(&admin, "late")["spec"]["volumeName"].is_null());
+    assert_pods_claims_and_volumes_agree(&admin, NODES);
+
+    // A replace that would move a bound claim, or a bound volume, is refused and says why.
+    let mut moved = local_claim("data-00");
+    moved["spec"]["volumeName"] = json!("local-01");
+    let reply = send(
+        &admin,
+        "PUT",
+        "/v1/namespaces/default/persistentvolumeclaims/data-00",
+        moved,
+    );
+    assert_eq!(reply.status, 422, "{}", reply.body);
+    assert!(
+        reply
+            .body
+            .contains("spec.volumeName is immutable once the claim is bound"),
+        "{}",
+        reply.body
+    );
+    let mut taken = local_volume("local-00", "node-00");
+    taken["spec"]["claimRef"] = json!({ "namespace": "default", "name": "late" });
+    let reply = send(&admin, "PUT", "/v1/persistentvolumes/local-00", taken);
+    assert_eq!(reply.status, 422, "{}", reply.body);
+    assert!(
+        reply.body.contains("spec.claimRef cannot be changed"),
+        "{}",
+        reply.body
+    );
+    assert_pods_claims_and_volumes_agree(&admin, NODES);
+}
+
+#[test]
+fn a_batch_retried_after_kill_9_leaves_claims_volumes_and_pods_agreeing() {
+    const NODES: usize = 10;
+    let dir = temp_dir("retry-after-kill9");
+    let server = Server::start(&dir, &[]);
+    let admin = server.admin();
+    let batch = local_batch(NODES);
+    ok(send(&admin, "POST", "/v1/objects", batch.clone()));
+    wait_until("every pod is bound", Duration::from_secs(30), || {
+        pods(&admin, "default").iter().all(|p| node_of(p).is_some())
+    });
+    server.kill9();
+
+    // The client never read the answer and sends the batch again to the restarted server.
+    let server = Server::start(&dir, &[]);
+    let admin = server.admin();
+    ok(send(&admin, "POST", "/v1/objects", batch));
+    assert_pods_claims_and_volumes_agree(&admin, NODES);
+    ok(send(
+        &admin,
+        "POST",
+        "/v1/objects",
+        json!({ "kind": "List", "items": [local_claim("late"), pod_with_claim("db-late", "late")] }),
+    ));
+    wait_until("db-late fails an attempt", Duration::from_secs(30), || {
+        failure_message(&stored_pod(&admin, "db-late")).is_some()
+    });
+    assert!(node_of(&stored_pod(&admin, "db-late")).is_none());
+    assert_pods_claims_and_volumes_agree(&admin, NODES);
+}

@@ -7,7 +7,7 @@ use std::path::Path as FsPath;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -22,8 +22,10 @@ use crate::auth::Access;
 use crate::store::{kind_name, object_json, Rejection, WriteMode, Written};
 use crate::watch::{WatchEvent, WatchLog};
 use crate::Server;
+use k8s_openapi::api::core::v1 as core;
 use wasched_core::events::{Action, Event, Kind, Object, ObjectKey};
 use wasched_core::input;
+use wasched_core::k8s;
 use wasched_core::service::ExplainError;
 
 /// A resource path segment, its kind and whether it lives in a namespace.
@@ -309,8 +311,12 @@ fn one_object(
     Ok(objects.remove(0))
 }
 
-/// Keeps what the server owns when a client writes an object: its uid, and for pods the binding
-/// and the status.
+/// Keeps what the server owns when a client writes an object, as the API server does on a
+/// replace: its uid; for pods the binding, the scheduler's condition and nomination, and the
+/// status; for claims and volumes what VolumeBinding and the PV controller wrote (a claim's
+/// `volumeName`, bind annotations and status, a volume's `claimRef`, annotation and status).
+/// A client re-applying its manifests, or retrying a batch that was stored but not answered,
+/// must never unbind a claim under a bound pod.
 fn merge(server: &Server, stored: Option<&Object>, incoming: &mut Object) -> Result<(), String> {
     let stored_uid = stored.and_then(|s| s.metadata().uid.clone());
     let metadata = incoming.metadata_mut();
@@ -318,28 +324,158 @@ fn merge(server: &Server, stored: Option<&Object>, incoming: &mut Object) -> Res
         let mut rng = server.uids.lock().unwrap_or_else(|e| e.into_inner());
         Some(crate::engine::new_uid(&mut rng))
     });
-    if let (Some(Object::Pod(old)), Object::Pod(new)) = (stored, incoming) {
-        let bound = old
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .filter(|n| !n.is_empty());
-        if let Some(bound) = bound {
-            let spec = new.spec.get_or_insert_with(Default::default);
-            match spec.node_name.as_deref() {
-                None | Some("") => spec.node_name = Some(bound),
-                Some(n) if n == bound => {}
-                Some(n) => {
-                    return Err(format!(
-                        "spec.nodeName is immutable once set: the pod is bound to {bound}, not {n}"
-                    ))
-                }
-            }
-        }
-        if new.status.is_none() {
-            new.status = old.status.clone();
+    match (stored, incoming) {
+        (Some(Object::Pod(old)), Object::Pod(new)) => keep_pod_binding(old, new),
+        (Some(Object::Claim(old)), Object::Claim(new)) => keep_claim_binding(old, new),
+        (Some(Object::Volume(old)), Object::Volume(new)) => keep_volume_binding(old, new),
+        _ => Ok(()),
+    }
+}
+
+/// The annotations the scheduler and the PV controller write on claims and volumes.
+const BINDER_ANNOTATIONS: [&str; 3] = [
+    k8s::ANNOTATION_BIND_COMPLETED,
+    k8s::ANNOTATION_BOUND_BY_CONTROLLER,
+    k8s::ANNOTATION_SELECTED_NODE,
+];
+
+/// Copies each of `keys` that `old` has and `new` lacks.
+fn keep_annotations(
+    old: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    new: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    keys: &[&str],
+) {
+    for key in keys {
+        if let Some(value) = old.annotations.as_ref().and_then(|a| a.get(*key)) {
+            new.annotations
+                .get_or_insert_with(Default::default)
+                .entry((*key).to_string())
+                .or_insert_with(|| value.clone());
         }
     }
+}
+
+fn keep_pod_binding(old: &core::Pod, new: &mut core::Pod) -> Result<(), String> {
+    let bound = old
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .filter(|n| !n.is_empty());
+    if let Some(bound) = bound {
+        let spec = new.spec.get_or_insert_with(Default::default);
+        match spec.node_name.as_deref() {
+            None | Some("") => spec.node_name = Some(bound),
+            Some(n) if n == bound => {}
+            Some(n) => {
+                return Err(format!(
+                    "spec.nodeName is immutable once set: the pod is bound to {bound}, not {n}"
+                ))
+            }
+        }
+    }
+    keep_annotations(
+        &old.metadata,
+        &mut new.metadata,
+        &[
+            crate::engine::ATTEMPTS_ANNOTATION,
+            crate::engine::CHOICE_ANNOTATION,
+        ],
+    );
+    let Some(old_status) = &old.status else {
+        return Ok(());
+    };
+    let status = new.status.get_or_insert_with(|| old_status.clone());
+    if status.nominated_node_name.is_none() {
+        status
+            .nominated_node_name
+            .clone_from(&old_status.nominated_node_name);
+    }
+    let scheduled = |s: &core::PodStatus| {
+        s.conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "PodScheduled")
+            .cloned()
+    };
+    if let (None, Some(condition)) = (scheduled(status), scheduled(old_status)) {
+        status
+            .conditions
+            .get_or_insert_with(Vec::new)
+            .push(condition);
+    }
+    Ok(())
+}
+
+fn keep_claim_binding(
+    old: &core::PersistentVolumeClaim,
+    new: &mut core::PersistentVolumeClaim,
+) -> Result<(), String> {
+    let bound = old
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.clone())
+        .filter(|v| !v.is_empty());
+    keep_annotations(&old.metadata, &mut new.metadata, &BINDER_ANNOTATIONS);
+    let Some(bound) = bound else {
+        if new.status.is_none() {
+            new.status.clone_from(&old.status);
+        }
+        return Ok(());
+    };
+    let spec = new.spec.get_or_insert_with(Default::default);
+    match spec.volume_name.as_deref() {
+        None | Some("") => spec.volume_name = Some(bound),
+        Some(v) if v == bound => {}
+        Some(v) => {
+            return Err(format!(
+                "spec.volumeName is immutable once the claim is bound: it is bound to persistentvolume {bound:?}, not {v:?}"
+            ))
+        }
+    }
+    // The binder's status (Bound, capacity, access modes) stands while the claim is bound.
+    new.status.clone_from(&old.status);
+    Ok(())
+}
+
+fn keep_volume_binding(
+    old: &core::PersistentVolume,
+    new: &mut core::PersistentVolume,
+) -> Result<(), String> {
+    let claim_of = |r: &core::ObjectReference| {
+        (
+            r.namespace.clone().unwrap_or_else(|| "default".into()),
+            r.name.clone().unwrap_or_default(),
+        )
+    };
+    keep_annotations(
+        &old.metadata,
+        &mut new.metadata,
+        &[k8s::ANNOTATION_BOUND_BY_CONTROLLER],
+    );
+    let Some(held) = old.spec.as_ref().and_then(|s| s.claim_ref.clone()) else {
+        if new.status.is_none() {
+            new.status.clone_from(&old.status);
+        }
+        return Ok(());
+    };
+    let spec = new.spec.get_or_insert_with(Default::default);
+    match &spec.claim_ref {
+        None => spec.claim_ref = Some(held),
+        Some(given) if claim_of(given) == claim_of(&held) => {
+            // The binder's reference carries the claim's uid; a manifest's usually does not.
+            if given.uid.as_deref().is_none_or(str::is_empty) {
+                spec.claim_ref = Some(held);
+            }
+        }
+        Some(given) => {
+            let (held_ns, held_name) = claim_of(&held);
+            let (ns, name) = claim_of(given);
+            return Err(format!(
+                "spec.claimRef cannot be changed while the volume is bound: it holds claim {held_ns}/{held_name}, not {ns}/{name}"
+            ));
+        }
+    }
+    new.status.clone_from(&old.status);
     Ok(())
 }
 
@@ -576,9 +712,10 @@ struct WatchState {
 /// `policyChanges=true`, also `PolicyChanged` events ([`WatchQuery::policy_changes`]).
 async fn watch_events(
     State(server): State<Shared>,
-    Query(query): Query<WatchQuery>,
+    query: Result<Query<WatchQuery>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    let Query(query) = query?;
     let requested = query.resource_version.or_else(|| {
         headers
             .get("last-event-id")
