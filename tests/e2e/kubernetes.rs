@@ -117,11 +117,16 @@ struct Scheduler {
 
 impl Scheduler {
     fn start(api: &ApiServer, name: &str, extra: &[&str]) -> Scheduler {
+        Scheduler::start_at(&api.url, name, extra)
+    }
+
+    /// A replica reaching the API server at `url` (the emulator, or a proxy in front of it).
+    fn start_at(url: &str, name: &str, extra: &[&str]) -> Scheduler {
         let dir = std::env::temp_dir().join(format!("wasched-kube-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let kubeconfig = dir.join("kubeconfig");
-        std::fs::write(&kubeconfig, kubeconfig_for(&api.url)).unwrap();
+        std::fs::write(&kubeconfig, kubeconfig_for(url)).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_wasched"))
             .args(["serve", "--kubernetes", "--listen", "127.0.0.1:0"])
             .arg("--kubeconfig")
@@ -182,6 +187,15 @@ impl Scheduler {
             .find_map(|l| l.strip_prefix(&format!("{name} ")))
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or_else(|| panic!("no {name} in /metrics"))
+    }
+
+    /// The sum of every series of `name`, whatever its labels.
+    fn metric_total(&self, name: &str) -> u64 {
+        let (_, text) = self.get("/metrics");
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{name} ")) || l.starts_with(&format!("{name}{{")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
     }
 }
 
@@ -317,7 +331,10 @@ fn pods_are_bound_where_simulate_places_them_and_other_schedulers_pods_are_left_
     assert!(batch["spec"]["nodeName"].is_null(), "{batch}");
     assert!(batch["status"]["conditions"].is_null(), "{batch}");
     assert_eq!(api.counts()["POST pods/binding"], json!(6));
-    assert_eq!(scheduler.metric("wasched_api_write_failures_total"), 0);
+    assert_eq!(
+        scheduler.metric_total("wasched_api_write_failures_total"),
+        0
+    );
 }
 
 #[test]
@@ -487,7 +504,10 @@ fn refused_bindings_are_retried_with_backoff_without_waiting_for_the_assume_ttl(
     // Two refusals, each followed by the pod's backoff, then the binding that worked.
     assert_eq!(api.counts()["POST pods/binding"], json!(3));
     assert!(took >= Duration::from_secs(1), "no backoff: {took:?}");
-    assert_eq!(scheduler.metric("wasched_api_write_failures_total"), 2);
+    assert_eq!(
+        scheduler.metric("wasched_api_write_failures_total{kind=\"binding\"}"),
+        2
+    );
 }
 
 #[test]
@@ -917,4 +937,282 @@ fn a_pod_with_a_waiting_claim_is_bound_once_the_pv_controller_bound_the_volume_i
     assert!(status < 300, "{status} {reply}");
     wait_for("the pod is bound", || api.node_of("db").is_some());
     assert_eq!(api.node_of("db").as_deref(), Some("n2"));
+}
+
+impl Scheduler {
+    /// Whether the replica says it leads; false when it does not answer (it stopped).
+    fn leads_now(&self) -> bool {
+        let Ok(client) = Client::new(&Connection {
+            server: self.url.clone(),
+            token_file: None,
+        }) else {
+            return false;
+        };
+        client.request("GET", "/metrics", None).is_ok_and(|reply| {
+            reply
+                .body
+                .lines()
+                .any(|l| l == "leader_election_master_status{name=\"wasched\"} 1")
+        })
+    }
+}
+
+/// A TCP proxy in front of the API server for one replica. [`Proxy::hang`] makes it stop
+/// forwarding in both directions, on open connections and new ones alike, as a proxy stopped
+/// with SIGSTOP does: requests neither answer nor fail.
+struct Proxy {
+    url: String,
+    hung: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Proxy {
+    fn start(target: &str) -> Proxy {
+        use std::io::{Read, Write};
+        use std::net::{Shutdown, TcpListener, TcpStream};
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let target = target.trim_start_matches("http://").to_string();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let hung = std::sync::Arc::new(AtomicBool::new(false));
+        let hold = hung.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { break };
+                let Ok(server) = TcpStream::connect(&target) else {
+                    continue;
+                };
+                let pairs = [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ];
+                for (mut from, mut to) in pairs {
+                    let hold = hold.clone();
+                    std::thread::spawn(move || {
+                        let wait = || {
+                            while hold.load(Ordering::Relaxed) {
+                                std::thread::sleep(Duration::from_millis(20));
+                            }
+                        };
+                        let mut buffer = [0u8; 16 * 1024];
+                        loop {
+                            wait();
+                            let n = match from.read(&mut buffer) {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => n,
+                            };
+                            // Bytes read just as the proxy hung are held until it resumes.
+                            wait();
+                            if to.write_all(&buffer[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = to.shutdown(Shutdown::Write);
+                    });
+                }
+            }
+        });
+        Proxy { url, hung }
+    }
+
+    fn hang(&self) {
+        self.hung.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn a_leader_whose_api_server_hangs_stops_leading_before_a_standby_takes_over() {
+    let api = ApiServer::start();
+    api.create(&node("n1", "zone-a", "64"));
+    let proxy = Proxy::start(&api.url);
+    let timing = [
+        "--leader-elect-lease-duration",
+        "4s",
+        "--leader-elect-renew-deadline",
+        "3s",
+        "--leader-elect-retry-period",
+        "1s",
+    ];
+    let a = Scheduler::start_at(&proxy.url, "hang-a", &timing);
+    wait_for("the replica behind the proxy to lead", || a.leads_now());
+    let b = Scheduler::start(&api, "hang-b", &timing);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(!b.leads_now(), "b stands by while a renews");
+
+    proxy.hang();
+    let hung = Instant::now();
+    let mut b_leads_after = None;
+    while hung.elapsed() < Duration::from_secs(10) {
+        let (a_leads, b_leads) = (a.leads_now(), b.leads_now());
+        assert!(
+            !(a_leads && b_leads),
+            "two leaders {:?} after the API server hung",
+            hung.elapsed()
+        );
+        if b_leads && b_leads_after.is_none() {
+            b_leads_after = Some(hung.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let taken = b_leads_after.expect("the standby took over");
+    eprintln!("standby leads {taken:?} after the leader's API server hung (lease 4s, renew 3s)");
+    assert!(!a.leads_now(), "the hung leader stopped");
+    api.create(&pod("after-the-hang", "1", json!({})));
+    wait_for("the new leader to bind", || {
+        api.node_of("after-the-hang").is_some()
+    });
+}
+
+/// The policy index ConfigMap as anyone allowed to edit ConfigMaps could write it.
+fn policy_index(plugins: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "wasched-policy", "namespace": "default"},
+        "data": {"policy.json": json!({"plugins": plugins}).to_string()}})
+}
+
+#[test]
+fn a_policy_index_that_lies_is_refused_and_every_replica_stays_up_and_schedules() {
+    let api = ApiServer::start();
+    api.create(&node("n1", "zone-a", "8"));
+    let sha256 = "ab".repeat(32);
+    // Written before any replica starts: a component of 64 GiB.
+    let (status, body) = api.call(
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        Some(policy_index(
+            json!([{"name": "Huge", "sha256": sha256, "size": 68_719_476_736u64,
+            "version": "1", "uploaded_at": 0, "chunks": 131_072}]),
+        )),
+    );
+    assert!(status < 300, "{status} {body}");
+    let scheduler = Scheduler::start(&api, "bad-index", &FAST_LEASE);
+    assert!(scheduler.metric("wasched_policy_adopt_failures_total") >= 1);
+    api.create(&pod("first", "1", json!({})));
+    wait_for("a pod to be bound", || api.node_of("first").is_some());
+
+    // Rewritten while it runs: a path as a name and as a digest.
+    let failures = scheduler.metric("wasched_policy_adopt_failures_total");
+    let (status, body) = api.call(
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/wasched-policy",
+        Some(json!({"data": policy_index(json!([
+            {"name": "../../etc/passwd", "sha256": "../../../x", "size": 3, "version": "1",
+             "uploaded_at": 0, "chunks": 1}]))["data"]})),
+    );
+    assert!(status < 300, "{status} {body}");
+    wait_for("the change to be refused", || {
+        scheduler.metric("wasched_policy_adopt_failures_total") > failures
+    });
+    let (_, plugins) = scheduler.get("/admin/plugins");
+    assert!(!plugins.contains("passwd"), "{plugins}");
+    let (_, maps) = api.call("GET", "/api/v1/namespaces/default/configmaps", None);
+    assert_eq!(maps["items"].as_array().unwrap().len(), 1, "{maps}");
+
+    // A replica started now (every restart of the old ones too) comes up and schedules.
+    drop(scheduler);
+    let restarted = Scheduler::start(&api, "bad-index-again", &FAST_LEASE);
+    assert!(restarted.metric("wasched_policy_adopt_failures_total") >= 1);
+    api.create(&pod("second", "1", json!({})));
+    wait_for("a pod to be bound after the restart", || {
+        api.node_of("second").is_some()
+    });
+}
+
+#[test]
+fn a_fit_error_longer_than_an_event_holds_is_cut_in_the_event_and_kept_whole_in_the_condition() {
+    let api = ApiServer::start();
+    for i in 0..40 {
+        let mut tainted = node(&format!("tainted-{i:02}"), "zone-a", "8");
+        tainted["spec"] = json!({"taints": [{
+            "key": format!("example.com/dedicated-to-a-team-with-a-long-name-{i:02}"),
+            "value": format!("reserved-for-team-{i:02}-{}", "x".repeat(30)),
+            "effect": "NoSchedule"}]});
+        api.create(&tainted);
+    }
+    let scheduler = Scheduler::start(&api, "long-events", &[]);
+    api.create(&pod("unwelcome", "1", json!({})));
+    let failed_event = || -> Option<Value> {
+        let (_, list) = api.call(
+            "GET",
+            "/apis/events.k8s.io/v1/namespaces/default/events",
+            None,
+        );
+        list["items"]
+            .as_array()?
+            .iter()
+            .find(|e| e["reason"] == "FailedScheduling")
+            .cloned()
+    };
+    wait_for("the FailedScheduling event", || failed_event().is_some());
+    let note = failed_event().unwrap()["note"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let condition = api.pods()["unwelcome"]["status"]["conditions"][0]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(condition.len() > 5_000, "{} bytes", condition.len());
+    assert!(note.len() <= 1024, "{} bytes", note.len());
+    assert!(note.ends_with(" ..."), "{note}");
+    assert!(condition.starts_with(&note[..note.len() - 4]));
+    assert_eq!(
+        scheduler.metric_total("wasched_api_write_failures_total"),
+        0
+    );
+}
+
+#[test]
+fn a_pod_that_cannot_be_read_is_told_why_and_the_others_are_scheduled() {
+    let api = ApiServer::start();
+    api.create(&node("n1", "zone-a", "8"));
+    // In the first list: one pod whose containers are not a list, one whose request is no
+    // quantity.
+    let mut shapeless = pod("shapeless", "1", json!({}));
+    shapeless["spec"]["containers"] = json!("not a list");
+    api.create(&shapeless);
+    api.create(&pod("lots", "lots", json!({})));
+    api.create(&pod("fine-0", "1", json!({})));
+    let scheduler = Scheduler::start(&api, "unreadable", &[]);
+    wait_for("the readable pod to be bound", || {
+        api.node_of("fine-0").is_some()
+    });
+    let condition = |name: &str| api.pods()[name]["status"]["conditions"][0].clone();
+    wait_for("both unreadable pods to be told", || {
+        !condition("shapeless").is_null() && !condition("lots").is_null()
+    });
+    for (name, field) in [
+        ("shapeless", "spec.containers: invalid type"),
+        ("lots", "lots"),
+    ] {
+        let told = condition(name);
+        assert_eq!(told["type"], "PodScheduled", "{name}: {told}");
+        assert_eq!(told["status"], "False", "{name}: {told}");
+        assert_eq!(told["reason"], "SchedulerError", "{name}: {told}");
+        let message = told["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("the pod cannot be read: ") && message.contains(field),
+            "{name}: {message}"
+        );
+        assert!(api.node_of(name).is_none(), "{name}");
+    }
+    let (_, events) = api.call(
+        "GET",
+        "/apis/events.k8s.io/v1/namespaces/default/events",
+        None,
+    );
+    for name in ["shapeless", "lots"] {
+        assert!(
+            events["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["reason"] == "FailedScheduling" && e["regarding"]["name"] == name),
+            "{name}: {events}"
+        );
+    }
+    api.create(&pod("fine-1", "1", json!({})));
+    wait_for("a later pod to be bound", || {
+        api.node_of("fine-1").is_some()
+    });
+    assert_eq!(scheduler.get("/readyz").0, 200);
 }

@@ -16,6 +16,7 @@ lacks (see ../shared/TESTING.md):
 - full updates (PUT to a named object, as kube-scheduler writes volumes and claims; kmock serves
   only PATCH there): the object is replaced but for its identity and status;
 - `reason: NotFound` on a 404 for a missing object (kmock says "Object Not Found");
+- Event validation's note limit: 422 for a `note` over 1,024 bytes;
 - `fieldSelector` on `metadata.name` / `metadata.namespace` and equality `labelSelector`s on
   lists and watches (kmock returns every object).
 
@@ -147,6 +148,11 @@ class ApiServer(kmock.KubernetesEmulator):
             return await self._update_status(request)
         if _is_replace(request):
             return await self._replace(request)
+        if request.resource.plural == 'events' and isinstance(request.data, dict) \
+                and len(request.data.get('note', '').encode()) > 1024:
+            # As the API server's Event validation (NoteLengthLimit).
+            return _status(422, 'Invalid', 'Event.events.k8s.io is invalid: note: '
+                           'Too long: may not be more than 1024 bytes')
         if request.action == enums.action.CREATE and isinstance(request.data, dict):
             meta = request.data.setdefault('metadata', {})
             meta['uid'] = str(uuid.uuid4())

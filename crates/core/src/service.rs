@@ -128,6 +128,27 @@ pub struct CycleResult {
     pub volumes: PodVolumes,
 }
 
+impl CycleResult {
+    /// An attempt at `pod` that has found nothing yet.
+    fn attempt(pod: String, scheduler_name: String, attempts: u32) -> CycleResult {
+        CycleResult {
+            pod,
+            node: None,
+            message: None,
+            nodes: Vec::new(),
+            scheduler_name,
+            attempts,
+            error: false,
+            no_profile: false,
+            choice: None,
+            preemption: None,
+            preemption_candidates: Vec::new(),
+            clears_nomination: false,
+            volumes: PodVolumes::default(),
+        }
+    }
+}
+
 struct Assumed {
     pod: sdk::Pod,
     node: String,
@@ -165,6 +186,13 @@ pub struct Service<B: Binder> {
     explain: bool,
     pub stats: Arc<ServiceStats>,
     binding_failures: BindingFailures,
+    /// Pending pods of this scheduler whose spec cannot be read (a request that is not a
+    /// quantity, say): reported by the next calls of [`Service::schedule_one`] as failed
+    /// attempts, so their users see why they wait instead of a bare Pending.
+    unreadable: std::collections::VecDeque<CycleResult>,
+    /// Why each unreadable pod was reported, so a change that does not change that (its own
+    /// condition written back) is not reported again.
+    told_unreadable: HashMap<String, String>,
 }
 
 /// Where a binder that binds after the cycle, on another thread, reports the bindings that failed:
@@ -232,6 +260,8 @@ impl<B: Binder> Service<B> {
             objects: HashMap::new(),
             explain: false,
             stats: Arc::new(ServiceStats::default()),
+            unreadable: Default::default(),
+            told_unreadable: HashMap::new(),
         }
     }
 
@@ -303,6 +333,10 @@ impl<B: Binder> Service<B> {
         match result {
             Ok(()) => {
                 self.stats.events_applied.fetch_add(1, Ordering::Relaxed);
+                if key.kind == Kind::Pod && !self.told_unreadable.is_empty() {
+                    self.told_unreadable
+                        .remove(&format!("{}/{}", key.namespace, key.name));
+                }
                 match event.action {
                     Action::Upsert => {
                         self.objects.insert(key, (event.version, event.object));
@@ -315,8 +349,42 @@ impl<B: Binder> Service<B> {
             Err(e) => {
                 self.stats.events_invalid.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(kind = ?key.kind, namespace = %key.namespace, name = %key.name, "event ignored: {e}");
+                if let Object::Pod(pod) = &event.object {
+                    self.report_unreadable(pod, &e);
+                }
             }
         }
+    }
+
+    /// A pending pod of this scheduler that cannot be read is neither queued nor held; its
+    /// failure is reported as an attempt's, with the field that is wrong.
+    fn report_unreadable(&mut self, pod: &core::Pod, error: &k8s::FieldError) {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let key = format!(
+            "{namespace}/{}",
+            pod.metadata.name.as_deref().unwrap_or_default()
+        );
+        self.forget_pod(&key);
+        let spec = pod.spec.as_ref();
+        let bound = spec
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| !n.is_empty());
+        let scheduler_name = spec
+            .and_then(|s| s.scheduler_name.clone())
+            .unwrap_or_else(|| crate::DEFAULT_SCHEDULER_NAME.to_string());
+        if bound || k8s::is_terminated(pod) || !self.scheduler.serves(&scheduler_name) {
+            return;
+        }
+        let message = format!("the pod cannot be read: {error}");
+        if self.told_unreadable.get(&key) == Some(&message) {
+            return;
+        }
+        self.told_unreadable.insert(key.clone(), message.clone());
+        let mut result = CycleResult::attempt(key, scheduler_name, 1);
+        result.error = true;
+        result.message = Some(message);
+        self.unreadable.retain(|r| r.pod != result.pod);
+        self.unreadable.push_back(result);
     }
 
     fn apply_upsert(&mut self, object: &Object) -> Result<(), k8s::FieldError> {
@@ -554,24 +622,13 @@ impl<B: Binder> Service<B> {
         self.apply_events();
         self.expire_assumed();
         self.forget_failed_bindings();
+        if let Some(unreadable) = self.unreadable.pop_front() {
+            return Some(unreadable);
+        }
         let pod = self.queue.pop()?;
         let key = pod.key();
         let attempts = self.queue.status(&key).map_or(1, |s| s.attempts);
-        let mut result = CycleResult {
-            pod: key.clone(),
-            node: None,
-            message: None,
-            nodes: Vec::new(),
-            scheduler_name: pod.scheduler_name.clone(),
-            attempts,
-            error: false,
-            no_profile: false,
-            choice: None,
-            preemption: None,
-            preemption_candidates: Vec::new(),
-            clears_nomination: false,
-            volumes: PodVolumes::default(),
-        };
+        let mut result = CycleResult::attempt(key.clone(), pod.scheduler_name.clone(), attempts);
         let Some(outcome) = self.scheduler.schedule(&pod, self.explain) else {
             // No profile for its scheduler name: another scheduler's pod.
             self.queue.delete(&key);

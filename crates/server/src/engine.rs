@@ -159,9 +159,9 @@ pub struct EngineMetrics {
     /// How long the scheduling thread spent putting new profiles in place.
     pub swap_pause: SwapPause,
     pub status_writes: AtomicU64,
-    /// Bindings or status updates the API server refused or did not answer (Kubernetes mode);
-    /// the pod's assumption expires and it is scheduled again.
-    pub api_write_failures: AtomicU64,
+    /// Writes the API server refused or did not answer (Kubernetes mode), by what was written;
+    /// a pod whose binding failed is scheduled again.
+    pub api_write_failures: ApiWriteFailures,
     pub status_write_batches: AtomicU64,
     /// Results not written because the pod was deleted or bound by someone else meanwhile.
     pub results_discarded: AtomicU64,
@@ -263,13 +263,71 @@ impl EngineMetrics {
                 "Cycle results not written because the pod was deleted or bound elsewhere meanwhile.",
                 &self.results_discarded,
             ),
-            (
-                "wasched_api_write_failures_total",
-                "Bindings and status updates the Kubernetes API server refused or did not answer.",
-                &self.api_write_failures,
-            ),
         ] {
             render_counter(out, name, help, value);
+        }
+        self.api_write_failures.render(out);
+    }
+}
+
+/// What the writer sends the Kubernetes API server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApiWrite {
+    /// `pods/binding`.
+    Binding,
+    /// The `PodScheduled=False` condition (and nomination) in `pods/status`.
+    Condition,
+    /// A `Scheduled` or `FailedScheduling` Event, or its series count.
+    Event,
+    /// A preemption victim's `DisruptionTarget` condition or deletion.
+    Eviction,
+    /// VolumeBinding's PreBind: a volume's `claimRef` or a claim's selected node.
+    VolumeBinding,
+}
+
+impl ApiWrite {
+    /// Every kind, in the order `/metrics` lists them.
+    pub const ALL: [ApiWrite; 5] = [
+        ApiWrite::Binding,
+        ApiWrite::Condition,
+        ApiWrite::Event,
+        ApiWrite::Eviction,
+        ApiWrite::VolumeBinding,
+    ];
+
+    /// The `kind` label.
+    pub fn name(self) -> &'static str {
+        match self {
+            ApiWrite::Binding => "binding",
+            ApiWrite::Condition => "condition",
+            ApiWrite::Event => "event",
+            ApiWrite::Eviction => "eviction",
+            ApiWrite::VolumeBinding => "volume-binding",
+        }
+    }
+}
+
+/// Writes the API server refused or did not answer, by [`ApiWrite`].
+#[derive(Default)]
+pub struct ApiWriteFailures([AtomicU64; ApiWrite::ALL.len()]);
+
+impl ApiWriteFailures {
+    /// Counts one failed write of `kind`.
+    pub fn count(&self, kind: ApiWrite) {
+        self.0[kind as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Failed writes of `kind` so far.
+    pub fn of(&self, kind: ApiWrite) -> u64 {
+        self.0[kind as usize].load(Ordering::Relaxed)
+    }
+
+    fn render(&self, out: &mut String) {
+        let name = "wasched_api_write_failures_total";
+        let _ = writeln!(out, "# HELP {name} Writes the Kubernetes API server refused or did not answer, by what was written.");
+        let _ = writeln!(out, "# TYPE {name} counter");
+        for kind in ApiWrite::ALL {
+            let _ = writeln!(out, "{name}{{kind=\"{}\"}} {}", kind.name(), self.of(kind));
         }
     }
 }

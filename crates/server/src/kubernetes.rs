@@ -27,7 +27,9 @@ use wasched_core::framework::Preemption;
 use wasched_core::k8s;
 use wasched_core::service::{BindingFailures, CycleResult};
 
-use crate::engine::{watch_event, EngineMetrics, ResultSink, StartGate};
+use crate::engine::{
+    watch_event, ApiWrite, ApiWriteFailures, EngineMetrics, ResultSink, StartGate,
+};
 
 /// `wasched serve` options of Kubernetes mode.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -225,13 +227,118 @@ impl Feed {
     }
 }
 
+/// An object of kind `K` as the API server lists or watches it, whether or not it decodes as
+/// `K`: one object in a shape this build cannot read (an API server that does not validate, a
+/// field of the wrong type) must not fail the whole list, which would keep the scheduler
+/// unready and log the list again at every retry.
+#[derive(Clone, Debug)]
+struct Lenient<K> {
+    metadata: ObjectMeta,
+    decoded: Result<K, Undecodable>,
+}
+
+/// Why an object did not decode, and the object as it came.
+#[derive(Clone, Debug)]
+struct Undecodable {
+    field: String,
+    message: String,
+    raw: serde_json::Value,
+}
+
+impl<'de, K: DeserializeOwned> serde::Deserialize<'de> for Lenient<K> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let raw = serde_json::Value::deserialize(deserializer)?;
+        let metadata = match raw.get("metadata") {
+            Some(m) => ObjectMeta::deserialize(m).map_err(D::Error::custom)?,
+            None => ObjectMeta::default(),
+        };
+        let decoded = serde_path_to_error::deserialize::<_, K>(&raw).map_err(|e| Undecodable {
+            field: e.path().to_string(),
+            message: e.inner().to_string(),
+            raw: raw.clone(),
+        });
+        Ok(Lenient { metadata, decoded })
+    }
+}
+
+impl<K: kube::Resource<DynamicType = ()>> kube::Resource for Lenient<K> {
+    type DynamicType = ();
+    type Scope = K::Scope;
+
+    fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
+        K::kind(dt)
+    }
+    fn group(dt: &()) -> std::borrow::Cow<'_, str> {
+        K::group(dt)
+    }
+    fn version(dt: &()) -> std::borrow::Cow<'_, str> {
+        K::version(dt)
+    }
+    fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
+        K::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// The most of an error's text a log line carries: a decode error can quote a whole list.
+const LOGGED_ERROR_BYTES: usize = 400;
+
+fn shortened(text: &str) -> &str {
+    let mut end = text.len().min(LOGGED_ERROR_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// What becomes of an object that does not decode: for pods, a stand-in the service reports as
+/// unreadable ([`k8s::undecodable_pod`]); for other kinds nothing (the object is skipped, as a
+/// kind wasched does not read).
+type OnUndecodable = fn(&Undecodable) -> Option<Object>;
+
+fn undecodable_pod(object: &Undecodable) -> Option<Object> {
+    let pod = k8s::undecodable_pod(&object.raw, &object.field, &object.message);
+    Some(Object::Pod(Box::new(pod)))
+}
+
 /// Lists and watches one kind for as long as the server runs. Events carry the objects'
 /// resourceVersions, so the pipeline applies each object's changes in order whatever order the
 /// watches deliver them in.
 async fn watch_kind<K>(api: Api<K>, feed: Feed, keep: fn(K) -> Option<Object>)
 where
-    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
 {
+    let on_undecodable: OnUndecodable = if feed.kind == Kind::Pod {
+        undecodable_pod
+    } else {
+        |_| None
+    };
+    let api: Api<Lenient<K>> = Api::all(api.into_client());
+    let kind = feed.kind;
+    let keep = move |object: Lenient<K>| match object.decoded {
+        Ok(object) => keep(object),
+        Err(undecodable) => {
+            tracing::warn!(
+                ?kind,
+                name = object.metadata.name.as_deref().unwrap_or_default(),
+                "an object that does not decode: {}: {}",
+                undecodable.field,
+                shortened(&undecodable.message)
+            );
+            on_undecodable(&undecodable)
+        }
+    };
     // The version each object was last seen at, to find what a new list no longer has.
     let mut known: HashMap<ObjectKey, u64> = HashMap::new();
     let mut listing: Option<HashMap<ObjectKey, u64>> = None;
@@ -244,14 +351,15 @@ where
             Ok(event) => event,
             Err(e) => {
                 feed.stats.errors.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(kind = ?feed.kind, "watch failed, retrying: {e}");
+                let e = e.to_string();
+                tracing::warn!(kind = ?feed.kind, "watch failed, retrying: {}", shortened(&e));
                 continue;
             }
         };
         match event {
             watcher::Event::Init => listing = Some(HashMap::new()),
             watcher::Event::InitApply(object) | watcher::Event::Apply(object) => {
-                let Some((key, version)) = parts(&feed, object.meta()) else {
+                let Some((key, version)) = parts(&feed, &object.metadata) else {
                     continue;
                 };
                 feed.submit(key.clone(), version, keep(object));
@@ -261,7 +369,7 @@ where
                 known.insert(key, version);
             }
             watcher::Event::Delete(object) => {
-                if let Some((key, version)) = parts(&feed, object.meta()) {
+                if let Some((key, version)) = parts(&feed, &object.metadata) {
                     feed.submit(key.clone(), version, None);
                     known.remove(&key);
                 }
@@ -426,16 +534,12 @@ impl ResultSink for ApiSink {
             let (sequence, watch, metrics) =
                 (self.sequence.clone(), watch.clone(), metrics.clone());
             self.runtime.spawn(async move {
-                match write(client, recorder, &rate, &failures, result).await {
-                    Some(result) => {
-                        metrics.status_writes.fetch_add(1, Ordering::Relaxed);
-                        let mut sequence = sequence.lock().unwrap_or_else(|e| e.into_inner());
-                        *sequence += 1;
-                        watch.publish([watch_event(result, *sequence)]);
-                    }
-                    None => {
-                        metrics.api_write_failures.fetch_add(1, Ordering::Relaxed);
-                    }
+                let written = write(client, recorder, &rate, &failures, result, &metrics).await;
+                if let Some(result) = written {
+                    metrics.status_writes.fetch_add(1, Ordering::Relaxed);
+                    let mut sequence = sequence.lock().unwrap_or_else(|e| e.into_inner());
+                    *sequence += 1;
+                    watch.publish([watch_event(result, *sequence)]);
                 }
                 drop(slot);
             });
@@ -455,24 +559,29 @@ impl Drop for ApiSink {
     }
 }
 
-/// Sends one result; None when the API server refused it. A refused binding is reported to the
-/// service, which forgets the placement and queues the pod again with backoff (a pod bound
-/// meanwhile, 409, or deleted, 404, arrives through the watch too).
+/// Sends one result; None when the API server refused it (counted in `metrics` by what was
+/// written). A refused binding is reported to the service, which forgets the placement and
+/// queues the pod again with backoff (a pod bound meanwhile, 409, or deleted, 404, arrives
+/// through the watch too).
 async fn write(
     client: Client,
     recorder: Arc<Recorder>,
     rate: &RateLimiter,
     failures: &BindingFailures,
     result: CycleResult,
+    metrics: &EngineMetrics,
 ) -> Option<CycleResult> {
+    let refused = &metrics.api_write_failures;
     let (namespace, name) = result.pod.split_once('/')?;
-    let pods: Api<core::Pod> = Api::namespaced(client.clone(), namespace);
+    // The answers are read leniently: a pod that does not decode is still told why it waits.
+    let pods: Api<Lenient<core::Pod>> = Api::namespaced(client.clone(), namespace);
     if let Some(node) = result
         .node
         .as_deref()
         .filter(|_| !result.volumes.is_empty())
     {
         if let Err(e) = bind_volumes(&client, rate, &result, node, BIND_TIMEOUT).await {
+            refused.count(ApiWrite::VolumeBinding);
             tracing::warn!(pod = %result.pod, "binding the pod's volumes failed: {e}");
             failures.report(
                 result.pod.clone(),
@@ -498,12 +607,12 @@ async fn write(
             };
             rate.acquire().await;
             recorder.forget_condition(&result.pod);
-            pods.create_subresource::<_, serde_json::Value>(
+            bounded(pods.create_subresource::<_, serde_json::Value>(
                 "binding",
                 name,
                 &PostParams::default(),
                 &binding,
-            )
+            ))
             .map_ok(|_| ())
             .await
         }
@@ -516,7 +625,7 @@ async fn write(
         }
         None => {
             if let Some(preemption) = &result.preemption {
-                evict(&client, rate, &result, preemption).await;
+                evict(&client, rate, &result, preemption, refused).await;
             }
             rate.acquire().await;
             let mut condition = serde_json::json!({"status": {"conditions": [{
@@ -532,10 +641,13 @@ async fn write(
                 // A strategic merge patch removes a field set to null.
                 condition["status"]["nominatedNodeName"] = serde_json::Value::Null;
             }
-            let patched = pods
-                .patch_status(name, &PatchParams::default(), &Patch::Strategic(condition))
-                .map_ok(|_| ())
-                .await;
+            let patched = bounded(pods.patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Strategic(condition),
+            ))
+            .map_ok(|_| ())
+            .await;
             if patched.is_ok() {
                 recorder.remember_condition(&result);
             }
@@ -547,13 +659,15 @@ async fn write(
             if result.node.is_some() {
                 failures.completed(result.pod.clone());
             }
-            recorder.record(&client, rate, &result).await;
+            recorder.record(&client, rate, &result, refused).await;
             Some(result)
         }
         Err(e) => {
             let what = if result.node.is_some() {
+                refused.count(ApiWrite::Binding);
                 "binding"
             } else {
+                refused.count(ApiWrite::Condition);
                 "writing the condition of"
             };
             tracing::warn!(pod = %result.pod, "{what} the pod failed: {e}");
@@ -562,6 +676,25 @@ async fn write(
             }
             None
         }
+    }
+}
+
+/// The longest one write (or read) on the binding path waits for the API server: a request
+/// that neither answers nor fails (a hung connection) must not hold its pod's write slot, and so
+/// the writer, forever. Far above a healthy API server's answer (milliseconds) and under the
+/// assume TTL's default (30 s plus the binding), so a timed-out binding is retried, not lost.
+pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// `request`, failed with a timeout after [`REQUEST_TIMEOUT`].
+async fn bounded<T>(
+    request: impl std::future::Future<Output = kube::Result<T>>,
+) -> kube::Result<T> {
+    match tokio::time::timeout(REQUEST_TIMEOUT, request).await {
+        Ok(answer) => answer,
+        Err(_) => Err(kube::Error::Service(Box::new(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer from the API server within {REQUEST_TIMEOUT:?}"),
+        )))),
     }
 }
 
@@ -585,23 +718,21 @@ async fn bind_volumes(
     let failed = |e: kube::Error| e.to_string();
     for (claim_name, volume_name) in &result.volumes.static_bindings {
         rate.acquire().await;
-        let claim = claims.get(claim_name).await.map_err(failed)?;
+        let claim = bounded(claims.get(claim_name)).await.map_err(failed)?;
         rate.acquire().await;
-        let volume = volumes.get(volume_name).await.map_err(failed)?;
+        let volume = bounded(volumes.get(volume_name)).await.map_err(failed)?;
         let volume = k8s::volume_reserved_for(&volume, &claim);
         rate.acquire().await;
-        volumes
-            .replace(volume_name, &PostParams::default(), &volume)
+        bounded(volumes.replace(volume_name, &PostParams::default(), &volume))
             .await
             .map_err(failed)?;
     }
     for claim_name in &result.volumes.provisions {
         rate.acquire().await;
-        let claim = claims.get(claim_name).await.map_err(failed)?;
+        let claim = bounded(claims.get(claim_name)).await.map_err(failed)?;
         let claim = k8s::claim_with_selected_node(&claim, node);
         rate.acquire().await;
-        claims
-            .replace(claim_name, &PostParams::default(), &claim)
+        bounded(claims.replace(claim_name, &PostParams::default(), &claim))
             .await
             .map_err(failed)?;
     }
@@ -610,7 +741,7 @@ async fn bind_volumes(
         let mut all_bound = true;
         for (claim_name, volume_name) in &result.volumes.static_bindings {
             rate.acquire().await;
-            let volume = volumes.get(volume_name).await.map_err(failed)?;
+            let volume = bounded(volumes.get(volume_name)).await.map_err(failed)?;
             let reserved = volume
                 .spec
                 .as_ref()
@@ -620,12 +751,13 @@ async fn bind_volumes(
                 return Err(format!("ClaimRef got reset for pv \"{volume_name}\""));
             }
             rate.acquire().await;
-            let claim = claims.get(claim_name).await.map_err(failed)?;
+            let claim = bounded(claims.get(claim_name)).await.map_err(failed)?;
             all_bound &= k8s::claim_info(&claim).is_fully_bound();
         }
         for claim_name in &result.volumes.provisions {
             rate.acquire().await;
-            let claim = k8s::claim_info(&claims.get(claim_name).await.map_err(failed)?);
+            let claim = bounded(claims.get(claim_name)).await.map_err(failed)?;
+            let claim = k8s::claim_info(&claim);
             if claim.selected_node.as_deref() != Some(node) {
                 // The provisioner removes the annotation when it cannot provision.
                 return Err(format!("provisioning failed for PVC \"{claim_name}\""));
@@ -646,7 +778,13 @@ async fn bind_volumes(
 /// condition `DisruptionTarget` (reason `PreemptionByScheduler`), then is deleted. A victim that
 /// is already gone is fine; another failure is logged, and the preemptor, back in the queue
 /// when victims leave, tries again.
-async fn evict(client: &Client, rate: &RateLimiter, result: &CycleResult, preemption: &Preemption) {
+async fn evict(
+    client: &Client,
+    rate: &RateLimiter,
+    result: &CycleResult,
+    preemption: &Preemption,
+    refused: &ApiWriteFailures,
+) {
     for victim in preemption.victims.iter().filter(|v| !v.terminating) {
         let Some((namespace, name)) = victim.pod.split_once('/') else {
             continue;
@@ -660,13 +798,13 @@ async fn evict(client: &Client, rate: &RateLimiter, result: &CycleResult, preemp
             "lastTransitionTime": now_rfc3339(),
         }]}});
         rate.acquire().await;
-        let marked = pods
-            .patch_status(name, &PatchParams::default(), &Patch::Strategic(condition))
-            .await;
+        let marked =
+            bounded(pods.patch_status(name, &PatchParams::default(), &Patch::Strategic(condition)))
+                .await;
         let deleted = match marked {
             Ok(_) => {
                 rate.acquire().await;
-                pods.delete(name, &DeleteParams::default())
+                bounded(pods.delete(name, &DeleteParams::default()))
                     .await
                     .map(|_| ())
             }
@@ -676,6 +814,7 @@ async fn evict(client: &Client, rate: &RateLimiter, result: &CycleResult, preemp
             Ok(()) => {}
             Err(kube::Error::Api(status)) if status.code == 404 => {}
             Err(e) => {
+                refused.count(ApiWrite::Eviction);
                 tracing::warn!(victim = %victim.pod, preemptor = %result.pod, "evicting the victim failed: {e}")
             }
         }
@@ -751,7 +890,13 @@ impl Recorder {
             .remove(pod);
     }
 
-    async fn record(&self, client: &Client, rate: &RateLimiter, result: &CycleResult) {
+    async fn record(
+        &self,
+        client: &Client,
+        rate: &RateLimiter,
+        result: &CycleResult,
+        refused: &ApiWriteFailures,
+    ) {
         let Some((namespace, name)) = result.pod.split_once('/') else {
             return;
         };
@@ -762,11 +907,12 @@ impl Recorder {
                 "Binding",
                 format!("Successfully assigned {} to {node}", result.pod),
             ),
+            // The condition keeps the whole text; the API server refuses a longer note.
             None => (
                 "FailedScheduling",
                 "Warning",
                 "Scheduling",
-                result.message.clone().unwrap_or_default(),
+                truncate_note(result.message.as_deref().unwrap_or_default()),
             ),
         };
         let events: Api<k8s_openapi::api::events::v1::Event> =
@@ -798,8 +944,7 @@ impl Recorder {
                     "count": count,
                     "lastObservedTime": now_micro(),
                 }});
-                events
-                    .patch(&event_name, &PatchParams::default(), &Patch::Merge(&series))
+                bounded(events.patch(&event_name, &PatchParams::default(), &Patch::Merge(&series)))
                     .map_ok(|_| ())
                     .await
             }
@@ -820,8 +965,7 @@ impl Recorder {
                 });
                 let created = match serde_json::from_value(event) {
                     Ok(event) => {
-                        events
-                            .create(&PostParams::default(), &event)
+                        bounded(events.create(&PostParams::default(), &event))
                             .map_ok(|_| ())
                             .await
                     }
@@ -848,9 +992,27 @@ impl Recorder {
             }
         };
         if let Err(e) = outcome {
+            refused.count(ApiWrite::Event);
             tracing::warn!(pod = %result.pod, "recording the {reason} event failed: {e}");
         }
     }
+}
+
+/// The most bytes an Event's `note` may hold (the API server's `NoteLengthLimit`).
+pub const NOTE_LIMIT: usize = 1024;
+
+/// `message` cut to [`NOTE_LIMIT`] bytes as kube-scheduler cuts it (`truncateMessage`): the end
+/// replaced by `" ..."`, here on a character boundary so the note stays UTF-8.
+pub fn truncate_note(message: &str) -> String {
+    const SUFFIX: &str = " ...";
+    if message.len() <= NOTE_LIMIT {
+        return message.to_string();
+    }
+    let mut end = NOTE_LIMIT - SUFFIX.len();
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{SUFFIX}", &message[..end])
 }
 
 /// A suffix that keeps Event names unique, as client-go's (a timestamp in nanoseconds).
@@ -889,6 +1051,23 @@ mod tests {
         let later = start + Duration::from_secs(10);
         let waits: Vec<u128> = (0..4).map(|_| limiter.reserve(later).as_millis()).collect();
         assert_eq!(waits, [0, 0, 0, 100]);
+    }
+
+    #[test]
+    fn a_note_over_the_api_servers_limit_is_cut_on_a_character_boundary_as_kube_scheduler_does() {
+        let short = "0/3 nodes are available: 3 Insufficient cpu.";
+        assert_eq!(truncate_note(short), short);
+        let exact = "x".repeat(NOTE_LIMIT);
+        assert_eq!(truncate_note(&exact), exact);
+        let long = "y".repeat(6_321);
+        let cut = truncate_note(&long);
+        assert_eq!(cut.len(), NOTE_LIMIT);
+        assert_eq!(cut, format!("{} ...", "y".repeat(NOTE_LIMIT - 4)));
+        // A three-byte character straddling the cut is left out whole.
+        let wide = format!("{}€{}", "z".repeat(NOTE_LIMIT - 5), "z".repeat(100));
+        let cut = truncate_note(&wide);
+        assert!(cut.len() <= NOTE_LIMIT, "{}", cut.len());
+        assert_eq!(cut, format!("{} ...", "z".repeat(NOTE_LIMIT - 5)));
     }
 
     #[test]

@@ -1073,6 +1073,13 @@ impl Scheduler {
         self.cycle(pod, Profile::dry_run)
     }
 
+    /// Whether a profile serves pods of `scheduler_name`.
+    pub fn serves(&self, scheduler_name: &str) -> bool {
+        self.profiles
+            .iter()
+            .any(|p| p.scheduler_name == scheduler_name)
+    }
+
     fn cycle(
         &mut self,
         pod: &sdk::Pod,

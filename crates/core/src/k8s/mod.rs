@@ -77,6 +77,8 @@ fn labels(map: &Option<BTreeMap<String, String>>) -> Labels {
 pub fn resources(list: &BTreeMap<String, Quantity>, field: &str) -> Result<Resources, FieldError> {
     let mut out = Resources::default();
     for (name, Quantity(text)) in list {
+        // The API server takes only qualified names (`example.com/gpu`) as resource names.
+        validation::qualified_name(&format!("{field}[{name}]"), name)?;
         let parsed = if name == resource::CPU {
             quantity::milli_value(text)
         } else {
@@ -188,15 +190,34 @@ pub fn node_info(node: &core::Node) -> Result<sdk::NodeInfo, FieldError> {
             .and_then(|s| s.taints.as_ref())
             .into_iter()
             .flatten()
-            .map(|t| sdk::Taint {
-                key: t.key.clone(),
-                value: t.value.clone().unwrap_or_default(),
-                effect: t.effect.clone(),
-            })
-            .collect(),
+            .enumerate()
+            .map(|(i, t)| taint(i, t))
+            .collect::<Result<_, _>>()?,
         unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
         allocatable,
         usage: sdk::NodeUsage::default(),
+    })
+}
+
+/// A node's taint, checked as the API server checks it (`validateNodeTaints`).
+fn taint(index: usize, t: &core::Taint) -> Result<sdk::Taint, FieldError> {
+    let field = format!("spec.taints[{index}]");
+    validation::qualified_name(&format!("{field}.key"), &t.key)?;
+    let value = t.value.clone().unwrap_or_default();
+    validation::label_value(&format!("{field}.value"), &value)?;
+    if !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&t.effect.as_str()) {
+        return Err(field_error(
+            format!("{field}.effect"),
+            format!(
+                "Unsupported value: {:?}: supported values: \"NoSchedule\", \"PreferNoSchedule\", \"NoExecute\"",
+                t.effect
+            ),
+        ));
+    }
+    Ok(sdk::Taint {
+        key: t.key.clone(),
+        value,
+        effect: t.effect.clone(),
     })
 }
 
@@ -223,6 +244,15 @@ fn term(t: &core::NodeSelectorTerm) -> sdk::NodeSelectorTerm {
 /// # Errors
 /// A request or overhead quantity that does not parse.
 pub fn pod(pod: &core::Pod) -> Result<sdk::Pod, FieldError> {
+    if let Some(error) = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_UNDECODABLE))
+    {
+        let (field, message) = error.split_once(": ").unwrap_or(("", error));
+        return Err(field_error(field, message));
+    }
     let empty = core::PodSpec::default();
     let spec = pod.spec.as_ref().unwrap_or(&empty);
     let node_affinity = spec
@@ -588,6 +618,48 @@ pub fn claim_with_selected_node(
     claim
 }
 
+/// Set by Kubernetes mode's watch on the stand-in for a pod the API server holds in a shape that
+/// does not decode (`field: what is wrong`): [`pod`] refuses it with that reason instead of
+/// scheduling an empty pod.
+pub const ANNOTATION_UNDECODABLE: &str = "scheduling.wasched.io/undecodable";
+
+/// A stand-in for a pod that does not decode: its metadata, scheduler name, node and phase
+/// (read one by one, each where it has the right type), marked with the reason, so the pod is
+/// reported as unreadable rather than ignored.
+pub fn undecodable_pod(raw: &serde_json::Value, field: &str, message: &str) -> core::Pod {
+    let text = |pointer: &str| {
+        raw.pointer(pointer)
+            .and_then(|v| v.as_str())
+            .map(str::to_string)
+    };
+    let mut metadata = ObjectMeta {
+        name: text("/metadata/name"),
+        namespace: text("/metadata/namespace"),
+        uid: text("/metadata/uid"),
+        resource_version: text("/metadata/resourceVersion"),
+        ..Default::default()
+    };
+    metadata.annotations = Some(
+        [(
+            ANNOTATION_UNDECODABLE.to_string(),
+            format!("{field}: {message}"),
+        )]
+        .into(),
+    );
+    core::Pod {
+        metadata,
+        spec: Some(core::PodSpec {
+            scheduler_name: text("/spec/schedulerName"),
+            node_name: text("/spec/nodeName"),
+            ..Default::default()
+        }),
+        status: Some(core::PodStatus {
+            phase: text("/status/phase"),
+            ..Default::default()
+        }),
+    }
+}
+
 /// Set on a claim once the PV controller finished binding it.
 pub const ANNOTATION_BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
 /// Set on a PV the PV controller (or the scheduler, for a delayed claim) bound to a claim.
@@ -630,6 +702,65 @@ spec:
             128 * 1024 * 1024 + 2 * 1024 * 1024 * 1024
         );
         assert_eq!(model.requests.scalar("example.com/gpu"), Some(1));
+    }
+
+    #[test]
+    fn taints_and_resource_names_the_api_server_refuses_are_refused_naming_the_field() {
+        let node = |taint: &str, resource: &str| -> core::Node {
+            yaml_serde::from_str(&format!(
+                "metadata: {{name: n}}\nspec: {{taints: [{taint}]}}\nstatus: {{allocatable: {{cpu: '4', '{resource}': '1'}}}}\n"
+            ))
+            .unwrap()
+        };
+        let fine = "{key: dedicated, value: gpu, effect: NoSchedule}";
+        assert!(node_info(&node(fine, "example.com/gpu")).is_ok());
+        let cases = [
+            (
+                "a taint value with a space",
+                node(
+                    "{key: dedicated, value: 'not ok', effect: NoSchedule}",
+                    "example.com/gpu",
+                ),
+                "spec.taints[0].value: Invalid value: \"not ok\"",
+            ),
+            (
+                "a taint value over 63 characters",
+                node(
+                    &format!("{{key: k, value: {}, effect: NoSchedule}}", "v".repeat(64)),
+                    "example.com/gpu",
+                ),
+                "spec.taints[0].value: Invalid value",
+            ),
+            (
+                "a taint key with a bad prefix",
+                node(
+                    "{key: 'Bad_Prefix/k', effect: NoSchedule}",
+                    "example.com/gpu",
+                ),
+                "spec.taints[0].key: Invalid value",
+            ),
+            (
+                "an effect kube does not know",
+                node("{key: k, effect: Sometimes}", "example.com/gpu"),
+                "spec.taints[0].effect: Unsupported value: \"Sometimes\"",
+            ),
+            (
+                "an extended resource name with <",
+                node(fine, "example.com/<gpu>"),
+                "status.allocatable[example.com/<gpu>]: Invalid value",
+            ),
+        ];
+        for (name, node, expected) in cases {
+            let error = node_info(&node).expect_err(name).to_string();
+            assert!(error.starts_with(expected), "{name}: {error}");
+        }
+        let p = pod_from_yaml(
+            "metadata: {name: p}\nspec: {containers: [{name: a, resources: {requests: {'a<b': '1'}}}]}\n",
+        );
+        assert!(pod(&p)
+            .unwrap_err()
+            .to_string()
+            .contains("[a<b]: Invalid value"));
     }
 
     #[test]
