@@ -276,6 +276,12 @@ impl Profile {
             }
         }
         let mut outcome = self.run_cycle(cache, pod, explain, None);
+        if outcome.node.is_none() && cache.listing().is_empty() {
+            // kube-scheduler's ErrNoNodesAvailable: unschedulable, but not a FitError, so no
+            // PostFilter runs and any nomination is cleared.
+            outcome.clears_nomination = !pod.nominated_node_name.is_empty();
+            return outcome;
+        }
         if outcome.node.is_none() && !outcome.error && self.preemption.enabled {
             // kube-scheduler's PostFilter: found room, or says why not after the FitError.
             let examined = explain.then_some(&mut outcome.preemption_candidates);
@@ -1847,6 +1853,24 @@ mod stage_tests {
             .expect("profile")
             .node
             .is_some());
+    }
+
+    /// kube-scheduler's ErrNoNodesAvailable is no FitError: no preemption text follows it, and
+    /// a nomination is cleared.
+    #[test]
+    fn with_no_nodes_the_pod_is_unschedulable_without_preemption_and_loses_its_nomination() {
+        let mut scheduler = scheduler(0, vec![], vec![]);
+        let mut nominated = pod();
+        nominated.nominated_node_name = "gone".into();
+        let outcome = scheduler.schedule(&nominated, false).expect("profile");
+        assert_eq!(
+            outcome.message.as_deref(),
+            Some(reasons::NO_NODES_AVAILABLE)
+        );
+        assert!(!outcome.error && outcome.preemption.is_none());
+        assert!(outcome.clears_nomination);
+        let plain = scheduler.schedule(&pod(), false).expect("profile");
+        assert!(!plain.clears_nomination, "nothing to clear");
     }
 
     #[test]
