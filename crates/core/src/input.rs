@@ -129,9 +129,13 @@ impl Cluster {
             .iter()
             .map(|(kind, n)| format!("{n} {kind}"))
             .collect();
+        let read: Vec<&str> = crate::events::Kind::ALL
+            .map(crate::events::Kind::name)
+            .to_vec();
         Some(format!(
-            "warning: skipped {} (wasched reads Node, Pod, PersistentVolume, PersistentVolumeClaim, StorageClass)",
-            kinds.join(", ")
+            "warning: skipped {} (wasched reads {})",
+            kinds.join(", "),
+            read.join(", ")
         ))
     }
 }
@@ -439,7 +443,11 @@ mod tests {
             "a Service selects pods to spread"
         );
         assert_eq!(cluster.skipped.get("ConfigMap"), Some(&1));
-        assert!(cluster.skipped_warning().unwrap().contains("1 ConfigMap"));
+        let warning = cluster.skipped_warning().unwrap();
+        assert!(warning.contains("1 ConfigMap"), "{warning}");
+        for kind in crate::events::Kind::ALL {
+            assert!(warning.contains(kind.name()), "{warning} names {kind:?}");
+        }
         assert_eq!(cluster.empty_files_warning(), None);
         let empty = write(&dir, "empty.yaml", "# nothing here\n---\n");
         let cluster = load_files(std::slice::from_ref(&empty)).unwrap();
