@@ -22,10 +22,10 @@ use crate::util::Rng;
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     /// Cluster sizes to run, comma-separated (e.g. `500,5000,50000`).
-    #[arg(long, value_delimiter = ',', default_value = "5000")]
+    #[arg(long, value_delimiter = ',', default_value = "5000", value_parser = crate::flags::bench_nodes)]
     pub nodes: Vec<usize>,
     /// Number of pods to schedule per run.
-    #[arg(long, default_value_t = 5000)]
+    #[arg(long, default_value_t = 5000, value_parser = crate::flags::bench_pods)]
     pub pods: usize,
     /// Workloads to run, comma-separated (basic, node-affinity, taints, volume-zones, mixed, churn,
     /// pod-anti-affinity, pod-affinity, topology-spread, preemption),
@@ -39,7 +39,7 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
     /// Node-update events pushed through the event pipeline for its throughput figure (0 skips it).
-    #[arg(long, default_value_t = 200_000)]
+    #[arg(long, default_value_t = 200_000, value_parser = crate::flags::bench_events)]
     pub events: usize,
     /// Also run WASM with call deadlines off, to show what they cost.
     #[arg(long)]
@@ -56,7 +56,7 @@ pub struct Args {
     /// Runs of each runtime, alternating WASM and native, of which the table shows each runtime's
     /// median: on a machine whose speed drifts, a ratio from one run of each swings by tens of
     /// percent.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::flags::bench_rounds)]
     pub rounds: usize,
 }
 

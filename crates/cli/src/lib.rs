@@ -21,5 +21,6 @@ pub use wasched_server as server;
 pub use wasched_wasm::{component, config, embedded, language, plugin_build, wasi};
 
 pub mod bench;
+pub mod flags;
 pub mod replay;
 pub mod simulate;

@@ -67,7 +67,7 @@ pub struct Args {
     #[arg(long)]
     pub limit: Option<usize>,
     /// How many points in logical time the allocation, pending and fragmentation series have.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, value_parser = crate::flags::replay_samples)]
     pub samples: usize,
     /// Keep every pod once placed, as the FGD paper's simulator does with this trace: the cluster
     /// fills up in creation order and shows how GPUs fragment as it does.
@@ -79,7 +79,7 @@ pub struct Args {
     pub compare: Option<Vec<PathBuf>>,
     /// Pace the replay: N seconds of trace time per second of wall time (so a live `serve`-like
     /// run can be watched). Without it the clock jumps from event to event.
-    #[arg(long, value_name = "N", conflicts_with = "as_fast_as_possible")]
+    #[arg(long, value_name = "N", conflicts_with = "as_fast_as_possible", value_parser = crate::flags::replay_speed)]
     pub speed: Option<f64>,
     /// Jump from event to event without waiting (the default).
     #[arg(long)]
@@ -941,8 +941,10 @@ pub fn replay(
             taken += 1;
         }
         if let Some(speed) = options.speed.filter(|s| *s > 0.0) {
-            let due = started + Duration::from_secs_f64((time - start) as f64 / speed);
-            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            let wait = Duration::try_from_secs_f64((time - start) as f64 / speed);
+            if let Some(due) = wait.ok().and_then(|w| started.checked_add(w)) {
+                std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            }
         }
         driven.clock.advance(Duration::from_secs(time - now));
         now = time;
