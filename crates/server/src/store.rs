@@ -165,7 +165,11 @@ impl Store {
         &self,
         objects: Vec<Object>,
         mode: WriteMode,
-        merge: impl Fn(Option<&Object>, &mut Object) -> Result<(), String>,
+        merge: impl Fn(
+            Option<&Object>,
+            &mut Object,
+            &dyn Fn(&ObjectKey) -> Option<Object>,
+        ) -> Result<(), String>,
     ) -> Result<Result<Vec<Written>, Rejection>, StoreError> {
         let tx = self.db.begin_write().map_err(err)?;
         let mut written = Vec::with_capacity(objects.len());
@@ -183,7 +187,12 @@ impl Store {
                 if stored.is_some() && mode == WriteMode::Create {
                     return Ok(Err(Rejection::Exists { index }));
                 }
-                if let Err(reason) = merge(stored.as_ref(), &mut object) {
+                // Other objects as this transaction has them (earlier ones of the batch written).
+                let lookup = |other: &ObjectKey| {
+                    let bytes = table.get(storage_key(other).as_str()).ok()??;
+                    decode(other.kind, bytes.value()).ok()
+                };
+                if let Err(reason) = merge(stored.as_ref(), &mut object, &lookup) {
                     return Ok(Err(Rejection::Refused { index, reason }));
                 }
                 version += 1;
@@ -495,16 +504,22 @@ mod tests {
         {
             let store = Store::open(&path).unwrap();
             let out = store
-                .write_objects(vec![node("a"), node("b")], WriteMode::Create, |_, _| Ok(()))
+                .write_objects(vec![node("a"), node("b")], WriteMode::Create, |_, _, _| {
+                    Ok(())
+                })
                 .unwrap()
                 .unwrap();
             assert_eq!((out[1].version, out[1].created), (2, true));
             let again = store
-                .write_objects(vec![node("c"), node("a")], WriteMode::Create, |_, _| Ok(()))
+                .write_objects(vec![node("c"), node("a")], WriteMode::Create, |_, _, _| {
+                    Ok(())
+                })
                 .unwrap();
             assert_eq!(again.unwrap_err(), Rejection::Exists { index: 1 });
             let refused = store
-                .write_objects(vec![node("c")], WriteMode::Upsert, |_, _| Err("no".into()))
+                .write_objects(vec![node("c")], WriteMode::Upsert, |_, _, _| {
+                    Err("no".into())
+                })
                 .unwrap();
             assert!(matches!(refused, Err(Rejection::Refused { index: 0, .. })));
             assert!(

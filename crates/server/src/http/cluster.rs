@@ -314,10 +314,16 @@ fn one_object(
 /// Keeps what the server owns when a client writes an object, as the API server does on a
 /// replace: its uid; for pods the binding, the scheduler's condition and nomination, and the
 /// status; for claims and volumes what VolumeBinding and the PV controller wrote (a claim's
-/// `volumeName`, bind annotations and status, a volume's `claimRef`, annotation and status).
-/// A client re-applying its manifests, or retrying a batch that was stored but not answered,
-/// must never unbind a claim under a bound pod.
-fn merge(server: &Server, stored: Option<&Object>, incoming: &mut Object) -> Result<(), String> {
+/// `volumeName`, bind annotations and status, a volume's `claimRef`, annotation and status
+/// while the claim it names is bound to it). A client re-applying its manifests, or retrying a
+/// batch that was stored but not answered, must never unbind a claim under a bound pod;
+/// `lookup` reads other stored objects.
+fn merge(
+    server: &Server,
+    stored: Option<&Object>,
+    incoming: &mut Object,
+    lookup: &dyn Fn(&ObjectKey) -> Option<Object>,
+) -> Result<(), String> {
     let stored_uid = stored.and_then(|s| s.metadata().uid.clone());
     let metadata = incoming.metadata_mut();
     metadata.uid = stored_uid.or_else(|| metadata.uid.take()).or_else(|| {
@@ -327,7 +333,7 @@ fn merge(server: &Server, stored: Option<&Object>, incoming: &mut Object) -> Res
     match (stored, incoming) {
         (Some(Object::Pod(old)), Object::Pod(new)) => keep_pod_binding(old, new),
         (Some(Object::Claim(old)), Object::Claim(new)) => keep_claim_binding(old, new),
-        (Some(Object::Volume(old)), Object::Volume(new)) => keep_volume_binding(old, new),
+        (Some(Object::Volume(old)), Object::Volume(new)) => keep_volume_binding(old, new, lookup),
         _ => Ok(()),
     }
 }
@@ -437,9 +443,13 @@ fn keep_claim_binding(
     Ok(())
 }
 
+/// A volume keeps its `claimRef` while the claim it names is bound to it; once that claim is
+/// gone (the volume released), the client's volume stands, as an administrator or a local
+/// volume provisioner makes it anew.
 fn keep_volume_binding(
     old: &core::PersistentVolume,
     new: &mut core::PersistentVolume,
+    lookup: &dyn Fn(&ObjectKey) -> Option<Object>,
 ) -> Result<(), String> {
     let claim_of = |r: &core::ObjectReference| {
         (
@@ -447,17 +457,32 @@ fn keep_volume_binding(
             r.name.clone().unwrap_or_default(),
         )
     };
-    keep_annotations(
-        &old.metadata,
-        &mut new.metadata,
-        &[k8s::ANNOTATION_BOUND_BY_CONTROLLER],
-    );
-    let Some(held) = old.spec.as_ref().and_then(|s| s.claim_ref.clone()) else {
+    let volume_name = old.metadata.name.as_deref().unwrap_or_default();
+    let bound_claim = old
+        .spec
+        .as_ref()
+        .and_then(|s| s.claim_ref.clone())
+        .filter(|held| {
+            let (namespace, name) = claim_of(held);
+            let key = ObjectKey {
+                kind: Kind::PersistentVolumeClaim,
+                namespace,
+                name,
+            };
+            matches!(lookup(&key), Some(Object::Claim(claim))
+                if claim.spec.as_ref().and_then(|s| s.volume_name.as_deref()) == Some(volume_name))
+        });
+    let Some(held) = bound_claim else {
         if new.status.is_none() {
             new.status.clone_from(&old.status);
         }
         return Ok(());
     };
+    keep_annotations(
+        &old.metadata,
+        &mut new.metadata,
+        &[k8s::ANNOTATION_BOUND_BY_CONTROLLER],
+    );
     let spec = new.spec.get_or_insert_with(Default::default);
     match &spec.claim_ref {
         None => spec.claim_ref = Some(held),
@@ -497,9 +522,10 @@ async fn write(
     let keys: Vec<ObjectKey> = objects.iter().map(Object::key).collect();
     let s = server.clone();
     let outcome = tokio::task::spawn_blocking(move || {
-        s.store.write_objects(objects, mode, |stored, incoming| {
-            merge(&s, stored, incoming)
-        })
+        s.store
+            .write_objects(objects, mode, |stored, incoming, lookup| {
+                merge(&s, stored, incoming, lookup)
+            })
     })
     .await
     .map_err(|e| ApiError::new(500, e.to_string()))??;
