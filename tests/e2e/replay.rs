@@ -413,3 +413,31 @@ fn cycles_a_plugin_failed_are_counted_apart_from_unschedulable_ones() {
         "every cycle placed a pod, found no node or ended in a plugin error"
     );
 }
+
+#[test]
+fn numeric_flags_past_what_the_machine_holds_are_refused_naming_the_flag_and_its_range() {
+    let trace = ["replay", "--nodes", "nodes.csv", "--pods", "pods.csv"];
+    let cases: [(Vec<&str>, &str); 6] = [
+        (vec!["bench", "--pods", "18446744073709551615"], "--pods"),
+        (vec!["bench", "--nodes", "0"], "--nodes"),
+        (vec!["bench", "--nodes", "500,10000000"], "--nodes"),
+        (vec!["bench", "--rounds", "0"], "--rounds"),
+        (
+            [&trace[..], &["--samples", "1000000000"]].concat(),
+            "--samples",
+        ),
+        ([&trace[..], &["--speed", "1e-300"]].concat(), "--speed"),
+    ];
+    for (args, flag) in cases {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_wasched"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("for '{flag}")) && stderr.contains("..="),
+            "{args:?}: {stderr}"
+        );
+    }
+}

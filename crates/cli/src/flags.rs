@@ -64,7 +64,7 @@ pub fn replay_speed(text: &str) -> Result<f64, String> {
         Ok(value)
     } else {
         Err(format!(
-            "{value} is not in {}..={} trace seconds per wall second",
+            "--speed must be a positive number of trace seconds per wall second in {:e}..={:e}, not {value}",
             REPLAY_SPEED.start(),
             REPLAY_SPEED.end()
         ))
