@@ -439,55 +439,70 @@ fn a_page_of_another_site_cannot_change_objects_or_plugins_on_the_open_loopback_
         ("host", "127.0.0.1:7878"),
         ("origin", "http://127.0.0.1:7878"),
     ];
-    let cases: &[(&str, &str, &str, Vec<(&str, &str)>, u16, &str)] = &[
-        (
-            "a form post of text/plain from another origin",
-            "POST",
-            "/v1/objects",
-            vec![("host", "127.0.0.1:7878"), ("origin", "http://attacker.example"), ("content-type", "text/plain")],
-            403,
-            "requests from pages of http://attacker.example are refused",
-        ),
-        (
-            "a multipart upload from another origin",
-            "POST",
-            "/admin/plugins",
-            vec![("host", "127.0.0.1:7878"), ("origin", "http://attacker.example"), ("content-type", "multipart/form-data; boundary=x")],
-            403,
-            "requests from pages of http://attacker.example are refused",
-        ),
-        (
-            "a rebound name without an Origin",
-            "POST",
-            "/v1/objects",
-            vec![("host", "attacker.example:7878"), ("content-type", "application/yaml")],
-            403,
-            "Host \"attacker.example:7878\" does not name this server",
-        ),
-        (
-            "text/plain from the server's own page",
-            "POST",
-            "/v1/objects",
-            vec![own[0], own[1], ("content-type", "text/plain")],
-            415,
-            "Content-Type \"text/plain\" is not accepted here: send application/json or application/yaml",
-        ),
-        (
-            "a body without a media type",
-            "POST",
-            "/v1/objects",
-            vec![own[0]],
-            415,
-            "a body without a Content-Type is not accepted here",
-        ),
+    /// A request a page could send, and how it is refused.
+    struct Refused<'a> {
+        name: &'a str,
+        path: &'a str,
+        headers: Vec<(&'a str, &'a str)>,
+        status: u16,
+        message: &'a str,
+    }
+    let foreign = [
+        ("host", "127.0.0.1:7878"),
+        ("origin", "http://attacker.example"),
     ];
-    for (name, method, path, headers, status, message) in cases {
-        let (got, answer_headers, text) = h.send(method, path, headers, yaml);
-        assert_eq!(got, *status, "{name}: {text}");
+    let cases = [
+        Refused {
+            name: "a form post of text/plain from another origin",
+            path: "/v1/objects",
+            headers: vec![foreign[0], foreign[1], ("content-type", "text/plain")],
+            status: 403,
+            message: "requests from pages of http://attacker.example are refused",
+        },
+        Refused {
+            name: "a multipart upload from another origin",
+            path: "/admin/plugins",
+            headers: vec![
+                foreign[0],
+                foreign[1],
+                ("content-type", "multipart/form-data; boundary=x"),
+            ],
+            status: 403,
+            message: "requests from pages of http://attacker.example are refused",
+        },
+        Refused {
+            name: "a rebound name without an Origin",
+            path: "/v1/objects",
+            headers: vec![
+                ("host", "attacker.example:7878"),
+                ("content-type", "application/yaml"),
+            ],
+            status: 403,
+            message: "Host \"attacker.example:7878\" does not name this server",
+        },
+        Refused {
+            name: "text/plain from the server's own page",
+            path: "/v1/objects",
+            headers: vec![own[0], own[1], ("content-type", "text/plain")],
+            status: 415,
+            message: "Content-Type \"text/plain\" is not accepted here: send application/json or application/yaml",
+        },
+        Refused {
+            name: "a body without a media type",
+            path: "/v1/objects",
+            headers: vec![own[0]],
+            status: 415,
+            message: "a body without a Content-Type is not accepted here",
+        },
+    ];
+    for case in &cases {
+        let name = case.name;
+        let (got, answer_headers, text) = h.send("POST", case.path, &case.headers, yaml);
+        assert_eq!(got, case.status, "{name}: {text}");
         let body: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{name}: {text}"));
         assert_eq!(body["kind"], "Status", "{name}");
         assert!(
-            body["message"].as_str().unwrap().contains(message),
+            body["message"].as_str().unwrap().contains(case.message),
             "{name}: {body}"
         );
         assert_eq!(answer_headers["x-frame-options"], "DENY", "{name}");
