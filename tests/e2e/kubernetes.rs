@@ -1216,3 +1216,32 @@ fn a_pod_that_cannot_be_read_is_told_why_and_the_others_are_scheduled() {
     });
     assert_eq!(scheduler.get("/readyz").0, 200);
 }
+
+#[test]
+fn a_binding_the_api_server_never_answers_is_given_up_after_the_request_timeout_and_sent_again() {
+    let api = ApiServer::start();
+    api.create(&node("n1", "zone-a", "64"));
+    let scheduler = Scheduler::start(&api, "hung-binding", &[]);
+    // The first binding is answered in an hour: as good as never.
+    api.call(
+        "POST",
+        "/_test/slow-bindings",
+        Some(json!({"seconds": 3600, "count": 1})),
+    );
+    api.create(&pod("stuck", "1", json!({})));
+    let created = Instant::now();
+    wait_for("the binding to be given up and sent again", || {
+        api.counts()["POST pods/binding"] == json!(2)
+    });
+    let given_up = created.elapsed();
+    let timeout = wasched::server::kubernetes::REQUEST_TIMEOUT;
+    assert!(
+        given_up >= timeout && given_up < timeout + Duration::from_secs(5),
+        "{given_up:?}"
+    );
+    wait_for("the pod to be bound", || api.node_of("stuck").is_some());
+    assert_eq!(
+        scheduler.metric("wasched_api_write_failures_total{kind=\"binding\"}"),
+        1
+    );
+}
