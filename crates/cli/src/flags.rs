@@ -64,9 +64,10 @@ pub fn replay_speed(text: &str) -> Result<f64, String> {
         Ok(value)
     } else {
         Err(format!(
-            "--speed must be a positive number of trace seconds per wall second in {:e}..={:e}, not {value}",
+            "--speed must be a positive number of trace seconds per wall second in {:e}..={:e}, not {}",
             REPLAY_SPEED.start(),
-            REPLAY_SPEED.end()
+            REPLAY_SPEED.end(),
+            text.trim()
         ))
     }
 }
