@@ -607,16 +607,18 @@ impl Server {
         });
 
         let mut policy = stored_policy(&args, &store, shared_policy.as_deref())?;
-        let (label, dir) = config_location(&policy.source, &args.data_dir);
-        let built = parse_and_load(
-            &label,
-            &dir,
-            &policy.text,
-            &policy.uploaded,
-            &plugin_stats,
-            &args,
-        );
-        let (config, specs) = match (built, shared_policy.as_deref()) {
+        let build = |policy: &Policy| {
+            let (label, dir) = config_location(&policy.source, &args.data_dir);
+            parse_and_load(
+                &label,
+                &dir,
+                &policy.text,
+                &policy.uploaded,
+                &plugin_stats,
+                &args,
+            )
+        };
+        let (config, specs) = match (build(&policy), shared_policy.as_deref()) {
             (Ok(built), _) => built,
             // A configuration anyone who may edit the ConfigMap wrote must not keep every
             // replica down: start with this replica's own, and take the cluster's in once a
@@ -624,16 +626,7 @@ impl Server {
             (Err(e), Some(shared)) if matches!(policy.source, ConfigSource::Cluster(_)) => {
                 refuse_shared_policy(shared, &format!("its configuration: {e}"));
                 policy = local_policy(&args, policy.uploaded, policy.records)?;
-                let (label, dir) = config_location(&policy.source, &args.data_dir);
-                parse_and_load(
-                    &label,
-                    &dir,
-                    &policy.text,
-                    &policy.uploaded,
-                    &plugin_stats,
-                    &args,
-                )
-                .map_err(|e| anyhow::anyhow!("{e}"))?
+                build(&policy).map_err(|e| anyhow::anyhow!("{e}"))?
             }
             (Err(e), _) => anyhow::bail!("{e}"),
         };
