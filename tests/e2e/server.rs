@@ -1587,6 +1587,21 @@ fn assert_pods_claims_and_volumes_agree(admin: &Client, nodes: usize) {
     }
 }
 
+/// Asserts a further claim finds no free volume: its pod waits, and no volume is held twice.
+fn a_late_claim_finds_no_free_volume(admin: &Client) {
+    ok(send(
+        admin,
+        "POST",
+        "/v1/objects",
+        json!({ "kind": "List", "items": [local_claim("late"), pod_with_claim("db-late", "late")] }),
+    ));
+    wait_until("db-late fails an attempt", Duration::from_secs(30), || {
+        failure_message(&stored_pod(admin, "db-late")).is_some()
+    });
+    assert!(node_of(&stored_pod(admin, "db-late")).is_none());
+    assert!(stored_claim(admin, "late")["spec"]["volumeName"].is_null());
+}
+
 #[test]
 fn applying_the_same_manifests_again_keeps_every_binding_the_scheduler_made() {
     const NODES: usize = 3;
@@ -1604,17 +1619,7 @@ fn applying_the_same_manifests_again_keeps_every_binding_the_scheduler_made() {
     ok(send(&admin, "POST", "/v1/objects", batch));
     assert_pods_claims_and_volumes_agree(&admin, NODES);
 
-    // A further claim finds no free volume: its pod waits, and no volume is held twice.
-    ok(send(
-        &admin,
-        "POST",
-        "/v1/objects",
-        json!({ "kind": "List", "items": [local_claim("late"), pod_with_claim("db-late", "late")] }),
-    ));
-    wait_until("db-late fails an attempt", Duration::from_secs(30), || {
-        failure_message(&stored_pod(&admin, "db-late")).is_some()
-    });
-    assert!(stored_claim(&admin, "late")["spec"]["volumeName"].is_null());
+    a_late_claim_finds_no_free_volume(&admin);
     assert_pods_claims_and_volumes_agree(&admin, NODES);
 
     // A replace that would move a bound claim, or a bound volume, is refused and says why.
@@ -1664,15 +1669,6 @@ fn a_batch_retried_after_kill_9_leaves_claims_volumes_and_pods_agreeing() {
     let admin = server.admin();
     ok(send(&admin, "POST", "/v1/objects", batch));
     assert_pods_claims_and_volumes_agree(&admin, NODES);
-    ok(send(
-        &admin,
-        "POST",
-        "/v1/objects",
-        json!({ "kind": "List", "items": [local_claim("late"), pod_with_claim("db-late", "late")] }),
-    ));
-    wait_until("db-late fails an attempt", Duration::from_secs(30), || {
-        failure_message(&stored_pod(&admin, "db-late")).is_some()
-    });
-    assert!(node_of(&stored_pod(&admin, "db-late")).is_none());
+    a_late_claim_finds_no_free_volume(&admin);
     assert_pods_claims_and_volumes_agree(&admin, NODES);
 }
