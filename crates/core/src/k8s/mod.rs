@@ -77,8 +77,15 @@ fn labels(map: &Option<BTreeMap<String, String>>) -> Labels {
 pub fn resources(list: &BTreeMap<String, Quantity>, field: &str) -> Result<Resources, FieldError> {
     let mut out = Resources::default();
     for (name, Quantity(text)) in list {
-        // The API server takes only qualified names (`example.com/gpu`) as resource names.
-        validation::qualified_name(&format!("{field}[{name}]"), name)?;
+        // The API server takes only qualified names (`example.com/gpu`) as resource names; the
+        // standard ones, nearly every name read, need no check.
+        let standard = matches!(
+            name.as_str(),
+            resource::CPU | resource::MEMORY | resource::PODS | resource::EPHEMERAL_STORAGE
+        );
+        if !standard {
+            validation::qualified_name(&format!("{field}[{name}]"), name)?;
+        }
         let parsed = if name == resource::CPU {
             quantity::milli_value(text)
         } else {
