@@ -30,6 +30,7 @@ use wasched_core::service::{BindingFailures, CycleResult};
 use crate::engine::{
     watch_event, ApiWrite, ApiWriteFailures, EngineMetrics, ResultSink, StartGate,
 };
+use crate::lenient::{shortened, Lenient, Undecodable};
 
 /// `wasched serve` options of Kubernetes mode.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -225,76 +226,6 @@ impl Feed {
         };
         self.pipeline.submit(event);
     }
-}
-
-/// An object of kind `K` as the API server lists or watches it, whether or not it decodes as
-/// `K`: one object in a shape this build cannot read (an API server that does not validate, a
-/// field of the wrong type) must not fail the whole list, which would keep the scheduler
-/// unready and log the list again at every retry.
-#[derive(Clone, Debug)]
-struct Lenient<K> {
-    metadata: ObjectMeta,
-    decoded: Result<K, Undecodable>,
-}
-
-/// Why an object did not decode, and the object as it came.
-#[derive(Clone, Debug)]
-struct Undecodable {
-    field: String,
-    message: String,
-    raw: serde_json::Value,
-}
-
-impl<'de, K: DeserializeOwned> serde::Deserialize<'de> for Lenient<K> {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        use serde::de::Error as _;
-        let raw = serde_json::Value::deserialize(deserializer)?;
-        let metadata = match raw.get("metadata") {
-            Some(m) => ObjectMeta::deserialize(m).map_err(D::Error::custom)?,
-            None => ObjectMeta::default(),
-        };
-        let decoded = serde_path_to_error::deserialize::<_, K>(&raw).map_err(|e| Undecodable {
-            field: e.path().to_string(),
-            message: e.inner().to_string(),
-            raw: raw.clone(),
-        });
-        Ok(Lenient { metadata, decoded })
-    }
-}
-
-impl<K: kube::Resource<DynamicType = ()>> kube::Resource for Lenient<K> {
-    type DynamicType = ();
-    type Scope = K::Scope;
-
-    fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
-        K::kind(dt)
-    }
-    fn group(dt: &()) -> std::borrow::Cow<'_, str> {
-        K::group(dt)
-    }
-    fn version(dt: &()) -> std::borrow::Cow<'_, str> {
-        K::version(dt)
-    }
-    fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
-        K::plural(dt)
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
-
-/// The most of an error's text a log line carries: a decode error can quote a whole list.
-const LOGGED_ERROR_BYTES: usize = 400;
-
-fn shortened(text: &str) -> &str {
-    let mut end = text.len().min(LOGGED_ERROR_BYTES);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }
 
 /// What becomes of an object that does not decode: for pods, a stand-in the service reports as

@@ -11,6 +11,7 @@ pub mod engine;
 mod http;
 pub mod kubernetes;
 pub mod leader;
+pub mod lenient;
 pub mod shared_policy;
 pub mod store;
 pub mod watch;
