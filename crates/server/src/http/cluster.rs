@@ -361,6 +361,21 @@ fn keep_annotations(
     }
 }
 
+/// A field the binder set (`bound`) in the client's object: taken when left out, refused with
+/// `refusal(bound, given)` when set to anything else.
+fn keep_bound(
+    bound: String,
+    given: &mut Option<String>,
+    refusal: impl FnOnce(&str, &str) -> String,
+) -> Result<(), String> {
+    match given.as_deref() {
+        None | Some("") => *given = Some(bound),
+        Some(g) if g == bound => {}
+        Some(g) => return Err(refusal(&bound, g)),
+    }
+    Ok(())
+}
+
 fn keep_pod_binding(old: &core::Pod, new: &mut core::Pod) -> Result<(), String> {
     let bound = old
         .spec
@@ -369,15 +384,9 @@ fn keep_pod_binding(old: &core::Pod, new: &mut core::Pod) -> Result<(), String> 
         .filter(|n| !n.is_empty());
     if let Some(bound) = bound {
         let spec = new.spec.get_or_insert_with(Default::default);
-        match spec.node_name.as_deref() {
-            None | Some("") => spec.node_name = Some(bound),
-            Some(n) if n == bound => {}
-            Some(n) => {
-                return Err(format!(
-                    "spec.nodeName is immutable once set: the pod is bound to {bound}, not {n}"
-                ))
-            }
-        }
+        keep_bound(bound, &mut spec.node_name, |bound, n| {
+            format!("spec.nodeName is immutable once set: the pod is bound to {bound}, not {n}")
+        })?;
     }
     keep_annotations(
         &old.metadata,
@@ -429,15 +438,11 @@ fn keep_claim_binding(
         return Ok(());
     };
     let spec = new.spec.get_or_insert_with(Default::default);
-    match spec.volume_name.as_deref() {
-        None | Some("") => spec.volume_name = Some(bound),
-        Some(v) if v == bound => {}
-        Some(v) => {
-            return Err(format!(
-                "spec.volumeName is immutable once the claim is bound: it is bound to persistentvolume {bound:?}, not {v:?}"
-            ))
-        }
-    }
+    keep_bound(bound, &mut spec.volume_name, |bound, v| {
+        format!(
+            "spec.volumeName is immutable once the claim is bound: it is bound to persistentvolume {bound:?}, not {v:?}"
+        )
+    })?;
     // The binder's status (Bound, capacity, access modes) stands while the claim is bound.
     new.status.clone_from(&old.status);
     Ok(())
