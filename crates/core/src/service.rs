@@ -334,8 +334,10 @@ impl<B: Binder> Service<B> {
             Ok(()) => {
                 self.stats.events_applied.fetch_add(1, Ordering::Relaxed);
                 if key.kind == Kind::Pod && !self.told_unreadable.is_empty() {
-                    self.told_unreadable
-                        .remove(&format!("{}/{}", key.namespace, key.name));
+                    // Readable again, or gone: nothing left to report.
+                    let pod = format!("{}/{}", key.namespace, key.name);
+                    self.unreadable.retain(|r| r.pod != pod);
+                    self.told_unreadable.remove(&pod);
                 }
                 match event.action {
                     Action::Upsert => {
@@ -350,7 +352,7 @@ impl<B: Binder> Service<B> {
                 self.stats.events_invalid.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(kind = ?key.kind, namespace = %key.namespace, name = %key.name, "event ignored: {e}");
                 if let Object::Pod(pod) = &event.object {
-                    self.report_unreadable(pod, &e);
+                    self.report_unreadable(format!("{}/{}", key.namespace, key.name), pod, &e);
                 }
             }
         }
@@ -358,12 +360,7 @@ impl<B: Binder> Service<B> {
 
     /// A pending pod of this scheduler that cannot be read is neither queued nor held; its
     /// failure is reported as an attempt's, with the field that is wrong.
-    fn report_unreadable(&mut self, pod: &core::Pod, error: &k8s::FieldError) {
-        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-        let key = format!(
-            "{namespace}/{}",
-            pod.metadata.name.as_deref().unwrap_or_default()
-        );
+    fn report_unreadable(&mut self, key: String, pod: &core::Pod, error: &k8s::FieldError) {
         self.forget_pod(&key);
         let spec = pod.spec.as_ref();
         let bound = spec
