@@ -96,6 +96,16 @@ impl ApiServer {
             .all(|p| !p["spec"]["nodeName"].is_null())
     }
 
+    /// The Events of namespace `default`.
+    fn events(&self) -> Vec<Value> {
+        let (_, list) = self.call(
+            "GET",
+            "/apis/events.k8s.io/v1/namespaces/default/events",
+            None,
+        );
+        list["items"].as_array().cloned().unwrap_or_default()
+    }
+
     fn counts(&self) -> Value {
         self.call("GET", "/_test/counts", None).1
     }
@@ -673,14 +683,7 @@ fn a_pod_retried_many_times_gets_one_failed_scheduling_event_then_a_scheduled_on
     assert_eq!(api.counts()["PATCH pods/status"], json!(1));
     api.create(&node("big", "zone-b", "8"));
     wait_for("the pod to be bound", || api.node_of("patient").is_some());
-    let events = || -> Vec<Value> {
-        let (_, list) = api.call(
-            "GET",
-            "/apis/events.k8s.io/v1/namespaces/default/events",
-            None,
-        );
-        list["items"].as_array().cloned().unwrap_or_default()
-    };
+    let events = || api.events();
     wait_for("the Scheduled event", || {
         events().iter().any(|e| e["reason"] == "Scheduled")
     });
@@ -1130,17 +1133,10 @@ fn a_fit_error_longer_than_an_event_holds_is_cut_in_the_event_and_kept_whole_in_
     }
     let scheduler = Scheduler::start(&api, "long-events", &[]);
     api.create(&pod("unwelcome", "1", json!({})));
-    let failed_event = || -> Option<Value> {
-        let (_, list) = api.call(
-            "GET",
-            "/apis/events.k8s.io/v1/namespaces/default/events",
-            None,
-        );
-        list["items"]
-            .as_array()?
-            .iter()
+    let failed_event = || {
+        api.events()
+            .into_iter()
             .find(|e| e["reason"] == "FailedScheduling")
-            .cloned()
     };
     wait_for("the FailedScheduling event", || failed_event().is_some());
     let note = failed_event().unwrap()["note"]
@@ -1195,19 +1191,13 @@ fn a_pod_that_cannot_be_read_is_told_why_and_the_others_are_scheduled() {
         );
         assert!(api.node_of(name).is_none(), "{name}");
     }
-    let (_, events) = api.call(
-        "GET",
-        "/apis/events.k8s.io/v1/namespaces/default/events",
-        None,
-    );
+    let events = api.events();
     for name in ["shapeless", "lots"] {
         assert!(
-            events["items"]
-                .as_array()
-                .unwrap()
+            events
                 .iter()
                 .any(|e| e["reason"] == "FailedScheduling" && e["regarding"]["name"] == name),
-            "{name}: {events}"
+            "{name}: {events:?}"
         );
     }
     api.create(&pod("fine-1", "1", json!({})));
