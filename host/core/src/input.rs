@@ -718,7 +718,7 @@ mod tests {
     proptest::proptest! {
         /// The corpus of this fuzz test is its generator: any mix of the pieces above is read,
         /// as YAML and as JSON, to an answer or an error, never a panic (regressions are kept in
-        /// crates/core/proptest-regressions).
+        /// host/core/proptest-regressions).
         #[test]
         fn any_document_is_read_or_refused_without_a_panic(text in fragment()) {
             let _ = parse_text(&text, false, Path::new("fuzz.yaml"));
