@@ -8,12 +8,14 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1 as core;
 use proptest::prelude::*;
+use wasched::binding::Backend;
 use wasched::clock::FakeClock;
 use wasched::config::{Config, DefaultPluginRuntime};
 use wasched::events::{Action, Event, Object, Submitted};
 use wasched::framework::Scheduler;
+use wasched::framework::Victim;
 use wasched::queue::QueueName;
-use wasched::service::{bound_pod, Binder, PodState, Sequencer, Service};
+use wasched::service::{bound_pod, CycleResult, PodState, Sequencer, Service};
 
 fn node_obj(name: &str, cpu: &str, labels: &[(&str, &str)]) -> Object {
     let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
@@ -49,26 +51,48 @@ struct RecordingBinder {
     refuse: bool,
 }
 
-impl Binder for RecordingBinder {
-    fn bind(&mut self, pod: &wasched_sdk::Pod, node: &str) -> Result<(), String> {
+impl Backend for RecordingBinder {
+    fn bind_volumes(&mut self, _result: &CycleResult, _node: &str) -> Result<(), String> {
+        Err("this backend cannot bind volumes".into())
+    }
+
+    fn bind(&mut self, result: &CycleResult, node: &str) -> Result<(), String> {
         if self.refuse {
             return Err("the API server said no".into());
         }
         self.binds
             .lock()
             .unwrap()
-            .push((format!("{}/{}", pod.namespace, pod.name), node.to_string()));
+            .push((result.pod.clone(), node.to_string()));
         Ok(())
+    }
+
+    fn evict(&mut self, _result: &CycleResult, _victim: &Victim) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn record_condition(&mut self, _result: &CycleResult) -> Result<bool, String> {
+        Ok(true)
     }
 }
 
-fn service<B: Binder>(binder: B) -> (Service<B>, FakeClock) {
+fn scheduler() -> Scheduler {
     let mut config = Config::parse("t.toml", Path::new("."), String::new()).unwrap();
     config.default_plugins = DefaultPluginRuntime::Native;
-    let scheduler = Scheduler::new(&config.profiles().unwrap(), 1).unwrap();
+    Scheduler::new(&config.profiles().unwrap(), 1).unwrap()
+}
+
+fn service(binder: RecordingBinder) -> (Service, FakeClock) {
+    let clock = FakeClock::default();
+    let service = Service::new(scheduler(), Box::new(binder), Arc::new(clock.clone()));
+    (service, clock)
+}
+
+/// A service whose bindings are sent later by the caller, as the server's status writer does.
+fn deferred_service() -> (Service, FakeClock) {
     let clock = FakeClock::default();
     (
-        Service::new(scheduler, binder, Arc::new(clock.clone())),
+        Service::deferred(scheduler(), Arc::new(clock.clone())),
         clock,
     )
 }
@@ -117,22 +141,9 @@ fn an_unconfirmed_binding_expires_frees_the_node_and_the_pod_is_scheduled_again(
     assert_eq!(binder.binds.lock().unwrap().len(), 2);
 }
 
-/// Queues bindings that are sent later, as the Kubernetes status writer does.
-struct QueueingBinder;
-
-impl Binder for QueueingBinder {
-    fn bind(&mut self, _pod: &wasched_sdk::Pod, _node: &str) -> Result<(), String> {
-        Ok(())
-    }
-
-    fn reports_completion(&self) -> bool {
-        true
-    }
-}
-
 #[test]
 fn the_assume_ttl_of_a_queued_binding_starts_when_the_binding_completed() {
-    let (mut s, clock) = service(QueueingBinder);
+    let (mut s, clock) = deferred_service();
     let seq = Sequencer::default();
     let pipeline = s.pipeline();
     pipeline.submit(seq.upsert(node_obj("n1", "1", &[])));
@@ -414,7 +425,7 @@ fn event_for(object: usize, (version, delete, label): (u64, bool, u8)) -> Event 
 type NodeState = BTreeMap<String, (String, u32, i64)>;
 
 /// Nodes with their label and usage, and every pod's state.
-fn final_state(s: &Service<RecordingBinder>, objects: usize) -> (NodeState, Vec<Option<PodState>>) {
+fn final_state(s: &Service, objects: usize) -> (NodeState, Vec<Option<PodState>>) {
     let nodes = s
         .scheduler()
         .cache()
@@ -435,7 +446,7 @@ fn final_state(s: &Service<RecordingBinder>, objects: usize) -> (NodeState, Vec<
     (nodes, pods)
 }
 
-fn final_nodes(s: &Service<RecordingBinder>) -> BTreeMap<String, String> {
+fn final_nodes(s: &Service) -> BTreeMap<String, String> {
     s.scheduler()
         .cache()
         .nodes()

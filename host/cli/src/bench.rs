@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1 as core;
 use serde::Serialize;
-use wasched_sdk as sdk;
 
 use crate::config::{Config, DefaultPluginRuntime, MAX_PARALLELISM};
 use crate::framework::{Phase, Scheduler};
@@ -295,25 +294,17 @@ fn plugin_totals(stats: &PluginStatsRegistry) -> Vec<(String, Vec<Duration>)> {
 /// The default plugins failed to load.
 pub fn event_throughput(cluster: &Synthetic, count: usize) -> anyhow::Result<f64> {
     use crate::events::{Action, Event, Object};
-    use crate::service::{Binder, Service};
+    use crate::service::Service;
 
-    struct NoBinder;
-    impl Binder for NoBinder {
-        fn bind(&mut self, _: &sdk::Pod, _: &str) -> Result<(), String> {
-            Ok(())
-        }
-    }
     if count == 0 || cluster.nodes.is_empty() {
         return Ok(0.0);
     }
     let mut config = Config::default();
     config.default_plugins = DefaultPluginRuntime::Native;
     let scheduler = Scheduler::new(&config.profiles()?, 1)?;
-    let mut service = Service::new(
-        scheduler,
-        NoBinder,
-        std::sync::Arc::new(crate::clock::SystemClock::default()),
-    );
+    // Nothing is scheduled: only events are applied.
+    let clock = std::sync::Arc::new(crate::clock::SystemClock::default());
+    let mut service = Service::deferred(scheduler, clock);
     let pipeline = service.pipeline();
     // Objects are built before the clock starts: four label revisions per node, cycled.
     const REVISIONS: usize = 4;

@@ -5,7 +5,7 @@
 //! the crates it is built from, so a library user needs only this one:
 //!
 //! - `wasched-core`: [`events`] -> [`cache`] and [`queue`] -> the [`framework`] cycle -> [`service`]
-//!   (assume, bind, confirm), with native plugins ([`runtime`]). It links no WebAssembly runtime,
+//!   (reserve, confirm) -> [`binding`] (what follows a decision), with native plugins ([`runtime`]). It links no WebAssembly runtime,
 //!   HTTP server or store.
 //! - `wasched-wasm`: plugins as components ([`component`]), the embedded default plugins
 //!   ([`embedded`]), profile configuration ([`config`]) and plugin builds ([`plugin_build`]).
@@ -14,8 +14,8 @@
 //! `docs/ARCHITECTURE.md` walks one pod through them.
 
 pub use wasched_core::{
-    cache, clock, events, framework, input, k8s, metrics, nodetree, queue, runtime, service,
-    synthetic, util, DEFAULT_SCHEDULER_NAME,
+    binding, cache, clock, events, framework, input, k8s, metrics, nodetree, queue, runtime,
+    service, synthetic, util, DEFAULT_SCHEDULER_NAME,
 };
 pub use wasched_server as server;
 pub use wasched_wasm::{component, config, embedded, language, plugin_build, wasi};

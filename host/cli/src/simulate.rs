@@ -5,20 +5,18 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1 as core;
-use wasched_sdk as sdk;
 
-use crate::cache::PodVolumes;
+use crate::binding::MemoryBackend;
 use crate::clock::{Clock, FakeClock};
 use crate::config::Config;
 use crate::events::{EventPipeline, Object};
 use crate::framework::{NodeReport, Preemption, Scheduler};
 use crate::input::Cluster;
 use crate::k8s;
-use crate::service::{bound_pod, Binder, CycleResult, Sequencer, Service};
+use crate::service::{CycleResult, Sequencer, Service};
 
 /// How results are printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -59,129 +57,6 @@ struct JsonDecision<'a> {
     preemption_candidates: Option<&'a [Preemption]>,
 }
 
-/// Confirms every binding at once by feeding the bound pod back as an update, as the API server
-/// would.
-pub(crate) struct ConfirmingBinder {
-    pipeline: Arc<EventPipeline>,
-    sequence: Arc<Sequencer>,
-    pods: Arc<HashMap<String, core::Pod>>,
-    /// Volumes by name and claims by `namespace/name`, as this binder last wrote them.
-    volumes: HashMap<String, core::PersistentVolume>,
-    claims: HashMap<String, core::PersistentVolumeClaim>,
-}
-
-impl ConfirmingBinder {
-    /// A binder confirming bindings of `pods` (by `namespace/name`) through `pipeline`.
-    pub(crate) fn new(
-        pipeline: Arc<EventPipeline>,
-        sequence: Arc<Sequencer>,
-        pods: Arc<HashMap<String, core::Pod>>,
-    ) -> Self {
-        ConfirmingBinder {
-            pipeline,
-            sequence,
-            pods,
-            volumes: HashMap::new(),
-            claims: HashMap::new(),
-        }
-    }
-
-    /// This binder, binding claims to these volumes as the PV controller would.
-    pub(crate) fn with_storage(
-        mut self,
-        volumes: &[core::PersistentVolume],
-        claims: &[core::PersistentVolumeClaim],
-    ) -> Self {
-        self.volumes = volumes
-            .iter()
-            .map(|v| (v.metadata.name.clone().unwrap_or_default(), v.clone()))
-            .collect();
-        self.claims = claims
-            .iter()
-            .map(|c| (k8s::claim_key(c), c.clone()))
-            .collect();
-        self
-    }
-}
-
-impl Binder for ConfirmingBinder {
-    /// Binds each volume to its claim at once and marks each claim to provision with the node,
-    /// and feeds them back as updates: nothing here provisions volumes, so those claims keep
-    /// waiting, holding the node for the pods that share them.
-    fn bind_volumes(
-        &mut self,
-        pod: &sdk::Pod,
-        node: &str,
-        volumes: &PodVolumes,
-    ) -> Result<(), String> {
-        let claim_key = |name: &str| format!("{}/{name}", pod.namespace);
-        let mut updates = Vec::new();
-        for (claim_name, volume_name) in &volumes.static_bindings {
-            let claim = self
-                .claims
-                .get(&claim_key(claim_name))
-                .ok_or_else(|| format!("persistentvolumeclaim \"{claim_name}\" not found"))?;
-            let volume = self
-                .volumes
-                .get(volume_name)
-                .ok_or_else(|| format!("persistentvolume \"{volume_name}\" not found"))?;
-            let (volume, claim) = k8s::bound_volume_and_claim(volume, claim);
-            updates.push((Some(volume), claim));
-        }
-        for claim_name in &volumes.provisions {
-            let claim = self
-                .claims
-                .get(&claim_key(claim_name))
-                .ok_or_else(|| format!("persistentvolumeclaim \"{claim_name}\" not found"))?;
-            updates.push((None, k8s::claim_with_selected_node(claim, node)));
-        }
-        for (volume, claim) in updates {
-            if let Some(volume) = volume {
-                self.volumes.insert(
-                    volume.metadata.name.clone().unwrap_or_default(),
-                    volume.clone(),
-                );
-                self.pipeline
-                    .submit(self.sequence.upsert(Object::Volume(Box::new(volume))));
-            }
-            self.claims.insert(k8s::claim_key(&claim), claim.clone());
-            self.pipeline
-                .submit(self.sequence.upsert(Object::Claim(Box::new(claim))));
-        }
-        Ok(())
-    }
-
-    fn bind(&mut self, pod: &sdk::Pod, node: &str) -> Result<(), String> {
-        let key = pod.key();
-        let original = self.pods.get(&key).ok_or("unknown pod")?;
-        let bound = bound_pod(original, node);
-        self.pipeline
-            .submit(self.sequence.upsert(Object::Pod(Box::new(bound))));
-        Ok(())
-    }
-
-    /// Deletes the victims at once (nothing here has a grace period) and records the node on the
-    /// pod as `status.nominatedNodeName`, as the API server would show them.
-    fn preempt(&mut self, pod: &sdk::Pod, preemption: &Preemption) -> Result<(), String> {
-        let original = self.pods.get(&pod.key()).ok_or("unknown pod")?;
-        for victim in preemption.victims.iter().filter(|v| !v.terminating) {
-            let Some(evicted) = self.pods.get(&victim.pod) else {
-                return Err(format!("unknown victim {}", victim.pod));
-            };
-            self.pipeline
-                .submit(self.sequence.delete(Object::Pod(Box::new(evicted.clone()))));
-        }
-        let mut nominated = original.clone();
-        nominated
-            .status
-            .get_or_insert_with(Default::default)
-            .nominated_node_name = Some(preemption.node.clone());
-        self.pipeline
-            .submit(self.sequence.upsert(Object::Pod(Box::new(nominated))));
-        Ok(())
-    }
-}
-
 /// Schedules every pending pod of `cluster` in queue order (higher `spec.priority` first, then
 /// input order), placing each before the next is considered. The cluster goes through the same
 /// event pipeline, queue and assume/bind path as the long-running scheduler, with a binder that
@@ -200,21 +75,20 @@ pub fn simulate(
     let profiles = config.profiles()?;
     let scheduler = Scheduler::new(&profiles, options.seed)?;
     let sequence = Arc::new(Sequencer::default());
-    let pods: HashMap<String, core::Pod> = cluster
-        .pods
-        .iter()
-        .map(|p| (k8s::pod_key(p), p.clone()))
-        .collect();
     let pipeline = Arc::new(EventPipeline::default());
-    let binder = ConfirmingBinder::new(pipeline.clone(), sequence.clone(), Arc::new(pods))
+    let backend = MemoryBackend::new(pipeline.clone(), sequence.clone(), cluster.pods.clone())
         .with_storage(&cluster.volumes, &cluster.claims);
     // Time only moves when every ready pod was tried: then to the end of the earliest backoff,
     // so a pod an event sent back (a preemptor whose victims are gone) is tried again without
     // the simulation waiting for it.
     let clock = FakeClock::default();
-    let mut service =
-        Service::with_pipeline(scheduler, binder, Arc::new(clock.clone()), pipeline.clone())
-            .with_explain(options.explain);
+    let mut service = Service::with_pipeline(
+        scheduler,
+        Some(Box::new(backend)),
+        Arc::new(clock.clone()),
+        pipeline.clone(),
+    )
+    .with_explain(options.explain);
     // Namespaces, storage, Services and controllers, and nodes first, then running pods, then
     // pending pods in priority order, so that the queue's arrival order is the input order.
     let mut objects: Vec<Object> = Cluster {

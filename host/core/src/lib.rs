@@ -4,11 +4,13 @@
 //! Data flows one way: object changes -> [`events`] pipeline -> [`cache`] (nodes, pods placed on
 //! them, storage objects; [`nodetree`] orders nodes across zones) and [`queue`] -> [`framework`]
 //! cycle (plugins behind the [`runtime`] traits, arranged in profiles) -> the pod assumed in the
-//! cache -> a [`service::Binder`] -> the binding confirmed by the pod's next event. [`service`]
+//! cache (Reserve) -> the [`binding`] cycle through a [`binding::Backend`] -> the binding confirmed
+//! by the pod's next event. [`service`]
 //! runs that loop. `wasched-wasm` adds the component runtime and profile configuration,
 //! `wasched-server` serves the loop over HTTP, and the `wasched` crate is the command line.
 //! `docs/ARCHITECTURE.md` walks one pod through it.
 
+pub mod binding;
 pub mod cache;
 pub mod clock;
 pub mod events;

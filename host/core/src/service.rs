@@ -2,10 +2,13 @@
 //!
 //! [`Service`] owns the [`Scheduler`] (cache + profiles), the [`SchedulingQueue`] and the assumed
 //! pods, and is driven by one thread: [`Service::apply_events`] drains the [`EventPipeline`]
-//! (which any thread may feed), [`Service::schedule_one`] runs one cycle, assumes the pod on its
-//! node at once and asks the [`Binder`] to bind it; a binding not confirmed (by a pod update with
-//! `spec.nodeName`, which the cache then counts as observed) within the TTL expires, is forgotten
-//! and requeues the pod. The service alone assumes and forgets.
+//! (which any thread may feed), [`Service::schedule_one`] runs one cycle and reserves the pod on
+//! its node at once (Reserve). The binding cycle ([`crate::binding::carry_out`]) then runs on
+//! the service's own [`Backend`], or, for a service built with [`Service::deferred`], where the
+//! caller carries out each result (the server's status writer, which reports back through
+//! [`BindingFailures`]). A binding not confirmed (by a pod update with `spec.nodeName`, which
+//! the cache then counts as observed) within the TTL expires, is forgotten (Unreserve) and
+//! requeues the pod. The service alone reserves and unreserves.
 //!
 //! Events are only applied between cycles, on the same thread, so the cache a cycle reads cannot
 //! change under it; the cycle's first stage brings every plugin instance to that cache generation.
@@ -18,6 +21,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1 as core;
 use wasched_sdk as sdk;
 
+use crate::binding::{self, Backend, Carried};
 use crate::cache::PodVolumes;
 use crate::clock::Clock;
 use crate::events::{Action, Event, EventPipeline, Kind, Object, ObjectKey};
@@ -28,54 +32,6 @@ use crate::runtime::LoadError;
 
 /// How long a placement may wait for its binding to be confirmed.
 pub const DEFAULT_ASSUME_TTL: Duration = Duration::from_secs(30);
-
-/// Binds placed pods to their nodes (the API server's `pods/binding` in a real cluster).
-pub trait Binder: Send {
-    /// Asks for `pod` to be bound to `node`. `Ok` means the request was accepted; the binding counts
-    /// as confirmed when the pod comes back as an update with `spec.nodeName` set.
-    ///
-    /// # Errors
-    /// Why the binding was refused; the pod is un-assumed and retried after backoff.
-    fn bind(&mut self, pod: &sdk::Pod, node: &str) -> Result<(), String>;
-
-    /// Binds the volumes VolumeBinding chose for `pod` on `node` (kube-scheduler's PreBind),
-    /// called before [`Binder::bind`] and only when there is something to bind: each statically
-    /// matched volume to its claim, and each claim to provision marked with the node
-    /// (`volume.kubernetes.io/selected-node`).
-    ///
-    /// # Errors
-    /// Why the volumes were not bound; the pod is un-assumed and retried after backoff. The
-    /// default refuses: a binder that cannot write volumes must not place pods whose claims wait
-    /// for them.
-    fn bind_volumes(
-        &mut self,
-        pod: &sdk::Pod,
-        node: &str,
-        volumes: &PodVolumes,
-    ) -> Result<(), String> {
-        let _ = (pod, node, volumes);
-        Err("this scheduler cannot bind volumes yet".into())
-    }
-
-    /// True when `bind` only queues the binding, which is sent later and its outcome reported
-    /// through [`BindingFailures`]: the assume TTL then starts when the binding completed, so a
-    /// slow API server does not expire placements still waiting to be sent.
-    fn reports_completion(&self) -> bool {
-        false
-    }
-
-    /// Carries out a preemption for `pod`: evicts the victims that are not already terminating
-    /// and records `preemption.node` as the pod's `status.nominatedNodeName`. The pod stays
-    /// pending; the victims' deletions bring it back to the active queue.
-    ///
-    /// # Errors
-    /// Why nothing was evicted (the pod is retried after backoff). The default refuses: a
-    /// binder that cannot evict pods leaves preemption off in effect.
-    fn preempt(&mut self, pod: &sdk::Pod, preemption: &Preemption) -> Result<(), String> {
-        let _ = (pod, preemption);
-        Err("this scheduler cannot evict pods yet".into())
-    }
-}
 
 /// Counters of the core, for metrics and tests.
 #[derive(Debug, Default)]
@@ -96,7 +52,7 @@ pub struct ServiceStats {
 pub struct CycleResult {
     /// `namespace/name`.
     pub pod: String,
-    /// The node the pod was assumed on and sent to the binder.
+    /// The node the pod was reserved on, for its binding cycle.
     pub node: Option<String>,
     /// Why not.
     pub message: Option<String>,
@@ -147,6 +103,13 @@ impl CycleResult {
             volumes: PodVolumes::default(),
         }
     }
+
+    /// The pod's namespace.
+    pub fn namespace(&self) -> &str {
+        self.pod
+            .split_once('/')
+            .map_or("", |(namespace, _)| namespace)
+    }
 }
 
 struct Assumed {
@@ -173,11 +136,12 @@ pub enum PodState {
 }
 
 /// The scheduler core.
-pub struct Service<B: Binder> {
+pub struct Service {
     scheduler: Scheduler,
     queue: SchedulingQueue,
     pipeline: Arc<EventPipeline>,
-    binder: B,
+    /// Where the binding cycle writes; `None` when the caller carries out each result.
+    backend: Option<Box<dyn Backend + Send>>,
     clock: Arc<dyn Clock>,
     assume_ttl: Duration,
     assumed: HashMap<String, Assumed>,
@@ -195,7 +159,8 @@ pub struct Service<B: Binder> {
     told_unreadable: HashMap<String, String>,
 }
 
-/// Where a binder that binds after the cycle, on another thread, reports the bindings that failed:
+/// Where the caller of a deferred service (which binds after the cycle, on another thread) reports
+/// how each binding went:
 /// the scheduling thread forgets each such placement and queues the pod again with backoff at its
 /// next cycle, without waiting for the assume TTL.
 #[derive(Clone, Default)]
@@ -232,15 +197,31 @@ impl BindingFailures {
     }
 }
 
-impl<B: Binder> Service<B> {
-    pub fn new(scheduler: Scheduler, binder: B, clock: Arc<dyn Clock>) -> Self {
-        Self::with_pipeline(scheduler, binder, clock, Arc::new(EventPipeline::default()))
+impl Service {
+    /// A service that carries out each result through `backend` as soon as its cycle ends.
+    pub fn new(
+        scheduler: Scheduler,
+        backend: Box<dyn Backend + Send>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        let pipeline = Arc::new(EventPipeline::default());
+        Self::with_pipeline(scheduler, Some(backend), clock, pipeline)
     }
 
-    /// A service draining an existing pipeline (one its binder may also feed).
+    /// A service whose results the caller carries out ([`binding::carry_out`], on another
+    /// thread), reporting each binding through [`Service::binding_failures`]: the assume TTL
+    /// starts when the binding completed, so a slow API server does not expire placements still
+    /// waiting to be sent.
+    pub fn deferred(scheduler: Scheduler, clock: Arc<dyn Clock>) -> Self {
+        let pipeline = Arc::new(EventPipeline::default());
+        Self::with_pipeline(scheduler, None, clock, pipeline)
+    }
+
+    /// A service draining an existing pipeline (one its backend may also feed), carrying out
+    /// results through `backend`, or leaving them to the caller with `None`.
     pub fn with_pipeline(
         scheduler: Scheduler,
-        binder: B,
+        backend: Option<Box<dyn Backend + Send>>,
         clock: Arc<dyn Clock>,
         pipeline: Arc<EventPipeline>,
     ) -> Self {
@@ -253,7 +234,7 @@ impl<B: Binder> Service<B> {
             scheduler,
             queue: SchedulingQueue::new(clock.clone()),
             pipeline,
-            binder,
+            backend,
             clock,
             assume_ttl: DEFAULT_ASSUME_TTL,
             assumed: HashMap::new(),
@@ -271,7 +252,7 @@ impl<B: Binder> Service<B> {
         self
     }
 
-    /// Where a binder running on another thread reports failed bindings.
+    /// Where the caller of a [`Service::deferred`] service reports how each binding went.
     pub fn binding_failures(&self) -> BindingFailures {
         self.binding_failures.clone()
     }
@@ -575,7 +556,7 @@ impl<B: Binder> Service<B> {
         expired.len()
     }
 
-    /// Undoes the placements whose binding a binder reported failed, and queues their pods
+    /// Undoes the placements whose binding was reported failed, and queues their pods
     /// again (after their backoff). Returns how many.
     fn forget_failed_bindings(&mut self) -> usize {
         let deadline = self.clock.now() + self.assume_ttl;
@@ -605,8 +586,7 @@ impl<B: Binder> Service<B> {
         let Some(assumed) = self.assumed.remove(key) else {
             return;
         };
-        self.scheduler.cache_mut().unreserve_volumes(key);
-        if self.scheduler.forget(key) {
+        if self.unreserve(key) {
             self.queue.on_event(ClusterEvent::AssignedPodDeleted);
         }
         let message = why(&assumed.node);
@@ -614,13 +594,13 @@ impl<B: Binder> Service<B> {
     }
 
     /// Applies waiting events, expires stale assumptions, then schedules the next pod, if any is
-    /// ready.
+    /// ready, and (with a backend of its own) carries out the result.
     pub fn schedule_one(&mut self) -> Option<CycleResult> {
         self.apply_events();
         self.expire_assumed();
         self.forget_failed_bindings();
         if let Some(unreadable) = self.unreadable.pop_front() {
-            return Some(unreadable);
+            return Some(self.carried_out(unreadable));
         }
         let pod = self.queue.pop()?;
         let key = pod.key();
@@ -641,102 +621,124 @@ impl<B: Binder> Service<B> {
         match outcome.node {
             Some(node) => {
                 result.volumes = outcome.volumes;
-                self.assume_and_bind(pod, node, &mut result);
-                if result.node.is_some() {
-                    result.choice = outcome.choice.map(|c| *c);
-                }
+                result.choice = outcome.choice.map(|c| *c);
+                self.reserve(&pod, &node, &mut result);
+                self.bind(pod, node, &mut result);
             }
             None => {
-                let mut message = outcome.message.unwrap_or_default();
-                if outcome.clears_nomination {
-                    // It no longer holds room on that node for pods of lower priority, nor
-                    // tries it first.
-                    self.scheduler.cache_mut().clear_nomination(&key);
-                    self.queue.set_nomination(&key, "");
-                    result.clears_nomination = true;
-                }
-                if let Some(preemption) = outcome.preemption {
-                    match self.binder.preempt(&pod, &preemption) {
-                        Ok(()) => {
-                            self.stats.preemptions.fetch_add(1, Ordering::Relaxed);
-                            // Held at once, as kube-scheduler's nominator does: the next pod's
-                            // cycle must see this one on its node, not the victims' room free,
-                            // although neither the nomination nor the evictions came back yet.
-                            let mut nominated = pod.clone();
-                            nominated.nominated_node_name.clone_from(&preemption.node);
-                            self.scheduler.cache_mut().nominate(&nominated);
-                            self.queue.set_nomination(&key, &preemption.node);
-                            result.preemption = Some(*preemption);
-                        }
-                        Err(e) => {
-                            message.push_str(" preemption: ");
-                            message.push_str(&e);
-                        }
-                    }
-                }
-                if outcome.error {
-                    self.queue.failed(&key, message.clone());
-                } else {
-                    self.stats.unschedulable.fetch_add(1, Ordering::Relaxed);
-                    self.queue.unschedulable(&key, message.clone());
-                }
                 result.error = outcome.error;
-                result.message = Some(message);
+                result.message = Some(outcome.message.unwrap_or_default());
+                result.clears_nomination = outcome.clears_nomination;
+                result.preemption = outcome.preemption.map(|p| *p);
+                self.not_placed(&pod, &result);
+                result = self.carried_out(result);
             }
         }
         Some(result)
     }
 
-    /// Assumes `pod` on `node` and asks the binder to bind it; a refused binding is forgotten at
-    /// once and the pod retried after backoff.
-    fn assume_and_bind(&mut self, pod: sdk::Pod, node: String, result: &mut CycleResult) {
+    /// Holds what a pod placed nowhere leaves behind: the nomination its preemption chose (at
+    /// once, as kube-scheduler's nominator does: the next pod's cycle must see this one on its
+    /// node, not the victims' room free, although neither the nomination nor the evictions came
+    /// back yet), or none; and queues it as unschedulable or failed.
+    fn not_placed(&mut self, pod: &sdk::Pod, result: &CycleResult) {
+        let key = &result.pod;
+        if result.clears_nomination {
+            // It no longer holds room on that node for pods of lower priority, nor tries it
+            // first.
+            self.scheduler.cache_mut().clear_nomination(key);
+            self.queue.set_nomination(key, "");
+        }
+        if let Some(preemption) = &result.preemption {
+            self.stats.preemptions.fetch_add(1, Ordering::Relaxed);
+            let mut nominated = pod.clone();
+            nominated.nominated_node_name.clone_from(&preemption.node);
+            self.scheduler.cache_mut().nominate(&nominated);
+            self.queue.set_nomination(key, &preemption.node);
+        }
+        let message = result.message.clone().unwrap_or_default();
+        if result.error {
+            self.queue.failed(key, message);
+        } else {
+            self.stats.unschedulable.fetch_add(1, Ordering::Relaxed);
+            self.queue.unschedulable(key, message);
+        }
+    }
+
+    /// `result` after its writes, when the service has a backend of its own; a condition that
+    /// could not be written is only logged.
+    fn carried_out(&mut self, result: CycleResult) -> CycleResult {
+        if let Some(backend) = self.backend.as_mut() {
+            if let Carried::ConditionFailed(e) = binding::carry_out(backend.as_mut(), &result) {
+                tracing::warn!(pod = %result.pod, "writing the condition of the pod failed: {e}");
+            }
+        }
+        result
+    }
+
+    /// Reserve: holds `pod`'s requests on `node` and the volumes VolumeBinding chose for it
+    /// there, until its binding is confirmed or undone.
+    fn reserve(&mut self, pod: &sdk::Pod, node: &str, result: &mut CycleResult) {
         let key = result.pod.clone();
-        self.scheduler.assume(&pod, &node);
+        self.scheduler.assume(pod, node);
         if !result.volumes.is_empty() {
             self.scheduler
                 .cache_mut()
-                .reserve_volumes(&pod, &node, &result.volumes);
+                .reserve_volumes(pod, node, &result.volumes);
         }
         self.scheduler.cache_mut().clear_nomination(&key);
         self.queue.done(&key);
         self.assumed.insert(
-            key.clone(),
+            key,
             Assumed {
                 pod: pod.clone(),
-                node: node.clone(),
+                node: node.to_string(),
                 deadline: None,
                 attempts: result.attempts,
             },
         );
-        let bound = if result.volumes.is_empty() {
-            Ok(())
-        } else {
-            self.binder
-                .bind_volumes(&pod, &node, &result.volumes)
-                .map_err(|e| format!("running PreBind plugin \"VolumeBinding\": {e}"))
-        };
-        match bound.and_then(|()| self.binder.bind(&pod, &node)) {
-            Ok(()) => {
-                if !self.binder.reports_completion() {
-                    let deadline = self.clock.now() + self.assume_ttl;
-                    if let Some(a) = self.assumed.get_mut(&key) {
-                        a.deadline = Some(deadline);
-                    }
-                }
+        result.node = Some(node.to_string());
+    }
+
+    /// The binding cycle of a reserved pod, when the service has a backend of its own (else the
+    /// caller runs it and reports back): a binding refused is unreserved at once and the pod
+    /// retried after backoff.
+    fn bind(&mut self, pod: sdk::Pod, node: String, result: &mut CycleResult) {
+        let key = result.pod.clone();
+        let carried = match self.backend.as_mut() {
+            Some(backend) => binding::carry_out(backend.as_mut(), result),
+            None => {
                 self.stats.scheduled.fetch_add(1, Ordering::Relaxed);
-                result.node = Some(node);
+                return;
             }
-            Err(e) => {
+        };
+        match carried {
+            Carried::BindingFailed(e) => {
                 self.assumed.remove(&key);
-                self.scheduler.forget(&key);
-                self.scheduler.cache_mut().unreserve_volumes(&key);
+                self.unreserve(&key);
                 self.stats.binds_failed.fetch_add(1, Ordering::Relaxed);
                 let message = format!("binding to {node} failed: {e}");
                 self.queue.requeue(pod, result.attempts, message.clone());
+                result.node = None;
+                result.choice = None;
                 result.message = Some(message);
                 result.error = true;
             }
+            _ => {
+                let deadline = self.clock.now() + self.assume_ttl;
+                if let Some(a) = self.assumed.get_mut(&key) {
+                    a.deadline = Some(deadline);
+                }
+                self.stats.scheduled.fetch_add(1, Ordering::Relaxed);
+            }
         }
+    }
+
+    /// Unreserve: releases what Reserve held for pod `key` (its requests on the node and its
+    /// volumes). True when the pod's requests were still held.
+    fn unreserve(&mut self, key: &str) -> bool {
+        self.scheduler.cache_mut().unreserve_volumes(key);
+        self.scheduler.forget(key)
     }
 
     /// Schedules until no pod is ready; returns every cycle's result.

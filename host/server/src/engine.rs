@@ -18,15 +18,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1 as core;
-
-use super::store::{Recorded, Store};
 use super::watch::{WatchEvent, WatchLog};
-use wasched_core::events::{Action, Event, EventPipeline, Kind, Object, ObjectKey};
+use wasched_core::events::EventPipeline;
 use wasched_core::framework::Profile;
-use wasched_core::k8s;
 use wasched_core::metrics::{escape, Histogram, ATTEMPT_BUCKETS, PLUGIN_BUCKETS};
-use wasched_core::service::{Binder, CycleResult, ExplainError, Explanation, Service};
+use wasched_core::service::{CycleResult, ExplainError, Explanation, Service};
 use wasched_core::util::Rng;
 
 /// The annotation holding how many times the scheduler tried a pod.
@@ -34,10 +30,6 @@ pub const ATTEMPTS_ANNOTATION: &str = "scheduling.wasched.io/attempts";
 /// The annotation of a pod placed by `serve` that keeps why its node was chosen (the scores per
 /// plugin, the total, how many nodes were feasible) and when, as JSON.
 pub const CHOICE_ANNOTATION: &str = "scheduling.wasched.io/choice";
-
-/// Binding happens in the status writer (through its [`ResultSink`]), after the cycle: the
-/// scheduling thread only assumes.
-pub struct DeferredBinder;
 
 /// Where the status writer records each cycle's result: the embedded store ([`StoreSink`]) or a
 /// Kubernetes API server (`kubernetes::ApiSink`).
@@ -94,36 +86,6 @@ impl StartGate {
     }
 }
 
-impl Binder for DeferredBinder {
-    fn bind(&mut self, _pod: &wasched_sdk::Pod, _node: &str) -> Result<(), String> {
-        Ok(())
-    }
-
-    fn reports_completion(&self) -> bool {
-        true
-    }
-
-    /// The writer binds the volumes and claims in one transaction with the pod's node.
-    fn bind_volumes(
-        &mut self,
-        _pod: &wasched_sdk::Pod,
-        _node: &str,
-        _volumes: &wasched_core::cache::PodVolumes,
-    ) -> Result<(), String> {
-        Ok(())
-    }
-
-    /// The writer deletes the victims and records the nomination in one transaction with the
-    /// pod's result.
-    fn preempt(
-        &mut self,
-        _pod: &wasched_sdk::Pod,
-        _preemption: &wasched_core::framework::Preemption,
-    ) -> Result<(), String> {
-        Ok(())
-    }
-}
-
 /// A message to the scheduling thread, handled between two cycles.
 pub enum Control {
     /// Put these profiles in place; the old ones are sent back to be dropped elsewhere.
@@ -142,7 +104,7 @@ pub enum Control {
 }
 
 /// A read of the scheduler's state, given `None` when the thread does not schedule yet.
-pub type Inspection = Box<dyn FnOnce(Option<&Service<DeferredBinder>>) + Send>;
+pub type Inspection = Box<dyn FnOnce(Option<&Service>) + Send>;
 
 /// How long an explain request waits for the scheduling thread (which answers between two
 /// cycles, so one long cycle delays it).
@@ -354,7 +316,7 @@ pub struct Engine {
 impl Engine {
     /// Starts the scheduling thread (once `gate`, if any, opens) and the status writer.
     pub fn start(
-        mut service: Service<DeferredBinder>,
+        mut service: Service,
         mut sink: Box<dyn ResultSink>,
         watch: Arc<WatchLog>,
         metrics: Arc<EngineMetrics>,
@@ -475,7 +437,7 @@ impl Engine {
     /// is incomplete), or did not answer in time.
     pub fn inspect<T: Send + 'static>(
         &self,
-        read: impl FnOnce(&Service<DeferredBinder>) -> T + Send + 'static,
+        read: impl FnOnce(&Service) -> T + Send + 'static,
     ) -> Result<T, String> {
         let (reply, answer) = mpsc::channel();
         self.send(Control::Inspect(Box::new(move |service| {
@@ -520,7 +482,7 @@ impl Engine {
 /// requests once the thread `schedules` (not while a standby waits for the Lease or the first
 /// listing is incomplete, when its cache may not hold the cluster).
 fn handle_controls(
-    service: &mut Service<DeferredBinder>,
+    service: &mut Service,
     control: &mpsc::Receiver<Control>,
     metrics: &EngineMetrics,
     schedules: bool,
@@ -574,119 +536,6 @@ fn write_results(
     }
 }
 
-/// Records results in the embedded store, many pods per transaction.
-pub struct StoreSink {
-    pub store: Store,
-    pub pipeline: Arc<EventPipeline>,
-    /// Where written (or failed) bindings are reported, which starts (or undoes) their
-    /// assumptions.
-    pub bindings: wasched_core::service::BindingFailures,
-}
-
-impl ResultSink for StoreSink {
-    fn record(
-        &mut self,
-        batch: Vec<CycleResult>,
-        watch: &Arc<WatchLog>,
-        metrics: &Arc<EngineMetrics>,
-    ) {
-        let count = batch.len();
-        let bound_pods: Vec<String> = batch
-            .iter()
-            .filter(|r| r.node.is_some())
-            .map(|r| r.pod.clone())
-            .collect();
-        // Victims already terminating are left to finish, as kube-scheduler leaves them.
-        let victims: Vec<ObjectKey> = batch
-            .iter()
-            .filter_map(|r| r.preemption.as_ref())
-            .flat_map(|p| p.victims.iter().filter(|v| !v.terminating))
-            .map(|v| pod_key(&v.pod))
-            .collect();
-        let items: Vec<(ObjectKey, CycleResult)> = batch
-            .into_iter()
-            .map(|result| (pod_key(&result.pod), result))
-            .collect();
-        let written = self.store.update_with_companions(
-            items,
-            record_result,
-            bound_volumes_and_claims,
-            &victims,
-        );
-        let Recorded {
-            changed: written,
-            deleted: evicted,
-            companions,
-            refused,
-        } = match written {
-            Ok(written) => written,
-            Err(e) => {
-                // The placements are undone and the pods scheduled again.
-                tracing::error!("recording {count} scheduling results failed: {e}");
-                for pod in bound_pods {
-                    self.bindings.report(pod, e.to_string());
-                }
-                return;
-            }
-        };
-        let refused: Vec<(String, CycleResult)> = refused
-            .into_iter()
-            .map(|(_, result, reason)| (reason, result))
-            .collect();
-        // The placement is undone and the pod scheduled again; its result is not written.
-        for (reason, result) in &refused {
-            tracing::warn!(pod = %result.pod, %reason, "binding the pod's volumes failed");
-            self.bindings.report(
-                result.pod.clone(),
-                format!("running PreBind plugin \"VolumeBinding\": {reason}"),
-            );
-        }
-        // Those whose pod was gone or bound meanwhile too: the TTL is what undoes them then.
-        for pod in bound_pods {
-            if !refused.iter().any(|(_, r)| r.pod == pod) {
-                self.bindings.completed(pod);
-            }
-        }
-        metrics.status_write_batches.fetch_add(1, Ordering::Relaxed);
-        metrics
-            .status_writes
-            .fetch_add(written.len() as u64, Ordering::Relaxed);
-        metrics
-            .results_discarded
-            .fetch_add((count - written.len()) as u64, Ordering::Relaxed);
-        // The bound volumes and claims, before the pods that use them are confirmed.
-        for (version, object) in companions {
-            self.pipeline
-                .submit(Event::with_version(Action::Upsert, object, version));
-        }
-        // The deletions an API server's watch would deliver; they bring the preemptors back.
-        for (version, object) in evicted {
-            self.pipeline
-                .submit(Event::with_version(Action::Delete, object, version));
-        }
-        let mut events = Vec::with_capacity(written.len());
-        for (version, object, result) in written {
-            if result.node.is_some() || result.preemption.is_some() {
-                // The confirmation an API server's watch would deliver.
-                self.pipeline
-                    .submit(Event::with_version(Action::Upsert, object, version));
-            }
-            events.push(watch_event(result, version));
-        }
-        watch.publish(events);
-    }
-}
-
-/// The store key of the pod `namespace/name`.
-fn pod_key(pod: &str) -> ObjectKey {
-    let (namespace, name) = pod.split_once('/').unwrap_or(("", pod));
-    ObjectKey {
-        kind: Kind::Pod,
-        namespace: namespace.to_string(),
-        name: name.to_string(),
-    }
-}
-
 /// What `/v1/watch` says about one result.
 pub fn watch_event(result: CycleResult, resource_version: u64) -> WatchEvent {
     WatchEvent {
@@ -705,119 +554,8 @@ pub fn watch_event(result: CycleResult, resource_version: u64) -> WatchEvent {
     }
 }
 
-/// The volumes and claims a placed pod's result binds, read from the store and changed as the
-/// PV controller would leave them (the store plays the controller: nothing else binds here);
-/// claims to provision get the node as `volume.kubernetes.io/selected-node`.
-fn bound_volumes_and_claims(
-    result: &CycleResult,
-    read: &dyn Fn(&ObjectKey) -> Option<Object>,
-) -> Result<Vec<Object>, String> {
-    let Some(node) = &result.node else {
-        return Ok(Vec::new());
-    };
-    let namespace = result.pod.split_once('/').map_or("default", |(ns, _)| ns);
-    let claim = |name: &str| match read(&ObjectKey {
-        kind: Kind::PersistentVolumeClaim,
-        namespace: namespace.to_string(),
-        name: name.to_string(),
-    }) {
-        Some(Object::Claim(claim)) => Ok(claim),
-        _ => Err(format!("persistentvolumeclaim \"{name}\" not found")),
-    };
-    let mut objects = Vec::new();
-    for (claim_name, volume_name) in &result.volumes.static_bindings {
-        let claim = claim(claim_name)?;
-        let volume = match read(&ObjectKey {
-            kind: Kind::PersistentVolume,
-            namespace: String::new(),
-            name: volume_name.clone(),
-        }) {
-            Some(Object::Volume(volume)) => volume,
-            _ => return Err(format!("persistentvolume \"{volume_name}\" not found")),
-        };
-        let taken = volume
-            .spec
-            .as_ref()
-            .and_then(|s| s.claim_ref.as_ref())
-            .is_some_and(|r| {
-                r.namespace.as_deref() != Some(namespace)
-                    || r.name.as_deref() != Some(claim_name.as_str())
-            });
-        if taken {
-            return Err(format!(
-                "persistentvolume \"{volume_name}\" is bound to another claim"
-            ));
-        }
-        let (volume, claim) = k8s::bound_volume_and_claim(&volume, &claim);
-        objects.push(Object::Volume(Box::new(volume)));
-        objects.push(Object::Claim(Box::new(claim)));
-    }
-    for claim_name in &result.volumes.provisions {
-        let claim = claim(claim_name)?;
-        objects.push(Object::Claim(Box::new(k8s::claim_with_selected_node(
-            &claim, node,
-        ))));
-    }
-    Ok(objects)
-}
-
-/// Writes one result into the stored pod; false when it no longer applies (the pod is gone or
-/// was bound meanwhile).
-fn record_result(object: &mut Object, result: &CycleResult) -> bool {
-    let Object::Pod(pod) = object else {
-        return false;
-    };
-    let spec = pod.spec.get_or_insert_with(Default::default);
-    if spec.node_name.as_deref().is_some_and(|n| !n.is_empty()) {
-        return false;
-    }
-    let condition = match &result.node {
-        Some(node) => {
-            spec.node_name = Some(node.clone());
-            core::PodCondition {
-                type_: "PodScheduled".into(),
-                status: "True".into(),
-                ..Default::default()
-            }
-        }
-        None => core::PodCondition {
-            type_: "PodScheduled".into(),
-            status: "False".into(),
-            reason: Some(if result.error {
-                "SchedulerError".into()
-            } else {
-                "Unschedulable".into()
-            }),
-            message: result.message.clone(),
-            ..Default::default()
-        },
-    };
-    let status = pod.status.get_or_insert_with(Default::default);
-    let conditions = status.conditions.get_or_insert_with(Vec::new);
-    conditions.retain(|c| c.type_ != "PodScheduled");
-    conditions.push(condition);
-    if result.node.is_none() {
-        status.phase.get_or_insert_with(|| "Pending".into());
-    }
-    if let Some(preemption) = &result.preemption {
-        status.nominated_node_name = Some(preemption.node.clone());
-    } else if result.node.is_some() || result.clears_nomination {
-        status.nominated_node_name = None;
-    }
-    let annotations = pod
-        .metadata
-        .annotations
-        .get_or_insert_with(Default::default);
-    annotations.insert(ATTEMPTS_ANNOTATION.into(), result.attempts.to_string());
-    if let (Some(_), Some(choice)) = (&result.node, &result.choice) {
-        let mut kept = serde_json::to_value(choice).expect("a choice serializes");
-        kept["timeMillis"] = unix_millis().into();
-        annotations.insert(CHOICE_ANNOTATION.into(), kept.to_string());
-    }
-    true
-}
-
-fn unix_millis() -> u64 {
+/// Milliseconds since the epoch.
+pub fn unix_millis() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)

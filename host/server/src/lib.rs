@@ -6,6 +6,8 @@
 //! waits for them. Changes to the policy (plugins, configuration) are serialized by one lock.
 
 pub mod auth;
+#[cfg(test)]
+mod backend_tests;
 pub mod client;
 pub mod engine;
 mod http;
@@ -14,6 +16,7 @@ pub mod leader;
 pub mod lenient;
 pub mod shared_policy;
 pub mod store;
+pub mod store_binding;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -26,8 +29,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use auth::Tokens;
-use engine::{DeferredBinder, Engine, EngineMetrics, ResultSink, StartGate, StoreSink};
+use engine::{Engine, EngineMetrics, ResultSink, StartGate};
 use store::{PluginRecord, Store};
+use store_binding::StoreSink;
 use wasched_core::clock::{Clock, SystemClock};
 use wasched_core::events::{Event, EventPipeline, Kind};
 use wasched_core::framework::{Profile, ProfileSpec, Scheduler};
@@ -637,7 +641,7 @@ impl Server {
         let clock: Arc<dyn Clock> = Arc::new(SystemClock::default());
         let scheduler = Scheduler::with_clock(&specs, args.seed, clock.clone())
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let service = Service::new(scheduler, DeferredBinder, clock.clone())
+        let service = Service::deferred(scheduler, clock.clone())
             .with_assume_ttl(Duration::from_secs(args.assume_ttl_seconds));
         let pipeline = service.pipeline();
         let service_stats = service.stats.clone();

@@ -115,14 +115,52 @@ pub enum Rejection {
     Refused { index: usize, reason: String },
 }
 
-/// What [`Store::update_with_companions`] wrote, each object with its new version.
-pub struct Recorded<T> {
-    pub changed: Vec<(u64, Object, T)>,
-    pub deleted: Vec<(u64, Object)>,
-    /// Objects written with their items.
-    pub companions: Vec<(u64, Object)>,
-    /// Items left unchanged because their companions could not be written, with why.
-    pub refused: Vec<(ObjectKey, T, String)>,
+/// The objects inside one write transaction ([`Store::transaction`]): reads see the writes made
+/// before them, and every write takes the next resource version.
+pub struct ObjectTxn<'t> {
+    table: redb::Table<'t, &'static str, &'static [u8]>,
+    version: u64,
+}
+
+impl ObjectTxn<'_> {
+    /// The stored object `key`, as this transaction has it.
+    ///
+    /// # Errors
+    /// A store failure.
+    pub fn get(&self, key: &ObjectKey) -> Result<Option<Object>, StoreError> {
+        match self.table.get(storage_key(key).as_str()).map_err(err)? {
+            Some(bytes) => Ok(Some(decode(key.kind, bytes.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Writes `object` with the next version, which it returns.
+    ///
+    /// # Errors
+    /// A store failure.
+    pub fn put(&mut self, object: &mut Object) -> Result<u64, StoreError> {
+        self.version += 1;
+        set_resource_version(object, self.version);
+        let bytes = serde_json::to_vec(&object_json(object)).map_err(err)?;
+        self.table
+            .insert(storage_key(&object.key()).as_str(), bytes.as_slice())
+            .map_err(err)?;
+        Ok(self.version)
+    }
+
+    /// Deletes `key`; returns the object with the version of its deletion, or `None` when it
+    /// did not exist.
+    ///
+    /// # Errors
+    /// A store failure.
+    pub fn delete(&mut self, key: &ObjectKey) -> Result<Option<(u64, Object)>, StoreError> {
+        let Some(bytes) = self.table.remove(storage_key(key).as_str()).map_err(err)? else {
+            return Ok(None);
+        };
+        let object = decode(key.kind, bytes.value())?;
+        self.version += 1;
+        Ok(Some((self.version, object)))
+    }
 }
 
 impl Store {
@@ -212,114 +250,30 @@ impl Store {
         Ok(Ok(written))
     }
 
-    /// Updates stored objects in one transaction: `update` gets each stored object and returns
-    /// whether it changed it. Returns the changed objects with their new versions (missing keys
-    /// and unchanged objects are left out).
+    /// Runs `body` over the objects in one write transaction and commits what it wrote, all or
+    /// nothing: many pods' results share one fsync.
     ///
     /// # Errors
     /// A store failure: nothing was written.
-    pub fn update_objects<T>(
+    pub fn transaction<R>(
         &self,
-        items: Vec<(ObjectKey, T)>,
-        update: impl Fn(&mut Object, &T) -> bool,
-    ) -> Result<Vec<(u64, Object, T)>, StoreError> {
-        self.update_and_delete(items, update, &[])
-            .map(|(changed, _)| changed)
-    }
-
-    /// [`Store::update_objects`] and the deletion of `deletions` in the same transaction: both
-    /// happen or neither. Returns the changed objects and the deleted ones, each with its new
-    /// version (keys that do not exist are left out).
-    ///
-    /// # Errors
-    /// A store failure: nothing was written.
-    #[allow(clippy::type_complexity)]
-    pub fn update_and_delete<T>(
-        &self,
-        items: Vec<(ObjectKey, T)>,
-        update: impl Fn(&mut Object, &T) -> bool,
-        deletions: &[ObjectKey],
-    ) -> Result<(Vec<(u64, Object, T)>, Vec<(u64, Object)>), StoreError> {
-        let written =
-            self.update_with_companions(items, update, |_, _| Ok(Vec::new()), deletions)?;
-        Ok((written.changed, written.deleted))
-    }
-
-    /// [`Store::update_and_delete`], where each changed item may bring companion objects written
-    /// in the same transaction (a pod's volumes and claims, bound with it): `companions` gets the
-    /// item and a reader of the stored objects and returns the objects to write, or why the item
-    /// cannot be written, which leaves it and its companions unchanged.
-    ///
-    /// # Errors
-    /// A store failure: nothing was written.
-    pub fn update_with_companions<T>(
-        &self,
-        items: Vec<(ObjectKey, T)>,
-        update: impl Fn(&mut Object, &T) -> bool,
-        companions: impl Fn(&T, &dyn Fn(&ObjectKey) -> Option<Object>) -> Result<Vec<Object>, String>,
-        deletions: &[ObjectKey],
-    ) -> Result<Recorded<T>, StoreError> {
+        body: impl FnOnce(&mut ObjectTxn<'_>) -> R,
+    ) -> Result<R, StoreError> {
         let tx = self.db.begin_write().map_err(err)?;
-        let mut written = Recorded {
-            changed: Vec::new(),
-            deleted: Vec::new(),
-            companions: Vec::new(),
-            refused: Vec::new(),
-        };
-        {
-            let mut table = tx.open_table(OBJECTS).map_err(err)?;
+        let answer = {
             let mut meta = tx.open_table(META).map_err(err)?;
-            let mut version = read_u64(meta.get(RESOURCE_VERSION).map_err(err)?);
-            for key in deletions {
-                if let Some(bytes) = table.remove(storage_key(key).as_str()).map_err(err)? {
-                    let object = decode(key.kind, bytes.value())?;
-                    version += 1;
-                    written.deleted.push((version, object));
-                }
-            }
-            for (key, item) in items {
-                let skey = storage_key(&key);
-                let mut object = match table.get(skey.as_str()).map_err(err)? {
-                    Some(bytes) => decode(key.kind, bytes.value())?,
-                    None => continue,
-                };
-                if !update(&mut object, &item) {
-                    continue;
-                }
-                let extra = {
-                    let read = |k: &ObjectKey| -> Option<Object> {
-                        let bytes = table.get(storage_key(k).as_str()).ok()??;
-                        decode(k.kind, bytes.value()).ok()
-                    };
-                    companions(&item, &read)
-                };
-                let extra = match extra {
-                    Ok(extra) => extra,
-                    Err(reason) => {
-                        written.refused.push((key, item, reason));
-                        continue;
-                    }
-                };
-                for mut companion in extra {
-                    version += 1;
-                    set_resource_version(&mut companion, version);
-                    let bytes = serde_json::to_vec(&object_json(&companion)).map_err(err)?;
-                    table
-                        .insert(storage_key(&companion.key()).as_str(), bytes.as_slice())
-                        .map_err(err)?;
-                    written.companions.push((version, companion));
-                }
-                version += 1;
-                set_resource_version(&mut object, version);
-                let bytes = serde_json::to_vec(&object_json(&object)).map_err(err)?;
-                table.insert(skey.as_str(), bytes.as_slice()).map_err(err)?;
-                written.changed.push((version, object, item));
-            }
-            meta.insert(RESOURCE_VERSION, version.to_le_bytes().as_slice())
+            let version = read_u64(meta.get(RESOURCE_VERSION).map_err(err)?);
+            let mut objects = ObjectTxn {
+                table: tx.open_table(OBJECTS).map_err(err)?,
+                version,
+            };
+            let answer = body(&mut objects);
+            meta.insert(RESOURCE_VERSION, objects.version.to_le_bytes().as_slice())
                 .map_err(err)?;
-        }
+            answer
+        };
         tx.commit().map_err(err)?;
-        Ok(written)
+        Ok(answer)
     }
 
     /// Deletes an object; returns it with the version of the deletion, or `None` if it did not

@@ -28,12 +28,12 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde::{Deserialize, Serialize};
 
+use crate::binding::MemoryBackend;
 use crate::clock::FakeClock;
 use crate::config::Config;
 use crate::events::{EventPipeline, Object};
 use crate::framework::Scheduler;
 use crate::service::{Sequencer, Service};
-use crate::simulate::ConfirmingBinder;
 
 pub mod report;
 
@@ -831,7 +831,7 @@ impl<'a> Sampler<'a> {
 
 /// The service a replay drives, the pipeline its events go through, and their sequencer.
 struct Driven {
-    service: Service<ConfirmingBinder>,
+    service: Service,
     pipeline: Arc<EventPipeline>,
     sequence: Arc<Sequencer>,
     clock: FakeClock,
@@ -848,15 +848,19 @@ impl Driven {
     ) -> anyhow::Result<Driven> {
         let clock = FakeClock::default();
         let scheduler = Scheduler::with_clock(&config.profiles()?, seed, Arc::new(clock.clone()))?;
-        let objects: HashMap<String, core::Pod> = pods
-            .iter()
-            .map(|p| (format!("trace/{}", p.name), pod_object(p)))
-            .collect();
         let pipeline = Arc::new(EventPipeline::default());
         let sequence = Arc::new(Sequencer::default());
-        let binder = ConfirmingBinder::new(pipeline.clone(), sequence.clone(), Arc::new(objects));
-        let service =
-            Service::with_pipeline(scheduler, binder, Arc::new(clock.clone()), pipeline.clone());
+        let backend = MemoryBackend::new(
+            pipeline.clone(),
+            sequence.clone(),
+            pods.iter().map(pod_object),
+        );
+        let service = Service::with_pipeline(
+            scheduler,
+            Some(Box::new(backend)),
+            Arc::new(clock.clone()),
+            pipeline.clone(),
+        );
         for node in nodes {
             pipeline.submit(sequence.upsert(Object::Node(Box::new(node_object(node)))));
         }

@@ -58,9 +58,7 @@ async fn page() -> Response {
 /// Runs `read` on the scheduling thread, off the async runtime.
 async fn inspect<T: Send + 'static>(
     server: &Shared,
-    read: impl FnOnce(&wasched_core::service::Service<crate::engine::DeferredBinder>) -> T
-        + Send
-        + 'static,
+    read: impl FnOnce(&wasched_core::service::Service) -> T + Send + 'static,
 ) -> Result<T, ApiError> {
     let s = server.clone();
     tokio::task::spawn_blocking(move || s.engine.inspect(read))

@@ -1,0 +1,268 @@
+//! What happens after a cycle decided: kube-scheduler's binding cycle (PreBind, Bind, PostBind)
+//! for a placed pod, and for a pod placed nowhere the evictions of its preemption and the
+//! `PodScheduled=False` condition.
+//!
+//! The order of those writes and what a failure of each means are written once, in
+//! [`carry_out`]; a [`Backend`] only says how one write is made where the cluster lives: in
+//! memory (`simulate`, `replay`, `bench`: [`MemoryBackend`]), in the embedded store (`serve`) or
+//! through the API server (Kubernetes mode). Nothing else binds or evicts.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1 as core;
+
+use crate::events::{EventPipeline, Object};
+use crate::framework::Victim;
+use crate::k8s;
+use crate::service::{bound_pod, CycleResult, Sequencer};
+
+/// The writes that differ between where the cluster lives. Each is one of kube-scheduler's
+/// requests; [`carry_out`] decides which are made and in what order.
+pub trait Backend {
+    /// VolumeBinding's PreBind: binds each statically matched volume to its claim and marks each
+    /// claim to provision with the node (`volume.kubernetes.io/selected-node`), then waits until
+    /// the claims are bound where the backend has a PV controller to wait for.
+    ///
+    /// # Errors
+    /// Why the volumes were not bound; the pod is unreserved and retried after backoff.
+    fn bind_volumes(&mut self, result: &CycleResult, node: &str) -> Result<(), String>;
+
+    /// DefaultBinder's Bind: sets the pod's node (`pods/binding`).
+    ///
+    /// # Errors
+    /// Why the binding was refused; the pod is unreserved and retried after backoff.
+    fn bind(&mut self, result: &CycleResult, node: &str) -> Result<(), String>;
+
+    /// Evicts one preemption victim (not already terminating) of `result`'s pod.
+    ///
+    /// # Errors
+    /// Why the victim was not evicted; logged, and the preemptor tries again when victims leave.
+    fn evict(&mut self, result: &CycleResult, victim: &Victim) -> Result<(), String>;
+
+    /// Records why the pod was placed nowhere: the `PodScheduled=False` condition with the
+    /// FitError message, and the nomination a preemption set (or cleared). `Ok(false)` when it
+    /// no longer applies (the pod is gone, or bound meanwhile) and nothing was written.
+    ///
+    /// # Errors
+    /// Why the condition was not written.
+    fn record_condition(&mut self, result: &CycleResult) -> Result<bool, String>;
+}
+
+/// What [`carry_out`] made of one result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Carried {
+    /// PreBind and Bind succeeded: the binding is sent, and its confirmation comes back as the
+    /// pod with its node.
+    Bound,
+    /// PreBind or Bind failed, with why (kube's message): the placement is to be undone
+    /// (Unreserve) and the pod retried after backoff.
+    BindingFailed(String),
+    /// The victims were asked to leave and the condition written.
+    Recorded,
+    /// The result no longer applies (the pod is gone or bound): nothing was written.
+    Stale,
+    /// The condition was not written, with why; nothing is undone.
+    ConditionFailed(String),
+}
+
+impl Carried {
+    /// Something was written for the pod: the result is worth telling watchers about.
+    pub fn applied(&self) -> bool {
+        matches!(self, Carried::Bound | Carried::Recorded)
+    }
+}
+
+/// The message of a failed VolumeBinding PreBind, as kube-scheduler words it.
+pub fn prebind_failure(reason: &str) -> String {
+    format!("running PreBind plugin \"VolumeBinding\": {reason}")
+}
+
+/// Makes the writes `result` calls for through `backend`, in kube-scheduler's order:
+/// - a placed pod: PreBind (its volumes, when it has any to bind), then Bind; nothing follows a
+///   failure. PostBind has no default plugin.
+/// - a pod placed nowhere: its preemption's victims are evicted (a failure is logged and the
+///   rest still go), then its condition and nomination are written.
+pub fn carry_out(backend: &mut dyn Backend, result: &CycleResult) -> Carried {
+    if let Some(node) = &result.node {
+        if !result.volumes.is_empty() {
+            if let Err(e) = backend.bind_volumes(result, node) {
+                return Carried::BindingFailed(prebind_failure(&e));
+            }
+        }
+        return match backend.bind(result, node) {
+            Ok(()) => Carried::Bound,
+            Err(e) => Carried::BindingFailed(e),
+        };
+    }
+    if let Some(preemption) = &result.preemption {
+        for victim in preemption.victims.iter().filter(|v| !v.terminating) {
+            if let Err(e) = backend.evict(result, victim) {
+                tracing::warn!(victim = %victim.pod, preemptor = %result.pod, "evicting the victim failed: {e}");
+            }
+        }
+    }
+    match backend.record_condition(result) {
+        Ok(true) => Carried::Recorded,
+        Ok(false) => Carried::Stale,
+        Err(e) => Carried::ConditionFailed(e),
+    }
+}
+
+/// The cluster kept in memory by `simulate`, `replay` and `bench`: every write is applied at
+/// once and fed back through the event pipeline as the API server's watch would deliver it.
+/// Nothing here provisions volumes: a claim marked with its node keeps waiting, holding the node
+/// for the pods that share it.
+pub struct MemoryBackend {
+    pipeline: Arc<EventPipeline>,
+    sequence: Arc<Sequencer>,
+    /// Pods by `namespace/name`, volumes by name and claims by `namespace/name`, as this
+    /// backend last wrote them.
+    pods: HashMap<String, core::Pod>,
+    volumes: HashMap<String, core::PersistentVolume>,
+    claims: HashMap<String, core::PersistentVolumeClaim>,
+}
+
+impl MemoryBackend {
+    /// A backend holding `pods`, feeding its writes back through `pipeline`.
+    pub fn new(
+        pipeline: Arc<EventPipeline>,
+        sequence: Arc<Sequencer>,
+        pods: impl IntoIterator<Item = core::Pod>,
+    ) -> Self {
+        MemoryBackend {
+            pipeline,
+            sequence,
+            pods: pods.into_iter().map(|p| (k8s::pod_key(&p), p)).collect(),
+            volumes: HashMap::new(),
+            claims: HashMap::new(),
+        }
+    }
+
+    /// This backend, holding these volumes and claims too.
+    pub fn with_storage(
+        mut self,
+        volumes: &[core::PersistentVolume],
+        claims: &[core::PersistentVolumeClaim],
+    ) -> Self {
+        self.volumes = volumes
+            .iter()
+            .map(|v| (v.metadata.name.clone().unwrap_or_default(), v.clone()))
+            .collect();
+        self.claims = claims
+            .iter()
+            .map(|c| (k8s::claim_key(c), c.clone()))
+            .collect();
+        self
+    }
+
+    /// The pod `namespace/name` as this backend holds it.
+    pub fn pod(&self, key: &str) -> Option<&core::Pod> {
+        self.pods.get(key)
+    }
+
+    fn claim(&self, namespace: &str, name: &str) -> Result<&core::PersistentVolumeClaim, String> {
+        self.claims
+            .get(&format!("{namespace}/{name}"))
+            .ok_or_else(|| format!("persistentvolumeclaim \"{name}\" not found"))
+    }
+}
+
+impl Backend for MemoryBackend {
+    fn bind_volumes(&mut self, result: &CycleResult, node: &str) -> Result<(), String> {
+        let namespace = result.namespace();
+        let mut updates = Vec::new();
+        for (claim_name, volume_name) in &result.volumes.static_bindings {
+            let claim = self.claim(namespace, claim_name)?;
+            let volume = self
+                .volumes
+                .get(volume_name)
+                .ok_or_else(|| format!("persistentvolume \"{volume_name}\" not found"))?;
+            let (volume, claim) = k8s::bound_volume_and_claim(volume, claim);
+            updates.push((Some(volume), claim));
+        }
+        for claim_name in &result.volumes.provisions {
+            let claim = self.claim(namespace, claim_name)?;
+            updates.push((None, k8s::claim_with_selected_node(claim, node)));
+        }
+        for (volume, claim) in updates {
+            if let Some(volume) = volume {
+                let name = volume.metadata.name.clone().unwrap_or_default();
+                self.volumes.insert(name, volume.clone());
+                self.pipeline
+                    .submit(self.sequence.upsert(Object::Volume(Box::new(volume))));
+            }
+            self.claims.insert(k8s::claim_key(&claim), claim.clone());
+            self.pipeline
+                .submit(self.sequence.upsert(Object::Claim(Box::new(claim))));
+        }
+        Ok(())
+    }
+
+    fn bind(&mut self, result: &CycleResult, node: &str) -> Result<(), String> {
+        let pod = self.pods.get_mut(&result.pod).ok_or("unknown pod")?;
+        *pod = bound_pod(pod, node);
+        self.pipeline
+            .submit(self.sequence.upsert(Object::Pod(Box::new(pod.clone()))));
+        Ok(())
+    }
+
+    /// Deletes the victim at once: nothing here has a grace period.
+    fn evict(&mut self, _result: &CycleResult, victim: &Victim) -> Result<(), String> {
+        let evicted = self
+            .pods
+            .remove(&victim.pod)
+            .ok_or_else(|| format!("unknown victim {}", victim.pod))?;
+        self.pipeline
+            .submit(self.sequence.delete(Object::Pod(Box::new(evicted))));
+        Ok(())
+    }
+
+    /// Keeps the condition on the pod; only a change of nomination is fed back, as the queue
+    /// takes no notice of a pod's own status.
+    fn record_condition(&mut self, result: &CycleResult) -> Result<bool, String> {
+        let Some(pod) = self.pods.get_mut(&result.pod) else {
+            return Ok(false);
+        };
+        let nominated = pod_scheduled_false(pod, result);
+        if nominated {
+            self.pipeline
+                .submit(self.sequence.upsert(Object::Pod(Box::new(pod.clone()))));
+        }
+        Ok(true)
+    }
+}
+
+/// Sets `result`'s `PodScheduled=False` condition on `pod`, and its nomination: the node a
+/// preemption chose, or none when the result clears it. True when it set a nomination.
+pub fn pod_scheduled_false(pod: &mut core::Pod, result: &CycleResult) -> bool {
+    let status = pod.status.get_or_insert_with(Default::default);
+    let conditions = status.conditions.get_or_insert_with(Vec::new);
+    conditions.retain(|c| c.type_ != "PodScheduled");
+    conditions.push(core::PodCondition {
+        type_: "PodScheduled".into(),
+        status: "False".into(),
+        reason: Some(condition_reason(result).into()),
+        message: result.message.clone(),
+        ..Default::default()
+    });
+    status.phase.get_or_insert_with(|| "Pending".into());
+    if let Some(preemption) = &result.preemption {
+        status.nominated_node_name = Some(preemption.node.clone());
+        return true;
+    }
+    if result.clears_nomination {
+        status.nominated_node_name = None;
+    }
+    false
+}
+
+/// The condition's reason: kube-scheduler's `SchedulerError` for a cycle that failed with an
+/// error, `Unschedulable` for one that found no node.
+pub fn condition_reason(result: &CycleResult) -> &'static str {
+    if result.error {
+        "SchedulerError"
+    } else {
+        "Unschedulable"
+    }
+}

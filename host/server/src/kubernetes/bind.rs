@@ -1,0 +1,366 @@
+//! The binding cycle's writes through the API server ([`ApiSink`], [`ApiBackend`]): bindings,
+//! VolumeBinding's PreBind, evictions and conditions.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use wasched_core::binding::{self, Backend, Carried};
+use wasched_core::framework::Victim;
+use wasched_core::k8s;
+use wasched_core::service::{BindingFailures, CycleResult};
+
+use super::events::{now_rfc3339, Recorder};
+use super::rate::RateLimiter;
+use crate::engine::{watch_event, ApiWrite, EngineMetrics, ResultSink};
+use crate::lenient::Lenient;
+
+/// Writes cycle results to the API server: `POST pods/{name}/binding` for a placement, the
+/// `PodScheduled=False` condition for a pod no node fits, and the `Scheduled` /
+/// `FailedScheduling` Events users read with `kubectl describe pod`. Each result is written by a
+/// task of its own, as kube-scheduler binds each pod in a goroutine: a slow response holds up
+/// only its own pod. At most `burst` writes are in flight (the status writer waits for a free
+/// slot), and requests keep to the client's QPS.
+pub struct ApiSink {
+    client: Client,
+    /// Where refused bindings go, so the pod is queued again at once.
+    failures: BindingFailures,
+    recorder: Arc<Recorder>,
+    runtime: tokio::runtime::Handle,
+    in_flight: Arc<tokio::sync::Semaphore>,
+    burst: u32,
+    rate: Arc<RateLimiter>,
+    /// Numbers the `/v1/watch` events (the API server's own versions are per object); held
+    /// while publishing, so the watch log stays in order.
+    sequence: Arc<std::sync::Mutex<u64>>,
+}
+
+impl ApiSink {
+    /// A sink writing through `client` on `runtime`, keeping to `qps` and `burst`.
+    pub fn new(
+        client: Client,
+        failures: BindingFailures,
+        recorder: Arc<Recorder>,
+        runtime: tokio::runtime::Handle,
+        qps: f64,
+        burst: u32,
+    ) -> Self {
+        ApiSink {
+            client,
+            failures,
+            recorder,
+            runtime,
+            in_flight: Arc::new(tokio::sync::Semaphore::new(burst as usize)),
+            burst,
+            rate: Arc::new(RateLimiter::new(qps, burst)),
+            sequence: Default::default(),
+        }
+    }
+}
+
+impl ResultSink for ApiSink {
+    fn record(
+        &mut self,
+        batch: Vec<CycleResult>,
+        watch: &Arc<crate::watch::WatchLog>,
+        metrics: &Arc<EngineMetrics>,
+    ) {
+        metrics.status_write_batches.fetch_add(1, Ordering::Relaxed);
+        for result in batch {
+            let Ok(slot) = self
+                .runtime
+                .block_on(self.in_flight.clone().acquire_owned())
+            else {
+                return;
+            };
+            let mut backend = ApiBackend {
+                client: self.client.clone(),
+                recorder: self.recorder.clone(),
+                rate: self.rate.clone(),
+                metrics: metrics.clone(),
+                runtime: self.runtime.clone(),
+            };
+            let (failures, sequence, watch) =
+                (self.failures.clone(), self.sequence.clone(), watch.clone());
+            // The writes block on the runtime, each pod on a thread of its own: a slow answer
+            // holds up only its own pod, as kube-scheduler's binding goroutines.
+            self.runtime.spawn_blocking(move || {
+                let carried = binding::carry_out(&mut backend, &result);
+                match &carried {
+                    Carried::Bound => failures.completed(result.pod.clone()),
+                    Carried::BindingFailed(e) => {
+                        tracing::warn!(pod = %result.pod, "binding the pod failed: {e}");
+                        failures.report(result.pod.clone(), e.clone());
+                    }
+                    Carried::ConditionFailed(e) => {
+                        tracing::warn!(pod = %result.pod, "writing the condition of the pod failed: {e}");
+                    }
+                    Carried::Recorded | Carried::Stale => {}
+                }
+                if carried.applied() {
+                    backend.record_events(&result);
+                    backend
+                        .metrics
+                        .status_writes
+                        .fetch_add(1, Ordering::Relaxed);
+                    let mut sequence = sequence.lock().unwrap_or_else(|e| e.into_inner());
+                    *sequence += 1;
+                    watch.publish([watch_event(result, *sequence)]);
+                }
+                drop(slot);
+            });
+        }
+    }
+}
+
+impl Drop for ApiSink {
+    /// Waits (up to 10 s) for the writes in flight when the server stops.
+    fn drop(&mut self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while self.in_flight.available_permits() < self.burst as usize
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+}
+
+/// The binding cycle's writes through the API server, each kept to the client's QPS and bounded
+/// by [`REQUEST_TIMEOUT`]; a refused write is counted in `wasched_api_write_failures_total`.
+/// Called off the async runtime (it blocks on it).
+struct ApiBackend {
+    client: Client,
+    recorder: Arc<Recorder>,
+    rate: Arc<RateLimiter>,
+    metrics: Arc<EngineMetrics>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl ApiBackend {
+    fn pods(&self, namespace: &str) -> Api<Lenient<core::Pod>> {
+        // The answers are read leniently: a pod that does not decode is still told why it waits.
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    fn refused(&self, write: ApiWrite, e: impl std::fmt::Display) -> String {
+        self.metrics.api_write_failures.count(write);
+        e.to_string()
+    }
+
+    /// The `Scheduled` / `FailedScheduling` Event of a result that was written.
+    fn record_events(&self, result: &CycleResult) {
+        let refused = &self.metrics.api_write_failures;
+        self.runtime.block_on(
+            self.recorder
+                .record(&self.client, &self.rate, result, refused),
+        );
+    }
+}
+
+impl Backend for ApiBackend {
+    fn bind_volumes(&mut self, result: &CycleResult, node: &str) -> Result<(), String> {
+        let bound = self.runtime.block_on(bind_volumes(
+            &self.client,
+            &self.rate,
+            result,
+            node,
+            BIND_TIMEOUT,
+        ));
+        bound.map_err(|e| self.refused(ApiWrite::VolumeBinding, format!("binding volumes: {e}")))
+    }
+
+    fn bind(&mut self, result: &CycleResult, node: &str) -> Result<(), String> {
+        let (namespace, name) = result.pod.split_once('/').unwrap_or(("", &result.pod));
+        let binding = core::Binding {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                namespace: Some(namespace.to_string()),
+                ..Default::default()
+            },
+            target: core::ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(node.to_string()),
+                ..Default::default()
+            },
+        };
+        self.recorder.forget_condition(&result.pod);
+        let pods = self.pods(namespace);
+        let bound = self.runtime.block_on(async {
+            self.rate.acquire().await;
+            bounded(pods.create_subresource::<_, serde_json::Value>(
+                "binding",
+                name,
+                &PostParams::default(),
+                &binding,
+            ))
+            .await
+        });
+        bound
+            .map(|_| ())
+            .map_err(|e| self.refused(ApiWrite::Binding, e))
+    }
+
+    /// kube-scheduler's eviction of a preemption victim: the condition `DisruptionTarget`
+    /// (reason `PreemptionByScheduler`), then the deletion. A victim already gone is fine.
+    fn evict(&mut self, result: &CycleResult, victim: &Victim) -> Result<(), String> {
+        let Some((namespace, name)) = victim.pod.split_once('/') else {
+            return Ok(());
+        };
+        let pods: Api<core::Pod> = Api::namespaced(self.client.clone(), namespace);
+        let condition = serde_json::json!({"status": {"conditions": [{
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "message": format!("{}: preempting to accommodate a higher priority pod", result.scheduler_name),
+            "lastTransitionTime": now_rfc3339(),
+        }]}});
+        let deleted = self.runtime.block_on(async {
+            self.rate.acquire().await;
+            let patch = Patch::Strategic(condition);
+            bounded(pods.patch_status(name, &PatchParams::default(), &patch)).await?;
+            self.rate.acquire().await;
+            bounded(pods.delete(name, &DeleteParams::default())).await
+        });
+        match deleted {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(e) => Err(self.refused(ApiWrite::Eviction, e)),
+        }
+    }
+
+    /// As kube-scheduler: the same condition again is not written again.
+    fn record_condition(&mut self, result: &CycleResult) -> Result<bool, String> {
+        if result.preemption.is_none()
+            && !result.clears_nomination
+            && self.recorder.condition_written(result)
+        {
+            return Ok(true);
+        }
+        let (namespace, name) = result.pod.split_once('/').unwrap_or(("", &result.pod));
+        let mut condition = serde_json::json!({"status": {"conditions": [{
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": binding::condition_reason(result),
+            "message": result.message,
+            "lastTransitionTime": now_rfc3339(),
+        }]}});
+        if let Some(preemption) = &result.preemption {
+            condition["status"]["nominatedNodeName"] = preemption.node.clone().into();
+        } else if result.clears_nomination {
+            // A strategic merge patch removes a field set to null.
+            condition["status"]["nominatedNodeName"] = serde_json::Value::Null;
+        }
+        let pods = self.pods(namespace);
+        let patched = self.runtime.block_on(async {
+            self.rate.acquire().await;
+            let patch = Patch::Strategic(condition);
+            bounded(pods.patch_status(name, &PatchParams::default(), &patch)).await
+        });
+        match patched {
+            Ok(_) => {
+                self.recorder.remember_condition(result);
+                Ok(true)
+            }
+            Err(e) => Err(self.refused(ApiWrite::Condition, e)),
+        }
+    }
+}
+
+/// The longest one write (or read) on the binding path waits for the API server: a request
+/// that neither answers nor fails (a hung connection) must not hold its pod's write slot, and so
+/// the writer, forever. Far above a healthy API server's answer (milliseconds) and under the
+/// assume TTL's default (30 s plus the binding), so a timed-out binding is retried, not lost.
+pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// `request`, failed with a timeout after [`REQUEST_TIMEOUT`].
+pub(super) async fn bounded<T>(
+    request: impl std::future::Future<Output = kube::Result<T>>,
+) -> kube::Result<T> {
+    match tokio::time::timeout(REQUEST_TIMEOUT, request).await {
+        Ok(answer) => answer,
+        Err(_) => Err(kube::Error::Service(Box::new(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer from the API server within {REQUEST_TIMEOUT:?}"),
+        )))),
+    }
+}
+
+/// How long PreBind waits for the PV controller to complete the bindings it asked for
+/// (kube-scheduler's `bindTimeoutSeconds` default).
+const BIND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// kube-scheduler's VolumeBinding PreBind: reserves each chosen volume for its claim (`claimRef`,
+/// written with a full update) and marks each claim to provision with the node, then polls every
+/// second until the PV controller has bound every claim (`volumeName` and `bind-completed`).
+async fn bind_volumes(
+    client: &Client,
+    rate: &RateLimiter,
+    result: &CycleResult,
+    node: &str,
+    timeout: std::time::Duration,
+) -> Result<(), String> {
+    let namespace = result.pod.split_once('/').map_or("default", |(ns, _)| ns);
+    let volumes: Api<core::PersistentVolume> = Api::all(client.clone());
+    let claims: Api<core::PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
+    let failed = |e: kube::Error| e.to_string();
+    for (claim_name, volume_name) in &result.volumes.static_bindings {
+        rate.acquire().await;
+        let claim = bounded(claims.get(claim_name)).await.map_err(failed)?;
+        rate.acquire().await;
+        let volume = bounded(volumes.get(volume_name)).await.map_err(failed)?;
+        let volume = k8s::volume_reserved_for(&volume, &claim);
+        rate.acquire().await;
+        bounded(volumes.replace(volume_name, &PostParams::default(), &volume))
+            .await
+            .map_err(failed)?;
+    }
+    for claim_name in &result.volumes.provisions {
+        rate.acquire().await;
+        let claim = bounded(claims.get(claim_name)).await.map_err(failed)?;
+        let claim = k8s::claim_with_selected_node(&claim, node);
+        rate.acquire().await;
+        bounded(claims.replace(claim_name, &PostParams::default(), &claim))
+            .await
+            .map_err(failed)?;
+    }
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let mut all_bound = true;
+        for (claim_name, volume_name) in &result.volumes.static_bindings {
+            rate.acquire().await;
+            let volume = bounded(volumes.get(volume_name)).await.map_err(failed)?;
+            let reserved = volume
+                .spec
+                .as_ref()
+                .and_then(|s| s.claim_ref.as_ref())
+                .is_some_and(|r| r.uid.as_deref().is_some_and(|u| !u.is_empty()));
+            if !reserved {
+                return Err(format!("ClaimRef got reset for pv \"{volume_name}\""));
+            }
+            rate.acquire().await;
+            let claim = bounded(claims.get(claim_name)).await.map_err(failed)?;
+            all_bound &= k8s::claim_info(&claim).is_fully_bound();
+        }
+        for claim_name in &result.volumes.provisions {
+            rate.acquire().await;
+            let claim = bounded(claims.get(claim_name)).await.map_err(failed)?;
+            let claim = k8s::claim_info(&claim);
+            if claim.selected_node.as_deref() != Some(node) {
+                // The provisioner removes the annotation when it cannot provision.
+                return Err(format!("provisioning failed for PVC \"{claim_name}\""));
+            }
+            all_bound &= claim.is_fully_bound();
+        }
+        if all_bound {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err("context deadline exceeded".into());
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}

@@ -1,0 +1,249 @@
+//! The Events recorder: `Scheduled` and `FailedScheduling` as kube-scheduler records them.
+
+use std::collections::HashMap;
+
+use futures_util::TryFutureExt as _;
+
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use wasched_core::service::CycleResult;
+
+use super::bind::bounded;
+use super::rate::RateLimiter;
+use crate::engine::{ApiWrite, ApiWriteFailures};
+
+/// An `events.k8s.io/v1` Event the recorder made, and how often it has happened since.
+struct Recorded {
+    name: String,
+    count: i32,
+    first: std::time::Instant,
+    patched: std::time::Instant,
+}
+
+/// Records Events as kube-scheduler's event recorder does: an Event that repeats (same pod,
+/// reason and message) within [`Recorder::SERIES_WINDOW`] is not created again; its `series`
+/// count is patched, at most every [`Recorder::PATCH_EVERY`]. A pod retried for hours makes a few
+/// requests an hour, not one per attempt.
+pub struct Recorder {
+    /// `reportingInstance`: this replica.
+    pub instance: String,
+    recorded: std::sync::Mutex<HashMap<(String, &'static str, String), Recorded>>,
+    /// The `PodScheduled=False` condition last written per pod (reason and message), and when.
+    conditions: std::sync::Mutex<HashMap<String, (bool, String, std::time::Instant)>>,
+}
+
+impl Recorder {
+    /// How long a repeated Event counts into the first one.
+    pub const SERIES_WINDOW: std::time::Duration = std::time::Duration::from_secs(6 * 60);
+    /// Least time between two patches of one Event's series.
+    pub const PATCH_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
+    /// A recorder reporting as `instance`.
+    pub fn new(instance: String) -> Self {
+        Recorder {
+            instance,
+            recorded: Default::default(),
+            conditions: Default::default(),
+        }
+    }
+
+    /// True when the pod already has this result's condition, written by this replica within
+    /// [`Recorder::SERIES_WINDOW`] (afterwards it is written again, in case the pod was replaced
+    /// by one of the same name).
+    pub(super) fn condition_written(&self, result: &CycleResult) -> bool {
+        let conditions = self.conditions.lock().unwrap_or_else(|e| e.into_inner());
+        conditions
+            .get(&result.pod)
+            .is_some_and(|(error, message, at)| {
+                *error == result.error
+                    && Some(message) == result.message.as_ref()
+                    && at.elapsed() < Self::SERIES_WINDOW
+            })
+    }
+
+    pub(super) fn remember_condition(&self, result: &CycleResult) {
+        let mut conditions = self.conditions.lock().unwrap_or_else(|e| e.into_inner());
+        conditions.retain(|_, (_, _, at)| at.elapsed() < Self::SERIES_WINDOW);
+        conditions.insert(
+            result.pod.clone(),
+            (
+                result.error,
+                result.message.clone().unwrap_or_default(),
+                std::time::Instant::now(),
+            ),
+        );
+    }
+
+    pub(super) fn forget_condition(&self, pod: &str) {
+        self.conditions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(pod);
+    }
+
+    pub(super) async fn record(
+        &self,
+        client: &Client,
+        rate: &RateLimiter,
+        result: &CycleResult,
+        refused: &ApiWriteFailures,
+    ) {
+        let Some((namespace, name)) = result.pod.split_once('/') else {
+            return;
+        };
+        let (reason, kind, action, note) = match &result.node {
+            Some(node) => (
+                "Scheduled",
+                "Normal",
+                "Binding",
+                format!("Successfully assigned {} to {node}", result.pod),
+            ),
+            // The condition keeps the whole text; the API server refuses a longer note.
+            None => (
+                "FailedScheduling",
+                "Warning",
+                "Scheduling",
+                truncate_note(result.message.as_deref().unwrap_or_default()),
+            ),
+        };
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(client.clone(), namespace);
+        let key = (result.pod.clone(), reason, note.clone());
+        let now = std::time::Instant::now();
+        let repeat = {
+            let mut recorded = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
+            recorded.retain(|_, r| r.first.elapsed() < Self::SERIES_WINDOW);
+            match recorded.get_mut(&key) {
+                Some(r) => {
+                    r.count += 1;
+                    let due = r.patched.elapsed() >= Self::PATCH_EVERY;
+                    if due {
+                        r.patched = now;
+                    }
+                    Some((r.name.clone(), r.count, due))
+                }
+                None => None,
+            }
+        };
+        if !matches!(repeat, Some((_, _, false))) {
+            rate.acquire().await;
+        }
+        let outcome = match repeat {
+            Some((_, _, false)) => return,
+            Some((event_name, count, true)) => {
+                let series = serde_json::json!({"series": {
+                    "count": count,
+                    "lastObservedTime": now_micro(),
+                }});
+                bounded(events.patch(&event_name, &PatchParams::default(), &Patch::Merge(&series)))
+                    .map_ok(|_| ())
+                    .await
+            }
+            None => {
+                let event_name = format!("{name}.{:x}", event_suffix());
+                let event = serde_json::json!({
+                    "apiVersion": "events.k8s.io/v1",
+                    "kind": "Event",
+                    "metadata": {"name": event_name, "namespace": namespace},
+                    "eventTime": now_micro(),
+                    "reportingController": "wasched",
+                    "reportingInstance": self.instance,
+                    "action": action,
+                    "reason": reason,
+                    "type": kind,
+                    "note": note,
+                    "regarding": {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name},
+                });
+                let created = match serde_json::from_value(event) {
+                    Ok(event) => {
+                        bounded(events.create(&PostParams::default(), &event))
+                            .map_ok(|_| ())
+                            .await
+                    }
+                    Err(e) => {
+                        tracing::warn!("building an Event: {e}");
+                        return;
+                    }
+                };
+                if created.is_ok() {
+                    self.recorded
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(
+                            key,
+                            Recorded {
+                                name: event_name,
+                                count: 1,
+                                first: now,
+                                patched: now,
+                            },
+                        );
+                }
+                created
+            }
+        };
+        if let Err(e) = outcome {
+            refused.count(ApiWrite::Event);
+            tracing::warn!(pod = %result.pod, "recording the {reason} event failed: {e}");
+        }
+    }
+}
+
+/// The most bytes an Event's `note` may hold (the API server's `NoteLengthLimit`).
+pub const NOTE_LIMIT: usize = 1024;
+
+/// `message` cut to [`NOTE_LIMIT`] bytes as kube-scheduler cuts it (`truncateMessage`): the end
+/// replaced by `" ..."`, here on a character boundary so the note stays UTF-8.
+pub fn truncate_note(message: &str) -> String {
+    const SUFFIX: &str = " ...";
+    if message.len() <= NOTE_LIMIT {
+        return message.to_string();
+    }
+    let mut end = NOTE_LIMIT - SUFFIX.len();
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{SUFFIX}", &message[..end])
+}
+
+/// A suffix that keeps Event names unique, as client-go's (a timestamp in nanoseconds).
+fn event_suffix() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+fn now_micro() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S.%6fZ")
+        .to_string()
+}
+
+pub(super) fn now_rfc3339() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .round(k8s_openapi::jiff::Unit::Second)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_note_over_the_api_servers_limit_is_cut_on_a_character_boundary_as_kube_scheduler_does() {
+        let short = "0/3 nodes are available: 3 Insufficient cpu.";
+        assert_eq!(truncate_note(short), short);
+        let exact = "x".repeat(NOTE_LIMIT);
+        assert_eq!(truncate_note(&exact), exact);
+        let long = "y".repeat(6_321);
+        let cut = truncate_note(&long);
+        assert_eq!(cut.len(), NOTE_LIMIT);
+        assert_eq!(cut, format!("{} ...", "y".repeat(NOTE_LIMIT - 4)));
+        // A three-byte character straddling the cut is left out whole.
+        let wide = format!("{}€{}", "z".repeat(NOTE_LIMIT - 5), "z".repeat(100));
+        let cut = truncate_note(&wide);
+        assert!(cut.len() <= NOTE_LIMIT, "{}", cut.len());
+        assert_eq!(cut, format!("{} ...", "z".repeat(NOTE_LIMIT - 5)));
+    }
+}
