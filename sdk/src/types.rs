@@ -891,6 +891,9 @@ pub struct Descriptor {
     pub reads_namespaces: bool,
     /// [`crate::Plugin::READS_VOLUMES`].
     pub reads_volumes: bool,
+    /// It takes part in Permit (and Unreserve). Host-side plugins only for now: components
+    /// always arrive with false, as no WIT world exports Permit yet.
+    pub permit: bool,
 }
 
 /// A pod already on a node (bound, or assumed by this scheduler), as a plugin's mirror keeps it.

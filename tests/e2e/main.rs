@@ -5,6 +5,7 @@ mod cycle;
 #[cfg(wasched_kube_emulator)]
 mod kubernetes;
 mod languages;
+mod permit;
 mod plugins;
 mod preemption;
 mod replay;

@@ -128,10 +128,14 @@ pub fn simulate(
         // in a loop (a plugin that always fails would otherwise be retried forever).
         let preempted = tried.iter().any(|d| d.preemption.is_some());
         decisions.extend(tried);
-        let Some(ready) = service.queue().next_backoff_ready().filter(|_| preempted) else {
+        // A pod waiting at Permit is let go by another pod or rejected when its wait runs out:
+        // time moves to that moment when nothing else is left to do.
+        let backoff = service.queue().next_backoff_ready().filter(|_| preempted);
+        let permit = service.waiting().next_deadline();
+        let Some(next) = backoff.into_iter().chain(permit).min() else {
             break;
         };
-        clock.advance(ready.saturating_sub(clock.now()));
+        clock.advance(next.saturating_sub(clock.now()));
     }
     Ok(decisions)
 }

@@ -64,6 +64,8 @@ pub enum Carried {
     Stale,
     /// The condition was not written, with why; nothing is undone.
     ConditionFailed(String),
+    /// The pod waits at Permit plugins: nothing is written until it is let go or rejected.
+    Waiting,
 }
 
 impl Carried {
@@ -78,12 +80,16 @@ pub fn prebind_failure(reason: &str) -> String {
     format!("running PreBind plugin \"VolumeBinding\": {reason}")
 }
 
-/// Makes the writes `result` calls for through `backend`, in kube-scheduler's order:
+/// Makes the writes `result` calls for through `backend`, in kube-scheduler's order (none for a
+/// pod waiting at Permit plugins):
 /// - a placed pod: PreBind (its volumes, when it has any to bind), then Bind; nothing follows a
 ///   failure. PostBind has no default plugin.
 /// - a pod placed nowhere: its preemption's victims are evicted (a failure is logged and the
 ///   rest still go), then its condition and nomination are written.
 pub fn carry_out(backend: &mut dyn Backend, result: &CycleResult) -> Carried {
+    if !result.waiting_on.is_empty() {
+        return Carried::Waiting;
+    }
     if let Some(node) = &result.node {
         if !result.volumes.is_empty() {
             if let Err(e) = backend.bind_volumes(result, node) {

@@ -25,6 +25,7 @@ pub mod service;
 pub mod spread;
 pub mod synthetic;
 pub mod util;
+pub mod waiting;
 
 /// The scheduler name of pods that do not set `spec.schedulerName`.
 pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";

@@ -131,14 +131,18 @@ pub enum ExtensionPoint {
     Filter,
     Score,
     Sync,
+    Permit,
+    Unreserve,
 }
 
 impl ExtensionPoint {
-    pub const ALL: [ExtensionPoint; 4] = [
+    pub const ALL: [ExtensionPoint; 6] = [
         ExtensionPoint::PreFilter,
         ExtensionPoint::Filter,
         ExtensionPoint::Score,
         ExtensionPoint::Sync,
+        ExtensionPoint::Permit,
+        ExtensionPoint::Unreserve,
     ];
 
     pub fn name(self) -> &'static str {
@@ -147,6 +151,8 @@ impl ExtensionPoint {
             ExtensionPoint::Filter => "Filter",
             ExtensionPoint::Score => "Score",
             ExtensionPoint::Sync => "Sync",
+            ExtensionPoint::Permit => "Permit",
+            ExtensionPoint::Unreserve => "Unreserve",
         }
     }
 }

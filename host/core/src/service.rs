@@ -29,6 +29,7 @@ use crate::framework::{NodeReport, Outcome, Preemption, Profile, Scheduler};
 use crate::k8s;
 use crate::queue::{ClusterEvent, PendingStatus, SchedulingQueue};
 use crate::runtime::LoadError;
+use crate::waiting::{WaitingPod, WaitingPods};
 
 /// How long a placement may wait for its binding to be confirmed.
 pub const DEFAULT_ASSUME_TTL: Duration = Duration::from_secs(30);
@@ -82,6 +83,9 @@ pub struct CycleResult {
     /// With `node`: the claims bound to volumes and the claims to provision for it there
     /// (VolumeBinding), bound together with the pod.
     pub volumes: PodVolumes,
+    /// The Permit plugins the pod waits at, reserved on its node but not yet bound: nothing is
+    /// written for such a result. Its binding (or its rejection) comes as a later result.
+    pub waiting_on: Vec<String>,
 }
 
 impl CycleResult {
@@ -101,6 +105,7 @@ impl CycleResult {
             preemption_candidates: Vec::new(),
             clears_nomination: false,
             volumes: PodVolumes::default(),
+            waiting_on: Vec::new(),
         }
     }
 
@@ -157,6 +162,11 @@ pub struct Service {
     /// Why each unreadable pod was reported, so a change that does not change that (its own
     /// condition written back) is not reported again.
     told_unreadable: HashMap<String, String>,
+    /// Reserved pods Permit plugins hold back.
+    waiting: WaitingPods,
+    /// Results of waiting pods that were let go or timed out, carried out already, returned by
+    /// the next calls of [`Service::schedule_one`].
+    released: std::collections::VecDeque<CycleResult>,
 }
 
 /// Where the caller of a deferred service (which binds after the cycle, on another thread) reports
@@ -243,6 +253,8 @@ impl Service {
             stats: Arc::new(ServiceStats::default()),
             unreadable: Default::default(),
             told_unreadable: HashMap::new(),
+            waiting: WaitingPods::default(),
+            released: Default::default(),
         }
     }
 
@@ -448,6 +460,10 @@ impl Service {
     }
 
     fn forget_pod(&mut self, key: &str) {
+        if let Some(waiting) = self.waiting.remove(key) {
+            self.scheduler
+                .unreserve_plugins(&waiting.pod, &waiting.node);
+        }
         if self.assumed.remove(key).is_some() {
             self.scheduler.cache_mut().unreserve_volumes(key);
         }
@@ -586,7 +602,7 @@ impl Service {
         let Some(assumed) = self.assumed.remove(key) else {
             return;
         };
-        if self.unreserve(key) {
+        if self.unreserve(&assumed.pod, &assumed.node) {
             self.queue.on_event(ClusterEvent::AssignedPodDeleted);
         }
         let message = why(&assumed.node);
@@ -599,8 +615,13 @@ impl Service {
         self.apply_events();
         self.expire_assumed();
         self.forget_failed_bindings();
+        self.expire_waiting();
+        if let Some(released) = self.released.pop_front() {
+            return Some(released);
+        }
         if let Some(unreadable) = self.unreadable.pop_front() {
-            return Some(self.carried_out(unreadable));
+            self.write(&unreadable);
+            return Some(unreadable);
         }
         let pod = self.queue.pop()?;
         let key = pod.key();
@@ -623,7 +644,9 @@ impl Service {
                 result.volumes = outcome.volumes;
                 result.choice = outcome.choice.map(|c| *c);
                 self.reserve(&pod, &node, &mut result);
-                self.bind(pod, node, &mut result);
+                if self.permit(&pod, &node, &mut result) {
+                    self.bind(pod, node, &mut result);
+                }
             }
             None => {
                 result.error = outcome.error;
@@ -631,7 +654,7 @@ impl Service {
                 result.clears_nomination = outcome.clears_nomination;
                 result.preemption = outcome.preemption.map(|p| *p);
                 self.not_placed(&pod, &result);
-                result = self.carried_out(result);
+                self.write(&result);
             }
         }
         Some(result)
@@ -665,15 +688,14 @@ impl Service {
         }
     }
 
-    /// `result` after its writes, when the service has a backend of its own; a condition that
-    /// could not be written is only logged.
-    fn carried_out(&mut self, result: CycleResult) -> CycleResult {
+    /// Makes the writes of a pod placed nowhere, when the service has a backend of its own; a
+    /// condition that could not be written is only logged.
+    fn write(&mut self, result: &CycleResult) {
         if let Some(backend) = self.backend.as_mut() {
-            if let Carried::ConditionFailed(e) = binding::carry_out(backend.as_mut(), &result) {
+            if let Carried::ConditionFailed(e) = binding::carry_out(backend.as_mut(), result) {
                 tracing::warn!(pod = %result.pod, "writing the condition of the pod failed: {e}");
             }
         }
-        result
     }
 
     /// Reserve: holds `pod`'s requests on `node` and the volumes VolumeBinding chose for it
@@ -715,7 +737,7 @@ impl Service {
         match carried {
             Carried::BindingFailed(e) => {
                 self.assumed.remove(&key);
-                self.unreserve(&key);
+                self.unreserve(&pod, &node);
                 self.stats.binds_failed.fetch_add(1, Ordering::Relaxed);
                 let message = format!("binding to {node} failed: {e}");
                 self.queue.requeue(pod, result.attempts, message.clone());
@@ -734,11 +756,106 @@ impl Service {
         }
     }
 
-    /// Unreserve: releases what Reserve held for pod `key` (its requests on the node and its
-    /// volumes). True when the pod's requests were still held.
-    fn unreserve(&mut self, key: &str) -> bool {
-        self.scheduler.cache_mut().unreserve_volumes(key);
-        self.scheduler.forget(key)
+    /// Unreserve: releases what Reserve held for `pod` on `node` (its requests on the node and
+    /// its volumes) and tells the Permit plugins. True when the pod's requests were still held.
+    fn unreserve(&mut self, pod: &sdk::Pod, node: &str) -> bool {
+        let key = pod.key();
+        self.scheduler.cache_mut().unreserve_volumes(&key);
+        self.scheduler.unreserve_plugins(pod, node);
+        self.scheduler.forget(&key)
+    }
+
+    /// Permit: true when the reserved pod may be bound now. A pod the plugins hold back waits,
+    /// reserved, in the waiting pods (its result says where it waits); a rejected one is
+    /// unreserved and retried after backoff, its result carrying why. The waiting pods the
+    /// plugins let go are released either way.
+    fn permit(&mut self, pod: &sdk::Pod, node: &str, result: &mut CycleResult) -> bool {
+        let outcome = self.scheduler.permit(pod, node);
+        for (plugin, key) in &outcome.allowed {
+            self.release(plugin, key);
+        }
+        if let Some(rejection) = outcome.rejected {
+            self.reject_reserved(pod, node, result, rejection.message, rejection.error);
+            self.write(result);
+            return false;
+        }
+        if outcome.waits.is_empty() {
+            return true;
+        }
+        let now = self.clock.now();
+        let waits = outcome.waits.into_iter();
+        let waits: Vec<_> = waits.map(|(p, t)| (p, now + t, t)).collect();
+        self.waiting.insert(WaitingPod {
+            pod: pod.clone(),
+            node: node.to_string(),
+            result: result.clone(),
+            waits: waits.clone(),
+        });
+        result.waiting_on = waits.into_iter().map(|(p, _, _)| p).collect();
+        result.message = Some(format!(
+            "waiting on node {node} for Permit plugin(s) {}",
+            result.waiting_on.join(", ")
+        ));
+        result.node = None;
+        result.choice = None;
+        false
+    }
+
+    /// Plugin `plugin` lets the waiting pod `key` go: once no plugin holds it, its binding cycle
+    /// runs and its result is returned by the next call of [`Service::schedule_one`].
+    fn release(&mut self, plugin: &str, key: &str) {
+        let Some(waiting) = self.waiting.allow(plugin, key) else {
+            return;
+        };
+        let mut result = waiting.result;
+        self.bind(waiting.pod, waiting.node, &mut result);
+        self.released.push_back(result);
+    }
+
+    /// Rejects the waiting pods whose wait at a plugin ran out, as kube-scheduler's waiting pods
+    /// time out: each is unreserved and retried after backoff.
+    fn expire_waiting(&mut self) {
+        for (waiting, plugin, waited) in self.waiting.expired(self.clock.now()) {
+            let message = format!(
+                "rejected due to timeout after waiting {}s at plugin {plugin}",
+                waited.as_secs()
+            );
+            let mut result = waiting.result;
+            self.reject_reserved(&waiting.pod, &waiting.node, &mut result, message, false);
+            self.write(&result);
+            self.released.push_back(result);
+        }
+    }
+
+    /// Undoes the reservation of `pod` on `node` that Permit refused, and queues it again with
+    /// backoff; `result` says why.
+    fn reject_reserved(
+        &mut self,
+        pod: &sdk::Pod,
+        node: &str,
+        result: &mut CycleResult,
+        message: String,
+        error: bool,
+    ) {
+        self.assumed.remove(&result.pod);
+        if self.unreserve(pod, node) {
+            self.queue.on_event(ClusterEvent::AssignedPodDeleted);
+        }
+        self.queue
+            .requeue(pod.clone(), result.attempts, message.clone());
+        if !error {
+            self.stats.unschedulable.fetch_add(1, Ordering::Relaxed);
+        }
+        result.node = None;
+        result.choice = None;
+        result.volumes = PodVolumes::default();
+        result.error = error;
+        result.message = Some(message);
+    }
+
+    /// The reserved pods Permit plugins hold back.
+    pub fn waiting(&self) -> &WaitingPods {
+        &self.waiting
     }
 
     /// Schedules until no pod is ready; returns every cycle's result.

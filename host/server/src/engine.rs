@@ -369,6 +369,10 @@ impl Engine {
                             Some(result) if result.no_profile => {
                                 tracing::debug!(pod = %result.pod, scheduler_name = %result.scheduler_name, "left to another scheduler");
                             }
+                            Some(result) if !result.waiting_on.is_empty() => {
+                                // Nothing to write until the plugins let it go or it times out.
+                                tracing::debug!(pod = %result.pod, plugins = ?result.waiting_on, "waiting at Permit");
+                            }
                             Some(result) => {
                                 metrics.attempt(&result, started.elapsed());
                                 if results.send(result).is_err() {

@@ -6,8 +6,6 @@
 //! waits for them. Changes to the policy (plugins, configuration) are serialized by one lock.
 
 pub mod auth;
-#[cfg(test)]
-mod backend_tests;
 pub mod client;
 pub mod engine;
 mod http;
@@ -992,6 +990,9 @@ async fn reload_on_sighup(server: Arc<Server>) {
         }
     }
 }
+
+#[cfg(test)]
+mod backend_tests;
 
 #[cfg(test)]
 mod tests {

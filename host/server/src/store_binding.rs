@@ -80,7 +80,7 @@ impl ResultSink for StoreSink {
                 Carried::ConditionFailed(reason) => {
                     tracing::warn!(pod = %result.pod, %reason, "writing the condition failed");
                 }
-                Carried::Recorded | Carried::Stale => {}
+                Carried::Recorded | Carried::Stale | Carried::Waiting => {}
             }
             if carried.applied() {
                 events.push(watch_event(result, version));

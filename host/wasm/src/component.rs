@@ -1583,6 +1583,7 @@ impl From<wit::Descriptor> for sdk::Descriptor {
             ),
             reads_namespaces: d.reads_namespaces,
             reads_volumes: d.reads_volumes,
+            permit: false,
         }
     }
 }

@@ -1547,6 +1547,7 @@ mod stage_tests {
                     reads_existing_pods: sdk::ExistingPodParts::NONE,
                     reads_namespaces: false,
                     reads_volumes: false,
+                    permit: false,
                 },
                 names: HashMap::new(),
             }))

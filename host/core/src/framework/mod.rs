@@ -2,13 +2,22 @@
 //!
 //! A [`Scheduler`] owns the [`Cache`] and one [`Profile`] per scheduler name. A profile owns one
 //! instance of each plugin it uses; before every cycle each instance is brought up to date with the
-//! cache's change log (only the nodes that changed are sent), then [`cycle`] runs the pod through
-//! the filters and scores.
+//! cache's change log (only the nodes that changed are sent, `sync.rs`), then [`cycle`] runs the
+//! pod through the filters and scores. Every instance is wrapped to time its calls and leave out
+//! the `set-pod` calls whose answer is known (`instance.rs`); after Reserve, the plugins that
+//! take part in Permit say whether the pod may be bound (`permit.rs`).
 
 mod cycle;
+mod instance;
+mod permit;
 mod preemption;
 pub mod reasons;
 mod spin;
+mod sync;
+
+#[cfg(test)]
+use instance::{PlanReuse, SETTLED_PLANS};
+use sync::{catch_up, Reads, Synced};
 
 use std::sync::Arc;
 
@@ -18,11 +27,12 @@ use std::time::{Duration, Instant};
 
 use crate::cache::Cache;
 use crate::clock::{Clock, SystemClock};
-use crate::metrics::{ExtensionPoint, PluginCallStats};
-use crate::runtime::{CallError, FailureKind, LoadError, PluginFactory, PluginInstance};
+use crate::metrics::PluginCallStats;
+use crate::runtime::{CallError, LoadError, PluginFactory, PluginInstance};
 use crate::util::Rng;
 
 pub use cycle::{Choice, NodeReport, Outcome};
+pub use permit::{PermitOutcome, PermitRejection};
 pub use preemption::{Preemption, PreemptionSettings, Victim};
 
 /// What a cycle does when a plugin fails (traps, times out, runs out of memory, returns nonsense).
@@ -104,213 +114,6 @@ impl IdleWhen {
             }
             IdleWhen::NoVolumeClaims => pod.volume_claims.is_empty(),
         }
-    }
-}
-
-impl PluginSpec {
-    /// A fresh instance whose calls are timed into [`PluginSpec::stats`].
-    fn instantiate(&self) -> Result<Box<dyn PluginInstance>, LoadError> {
-        let inner = self.factory.instantiate(&self.config)?;
-        Ok(Box::new(PlanReuse {
-            inner: Box::new(TimedInstance {
-                inner,
-                stats: self.stats.clone(),
-            }),
-            last: None,
-            settled: Vec::new(),
-        }))
-    }
-}
-
-/// Leaves out `set-pod` when the plugin could not tell the pod from the one it holds: the parts it
-/// reads are equal and its mirror has not changed since. It keeps its current pod and its plan
-/// stands. Pods of one ReplicaSet or Job arrive together, and for each of them most plugins would
-/// otherwise be asked the same question; a call into a component costs several times what the
-/// comparison does.
-///
-/// Pods of several workloads interleave in a queue, so it also keeps the last few plans that
-/// leave nothing more to ask the plugin for their pod (every node passes or the failing ones
-/// are listed, and no score): such a plan stands for a pod with the same parts whichever pod
-/// the instance holds, since the cycle makes no further call into it. In the `mixed` bench
-/// scenario this left out nearly every `set-pod` of NodeUnschedulable and some of NodeAffinity's
-/// and VolumeZone's, a few microseconds each as WebAssembly.
-struct PlanReuse {
-    inner: Box<dyn PluginInstance>,
-    /// The pod the instance holds (only the parts it reads) and the plan it gave for it; none
-    /// after its mirror changed or a call failed.
-    last: Option<(sdk::Pod, sdk::PodPlan)>,
-    /// Recent plans that need no further call (see [`settles`]), oldest first, at most
-    /// [`SETTLED_PLANS`]; emptied with `last`.
-    settled: Vec<(sdk::Pod, sdk::PodPlan)>,
-}
-
-/// How many settled plans [`PlanReuse`] keeps: the shapes of pods a queue interleaves.
-const SETTLED_PLANS: usize = 8;
-
-/// Whether the cycle asks nothing more of the plugin for a pod with this plan: no filter call
-/// (every node passes, or the failing ones are listed, or none can pass) and no score.
-fn settles(plan: &sdk::PodPlan) -> bool {
-    !plan.score
-        && matches!(
-            plan.filter,
-            sdk::FilterPlan::Skip
-                | sdk::FilterPlan::FailingNodes { .. }
-                | sdk::FilterPlan::Reject(_)
-        )
-}
-
-impl PlanReuse {
-    /// Forgets every plan: the mirror changed, or a call failed.
-    fn forget(&mut self) {
-        self.last = None;
-        self.settled.clear();
-    }
-}
-
-impl PluginInstance for PlanReuse {
-    fn descriptor(&self) -> &sdk::Descriptor {
-        self.inner.descriptor()
-    }
-    fn upsert_nodes(&mut self, nodes: &[(u32, &sdk::NodeInfo)]) -> Result<(), CallError> {
-        self.forget();
-        self.inner.upsert_nodes(nodes)
-    }
-    fn remove_nodes(&mut self, ids: &[u32]) -> Result<(), CallError> {
-        self.forget();
-        self.inner.remove_nodes(ids)
-    }
-    fn update_usage(&mut self, usage: &[(u32, &sdk::NodeUsage)]) -> Result<(), CallError> {
-        self.forget();
-        self.inner.update_usage(usage)
-    }
-    fn upsert_pods(&mut self, pods: &[(u32, sdk::ExistingPod)]) -> Result<(), CallError> {
-        self.forget();
-        self.inner.upsert_pods(pods)
-    }
-    fn remove_pods(&mut self, ids: &[u32]) -> Result<(), CallError> {
-        self.forget();
-        self.inner.remove_pods(ids)
-    }
-    fn upsert_namespaces(&mut self, namespaces: &[(&str, &sdk::Labels)]) -> Result<(), CallError> {
-        self.forget();
-        self.inner.upsert_namespaces(namespaces)
-    }
-    fn remove_namespaces(&mut self, names: &[&str]) -> Result<(), CallError> {
-        self.forget();
-        self.inner.remove_namespaces(names)
-    }
-    fn upsert_volumes(&mut self, volumes: &[&sdk::VolumeInfo]) -> Result<(), CallError> {
-        self.forget();
-        self.inner.upsert_volumes(volumes)
-    }
-    fn remove_volumes(&mut self, names: &[&str]) -> Result<(), CallError> {
-        self.forget();
-        self.inner.remove_volumes(names)
-    }
-    fn set_pod(&mut self, pod: &sdk::Pod) -> Result<sdk::PodPlan, CallError> {
-        let parts = self.inner.descriptor().reads_pod;
-        if let Some((held, plan)) = &self.last {
-            if pod.same_parts(held, parts) {
-                return Ok(plan.clone());
-            }
-        }
-        if let Some((_, plan)) = self
-            .settled
-            .iter()
-            .find(|(seen, _)| pod.same_parts(seen, parts))
-        {
-            return Ok(plan.clone());
-        }
-        self.last = None;
-        let plan = match self.inner.set_pod(pod) {
-            Ok(plan) => plan,
-            Err(e) => {
-                self.forget();
-                return Err(e);
-            }
-        };
-        let held = pod.with_parts(parts);
-        if settles(&plan) {
-            if self.settled.len() == SETTLED_PLANS {
-                self.settled.remove(0);
-            }
-            self.settled.push((held.clone(), plan.clone()));
-        }
-        self.last = Some((held, plan.clone()));
-        Ok(plan)
-    }
-    fn filter(&mut self, ids: &[u32], out: &mut sdk::FilterResults) -> Result<(), CallError> {
-        self.inner.filter(ids, out)
-    }
-    fn score(&mut self, ids: &[u32], out: &mut Vec<i64>) -> Result<(), CallError> {
-        self.inner.score(ids, out)
-    }
-    fn normalize(&mut self, scores: &mut Vec<i64>) -> Result<(), CallError> {
-        self.inner.normalize(scores)
-    }
-}
-
-/// Times every call of an instance (one clock read per batch, not per node).
-struct TimedInstance {
-    inner: Box<dyn PluginInstance>,
-    stats: Arc<PluginCallStats>,
-}
-
-impl TimedInstance {
-    fn timed<T>(
-        &mut self,
-        point: ExtensionPoint,
-        call: impl FnOnce(&mut dyn PluginInstance) -> Result<T, CallError>,
-    ) -> Result<T, CallError> {
-        let started = std::time::Instant::now();
-        let result = call(self.inner.as_mut());
-        self.stats.observe(point, started.elapsed(), result.is_ok());
-        result
-    }
-}
-
-impl PluginInstance for TimedInstance {
-    fn descriptor(&self) -> &sdk::Descriptor {
-        self.inner.descriptor()
-    }
-    fn upsert_nodes(&mut self, nodes: &[(u32, &sdk::NodeInfo)]) -> Result<(), CallError> {
-        self.timed(ExtensionPoint::Sync, |i| i.upsert_nodes(nodes))
-    }
-    fn remove_nodes(&mut self, ids: &[u32]) -> Result<(), CallError> {
-        self.timed(ExtensionPoint::Sync, |i| i.remove_nodes(ids))
-    }
-    fn update_usage(&mut self, usage: &[(u32, &sdk::NodeUsage)]) -> Result<(), CallError> {
-        self.timed(ExtensionPoint::Sync, |i| i.update_usage(usage))
-    }
-    fn upsert_pods(&mut self, pods: &[(u32, sdk::ExistingPod)]) -> Result<(), CallError> {
-        self.timed(ExtensionPoint::Sync, |i| i.upsert_pods(pods))
-    }
-    fn remove_pods(&mut self, ids: &[u32]) -> Result<(), CallError> {
-        self.timed(ExtensionPoint::Sync, |i| i.remove_pods(ids))
-    }
-    fn upsert_namespaces(&mut self, namespaces: &[(&str, &sdk::Labels)]) -> Result<(), CallError> {
-        self.timed(ExtensionPoint::Sync, |i| i.upsert_namespaces(namespaces))
-    }
-    fn remove_namespaces(&mut self, names: &[&str]) -> Result<(), CallError> {
-        self.timed(ExtensionPoint::Sync, |i| i.remove_namespaces(names))
-    }
-    fn upsert_volumes(&mut self, volumes: &[&sdk::VolumeInfo]) -> Result<(), CallError> {
-        self.timed(ExtensionPoint::Sync, |i| i.upsert_volumes(volumes))
-    }
-    fn remove_volumes(&mut self, names: &[&str]) -> Result<(), CallError> {
-        self.timed(ExtensionPoint::Sync, |i| i.remove_volumes(names))
-    }
-    fn set_pod(&mut self, pod: &sdk::Pod) -> Result<sdk::PodPlan, CallError> {
-        self.timed(ExtensionPoint::PreFilter, |i| i.set_pod(pod))
-    }
-    fn filter(&mut self, ids: &[u32], out: &mut sdk::FilterResults) -> Result<(), CallError> {
-        self.timed(ExtensionPoint::Filter, |i| i.filter(ids, out))
-    }
-    fn score(&mut self, ids: &[u32], out: &mut Vec<i64>) -> Result<(), CallError> {
-        self.timed(ExtensionPoint::Score, |i| i.score(ids, out))
-    }
-    fn normalize(&mut self, scores: &mut Vec<i64>) -> Result<(), CallError> {
-        self.timed(ExtensionPoint::Score, |i| i.normalize(scores))
     }
 }
 
@@ -518,239 +321,6 @@ impl Slot {
             cache,
         )
     }
-}
-
-/// What of the cache a plugin's mirror holds beyond its nodes (from its descriptor).
-#[derive(Debug, Clone, Copy)]
-struct Reads {
-    usage: bool,
-    existing_pods: sdk::ExistingPodParts,
-    namespaces: bool,
-    volumes: bool,
-}
-
-impl Reads {
-    fn of(descriptor: &sdk::Descriptor) -> Reads {
-        Reads {
-            usage: descriptor.reads_usage,
-            existing_pods: descriptor.reads_existing_pods,
-            namespaces: descriptor.reads_namespaces,
-            volumes: descriptor.reads_volumes,
-        }
-    }
-}
-
-/// How far an instance's mirror follows the cache.
-#[derive(Debug, Clone, Default)]
-struct Synced {
-    /// The cache generation the mirror reflects; `None` while it is empty.
-    generation: Option<u64>,
-    /// Per pod id, for a plugin that reads no labels: whether its mirror holds the pod. Such a
-    /// plugin is not sent the pods that have none of the parts it reads (NodePorts reads host
-    /// ports, which few pods have): that spares a call per placement, and since its mirror then
-    /// does not change, its plan for the next pod of the same shape stands too.
-    held: Vec<bool>,
-}
-
-impl Synced {
-    fn holds(&self, pod: u32) -> bool {
-        self.held.get(pod as usize).copied().unwrap_or(false)
-    }
-
-    fn hold(&mut self, pod: u32, held: bool) {
-        let slot = pod as usize;
-        if slot >= self.held.len() {
-            if !held {
-                return;
-            }
-            self.held.resize(slot + 1, false);
-        }
-        self.held[slot] = held;
-    }
-}
-
-/// Whether a plugin reading `parts` of placed pods needs `pod` in its mirror: one that reads
-/// labels needs every pod; otherwise only a pod with something in a part it reads.
-fn worth_sending(pod: &sdk::ExistingPod, parts: sdk::ExistingPodParts) -> bool {
-    use sdk::ExistingPodParts as Parts;
-    parts.contains(Parts::LABELS)
-        || (parts.contains(Parts::POD_AFFINITY) && !pod.pod_affinity.is_empty())
-        || (parts.contains(Parts::HOST_PORTS) && !pod.host_ports.is_empty())
-}
-
-/// Brings one instance's mirror from generation `synced` up to the cache's, making a fresh
-/// instance (which gets every node) when there is none or the change log no longer reaches back.
-fn catch_up(
-    spec: &PluginSpec,
-    reads: Reads,
-    instance: &mut Option<Box<dyn PluginInstance>>,
-    synced: &mut Synced,
-    cache: &Cache,
-) -> Result<(), CallError> {
-    let generation = cache.generation();
-    let lagging = synced.generation.is_some_and(|s| s < cache.log_start());
-    if instance.is_none() || lagging {
-        *synced = Synced::default();
-        let fresh = spec
-            .instantiate()
-            .map_err(|e| CallError::of_kind(FailureKind::Init, "init", e.0))?;
-        *instance = Some(fresh);
-    }
-    let live = instance.as_mut().expect("made above");
-    let result = send_changes(live.as_mut(), reads, synced, cache);
-    match result {
-        Ok(()) => synced.generation = Some(generation),
-        Err(_) => {
-            *instance = None;
-            *synced = Synced::default();
-        }
-    }
-    result
-}
-
-fn send_changes(
-    instance: &mut dyn PluginInstance,
-    reads: Reads,
-    synced: &mut Synced,
-    cache: &Cache,
-) -> Result<(), CallError> {
-    let parts = reads.existing_pods;
-    match synced.generation {
-        None => {
-            let nodes: Vec<(u32, &sdk::NodeInfo)> =
-                cache.nodes().map(|(id, entry)| (id, &entry.info)).collect();
-            for batch in nodes.chunks(SYNC_BATCH) {
-                instance.upsert_nodes(batch)?;
-            }
-            if !parts.is_empty() {
-                let pods: Vec<(u32, sdk::ExistingPod)> = cache
-                    .existing_pods()
-                    .filter(|(_, _, pod)| worth_sending(pod, parts))
-                    .map(|(id, node, pod)| (id, pod.with_parts(node, parts)))
-                    .collect();
-                for &(id, _) in &pods {
-                    synced.hold(id, true);
-                }
-                for batch in pods.chunks(SYNC_BATCH) {
-                    instance.upsert_pods(batch)?;
-                }
-            }
-            if reads.namespaces {
-                let namespaces: Vec<(&str, &sdk::Labels)> = cache.namespaces().collect();
-                for batch in namespaces.chunks(SYNC_BATCH) {
-                    instance.upsert_namespaces(batch)?;
-                }
-            }
-            if reads.volumes {
-                let volumes: Vec<&sdk::VolumeInfo> = cache.all_volumes().collect();
-                for batch in volumes.chunks(SYNC_BATCH) {
-                    instance.upsert_volumes(batch)?;
-                }
-            }
-        }
-        Some(since) if since < cache.generation() => {
-            let delta = cache.delta_since(since);
-            // A mirror never holds a pod on a node it lacks: pods that left go first; pods on nodes
-            // the mirror already has (a pod that moved off a node being removed among them) go
-            // before the nodes are removed; pods on nodes being added go after them, and are
-            // removed first too, since where the mirror holds them may be a node being removed.
-            let (mut early, mut late, mut gone) = (Vec::new(), Vec::new(), Vec::new());
-            if !parts.is_empty() {
-                let arriving: std::collections::HashSet<u32> =
-                    delta.upserts.iter().copied().collect();
-                let every_pod = parts.contains(sdk::ExistingPodParts::LABELS);
-                for &id in &delta.pods {
-                    match cache.existing_pod(id) {
-                        Some((_, pod)) if !worth_sending(pod, parts) && synced.holds(id) => {
-                            gone.push(id);
-                            synced.hold(id, false);
-                        }
-                        Some((_, pod)) if !worth_sending(pod, parts) => {}
-                        Some((node, pod)) if arriving.contains(&node) => {
-                            gone.push(id);
-                            late.push((id, pod.with_parts(node, parts)));
-                            synced.hold(id, true);
-                        }
-                        Some((node, pod)) => {
-                            early.push((id, pod.with_parts(node, parts)));
-                            synced.hold(id, true);
-                        }
-                        None if every_pod || synced.holds(id) => {
-                            gone.push(id);
-                            synced.hold(id, false);
-                        }
-                        None => {}
-                    }
-                }
-            }
-            for batch in gone.chunks(SYNC_BATCH) {
-                instance.remove_pods(batch)?;
-            }
-            for batch in early.chunks(SYNC_BATCH) {
-                instance.upsert_pods(batch)?;
-            }
-            if !delta.removals.is_empty() {
-                instance.remove_nodes(&delta.removals)?;
-            }
-            if !delta.upserts.is_empty() {
-                let nodes: Vec<(u32, &sdk::NodeInfo)> = delta
-                    .upserts
-                    .iter()
-                    .filter_map(|&id| cache.node(id).map(|n| (id, &n.info)))
-                    .collect();
-                for batch in nodes.chunks(SYNC_BATCH) {
-                    instance.upsert_nodes(batch)?;
-                }
-            }
-            if !delta.usage.is_empty() && reads.usage {
-                let usage: Vec<(u32, &sdk::NodeUsage)> = delta
-                    .usage
-                    .iter()
-                    .filter_map(|&id| cache.node(id).map(|n| (id, &n.info.usage)))
-                    .collect();
-                for batch in usage.chunks(SYNC_BATCH) {
-                    instance.update_usage(batch)?;
-                }
-            }
-            for batch in late.chunks(SYNC_BATCH) {
-                instance.upsert_pods(batch)?;
-            }
-            if reads.namespaces && !delta.namespaces.is_empty() {
-                let (mut upserts, mut removals) = (Vec::new(), Vec::new());
-                for &id in &delta.namespaces {
-                    match cache.namespace(id) {
-                        Some((name, Some(labels))) => upserts.push((name, labels)),
-                        Some((name, None)) => removals.push(name),
-                        None => {}
-                    }
-                }
-                if !removals.is_empty() {
-                    instance.remove_namespaces(&removals)?;
-                }
-                for batch in upserts.chunks(SYNC_BATCH) {
-                    instance.upsert_namespaces(batch)?;
-                }
-            }
-            if reads.volumes && !delta.volumes.is_empty() {
-                let (mut upserts, mut removals) = (Vec::new(), Vec::new());
-                for &id in &delta.volumes {
-                    match cache.volume_entry(id) {
-                        Some((_, Some(volume))) => upserts.push(volume),
-                        Some((name, None)) => removals.push(name),
-                        None => {}
-                    }
-                }
-                if !removals.is_empty() {
-                    instance.remove_volumes(&removals)?;
-                }
-                for batch in upserts.chunks(SYNC_BATCH) {
-                    instance.upsert_volumes(batch)?;
-                }
-            }
-        }
-        Some(_) => {}
-    }
-    Ok(())
 }
 
 /// A filter-and-score thread's own instance of every plugin of a profile (the scheduling thread
@@ -1286,6 +856,7 @@ mod tests {
                     reads_existing_pods: sdk::ExistingPodParts::NONE,
                     reads_namespaces: false,
                     reads_volumes: false,
+                    permit: false,
                 },
                 set_pods: 0,
                 fail_next,
@@ -1518,6 +1089,7 @@ mod tests {
                     reads_existing_pods: self.parts,
                     reads_namespaces: true,
                     reads_volumes: true,
+                    permit: false,
                 },
                 sent: self.sent.clone(),
             }))

@@ -114,6 +114,53 @@ pub trait PluginInstance: Send {
     fn score(&mut self, ids: &[u32], out: &mut Vec<i64>) -> Result<(), CallError>;
     /// The plugin's own normalization, in place.
     fn normalize(&mut self, scores: &mut Vec<i64>) -> Result<(), CallError>;
+
+    /// Permit, for a plugin whose descriptor sets `permit`: whether `pod`, reserved on `node`,
+    /// may go on to be bound now, must wait, or is rejected; and which pods waiting at this
+    /// plugin it lets go.
+    fn permit(&mut self, pod: &Pod, node: &str) -> Result<PermitAnswer, CallError> {
+        let _ = (pod, node);
+        Ok(PermitAnswer::allow())
+    }
+
+    /// Unreserve, for a plugin whose descriptor sets `permit`: `pod`'s reservation on `node`
+    /// was undone (rejected, timed out, or its binding failed); whatever the plugin counted for it
+    /// is to be forgotten.
+    fn unreserve(&mut self, pod: &Pod, node: &str) -> Result<(), CallError> {
+        let _ = (pod, node);
+        Ok(())
+    }
+}
+
+/// What a Permit plugin decided for a reserved pod (kube-scheduler's Permit statuses).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Permit {
+    /// The pod may be bound, as far as this plugin is concerned.
+    Allow,
+    /// The pod waits, still reserved, until this plugin lets it go or `timeout` passes (then it
+    /// is rejected and unreserved).
+    Wait { timeout: std::time::Duration },
+    /// The pod is not to be bound: it is unreserved and tried again later, with this reason.
+    Reject(String),
+}
+
+/// A Permit plugin's answer: its decision for the pod of the call, and the pods (by
+/// `namespace/name`) waiting at this plugin that it now allows (as kube-scheduler's plugins
+/// allow waiting pods through the framework handle).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PermitAnswer {
+    pub permit: Permit,
+    pub allow: Vec<String>,
+}
+
+impl PermitAnswer {
+    /// Allow, releasing nobody.
+    pub fn allow() -> Self {
+        PermitAnswer {
+            permit: Permit::Allow,
+            allow: Vec::new(),
+        }
+    }
 }
 
 /// Makes instances of one plugin.

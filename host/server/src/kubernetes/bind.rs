@@ -98,7 +98,7 @@ impl ResultSink for ApiSink {
                     Carried::ConditionFailed(e) => {
                         tracing::warn!(pod = %result.pod, "writing the condition of the pod failed: {e}");
                     }
-                    Carried::Recorded | Carried::Stale => {}
+                    Carried::Recorded | Carried::Stale | Carried::Waiting => {}
                 }
                 if carried.applied() {
                     backend.record_events(&result);

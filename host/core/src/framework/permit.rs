@@ -1,0 +1,121 @@
+//! Permit and Unreserve: the plugins' say between Reserve and the binding cycle.
+//!
+//! After the service reserved a pod on its node, every plugin of the pod's profile whose
+//! descriptor sets `permit` is asked, in profile order, whether the pod may go on to be bound
+//! (kube-scheduler's `RunPermitPlugins`): the first rejection ends the stage; waits add up (the
+//! pod waits until every plugin it waits at lets it go). Whatever a plugin answered, the waiting
+//! pods it lets go are returned for the service to release. Unreserve runs on the same plugins
+//! in reverse order when a reservation is undone.
+
+use std::time::Duration;
+
+use wasched_sdk as sdk;
+
+use super::{OnFailure, Profile, Scheduler};
+use crate::runtime::Permit;
+
+/// What the Permit plugins of a pod's profile decided for it.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PermitOutcome {
+    /// The plugin that rejected the pod, or failed under `on_failure = "fail"`: the pod is to be
+    /// unreserved.
+    pub rejected: Option<PermitRejection>,
+    /// The plugins the pod is to wait at, each with its timeout.
+    pub waits: Vec<(String, Duration)>,
+    /// Waiting pods the plugins let go, as (plugin, `namespace/name`).
+    pub allowed: Vec<(String, String)>,
+}
+
+/// Why a pod may not be bound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PermitRejection {
+    pub plugin: String,
+    /// kube-scheduler's message: the plugin's reason, or `running Permit plugin "P": ...`.
+    pub message: String,
+    /// The plugin failed (an error, retried after backoff) rather than rejected the pod.
+    pub error: bool,
+}
+
+impl Scheduler {
+    /// Runs the Permit plugins of `pod`'s profile for `pod` reserved on `node`.
+    pub fn permit(&mut self, pod: &sdk::Pod, node: &str) -> PermitOutcome {
+        let mut outcome = PermitOutcome::default();
+        let Some(profile) = self.profile_of(pod) else {
+            return outcome;
+        };
+        let now = profile.clock.now();
+        let key = pod.key();
+        for slot in profile.slots.iter_mut().filter(|s| s.descriptor.permit) {
+            // A quarantined plugin, or one whose instance failed this cycle, is left out.
+            if slot.quarantined(now) {
+                continue;
+            }
+            let Some(instance) = slot.instance.as_mut() else {
+                continue;
+            };
+            let answer = match instance.permit(pod, node) {
+                Ok(answer) => answer,
+                Err(e) => {
+                    slot.record_failure(&e, now, Some(&key));
+                    if slot.spec.policy.on_failure == OnFailure::Ignore {
+                        continue;
+                    }
+                    outcome.rejected = Some(PermitRejection {
+                        plugin: slot.spec.name.clone(),
+                        message: format!("running Permit plugin \"{}\": {e}", slot.spec.name),
+                        error: true,
+                    });
+                    break;
+                }
+            };
+            slot.record_success();
+            let name = &slot.spec.name;
+            outcome
+                .allowed
+                .extend(answer.allow.into_iter().map(|k| (name.clone(), k)));
+            match answer.permit {
+                Permit::Allow => {}
+                Permit::Wait { timeout } => outcome.waits.push((name.clone(), timeout)),
+                Permit::Reject(message) => {
+                    outcome.rejected = Some(PermitRejection {
+                        plugin: name.clone(),
+                        message,
+                        error: false,
+                    });
+                    break;
+                }
+            }
+        }
+        outcome
+    }
+
+    /// Tells the Permit plugins of `pod`'s profile, in reverse order, that its reservation on
+    /// `node` was undone. A failure is recorded against the plugin and goes no further.
+    pub fn unreserve_plugins(&mut self, pod: &sdk::Pod, node: &str) {
+        let Some(profile) = self.profile_of(pod) else {
+            return;
+        };
+        let now = profile.clock.now();
+        let key = pod.key();
+        for slot in profile
+            .slots
+            .iter_mut()
+            .rev()
+            .filter(|s| s.descriptor.permit)
+        {
+            let Some(instance) = slot.instance.as_mut() else {
+                continue;
+            };
+            match instance.unreserve(pod, node) {
+                Ok(()) => slot.record_success(),
+                Err(e) => slot.record_failure(&e, now, Some(&key)),
+            }
+        }
+    }
+
+    fn profile_of(&mut self, pod: &sdk::Pod) -> Option<&mut Profile> {
+        self.profiles
+            .iter_mut()
+            .find(|p| p.scheduler_name == pod.scheduler_name)
+    }
+}
