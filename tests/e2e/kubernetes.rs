@@ -1235,3 +1235,111 @@ fn a_binding_the_api_server_never_answers_is_given_up_after_the_request_timeout_
         1
     );
 }
+
+/// One write the scheduler made to the API server, in the words `tests/backends/two-cycles.txt`
+/// uses for every backend; `None` for writes the other backends have no counterpart of (Events,
+/// the Lease, a victim's `DisruptionTarget` mark, a condition that changes no nomination).
+fn described_write(write: &Value) -> Option<String> {
+    let path = write["path"].as_str()?;
+    let body = &write["body"];
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    match (write["method"].as_str()?, segments.as_slice()) {
+        ("PUT", [.., "persistentvolumeclaims", name]) => Some(format!(
+            "claim {:?} volumeName={:?} selectedNode={:?}",
+            Some(*name),
+            body["spec"]["volumeName"].as_str(),
+            body["metadata"]["annotations"]["volume.kubernetes.io/selected-node"].as_str(),
+        )),
+        ("POST", [.., "pods", name, "binding"]) => Some(format!(
+            "pod {:?} node={:?} nominated=None",
+            Some(*name),
+            body["target"]["name"].as_str(),
+        )),
+        ("DELETE", [.., "pods", name]) => Some(format!("delete Pod {name:?}")),
+        ("PATCH", [.., "pods", name, "status"]) => {
+            let nominated = body["status"]["nominatedNodeName"].as_str()?;
+            Some(format!(
+                "pod {:?} node=None nominated={:?}",
+                Some(*name),
+                Some(nominated)
+            ))
+        }
+        _ => None,
+    }
+}
+
+#[test]
+fn the_api_server_backend_makes_the_writes_the_memory_and_store_backends_make_in_the_same_order() {
+    let api = ApiServer::start();
+    api.create(&node("node-a", "a", "2"));
+    api.create(&json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": "wffc"},
+        "provisioner": "example.com/disk",
+        "volumeBindingMode": "WaitForFirstConsumer"
+    }));
+    api.create(&json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data", "namespace": "default"},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"], "storageClassName": "wffc",
+            "resources": {"requests": {"storage": "1Gi"}}
+        },
+        "status": {"phase": "Pending"}
+    }));
+    api.create(&pod(
+        "low",
+        "1500m",
+        json!({"nodeName": "node-a", "priority": -10}),
+    ));
+    api.create(&pod(
+        "app",
+        "500m",
+        json!({"priority": 0, "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}),
+    ));
+    let test_agent = api.call("GET", "/_test/writes", None).1[0]["userAgent"].clone();
+    let _scheduler = Scheduler::start(&api, "backends", &[]);
+    let claim_path = "/api/v1/namespaces/default/persistentvolumeclaims/data";
+
+    // The provisioner and the PV controller, played by the test: the claim marked with its node
+    // is bound to a new volume.
+    wait_for("PreBind marks the claim with its node", || {
+        api.call("GET", claim_path, None).1["metadata"]["annotations"]
+            ["volume.kubernetes.io/selected-node"]
+            == "node-a"
+    });
+    api.create(&json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": "pv-data"},
+        "spec": {
+            "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "wffc",
+            "claimRef": {"namespace": "default", "name": "data"}
+        },
+        "status": {"phase": "Bound"}
+    }));
+    let (_, mut claim) = api.call("GET", claim_path, None);
+    claim["spec"]["volumeName"] = json!("pv-data");
+    claim["metadata"]["annotations"]["pv.kubernetes.io/bind-completed"] = json!("yes");
+    let (status, reply) = api.call("PUT", claim_path, Some(claim));
+    assert!(status < 300, "{status} {reply}");
+    wait_for("the pod is bound", || api.node_of("app").is_some());
+
+    api.create(&pod("high", "1500m", json!({"priority": 0})));
+    wait_for("the victim is evicted", || !api.pods().contains_key("low"));
+
+    let expected: Vec<&str> = include_str!("../backends/two-cycles.txt").lines().collect();
+    let mut written = Vec::new();
+    wait_for("the preemptor's nomination is written", || {
+        let writes = api.call("GET", "/_test/writes", None).1;
+        written = writes
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|w| w["userAgent"] != test_agent)
+            .filter_map(described_write)
+            .collect();
+        written.len() >= expected.len()
+    });
+    assert_eq!(written[..expected.len()], expected[..], "{written:#?}");
+}

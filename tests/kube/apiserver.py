@@ -25,7 +25,8 @@ connection), `POST /_test/block-watches` also answers every list and watch with 
 `POST /_test/unblock-watches` (a network partition), `POST /_test/compact` forgets the kept events (the next watch from an older
 resourceVersion gets 410), `POST /_test/fail-bindings` with `{"status": 500, "count": 3}` makes the
 next bindings fail, `POST /_test/slow-bindings` with `{"seconds": 5, "count": 1}` makes the next
-bindings answer that late, `GET /_test/counts` counts the requests by kind.
+bindings answer that late, `GET /_test/counts` counts the requests by kind, `GET /_test/writes`
+lists every write in order (method, path, User-Agent, body).
 
 Run: python apiserver.py [--port N]; it prints `listening on http://127.0.0.1:PORT` when ready.
 """
@@ -91,6 +92,8 @@ class ApiServer(kmock.KubernetesEmulator):
         self.binding_failures: list[int] = []
         self.binding_delays: list[float] = []
         self.counts: collections.Counter[str] = collections.Counter()
+        # Every write in arrival order: method, path, the client's User-Agent and the body.
+        self.writes: list[dict] = []
         # One write at a time, from taking its resourceVersion to recording its watch event, so
         # watches see events in resourceVersion order (as etcd delivers them) however many
         # clients write at once.
@@ -135,6 +138,10 @@ class ApiServer(kmock.KubernetesEmulator):
             return _status(404, 'NotFound', f'{request.resource.plural} "{request.name}" not found')
         if request.action in (enums.action.CREATE, enums.action.UPDATE, enums.action.DELETE) \
                 or request.subresource in ('binding', 'status') or _is_replace(request):
+            self.writes.append({'method': request.method.value, 'path': request.url.path,
+                                'userAgent': next((v for k, v in request.headers.items()
+                                                   if k.lower() == 'user-agent'), ''),
+                                'body': request.data})
             if request.subresource == 'binding' and self.binding_delays:
                 await asyncio.sleep(self.binding_delays.pop(0))
             async with self.writing:
@@ -316,6 +323,8 @@ class ApiServer(kmock.KubernetesEmulator):
             self.binding_delays.extend([float(data.get('seconds', 5))] * int(data.get('count', 1)))
         elif path == '/_test/counts':
             return aiohttp.web.json_response(dict(self.counts))
+        elif path == '/_test/writes':
+            return aiohttp.web.json_response(self.writes)
         else:
             return _status(404, 'NotFound', path)
         return aiohttp.web.json_response({'ok': True})

@@ -1,7 +1,8 @@
 //! The same two cycles through the in-memory backend (`simulate`, `replay`) and the store's
 //! (`serve`): a pod whose WaitForFirstConsumer claim is to be provisioned on its node, then a pod
 //! that preempts.
-//! Both must make the same writes in the same order, so the backends cannot drift apart.
+//! Both must make the writes `tests/backends/two-cycles.txt` lists, in that order, as the API
+//! server's backend must (`tests/e2e/kubernetes.rs`), so the backends cannot drift apart.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -191,14 +192,11 @@ fn the_memory_and_store_backends_make_the_same_writes_in_the_same_order() {
         ]
     );
     assert_eq!(placed(&store_results), placed(&memory_results));
+    let expected: Vec<&str> = include_str!("../../../tests/backends/two-cycles.txt")
+        .lines()
+        .collect();
     assert_eq!(
-        memory,
-        [
-            r#"claim Some("data") volumeName=None selectedNode=Some("node-a")"#,
-            r#"pod Some("app") node=Some("node-a") nominated=None"#,
-            r#"delete Pod "low""#,
-            r#"pod Some("high") node=None nominated=Some("node-a")"#,
-        ],
+        memory, expected,
         "PreBind, Bind; then the eviction, then the nomination"
     );
     assert_eq!(store, memory);
