@@ -377,54 +377,65 @@ impl Service {
         self.unreadable.push_back(result);
     }
 
+    /// A node added or changed: the queue hears whether the change could help pending pods.
+    fn apply_node(&mut self, node: &core::Node) -> Result<(), k8s::FieldError> {
+        let cache = self.scheduler.cache_mut();
+        let info = k8s::node_info(node)?;
+        let change = match cache.node_id(&info.name).and_then(|id| cache.node(id)) {
+            None => ClusterEvent::NodeAdded,
+            Some(old) => {
+                let old = &old.info;
+                if old.labels != info.labels
+                    || old.taints != info.taints
+                    || old.allocatable != info.allocatable
+                    || old.unschedulable != info.unschedulable
+                {
+                    ClusterEvent::NodeChanged
+                } else {
+                    ClusterEvent::NodeChangedIrrelevant
+                }
+            }
+        };
+        cache.upsert_node(info);
+        self.queue.on_event(change);
+        Ok(())
+    }
+
+    /// A pod added or changed: bound (by us, confirming the assumption, or by someone else),
+    /// finished, or pending (queued, with what it held released).
+    fn apply_pod(&mut self, pod: &core::Pod) -> Result<(), k8s::FieldError> {
+        let cache = self.scheduler.cache_mut();
+        let model = k8s::pod(pod)?;
+        let key = model.key();
+        if k8s::is_terminated(pod) {
+            self.forget_pod(&key);
+        } else if !model.node_name.is_empty() {
+            // Bound, by us (this confirms the assumption) or by someone else.
+            self.assumed.remove(&key);
+            cache.settle_volumes(&key);
+            self.queue.delete(&key);
+            cache.clear_nomination(&key);
+            let arrived = cache.pod_node(&key) != Some(model.node_name.as_str());
+            cache.add_pod(&model, &model.node_name);
+            if arrived {
+                self.queue.on_event(ClusterEvent::AssignedPodAdded);
+            }
+        } else if !self.assumed.contains_key(&key) {
+            // Not bound (any more): whatever it held is released before it queues.
+            if cache.remove_pod(&key) {
+                self.queue.on_event(ClusterEvent::AssignedPodDeleted);
+            }
+            cache.nominate(&model);
+            self.queue.add(model);
+        }
+        Ok(())
+    }
+
     fn apply_upsert(&mut self, object: &Object) -> Result<(), k8s::FieldError> {
         let cache = self.scheduler.cache_mut();
         match object {
-            Object::Node(node) => {
-                let info = k8s::node_info(node)?;
-                let change = match cache.node_id(&info.name).and_then(|id| cache.node(id)) {
-                    None => ClusterEvent::NodeAdded,
-                    Some(old) => {
-                        let old = &old.info;
-                        if old.labels != info.labels
-                            || old.taints != info.taints
-                            || old.allocatable != info.allocatable
-                            || old.unschedulable != info.unschedulable
-                        {
-                            ClusterEvent::NodeChanged
-                        } else {
-                            ClusterEvent::NodeChangedIrrelevant
-                        }
-                    }
-                };
-                cache.upsert_node(info);
-                self.queue.on_event(change);
-            }
-            Object::Pod(pod) => {
-                let model = k8s::pod(pod)?;
-                let key = model.key();
-                if k8s::is_terminated(pod) {
-                    self.forget_pod(&key);
-                } else if !model.node_name.is_empty() {
-                    // Bound, by us (this confirms the assumption) or by someone else.
-                    self.assumed.remove(&key);
-                    cache.settle_volumes(&key);
-                    self.queue.delete(&key);
-                    cache.clear_nomination(&key);
-                    let arrived = cache.pod_node(&key) != Some(model.node_name.as_str());
-                    cache.add_pod(&model, &model.node_name);
-                    if arrived {
-                        self.queue.on_event(ClusterEvent::AssignedPodAdded);
-                    }
-                } else if !self.assumed.contains_key(&key) {
-                    // Not bound (any more): whatever it held is released before it queues.
-                    if cache.remove_pod(&key) {
-                        self.queue.on_event(ClusterEvent::AssignedPodDeleted);
-                    }
-                    cache.nominate(&model);
-                    self.queue.add(model);
-                }
-            }
+            Object::Node(node) => self.apply_node(node)?,
+            Object::Pod(pod) => self.apply_pod(pod)?,
             Object::Volume(pv) => {
                 cache.upsert_volume((**pv).clone());
                 self.queue.on_event(ClusterEvent::StorageChanged);

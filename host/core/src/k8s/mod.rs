@@ -262,25 +262,7 @@ pub fn pod(pod: &core::Pod) -> Result<sdk::Pod, FieldError> {
     }
     let empty = core::PodSpec::default();
     let spec = pod.spec.as_ref().unwrap_or(&empty);
-    let node_affinity = spec
-        .affinity
-        .as_ref()
-        .and_then(|a| a.node_affinity.as_ref())
-        .map(|na| sdk::NodeAffinity {
-            required: na
-                .required_during_scheduling_ignored_during_execution
-                .as_ref()
-                .map(|s| s.node_selector_terms.iter().map(term).collect()),
-            preferred: na
-                .preferred_during_scheduling_ignored_during_execution
-                .iter()
-                .flatten()
-                .map(|p| sdk::PreferredSchedulingTerm {
-                    weight: p.weight,
-                    preference: term(&p.preference),
-                })
-                .collect(),
-        });
+    let node_affinity = node_affinity(spec);
     let pod_labels = labels(&pod.metadata.labels);
     Ok(sdk::Pod {
         namespace: pod
@@ -299,47 +281,10 @@ pub fn pod(pod: &core::Pod) -> Result<sdk::Pod, FieldError> {
         node_name: spec.node_name.clone().unwrap_or_default(),
         node_selector: labels(&spec.node_selector),
         node_affinity,
-        tolerations: spec
-            .tolerations
-            .iter()
-            .flatten()
-            .map(|t| sdk::Toleration {
-                key: t.key.clone().unwrap_or_default(),
-                operator: t.operator.clone().unwrap_or_default(),
-                value: t.value.clone().unwrap_or_default(),
-                effect: t.effect.clone().unwrap_or_default(),
-                toleration_seconds: t.toleration_seconds,
-            })
-            .collect(),
+        tolerations: tolerations(spec),
         requests: pod_requests(spec, false)?,
         non_zero_requests: pod_requests(spec, true)?,
-        volume_claims: spec
-            .volumes
-            .iter()
-            .flatten()
-            .filter_map(|v| {
-                if let Some(c) = &v.persistent_volume_claim {
-                    Some(sdk::VolumeClaim {
-                        volume: v.name.clone(),
-                        claim_name: c.claim_name.clone(),
-                        ephemeral: false,
-                        claim: None,
-                    })
-                } else {
-                    // The ephemeral volume controller names the claim after the pod and volume.
-                    v.ephemeral.as_ref().map(|_| sdk::VolumeClaim {
-                        volume: v.name.clone(),
-                        claim_name: format!(
-                            "{}-{}",
-                            pod.metadata.name.as_deref().unwrap_or_default(),
-                            v.name
-                        ),
-                        ephemeral: true,
-                        claim: None,
-                    })
-                }
-            })
-            .collect(),
+        volume_claims: volume_claims(pod, spec),
         containers: spec
             .containers
             .iter()
@@ -353,17 +298,7 @@ pub fn pod(pod: &core::Pod) -> Result<sdk::Pod, FieldError> {
         topology_spread_constraints: placement::topology_spread_constraints(spec),
         default_spread_selector: None,
         terminating: pod.metadata.deletion_timestamp.is_some(),
-        controller: pod
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .find(|o| o.controller == Some(true))
-            .map(|o| sdk::ControllerRef {
-                api_version: o.api_version.clone(),
-                kind: o.kind.clone(),
-                name: o.name.clone(),
-            }),
+        controller: controller(pod),
         never_preempts: spec.preemption_policy.as_deref() == Some("Never"),
         start_time_millis: pod
             .status
@@ -379,6 +314,83 @@ pub fn pod(pod: &core::Pod) -> Result<sdk::Pod, FieldError> {
             && preempted_by_scheduler(pod),
         labels: pod_labels,
     })
+}
+
+/// kube-scheduler's view of the pod's required and preferred node affinity.
+fn node_affinity(spec: &core::PodSpec) -> Option<sdk::NodeAffinity> {
+    let na = spec.affinity.as_ref()?.node_affinity.as_ref()?;
+    Some(sdk::NodeAffinity {
+        required: na
+            .required_during_scheduling_ignored_during_execution
+            .as_ref()
+            .map(|s| s.node_selector_terms.iter().map(term).collect()),
+        preferred: na
+            .preferred_during_scheduling_ignored_during_execution
+            .iter()
+            .flatten()
+            .map(|p| sdk::PreferredSchedulingTerm {
+                weight: p.weight,
+                preference: term(&p.preference),
+            })
+            .collect(),
+    })
+}
+
+fn tolerations(spec: &core::PodSpec) -> Vec<sdk::Toleration> {
+    spec.tolerations
+        .iter()
+        .flatten()
+        .map(|t| sdk::Toleration {
+            key: t.key.clone().unwrap_or_default(),
+            operator: t.operator.clone().unwrap_or_default(),
+            value: t.value.clone().unwrap_or_default(),
+            effect: t.effect.clone().unwrap_or_default(),
+            toleration_seconds: t.toleration_seconds,
+        })
+        .collect()
+}
+
+/// The pod's PersistentVolumeClaims, and the claims of its generic ephemeral volumes.
+fn volume_claims(pod: &core::Pod, spec: &core::PodSpec) -> Vec<sdk::VolumeClaim> {
+    spec.volumes
+        .iter()
+        .flatten()
+        .filter_map(|v| {
+            if let Some(c) = &v.persistent_volume_claim {
+                Some(sdk::VolumeClaim {
+                    volume: v.name.clone(),
+                    claim_name: c.claim_name.clone(),
+                    ephemeral: false,
+                    claim: None,
+                })
+            } else {
+                // The ephemeral volume controller names the claim after the pod and volume.
+                v.ephemeral.as_ref().map(|_| sdk::VolumeClaim {
+                    volume: v.name.clone(),
+                    claim_name: format!(
+                        "{}-{}",
+                        pod.metadata.name.as_deref().unwrap_or_default(),
+                        v.name
+                    ),
+                    ephemeral: true,
+                    claim: None,
+                })
+            }
+        })
+        .collect()
+}
+
+/// The owner reference marked as the pod's controller.
+fn controller(pod: &core::Pod) -> Option<sdk::ControllerRef> {
+    let owners = pod.metadata.owner_references.iter().flatten();
+    owners
+        .into_iter()
+        .find(|o| o.controller == Some(true))
+        .map(|o| sdk::ControllerRef {
+            api_version: o.api_version.clone(),
+            kind: o.kind.clone(),
+            name: o.name.clone(),
+        })
 }
 
 /// What preemption reads of a PodDisruptionBudget.
