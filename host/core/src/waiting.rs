@@ -11,7 +11,9 @@ use crate::service::CycleResult;
 /// A reserved pod waiting at one or more Permit plugins.
 #[derive(Debug, Clone)]
 pub struct WaitingPod {
+    /// The pod, as its cycle saw it.
     pub pod: sdk::Pod,
+    /// The node it is reserved on.
     pub node: String,
     /// The result its cycle ended with, to be carried out once every plugin lets it go.
     pub result: CycleResult,

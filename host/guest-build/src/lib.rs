@@ -3,6 +3,8 @@
 //! target directory, so it never waits on the outer build's lock, and the wrapping of a core module
 //! into a component with `wit-component`.
 
+#![warn(missing_docs)]
+
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;

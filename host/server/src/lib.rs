@@ -17,6 +17,7 @@ pub mod store;
 pub mod store_binding;
 pub mod watch;
 
+use axum::http::StatusCode;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -204,27 +205,50 @@ pub struct Server {
     pub shutdown: tokio::sync::watch::Sender<bool>,
     /// Counts changes of the plugins or the configuration, so that open status pages refresh.
     pub policy_changes: tokio::sync::watch::Sender<u64>,
-    /// The watches of the API server (Kubernetes mode).
-    pub kube_watches: Option<Arc<kubernetes::WatchStats>>,
-    /// Open once every kind was listed from the API server (Kubernetes mode): ready, even as a
-    /// standby replica.
-    pub kube_synced: Option<Arc<StartGate>>,
-    /// True while this replica holds the Lease (Kubernetes mode with leader election).
+    /// Where the cluster lives, with what only Kubernetes mode has.
+    pub mode: Mode,
+}
+
+/// Where the cluster lives.
+pub enum Mode {
+    /// In the embedded store (`serve`); uploaded plugins and the admin configuration too.
+    Standalone,
+    /// In a Kubernetes API server (`serve --kubernetes`).
+    Kubernetes(KubeMode),
+}
+
+/// What a server in Kubernetes mode has beyond a standalone one.
+pub struct KubeMode {
+    /// The watches of the API server.
+    pub watches: Arc<kubernetes::WatchStats>,
+    /// Open once every kind was listed from the API server: ready, even as a standby replica.
+    pub synced: Arc<StartGate>,
+    /// True while this replica holds the Lease (`None`: no leader election).
     pub leading: Option<Arc<std::sync::atomic::AtomicBool>>,
-    /// Where uploaded plugins and the admin configuration are kept in Kubernetes mode (None:
-    /// the store).
-    pub shared_policy: Option<Arc<shared_policy::SharedPolicy>>,
+    /// Where uploaded plugins and the admin configuration are kept, shared by the replicas.
+    pub shared_policy: Arc<shared_policy::SharedPolicy>,
+}
+
+/// A plugin [`Server::load_plugin`] put in place.
+#[derive(Debug)]
+pub struct LoadedPlugin {
+    /// What was stored of it.
+    pub record: PluginRecord,
+    /// It replaced a plugin of the same name.
+    pub replaced: bool,
+    /// A profile of the configuration uses it, so it schedules pods now.
+    pub active: bool,
 }
 
 /// A refused policy change: the HTTP status and why.
 #[derive(Debug)]
 pub struct PolicyError {
-    pub status: u16,
+    pub status: StatusCode,
     pub message: String,
 }
 
 impl PolicyError {
-    fn new(status: u16, message: impl Into<String>) -> Self {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
         PolicyError {
             status,
             message: message.into(),
@@ -242,6 +266,20 @@ pub fn valid_plugin_name(name: &str) -> bool {
 }
 
 impl Server {
+    /// What Kubernetes mode has, in Kubernetes mode.
+    pub fn kube(&self) -> Option<&KubeMode> {
+        match &self.mode {
+            Mode::Kubernetes(kube) => Some(kube),
+            Mode::Standalone => None,
+        }
+    }
+
+    /// Where uploaded plugins and the admin configuration are kept in Kubernetes mode (`None`:
+    /// the store).
+    pub fn shared_policy(&self) -> Option<&Arc<shared_policy::SharedPolicy>> {
+        self.kube().map(|k| &k.shared_policy)
+    }
+
     /// Parses `text` and builds its profiles with `uploaded` components, off the scheduling
     /// thread.
     fn build(
@@ -272,7 +310,7 @@ impl Server {
         name: &str,
         bytes: Vec<u8>,
         expected_sha256: Option<&str>,
-    ) -> Result<(PluginRecord, bool, bool), PolicyError> {
+    ) -> Result<LoadedPlugin, PolicyError> {
         let result = self.try_load_plugin(policy, name, bytes, expected_sha256);
         let index = usize::from(result.is_err());
         self.plugin_loads[index].fetch_add(1, Ordering::Relaxed);
@@ -288,10 +326,10 @@ impl Server {
         name: &str,
         bytes: Vec<u8>,
         expected_sha256: Option<&str>,
-    ) -> Result<(PluginRecord, bool, bool), PolicyError> {
+    ) -> Result<LoadedPlugin, PolicyError> {
         if !valid_plugin_name(name) {
             return Err(PolicyError::new(
-                400,
+                StatusCode::BAD_REQUEST,
                 format!("invalid plugin name {name:?}: use 1-63 letters, digits, '-', '_' or '.', starting with a letter"),
             ));
         }
@@ -299,7 +337,7 @@ impl Server {
         if let Some(expected) = expected_sha256 {
             if !expected.eq_ignore_ascii_case(&sha256) {
                 return Err(PolicyError::new(
-                    400,
+                    StatusCode::BAD_REQUEST,
                     format!(
                         "sha256 mismatch: the upload has {sha256}, the request expected {expected}"
                     ),
@@ -308,7 +346,7 @@ impl Server {
         }
         let factory = WasmRuntime::shared()
             .load(name, &bytes, Limits::default())
-            .map_err(|e| PolicyError::new(400, e.0))?;
+            .map_err(|e| PolicyError::new(StatusCode::BAD_REQUEST, e.0))?;
         let version = wasched_core::runtime::PluginFactory::instantiate(&factory, "{}")
             .map(|i| i.descriptor().version.clone())
             .unwrap_or_default();
@@ -331,7 +369,7 @@ impl Server {
                 .build(&policy.source, &policy.text, &uploaded)
                 .map_err(|e| {
                     PolicyError::new(
-                        400,
+                        StatusCode::BAD_REQUEST,
                         format!("the active configuration cannot use this component: {e}"),
                     )
                 })?;
@@ -339,16 +377,16 @@ impl Server {
         } else {
             None
         };
-        match &self.shared_policy {
+        match self.shared_policy() {
             Some(shared) => {
                 policy.shared_version = shared
                     .put_plugin(&record, &bytes)
-                    .map_err(|e| PolicyError::new(503, e))?;
+                    .map_err(|e| PolicyError::new(StatusCode::SERVICE_UNAVAILABLE, e))?;
             }
             None => self
                 .store
                 .put_plugin(&record, &bytes)
-                .map_err(|e| PolicyError::new(500, e.to_string()))?,
+                .map_err(|e| PolicyError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?,
         }
         let replaced = policy.records.contains_key(name);
         policy.uploaded = uploaded;
@@ -356,10 +394,14 @@ impl Server {
         if let Some(profiles) = rebuilt {
             self.engine
                 .swap(profiles)
-                .map_err(|e| PolicyError::new(503, e))?;
+                .map_err(|e| PolicyError::new(StatusCode::SERVICE_UNAVAILABLE, e))?;
         }
         tracing::info!(plugin = name, sha256 = %record.sha256, replaced, active = in_use, "plugin loaded");
-        Ok((record, replaced, in_use))
+        Ok(LoadedPlugin {
+            record,
+            replaced,
+            active: in_use,
+        })
     }
 
     /// Removes an uploaded component unless a profile uses it.
@@ -369,29 +411,29 @@ impl Server {
     pub fn remove_plugin(&self, policy: &mut Policy, name: &str) -> Result<(), PolicyError> {
         if !policy.records.contains_key(name) {
             return Err(PolicyError::new(
-                404,
+                StatusCode::NOT_FOUND,
                 format!("no uploaded plugin named {name:?}"),
             ));
         }
         if let Some(profiles) = policy.usage.get(name) {
             return Err(PolicyError::new(
-                409,
+                StatusCode::CONFLICT,
                 format!(
                     "plugin {name} is used by profile(s) {}; change the configuration first",
                     profiles.join(", ")
                 ),
             ));
         }
-        match &self.shared_policy {
+        match self.shared_policy() {
             Some(shared) => {
                 policy.shared_version = shared
                     .remove_plugin(name)
-                    .map_err(|e| PolicyError::new(503, e))?;
+                    .map_err(|e| PolicyError::new(StatusCode::SERVICE_UNAVAILABLE, e))?;
             }
             None => {
-                self.store
-                    .remove_plugin(name)
-                    .map_err(|e| PolicyError::new(500, e.to_string()))?;
+                self.store.remove_plugin(name).map_err(|e| {
+                    PolicyError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+                })?;
             }
         }
         policy.uploaded.remove(name);
@@ -412,7 +454,7 @@ impl Server {
         text: String,
         persist: bool,
     ) -> Result<(), PolicyError> {
-        let source = match (&self.shared_policy, &policy.source) {
+        let source = match (self.shared_policy(), &policy.source) {
             // A file is a replica's own; a change through the admin API is every replica's.
             (Some(shared), ConfigSource::File(_)) if persist => {
                 ConfigSource::Cluster(shared.location())
@@ -423,29 +465,30 @@ impl Server {
         };
         let (config, profiles) = self
             .build(&source, &text, &policy.uploaded)
-            .map_err(|e| PolicyError::new(400, e.to_string()))?;
+            .map_err(|e| PolicyError::new(StatusCode::BAD_REQUEST, e.to_string()))?;
         if persist {
             match &source {
                 ConfigSource::File(path) => write_atomically(path, &text).map_err(|e| {
-                    PolicyError::new(500, format!("cannot write {}: {e}", path.display()))
+                    PolicyError::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        format!("cannot write {}: {e}", path.display()),
+                    )
                 })?,
                 ConfigSource::Cluster(_) => {
                     policy.shared_version = self
-                        .shared_policy
-                        .as_ref()
+                        .shared_policy()
                         .expect("a cluster source has a shared policy")
                         .set_config(&text)
-                        .map_err(|e| PolicyError::new(503, e))?;
+                        .map_err(|e| PolicyError::new(StatusCode::SERVICE_UNAVAILABLE, e))?;
                 }
-                _ => self
-                    .store
-                    .set_config(&text)
-                    .map_err(|e| PolicyError::new(500, e.to_string()))?,
+                _ => self.store.set_config(&text).map_err(|e| {
+                    PolicyError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+                })?,
             }
         }
         self.engine
             .swap(profiles)
-            .map_err(|e| PolicyError::new(503, e))?;
+            .map_err(|e| PolicyError::new(StatusCode::SERVICE_UNAVAILABLE, e))?;
         policy.usage = config.usage();
         policy.chains = config.chains();
         policy.text = text;
@@ -474,23 +517,27 @@ impl Server {
             policy.shared_version = version;
             return Ok(false);
         }
-        let (source, text) = match (&index.config, &self.shared_policy) {
+        let (source, text) = match (&index.config, self.shared_policy()) {
             (Some(text), Some(shared)) => (ConfigSource::Cluster(shared.location()), text.clone()),
             _ => match &self.args.config {
                 Some(path) => (
                     ConfigSource::File(path.clone()),
-                    std::fs::read_to_string(path)
-                        .map_err(|e| PolicyError::new(400, format!("{}: {e}", path.display())))?,
+                    std::fs::read_to_string(path).map_err(|e| {
+                        PolicyError::new(
+                            StatusCode::BAD_REQUEST,
+                            format!("{}: {e}", path.display()),
+                        )
+                    })?,
                 ),
                 None => (ConfigSource::Default, String::new()),
             },
         };
         let (config, profiles) = self
             .build(&source, &text, &components)
-            .map_err(|e| PolicyError::new(400, e.to_string()))?;
+            .map_err(|e| PolicyError::new(StatusCode::BAD_REQUEST, e.to_string()))?;
         self.engine
             .swap(profiles)
-            .map_err(|e| PolicyError::new(503, e))?;
+            .map_err(|e| PolicyError::new(StatusCode::SERVICE_UNAVAILABLE, e))?;
         policy.records = index
             .plugins
             .iter()
@@ -663,6 +710,15 @@ impl Server {
             objects.kube_synced,
             objects.leading,
         );
+        let mode = match (kube_watches, kube_synced, shared_policy.clone()) {
+            (Some(watches), Some(synced), Some(shared_policy)) => Mode::Kubernetes(KubeMode {
+                watches,
+                synced,
+                leading,
+                shared_policy,
+            }),
+            _ => Mode::Standalone,
+        };
         let watch = Arc::new(WatchLog::new(version));
         let engine = Engine::start(
             service,
@@ -695,10 +751,7 @@ impl Server {
             )),
             shutdown,
             policy_changes: tokio::sync::watch::Sender::new(0),
-            kube_watches,
-            kube_synced,
-            leading,
-            shared_policy: shared_policy.clone(),
+            mode,
         });
         if let Some(shared) = shared_policy {
             tokio::spawn(shared_policy::follow(
@@ -975,8 +1028,9 @@ async fn reload_on_sighup(server: Arc<Server>) {
         };
         let server = server.clone();
         let outcome = tokio::task::spawn_blocking(move || {
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| PolicyError::new(400, format!("{}: {e}", path.display())))?;
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                PolicyError::new(StatusCode::BAD_REQUEST, format!("{}: {e}", path.display()))
+            })?;
             server.apply_config(&mut policy, text, false)
         })
         .await;

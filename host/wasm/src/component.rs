@@ -81,8 +81,11 @@ pub const MAX_LISTED_NODES: usize = 100_000;
 /// Limits applied to every instance of a component.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
+    /// The longest one call may run before it is interrupted (zero: no deadline).
     pub call_timeout: Duration,
+    /// The most linear memory an instance may grow to, in bytes.
     pub memory: usize,
+    /// The most elements a table may grow to.
     pub table_elements: usize,
 }
 
@@ -344,9 +347,13 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 /// What `wasched plugin inspect` reports.
 #[derive(Debug, Clone)]
 pub struct Inspection {
+    /// The component's size in bytes.
     pub size: usize,
+    /// Its SHA-256, in lowercase hex.
     pub sha256: String,
+    /// The interfaces and functions it imports.
     pub imports: Vec<String>,
+    /// The interfaces and functions it exports.
     pub exports: Vec<String>,
     /// [`CURRENT_WORLD`] or [`V01_WORLD`], by its exports.
     pub world: &'static str,

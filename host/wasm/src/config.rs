@@ -41,8 +41,11 @@ use wasched_core::runtime::PluginFactory;
 /// A configuration mistake: where it is and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
+    /// The file the mistake is in.
     pub file: String,
+    /// Its line, when the mistake has one.
     pub line: Option<usize>,
+    /// What is wrong.
     pub message: String,
 }
 
@@ -175,17 +178,22 @@ struct ResolvedProfile {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProfileChain {
+    /// The pods' `spec.schedulerName` the profile serves.
     pub scheduler_name: String,
+    /// The profile's `percentage_of_nodes_to_score`, when set.
     pub percentage_of_nodes_to_score: Option<u32>,
     /// Filter plugins in the order they run.
     pub filters: Vec<String>,
+    /// Score plugins with their weights.
     pub scores: Vec<WeightedScore>,
 }
 
 /// A score plugin of a chain with its weight.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct WeightedScore {
+    /// The plugin's name.
     pub plugin: String,
+    /// What its normalized score is multiplied by.
     pub weight: i64,
 }
 

@@ -4,6 +4,8 @@
 //! a TOML file into plugin chains of either runtime ([`config`]), and `wasched plugin build`
 //! ([`plugin_build`]).
 
+#![warn(missing_docs)]
+
 pub mod component;
 pub mod config;
 pub mod embedded;

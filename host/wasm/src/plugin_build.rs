@@ -19,8 +19,11 @@ const RUST_TARGET: &str = "wasm32-unknown-unknown";
 
 /// What a build produced.
 pub struct Built {
+    /// Where the component was written.
     pub component: PathBuf,
+    /// Its size in bytes.
     pub size: usize,
+    /// Its SHA-256, in lowercase hex.
     pub sha256: String,
 }
 

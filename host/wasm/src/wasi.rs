@@ -127,6 +127,7 @@ impl OutputState {
 pub struct GuestOutput(Arc<Mutex<OutputState>>);
 
 impl GuestOutput {
+    /// The output of `plugin`'s `stream` (`stdout` or `stderr`), logged under its name.
     pub fn new(plugin: &str, stream: &'static str) -> Self {
         GuestOutput(Arc::new(Mutex::new(OutputState {
             plugin: plugin.to_string(),

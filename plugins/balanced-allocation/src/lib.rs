@@ -1,6 +1,8 @@
 //! NodeResourcesBalancedAllocation: prefers nodes whose cpu and memory would be used in similar
 //! proportions after placing the pod.
 
+#![warn(missing_docs)]
+
 use serde::Deserialize;
 use wasched_sdk::helpers::MAX_NODE_SCORE;
 use wasched_sdk::{NodeInfo, NodeSummary, Nodes, Plugin, Pod, PodParts, PodPlan, ScorePlugin};

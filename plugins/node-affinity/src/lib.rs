@@ -1,6 +1,8 @@
 //! NodeAffinity: `spec.nodeSelector` and required node affinity must both hold; preferred node
 //! affinity terms add their weights to a node's score.
 
+#![warn(missing_docs)]
+
 use wasched_sdk::node_selector::{
     parse_term, CompiledNodeAffinity, CompiledTerm, RequiredNodeAffinity, Term,
 };

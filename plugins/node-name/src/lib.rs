@@ -1,5 +1,7 @@
 //! NodeName: a pod that names a node in `spec.nodeName` can only go there.
 
+#![warn(missing_docs)]
+
 use wasched_sdk::{
     Failure, FilterPlan, FilterPlugin, NodeInfo, Nodes, Plugin, Pod, PodParts, PodPlan, Verdict,
 };

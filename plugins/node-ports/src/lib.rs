@@ -10,6 +10,8 @@
 //! wants and lists the nodes in a `failing-nodes` plan, so the host never asks about each node,
 //! and a pod without host ports skips the plugin.
 
+#![warn(missing_docs)]
+
 use std::collections::BTreeSet;
 
 use wasched_sdk::helpers::FastMap;

@@ -2,6 +2,8 @@
 //! there plus the pod's request; among fitting nodes it scores by LeastAllocated (default),
 //! MostAllocated or RequestedToCapacityRatio.
 
+#![warn(missing_docs)]
+
 mod args;
 
 use std::borrow::Cow;

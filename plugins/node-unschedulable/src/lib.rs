@@ -1,6 +1,8 @@
 //! NodeUnschedulable: keeps pods off cordoned nodes (`spec.unschedulable: true`) unless they tolerate
 //! the `node.kubernetes.io/unschedulable:NoSchedule` taint.
 
+#![warn(missing_docs)]
+
 use wasched_sdk::helpers::tolerated_by_any;
 use wasched_sdk::{
     effect, Failure, FilterPlan, FilterPlugin, FilterResults, NodeInfo, Nodes, Plugin, Pod,

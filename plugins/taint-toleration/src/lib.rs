@@ -1,6 +1,8 @@
 //! TaintToleration: a pod may only land on a node whose `NoSchedule`/`NoExecute` taints it
 //! tolerates, and prefers nodes with fewer `PreferNoSchedule` taints it does not tolerate.
 
+#![warn(missing_docs)]
+
 use wasched_sdk::helpers::tolerated_by_any;
 use wasched_sdk::{
     effect, Failure, FilterPlan, FilterPlugin, FilterResults, NodeInfo, Nodes, Normalize, Plugin,

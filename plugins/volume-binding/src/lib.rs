@@ -7,6 +7,8 @@
 //! ([`find_pod_volumes`]) to reserve the volumes it found, so the filter and the binding never
 //! disagree.
 
+#![warn(missing_docs)]
+
 use std::collections::HashMap;
 
 use wasched_sdk::helpers::selector_matches;

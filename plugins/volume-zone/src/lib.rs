@@ -1,6 +1,8 @@
 //! VolumeZone: a pod whose bound PersistentVolumes carry zone/region labels can only run on nodes in
 //! those zones/regions.
 
+#![warn(missing_docs)]
+
 use wasched_sdk::{
     Failure, FilterPlan, FilterPlugin, FilterResults, LabelTest, NodeInfo, Nodes, Plugin, Pod,
     PodParts, PodPlan, Verdict, VolumeInfo,

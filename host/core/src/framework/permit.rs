@@ -29,6 +29,7 @@ pub struct PermitOutcome {
 /// Why a pod may not be bound.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PermitRejection {
+    /// The plugin that rejected the pod or failed.
     pub plugin: String,
     /// kube-scheduler's message: the plugin's reason, or `running Permit plugin "P": ...`.
     pub message: String,

@@ -149,7 +149,9 @@ pub enum Permit {
 /// allow waiting pods through the framework handle).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PermitAnswer {
+    /// The decision for the pod of the call.
     pub permit: Permit,
+    /// The waiting pods (`namespace/name`) this plugin now lets go.
     pub allow: Vec<String>,
 }
 

@@ -146,7 +146,11 @@ async fn load(
     }
     let mut policy = server.policy.clone().lock_owned().await;
     let s = server.clone();
-    let (record, replaced, active) = tokio::task::spawn_blocking(move || {
+    let crate::LoadedPlugin {
+        record,
+        replaced,
+        active,
+    } = tokio::task::spawn_blocking(move || {
         s.load_plugin(&mut policy, &name, bytes, sha256.as_deref())
     })
     .await

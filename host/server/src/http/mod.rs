@@ -46,7 +46,10 @@ impl ApiError {
 
 impl From<PolicyError> for ApiError {
     fn from(e: PolicyError) -> Self {
-        ApiError::new(e.status, e.message)
+        ApiError {
+            status: e.status,
+            message: e.message,
+        }
     }
 }
 

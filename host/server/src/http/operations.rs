@@ -41,7 +41,7 @@ async fn healthz(State(server): State<Shared>) -> Response {
 
 async fn readyz(State(server): State<Shared>) -> Response {
     // A standby replica in Kubernetes mode is ready once its cache is: it can take over at once.
-    let synced = server.kube_synced.as_ref().is_some_and(|g| g.is_open());
+    let synced = server.kube().is_some_and(|k| k.synced.is_open());
     if synced || server.engine.ready.load(Ordering::Acquire) {
         "ok".into_response()
     } else {
@@ -52,13 +52,12 @@ async fn readyz(State(server): State<Shared>) -> Response {
 async fn metrics(State(server): State<Shared>) -> Response {
     let mut out = String::new();
     server.engine_metrics.render(&mut out);
-    if let Some(watches) = &server.kube_watches {
-        watches.render(&mut out);
+    let kube = server.kube();
+    if let Some(kube) = kube {
+        kube.watches.render(&mut out);
+        kube.shared_policy.stats.render(&mut out);
     }
-    if let Some(shared) = &server.shared_policy {
-        shared.stats.render(&mut out);
-    }
-    if let Some(leading) = &server.leading {
+    if let Some(leading) = kube.and_then(|k| k.leading.as_ref()) {
         let _ = writeln!(out, "# HELP leader_election_master_status Whether this replica holds the Lease (1) or is a standby (0).");
         let _ = writeln!(out, "# TYPE leader_election_master_status gauge");
         let _ = writeln!(
