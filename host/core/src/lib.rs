@@ -20,6 +20,7 @@ pub mod k8s;
 pub mod metrics;
 pub mod nodetree;
 pub mod queue;
+pub mod result;
 pub mod runtime;
 pub mod service;
 pub mod spread;

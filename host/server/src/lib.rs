@@ -256,6 +256,33 @@ impl PolicyError {
     }
 }
 
+/// The SHA-256 of an upload whose name is valid and whose digest is the one the request
+/// expected, if it named one.
+fn checked_upload(
+    name: &str,
+    bytes: &[u8],
+    expected_sha256: Option<&str>,
+) -> Result<String, PolicyError> {
+    if !valid_plugin_name(name) {
+        return Err(PolicyError::new(
+            StatusCode::BAD_REQUEST,
+            format!("invalid plugin name {name:?}: use 1-63 letters, digits, '-', '_' or '.', starting with a letter"),
+        ));
+    }
+    let sha256 = sha256_hex(bytes);
+    if let Some(expected) = expected_sha256 {
+        if !expected.eq_ignore_ascii_case(&sha256) {
+            return Err(PolicyError::new(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "sha256 mismatch: the upload has {sha256}, the request expected {expected}"
+                ),
+            ));
+        }
+    }
+    Ok(sha256)
+}
+
 /// Plugin names: what a TOML key and a URL segment can hold without quoting.
 pub fn valid_plugin_name(name: &str) -> bool {
     (1..=63).contains(&name.len())
@@ -327,23 +354,7 @@ impl Server {
         bytes: Vec<u8>,
         expected_sha256: Option<&str>,
     ) -> Result<LoadedPlugin, PolicyError> {
-        if !valid_plugin_name(name) {
-            return Err(PolicyError::new(
-                StatusCode::BAD_REQUEST,
-                format!("invalid plugin name {name:?}: use 1-63 letters, digits, '-', '_' or '.', starting with a letter"),
-            ));
-        }
-        let sha256 = sha256_hex(&bytes);
-        if let Some(expected) = expected_sha256 {
-            if !expected.eq_ignore_ascii_case(&sha256) {
-                return Err(PolicyError::new(
-                    StatusCode::BAD_REQUEST,
-                    format!(
-                        "sha256 mismatch: the upload has {sha256}, the request expected {expected}"
-                    ),
-                ));
-            }
-        }
+        let sha256 = checked_upload(name, &bytes, expected_sha256)?;
         let factory = WasmRuntime::shared()
             .load(name, &bytes, Limits::default())
             .map_err(|e| PolicyError::new(StatusCode::BAD_REQUEST, e.0))?;
@@ -703,22 +714,8 @@ impl Server {
             None => store_source(&store, &pipeline, service.binding_failures())?,
         };
         let leader_handoff = objects.leader_handoff.take();
-        let (version, restored, kube_watches, kube_synced, leading) = (
-            objects.version,
-            objects.restored,
-            objects.kube_watches,
-            objects.kube_synced,
-            objects.leading,
-        );
-        let mode = match (kube_watches, kube_synced, shared_policy.clone()) {
-            (Some(watches), Some(synced), Some(shared_policy)) => Mode::Kubernetes(KubeMode {
-                watches,
-                synced,
-                leading,
-                shared_policy,
-            }),
-            _ => Mode::Standalone,
-        };
+        let (version, restored) = (objects.version, objects.restored);
+        let mode = objects.mode(shared_policy.clone());
         let watch = Arc::new(WatchLog::new(version));
         let engine = Engine::start(
             service,
@@ -780,6 +777,26 @@ struct Source {
     version: u64,
     /// Objects restored from the store.
     restored: usize,
+}
+
+impl Source {
+    /// The server's [`Mode`]: Kubernetes mode when the objects come from an API server.
+    fn mode(&mut self, shared_policy: Option<Arc<shared_policy::SharedPolicy>>) -> Mode {
+        let parts = (
+            self.kube_watches.take(),
+            self.kube_synced.take(),
+            shared_policy,
+        );
+        match parts {
+            (Some(watches), Some(synced), Some(shared_policy)) => Mode::Kubernetes(KubeMode {
+                watches,
+                synced,
+                leading: self.leading.take(),
+                shared_policy,
+            }),
+            _ => Mode::Standalone,
+        }
+    }
 }
 
 /// Standalone mode: what the store acknowledged before a restart comes back as events, nodes and
