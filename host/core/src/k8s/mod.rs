@@ -263,13 +263,10 @@ pub fn pod(pod: &core::Pod) -> Result<sdk::Pod, FieldError> {
     let empty = core::PodSpec::default();
     let spec = pod.spec.as_ref().unwrap_or(&empty);
     let node_affinity = node_affinity(spec);
+    let (meta, status) = (&pod.metadata, pod.status.as_ref());
     let pod_labels = labels(&pod.metadata.labels);
     Ok(sdk::Pod {
-        namespace: pod
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".to_string()),
+        namespace: meta.namespace.clone().unwrap_or_else(|| "default".into()),
         name: pod.metadata.name.clone().unwrap_or_default(),
         uid: pod.metadata.uid.clone().unwrap_or_default(),
         annotations: labels(&pod.metadata.annotations),
@@ -300,14 +297,10 @@ pub fn pod(pod: &core::Pod) -> Result<sdk::Pod, FieldError> {
         terminating: pod.metadata.deletion_timestamp.is_some(),
         controller: controller(pod),
         never_preempts: spec.preemption_policy.as_deref() == Some("Never"),
-        start_time_millis: pod
-            .status
-            .as_ref()
+        start_time_millis: status
             .and_then(|s| s.start_time.as_ref())
             .map(|t| t.0.as_millisecond()),
-        nominated_node_name: pod
-            .status
-            .as_ref()
+        nominated_node_name: status
             .and_then(|s| s.nominated_node_name.clone())
             .unwrap_or_default(),
         terminating_by_preemption: pod.metadata.deletion_timestamp.is_some()
