@@ -242,16 +242,14 @@ impl Backend for MemoryBackend {
 /// Sets `result`'s `PodScheduled=False` condition on `pod`, and its nomination: the node a
 /// preemption chose, or none when the result clears it. True when it set a nomination.
 pub fn pod_scheduled_false(pod: &mut core::Pod, result: &CycleResult) -> bool {
-    let status = pod.status.get_or_insert_with(Default::default);
-    let conditions = status.conditions.get_or_insert_with(Vec::new);
-    conditions.retain(|c| c.type_ != "PodScheduled");
-    conditions.push(core::PodCondition {
+    let condition = core::PodCondition {
         type_: "PodScheduled".into(),
         status: "False".into(),
         reason: Some(condition_reason(result).into()),
         message: result.message.clone(),
         ..Default::default()
-    });
+    };
+    let status = set_pod_scheduled(pod, condition);
     status.phase.get_or_insert_with(|| "Pending".into());
     if let Some(preemption) = &result.preemption {
         status.nominated_node_name = Some(preemption.node.clone());
@@ -261,6 +259,18 @@ pub fn pod_scheduled_false(pod: &mut core::Pod, result: &CycleResult) -> bool {
         status.nominated_node_name = None;
     }
     false
+}
+
+/// Replaces `pod`'s `PodScheduled` condition with `condition`; returns the pod's status.
+pub fn set_pod_scheduled(
+    pod: &mut core::Pod,
+    condition: core::PodCondition,
+) -> &mut core::PodStatus {
+    let status = pod.status.get_or_insert_with(Default::default);
+    let conditions = status.conditions.get_or_insert_with(Vec::new);
+    conditions.retain(|c| c.type_ != "PodScheduled");
+    conditions.push(condition);
+    status
 }
 
 /// The condition's reason: kube-scheduler's `SchedulerError` for a cycle that failed with an

@@ -148,15 +148,12 @@ impl Backend for StoreBackend<'_, '_> {
             ));
         }
         spec.node_name = Some(node.to_string());
-        let status = pod.status.get_or_insert_with(Default::default);
-        let conditions = status.conditions.get_or_insert_with(Vec::new);
-        conditions.retain(|c| c.type_ != "PodScheduled");
-        conditions.push(core::PodCondition {
+        let scheduled = core::PodCondition {
             type_: "PodScheduled".into(),
             status: "True".into(),
             ..Default::default()
-        });
-        status.nominated_node_name = None;
+        };
+        binding::set_pod_scheduled(&mut pod, scheduled).nominated_node_name = None;
         let annotations = annotate(&mut pod, result);
         if let Some(choice) = &result.choice {
             let mut kept = serde_json::to_value(choice).expect("a choice serializes");
