@@ -162,11 +162,6 @@ impl MemoryBackend {
         self
     }
 
-    /// The pod `namespace/name` as this backend holds it.
-    pub fn pod(&self, key: &str) -> Option<&core::Pod> {
-        self.pods.get(key)
-    }
-
     fn claim(&self, namespace: &str, name: &str) -> Result<&core::PersistentVolumeClaim, String> {
         self.claims
             .get(&format!("{namespace}/{name}"))

@@ -83,14 +83,4 @@ impl WaitingPods {
             .flat_map(|w| w.waits.iter().map(|(_, deadline, _)| *deadline))
             .min()
     }
-
-    /// How many pods wait.
-    pub fn len(&self) -> usize {
-        self.pods.len()
-    }
-
-    /// No pod waits.
-    pub fn is_empty(&self) -> bool {
-        self.pods.is_empty()
-    }
 }
