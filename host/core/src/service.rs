@@ -130,6 +130,24 @@ impl BindingFailures {
             .push(key);
     }
 
+    /// Records what the binding cycle of `pod` came to: a binding accepted starts its assume
+    /// TTL, a refused one is reported for backoff, a condition that could not be written is
+    /// only logged (the next cycle writes it again).
+    pub fn record(&self, pod: &str, carried: &crate::binding::Carried) {
+        use crate::binding::Carried;
+        match carried {
+            Carried::Bound => self.completed(pod.to_string()),
+            Carried::BindingFailed(reason) => {
+                tracing::warn!(%pod, %reason, "binding the pod failed");
+                self.report(pod.to_string(), reason.clone());
+            }
+            Carried::ConditionFailed(reason) => {
+                tracing::warn!(%pod, %reason, "writing the condition of the pod failed");
+            }
+            Carried::Recorded | Carried::Stale | Carried::Waiting => {}
+        }
+    }
+
     fn take(&self) -> Vec<(String, String)> {
         std::mem::take(&mut *self.failed.lock().unwrap_or_else(|e| e.into_inner()))
     }

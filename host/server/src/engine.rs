@@ -100,11 +100,11 @@ pub enum Control {
     },
     /// Run this read of the scheduler's state (its cache and queue) between two cycles; `None`
     /// when the thread does not schedule yet and its cache may not hold the cluster.
-    Inspect(Inspection),
+    Inspect(ServiceQuery),
 }
 
 /// A read of the scheduler's state, given `None` when the thread does not schedule yet.
-pub type Inspection = Box<dyn FnOnce(Option<&Service>) + Send>;
+pub type ServiceQuery = Box<dyn FnOnce(Option<&Service>) + Send>;
 
 /// How long an explain request waits for the scheduling thread (which answers between two
 /// cycles, so one long cycle delays it).

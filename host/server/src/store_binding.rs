@@ -71,17 +71,7 @@ impl ResultSink for StoreSink {
         }
         let mut events = Vec::with_capacity(count);
         for (result, (carried, version)) in batch.into_iter().zip(carried) {
-            match &carried {
-                Carried::Bound => self.bindings.completed(result.pod.clone()),
-                Carried::BindingFailed(reason) => {
-                    tracing::warn!(pod = %result.pod, %reason, "binding the pod failed");
-                    self.bindings.report(result.pod.clone(), reason.clone());
-                }
-                Carried::ConditionFailed(reason) => {
-                    tracing::warn!(pod = %result.pod, %reason, "writing the condition failed");
-                }
-                Carried::Recorded | Carried::Stale | Carried::Waiting => {}
-            }
+            self.bindings.record(&result.pod, &carried);
             if carried.applied() {
                 events.push(watch_event(result, version));
             }

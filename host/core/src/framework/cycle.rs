@@ -24,23 +24,19 @@ use std::time::{Duration, Instant};
 use wasched_sdk::{self as sdk, Code, FilterPlan, FilterResults, Normalize};
 
 use super::reasons;
-use super::spin::SpinPool;
-use super::{catch_up, OnFailure, Phase, PluginSpec, Profile, Reads, Slot, Worker};
+use super::threads::{filter_part, FailingTable, PartVerdicts};
+use super::{OnFailure, Phase, Profile, Slot};
 use crate::cache::Cache;
 use crate::runtime::{CallError, PluginInstance};
 
 /// A plugin instance place: a slot's (the scheduling thread's) or a worker's, emptied when the
 /// instance fails so that the next sync makes a fresh one.
-type InstanceRef<'a> = &'a mut Option<Box<dyn PluginInstance>>;
+pub(super) type InstanceRef<'a> = &'a mut Option<Box<dyn PluginInstance>>;
 
 /// A stage's result: `Err` ends the cycle with that outcome.
 /// A stage of the cycle gives its result, or the outcome the cycle ends with (boxed: it is large
 /// and rare).
 type Stage<T> = Result<T, Box<Outcome>>;
-
-/// Fewest nodes per thread worth handing to a worker: below this the hand-off costs more than it
-/// saves.
-const MIN_NODES_PER_WORKER: usize = 64;
 
 /// kube-scheduler's `minFeasibleNodesToFind`: below this many nodes every node is checked.
 pub const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
@@ -389,35 +385,7 @@ impl Profile {
             self.next_start = (self.next_start + search.examined) % all.len();
         }
         if search.feasible.is_empty() {
-            let absent = all.len() - candidates.nodes.len();
-            let absent_reasons = std::iter::repeat_n(candidates.absent_reason.as_str(), absent);
-            let rejections = &search.rejections;
-            let reasons = (0..search.rejected.len())
-                .flat_map(|k| rejections.failure(k).into_iter())
-                .flat_map(|f| f.reasons.iter().map(|r| r.as_ref()))
-                .chain(absent_reasons);
-            let message = reasons::nodes_unavailable(all.len(), reasons);
-            // Only what a reader will use: the node's failure for a one-node check, the
-            // potential nodes for preemption after a full cycle.
-            if cycle.only_node.is_some() {
-                self.diagnosis.failure = match search.rejected.is_empty() {
-                    false => rejections.failure(0).cloned(),
-                    true => Some(sdk::Failure::unresolvable(candidates.absent_reason.clone())),
-                };
-            } else if self.preemption.enabled {
-                self.diagnosis.potential = (0..search.rejected.len())
-                    .filter(|&k| {
-                        rejections
-                            .failure(k)
-                            .is_some_and(|f| f.code == Code::Unschedulable)
-                    })
-                    .map(|k| search.rejected[k])
-                    .collect();
-            }
-            return Ok(Outcome::unschedulable(
-                message,
-                explain(cache, cycle, all, &candidates, &search, None),
-            ));
+            return Ok(self.no_fit(cache, cycle, all, &candidates, &search));
         }
         self.phases.lap(Phase::Filter, &mut cycle.mark);
         if cycle.only_node.is_some() {
@@ -429,7 +397,61 @@ impl Profile {
 
         let scores = self.score(&search.feasible, &plans, cycle)?;
         self.phases.lap(Phase::Score, &mut cycle.mark);
+        let outcome = self.choose(cache, cycle, all, &candidates, &search, &scores);
+        self.phases.lap(Phase::Select, &mut cycle.mark);
+        Ok(outcome)
+    }
 
+    /// The outcome when no node fits: kube's "0/N nodes are available" message, and what a reader
+    /// of the diagnosis will use (the node's failure for a one-node check, the potential nodes
+    /// for preemption after a full cycle).
+    fn no_fit(
+        &mut self,
+        cache: &Cache,
+        cycle: &CycleState,
+        all: &[u32],
+        candidates: &Candidates,
+        search: &Search,
+    ) -> Outcome {
+        let absent = all.len() - candidates.nodes.len();
+        let absent_reasons = std::iter::repeat_n(candidates.absent_reason.as_str(), absent);
+        let rejections = &search.rejections;
+        let reasons = (0..search.rejected.len())
+            .flat_map(|k| rejections.failure(k).into_iter())
+            .flat_map(|f| f.reasons.iter().map(|r| r.as_ref()))
+            .chain(absent_reasons);
+        let message = reasons::nodes_unavailable(all.len(), reasons);
+        if cycle.only_node.is_some() {
+            self.diagnosis.failure = match search.rejected.is_empty() {
+                false => rejections.failure(0).cloned(),
+                true => Some(sdk::Failure::unresolvable(candidates.absent_reason.clone())),
+            };
+        } else if self.preemption.enabled {
+            self.diagnosis.potential = (0..search.rejected.len())
+                .filter(|&k| {
+                    rejections
+                        .failure(k)
+                        .is_some_and(|f| f.code == Code::Unschedulable)
+                })
+                .map(|k| search.rejected[k])
+                .collect();
+        }
+        Outcome::unschedulable(
+            message,
+            explain(cache, cycle, all, candidates, search, None),
+        )
+    }
+
+    /// The outcome once the feasible nodes are scored: the best node, with its per-plugin scores.
+    fn choose(
+        &mut self,
+        cache: &Cache,
+        cycle: &CycleState,
+        all: &[u32],
+        candidates: &Candidates,
+        search: &Search,
+        scores: &Scores,
+    ) -> Outcome {
         let best = self.select(&scores.totals);
         let choice = Choice {
             scores: scores
@@ -441,23 +463,19 @@ impl Profile {
             feasible_nodes: search.feasible.len(),
         };
         let names = |i: usize| self.slots[i].spec.name.clone();
-        let outcome = Outcome {
+        Outcome {
             node: Some(node_name(cache, search.feasible[best])),
-            message: None,
-            error: false,
             nodes: explain(
                 cache,
                 cycle,
                 all,
-                &candidates,
-                &search,
-                Some((&scores, &names)),
+                candidates,
+                search,
+                Some((scores, &names)),
             ),
             choice: Some(Box::new(choice)),
             ..Outcome::default()
-        };
-        self.phases.lap(Phase::Select, &mut cycle.mark);
-        Ok(outcome)
+        }
     }
 
     /// The one path for a plugin failing mid-cycle: records the failure on slot `i` (its instance
@@ -543,58 +561,6 @@ impl Profile {
         Ok(plans)
     }
 
-    /// Workers bring their mirrors up to date and start the pod while this thread starts it on
-    /// the slots' instances: each slot lends its spec to the workers and its instance here.
-    /// Returns this thread's answer per slot (`None` for a plugin left out) and the workers'
-    /// failures by slot.
-    #[allow(clippy::type_complexity)]
-    fn start_pod_on_every_thread(
-        &mut self,
-        cache: &Cache,
-        pod: &sdk::Pod,
-        left_out: &[bool],
-        idle: &[bool],
-    ) -> (
-        Vec<Option<Result<sdk::PodPlan, CallError>>>,
-        Vec<Vec<(usize, CallError)>>,
-    ) {
-        let mut answers = Vec::new();
-        let mut worker_errors: Vec<Vec<(usize, CallError)>> = vec![Vec::new(); self.workers.len()];
-        let (specs, mut instances): (Vec<(&PluginSpec, Reads)>, Vec<InstanceRef>) = self
-            .slots
-            .iter_mut()
-            .map(|slot| {
-                (
-                    (&slot.spec, Reads::of(&slot.descriptor)),
-                    &mut slot.instance,
-                )
-            })
-            .unzip();
-        let main = || {
-            answers = instances
-                .iter_mut()
-                .zip(left_out.iter().zip(idle))
-                .map(|(instance, (&out, &idle))| {
-                    (!out).then(|| {
-                        if idle {
-                            Ok(sdk::PodPlan {
-                                filter: sdk::FilterPlan::Skip,
-                                score: false,
-                            })
-                        } else {
-                            instance.as_mut().expect("synced").set_pod(pod)
-                        }
-                    })
-                })
-                .collect();
-        };
-        let helpers = self.workers.iter_mut().zip(&mut worker_errors);
-        run_beside(self.pool.as_ref(), main, helpers, |(worker, errors)| {
-            prepare_worker(worker, &specs, cache, left_out, idle, pod, errors)
-        });
-        (answers, worker_errors)
-    }
-
     /// Stage 3: reads the plans. `failing-nodes` plans become tables by node id, `only-nodes`
     /// plans narrow the candidates to the nodes every one of them names, and a `reject` plan ends
     /// the cycle.
@@ -627,39 +593,19 @@ impl Profile {
                     });
                 }
                 FilterPlan::Reject(failure) => {
-                    // kube-scheduler gives every node the PreFilter's status, so preemption
-                    // looks at every node when that status is `unschedulable`.
-                    self.diagnosis = Diagnosis {
-                        potential: if failure.code == Code::Unschedulable {
-                            all.to_vec()
-                        } else {
-                            Vec::new()
-                        },
-                        failure: Some(failure.clone()),
-                    };
-                    return Err(Box::new(rejected_before_filtering(
-                        cache, all, name, failure, cycle,
-                    )));
+                    let (diagnosis, outcome) = rejected_by_plan(cache, all, name, failure, cycle);
+                    self.diagnosis = diagnosis;
+                    return Err(outcome);
                 }
             }
         }
         let nodes = match only {
             None => Cow::Borrowed(all),
             Some(names) if names.is_empty() => {
-                let reason = reasons::no_node_in_every_narrowed_set(&narrowing);
-                let message = reasons::rejected_before_filtering(all.len(), &[&reason]);
-                let report = if cycle.explain {
-                    all.iter()
-                        .map(|&id| infeasible(cache, id, vec![reason.clone()]))
-                        .collect()
-                } else {
-                    Vec::new()
-                };
-                self.diagnosis = Diagnosis {
-                    potential: Vec::new(),
-                    failure: Some(sdk::Failure::unresolvable(reason)),
-                };
-                return Err(Box::new(Outcome::unschedulable(message, report)));
+                let (diagnosis, outcome) =
+                    no_node_in_every_narrowed_set(cache, all, &narrowing, cycle);
+                self.diagnosis = diagnosis;
+                return Err(outcome);
             }
             Some(names) => Cow::Owned(
                 all.iter()
@@ -836,41 +782,8 @@ impl Profile {
             .copied()
             .filter(|&(i, _)| plans[i].score && !cycle.left_out[i])
             .collect();
-        // A plugin that normalizes its own scores may weigh each node against the whole feasible
-        // set (PodTopologySpread counts its domains), so it scores every feasible node in one call
-        // on this thread; the others are split between the threads.
-        let (whole, split): (Vec<usize>, Vec<usize>) =
-            scoring.iter().map(|&(i, _)| i).partition(|&i| {
-                matches!(
-                    self.slots[i].descriptor.normalize,
-                    Normalize::Custom | Normalize::InScore
-                )
-            });
-        let mut parts: Vec<Vec<Result<Vec<i64>, CallError>>> =
-            vec![Vec::new(); 1 + self.workers.len()];
-        let used = self.on_each_part(feasible, &mut parts, |instances, nodes, part| {
-            score_part(instances, &split, nodes, part)
-        });
-        parts.truncate(used);
-        let mut whole_results = Vec::with_capacity(whole.len());
-        let mut main_instances: Vec<InstanceRef> =
-            self.slots.iter_mut().map(|s| &mut s.instance).collect();
-        score_part(&mut main_instances, &whole, feasible, &mut whole_results);
-        let mut whole_results = whole_results.into_iter();
-        let mut per_part: Vec<_> = parts.into_iter().map(Vec::into_iter).collect();
-        for &(i, weight) in &scoring {
-            // Every part holds one result per split plugin, in `scoring` order.
-            let joined: Result<Vec<i64>, CallError> = if whole.contains(&i) {
-                whole_results.next().expect("one result per plugin")
-            } else {
-                per_part
-                    .iter_mut()
-                    .map(|part| part.next().expect("one result per plugin"))
-                    .try_fold(Vec::with_capacity(feasible.len()), |mut all, part| {
-                        all.extend(part?);
-                        Ok(all)
-                    })
-            };
+        let raw = self.raw_scores(feasible, &scoring);
+        for (&(i, weight), joined) in scoring.iter().zip(raw) {
             let normalized =
                 joined.and_then(|mut raw| normalize(&mut self.slots[i], &mut raw).map(|()| raw));
             let plugin_scores = match normalized {
@@ -906,40 +819,51 @@ impl Profile {
         }
         best
     }
+}
 
-    /// Splits `nodes` between this thread and the workers and runs `work` on each share with that
-    /// thread's plugin instances, writing into its entry of `parts` (one per thread). Returns how
-    /// many entries were used, in the order of `nodes`.
-    fn on_each_part<P: Send>(
-        &mut self,
-        nodes: &[u32],
-        parts: &mut [P],
-        work: impl Fn(&mut [InstanceRef], &[u32], &mut P) + Sync,
-    ) -> usize {
-        let ranges = split(nodes.len(), parts.len());
-        let (main_part, helper_parts) = parts.split_at_mut(1);
-        let mut main_instances: Vec<InstanceRef> =
-            self.slots.iter_mut().map(|s| &mut s.instance).collect();
-        let work = &work;
-        let main = || {
-            work(
-                &mut main_instances,
-                &nodes[ranges[0].clone()],
-                &mut main_part[0],
-            )
-        };
-        let helpers = self.workers.iter_mut().zip(helper_parts).zip(&ranges[1..]);
-        run_beside(
-            self.pool.as_ref(),
-            main,
-            helpers,
-            |((worker, part), range)| {
-                let mut instances: Vec<InstanceRef> = worker.instances.iter_mut().collect();
-                work(&mut instances, &nodes[range.clone()], part);
-            },
-        );
-        ranges.len()
-    }
+/// A `reject` plan ends the cycle before filtering. kube-scheduler gives every node the
+/// PreFilter's status, so preemption looks at every node when that status is `unschedulable`.
+fn rejected_by_plan(
+    cache: &Cache,
+    all: &[u32],
+    plugin: &str,
+    failure: &sdk::Failure,
+    cycle: &CycleState,
+) -> (Diagnosis, Box<Outcome>) {
+    let diagnosis = Diagnosis {
+        potential: if failure.code == Code::Unschedulable {
+            all.to_vec()
+        } else {
+            Vec::new()
+        },
+        failure: Some(failure.clone()),
+    };
+    let outcome = rejected_before_filtering(cache, all, plugin, failure, cycle);
+    (diagnosis, Box::new(outcome))
+}
+
+/// `only-nodes` plans whose node sets share no node end the cycle before filtering; preemption
+/// cannot help, since no eviction adds a node to a set.
+fn no_node_in_every_narrowed_set(
+    cache: &Cache,
+    all: &[u32],
+    narrowing: &[&str],
+    cycle: &CycleState,
+) -> (Diagnosis, Box<Outcome>) {
+    let reason = reasons::no_node_in_every_narrowed_set(narrowing);
+    let message = reasons::rejected_before_filtering(all.len(), &[&reason]);
+    let report = if cycle.explain {
+        all.iter()
+            .map(|&id| infeasible(cache, id, vec![reason.clone()]))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let diagnosis = Diagnosis {
+        potential: Vec::new(),
+        failure: Some(sdk::Failure::unresolvable(reason)),
+    };
+    (diagnosis, Box::new(Outcome::unschedulable(message, report)))
 }
 
 /// The outcome of a cycle whose plugin `slot` is quarantined under the `fail` policy.
@@ -1086,259 +1010,6 @@ fn normalize(slot: &mut Slot, scores: &mut Vec<i64>) -> Result<(), CallError> {
     }
 }
 
-/// Splits `len` nodes into at most `threads` contiguous, nearly equal ranges, none smaller than
-/// [`MIN_NODES_PER_WORKER`] unless there is only one.
-fn split(len: usize, threads: usize) -> Vec<std::ops::Range<usize>> {
-    let count = threads.min(len / MIN_NODES_PER_WORKER).max(1);
-    (0..count)
-        .map(|t| len * t / count..len * (t + 1) / count)
-        .collect()
-}
-
-/// Runs `main` on this thread while the pool's workers run `work` on the helper items (one
-/// each); returns when all are done. Without a pool everything runs here, in order.
-fn run_beside<T: Send>(
-    pool: Option<&SpinPool>,
-    main: impl FnOnce(),
-    helpers: impl Iterator<Item = T>,
-    work: impl Fn(T) + Sync,
-) {
-    match pool {
-        None => {
-            main();
-            helpers.for_each(work);
-        }
-        Some(pool) => {
-            let work = &work;
-            let mut jobs: Vec<_> = helpers
-                .map(|item| {
-                    let mut item = Some(item);
-                    move || {
-                        if let Some(item) = item.take() {
-                            work(item);
-                        }
-                    }
-                })
-                .collect();
-            let lent: Vec<&mut (dyn FnMut() + Send)> = jobs
-                .iter_mut()
-                .map(|job| job as &mut (dyn FnMut() + Send))
-                .collect();
-            pool.run(lent, main);
-        }
-    }
-}
-
-/// Brings a worker's mirrors up to date and starts the cycle of `pod` on its instances; failures
-/// are returned by slot (and the failed instance dropped, to be re-made at the next sync).
-fn prepare_worker(
-    worker: &mut Worker,
-    specs: &[(&PluginSpec, Reads)],
-    cache: &Cache,
-    left_out: &[bool],
-    idle: &[bool],
-    pod: &sdk::Pod,
-    errors: &mut Vec<(usize, CallError)>,
-) {
-    for (i, (spec, reads)) in specs.iter().enumerate() {
-        if left_out[i] || idle[i] {
-            continue;
-        }
-        let (instance, synced) = (&mut worker.instances[i], &mut worker.synced[i]);
-        let result = catch_up(spec, *reads, instance, synced, cache)
-            .and_then(|()| instance.as_mut().expect("caught up").set_pod(pod));
-        if let Err(e) = result {
-            *instance = None;
-            *synced = Default::default();
-            errors.push((i, e));
-        }
-    }
-}
-
-/// One thread's share of a chunk: what the active filters make of its nodes.
-#[derive(Default)]
-struct PartVerdicts {
-    /// Per node of the share, its verdict; the failures of every filter that rejected one.
-    results: FilterResults,
-    /// Per failure in `results`: the slot whose filter returned it.
-    filtered_by: Vec<usize>,
-    /// Plugins whose call failed on this part, by slot; they judged none of its nodes.
-    errors: Vec<(usize, CallError)>,
-    /// Positions of the share's nodes that every filter so far passed.
-    alive: Vec<usize>,
-    /// The ids of the `alive` nodes, as one filter call's argument, and that call's answer.
-    batch: Vec<u32>,
-    batch_results: FilterResults,
-    /// Per failure of a [`FailingTable`]: its verdict in `results`, once a node used it.
-    copied: Vec<u32>,
-}
-
-impl PartVerdicts {
-    fn start(&mut self, nodes: usize) {
-        self.results.clear();
-        self.results.verdicts.resize(nodes, 0);
-        self.filtered_by.clear();
-        self.errors.clear();
-        self.alive.clear();
-        self.alive.extend(0..nodes);
-    }
-
-    /// Keeps alive the nodes whose verdict (by position in `alive`) is 0 and records the others'.
-    fn sift(&mut self, verdict_of: impl Fn(&mut Self, usize) -> u32) {
-        let mut kept = 0;
-        for j in 0..self.alive.len() {
-            let k = self.alive[j];
-            match verdict_of(self, j) {
-                0 => {
-                    self.alive[kept] = k;
-                    kept += 1;
-                }
-                verdict => self.results.verdicts[k] = verdict,
-            }
-        }
-        self.alive.truncate(kept);
-    }
-}
-
-/// A slot's `failing-nodes` plan as a table by node id, kept from cycle to cycle so that a cycle
-/// writes it rather than allocates it. A stamp per entry tells this cycle's entries from older
-/// ones, so nothing is cleared between cycles.
-#[derive(Default)]
-pub(super) struct FailingTable {
-    /// Whether the slot's plan this cycle is `failing-nodes`.
-    active: bool,
-    /// Per node id: the stamp of the cycle that wrote the entry (high half) and its verdict.
-    entries: Vec<u64>,
-    stamp: u32,
-    failures: Vec<sdk::Failure>,
-}
-
-impl FailingTable {
-    /// Takes this cycle's plan; ids at or past `id_bound` name no node and are left out.
-    fn fill(
-        &mut self,
-        nodes: &[u32],
-        results: &FilterResults,
-        id_bound: usize,
-    ) -> Result<(), String> {
-        self.active = false;
-        results
-            .check(nodes.len())
-            .map_err(|message| format!("failing-nodes: {message}"))?;
-        self.stamp = self.stamp.wrapping_add(1);
-        if self.stamp == 0 {
-            self.entries.fill(0);
-            self.stamp = 1;
-        }
-        let stamp = u64::from(self.stamp) << 32;
-        for (&id, &verdict) in nodes.iter().zip(&results.verdicts) {
-            let id = id as usize;
-            if id >= id_bound {
-                continue;
-            }
-            if id >= self.entries.len() {
-                self.entries.resize(id_bound, 0);
-            }
-            self.entries[id] = stamp | u64::from(verdict);
-        }
-        self.failures.clone_from(&results.failures);
-        self.active = true;
-        Ok(())
-    }
-
-    /// The verdict for node `id`: 0 (passes) unless this cycle's plan listed it.
-    fn verdict(&self, id: u32) -> u32 {
-        match self.entries.get(id as usize) {
-            Some(&entry) if (entry >> 32) as u32 == self.stamp => entry as u32,
-            _ => 0,
-        }
-    }
-}
-
-/// Runs the active filters over `nodes`, each on the nodes every earlier filter passed. A filter
-/// whose plan listed its failing nodes is read from its table instead of called.
-fn filter_part(
-    instances: &mut [InstanceRef],
-    active_filters: &[usize],
-    left_out: &[bool],
-    failing: &[FailingTable],
-    nodes: &[u32],
-    out: &mut PartVerdicts,
-) {
-    out.start(nodes.len());
-    for &slot_index in active_filters {
-        if out.alive.is_empty() {
-            break;
-        }
-        if left_out[slot_index] {
-            continue;
-        }
-        let table = &failing[slot_index];
-        if table.active {
-            read_failing_table(table, slot_index, nodes, out);
-            continue;
-        }
-        out.batch.clear();
-        out.batch.extend(out.alive.iter().map(|&k| nodes[k]));
-        out.batch_results.clear();
-        let instance = instances[slot_index].as_mut().expect("synced");
-        if let Err(e) = instance.filter(&out.batch, &mut out.batch_results) {
-            *instances[slot_index] = None;
-            out.errors.push((slot_index, e));
-            continue;
-        }
-        let failures = out.batch_results.failures.drain(..);
-        let base = out.results.adopt_failures(failures);
-        out.filtered_by
-            .resize(out.results.failures.len(), slot_index);
-        out.sift(|out, j| FilterResults::rebase(out.batch_results.verdicts[j], base));
-    }
-}
-
-/// The verdicts of a `failing-nodes` plan for the part's alive nodes; each failure the part uses
-/// is copied into its results once.
-fn read_failing_table(
-    table: &FailingTable,
-    slot_index: usize,
-    nodes: &[u32],
-    out: &mut PartVerdicts,
-) {
-    out.copied.clear();
-    out.copied.resize(table.failures.len(), 0);
-    out.sift(|out, j| match table.verdict(nodes[out.alive[j]]) {
-        0 => 0,
-        v => {
-            let local = v as usize - 1;
-            if out.copied[local] == 0 {
-                let base = out.results.adopt_failures([table.failures[local].clone()]);
-                out.filtered_by.push(slot_index);
-                out.copied[local] = base + 1;
-            }
-            out.copied[local]
-        }
-    });
-}
-
-/// Raw scores of `nodes` from each plugin in `plugins`, in order.
-fn score_part(
-    instances: &mut [InstanceRef],
-    plugins: &[usize],
-    nodes: &[u32],
-    out: &mut Vec<Result<Vec<i64>, CallError>>,
-) {
-    for &slot_index in plugins {
-        let mut scores = Vec::with_capacity(nodes.len());
-        let instance = instances[slot_index].as_mut().expect("synced");
-        match instance.score(nodes, &mut scores) {
-            Ok(()) => out.push(Ok(scores)),
-            Err(e) => {
-                *instances[slot_index] = None;
-                out.push(Err(e));
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1424,6 +1095,7 @@ mod stage_tests {
     use std::collections::HashMap;
     use std::sync::Arc;
 
+    use super::super::threads::MIN_NODES_PER_WORKER;
     use super::super::{FailurePolicy, PluginSpec, ProfileSpec, Scheduler};
     use super::*;
     use crate::runtime::{LoadError, PluginFactory};

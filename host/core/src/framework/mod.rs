@@ -14,6 +14,7 @@ mod preemption;
 pub mod reasons;
 mod spin;
 mod sync;
+mod threads;
 
 #[cfg(test)]
 use instance::{PlanReuse, SETTLED_PLANS};
@@ -323,23 +324,6 @@ impl Slot {
     }
 }
 
-/// A filter-and-score thread's own instance of every plugin of a profile (the scheduling thread
-/// uses the slots' instances), indexed like the profile's slots.
-#[derive(Default)]
-struct Worker {
-    instances: Vec<Option<Box<dyn PluginInstance>>>,
-    synced: Vec<Synced>,
-}
-
-impl Worker {
-    fn new(slots: usize) -> Worker {
-        Worker {
-            instances: (0..slots).map(|_| None).collect(),
-            synced: vec![Synced::default(); slots],
-        }
-    }
-}
-
 /// A profile with its live plugin instances.
 pub struct Profile {
     pub scheduler_name: String,
@@ -355,11 +339,11 @@ pub struct Profile {
     phases: PhaseTimes,
     clock: Arc<dyn Clock>,
     /// One per thread beyond the scheduling thread; empty when the profile runs on one thread.
-    workers: Vec<Worker>,
+    workers: Vec<threads::WorkerInstances>,
     /// Runs the workers' share of a cycle while the scheduling thread does its own.
     pool: Option<spin::SpinPool>,
     /// Per slot: its `failing-nodes` plan of the current cycle, as a table by node id.
-    failing: Vec<cycle::FailingTable>,
+    failing: Vec<threads::FailingTable>,
     preemption: PreemptionSettings,
     /// The statuses of the last cycle that placed nothing, for preemption.
     diagnosis: cycle::Diagnosis,
@@ -421,7 +405,9 @@ impl Profile {
                     .map_err(|e| LoadError(format!("starting {n} worker threads: {e}")))?,
             ),
         };
-        let workers = (0..helpers).map(|_| Worker::new(slots.len())).collect();
+        let workers = (0..helpers)
+            .map(|_| threads::WorkerInstances::new(slots.len()))
+            .collect();
         Ok(Profile {
             scheduler_name: spec.scheduler_name.clone(),
             workers,

@@ -133,6 +133,59 @@ struct Potential {
     violates_budget: bool,
 }
 
+/// What the search for preemption candidates found.
+#[derive(Default)]
+struct CandidateSearch {
+    /// Candidates whose evictions break no disruption budget, and those whose evictions do.
+    sparing: Vec<Candidate>,
+    violating: Vec<Candidate>,
+    /// Why the nodes where evicting every lower-priority pod would not help still fail.
+    failures: Vec<sdk::Failure>,
+    /// Nodes with nothing to evict, the usual case where every pod has one priority: counted
+    /// rather than collected, so a pod that fits nowhere costs little more than its cycle.
+    without_victims: usize,
+    /// Plugin errors met while checking nodes.
+    errors: Vec<String>,
+}
+
+/// Why `pod` cannot preempt before any node is searched, if it cannot.
+fn not_eligible(cache: &Cache, pod: &sdk::Pod, potential_nodes: &[u32]) -> Option<NotPreempted> {
+    if pod.never_preempts {
+        return Some(NotPreempted::keeping_nomination(
+            "not eligible due to preemptionPolicy=Never.",
+        ));
+    }
+    if let Some(nominated) = cache.node_id(&pod.nominated_node_name) {
+        // A nominated node that nothing could fix does not hold the pod back.
+        let terminating = potential_nodes.contains(&nominated)
+            && cache.pods_on(nominated).iter().any(|p| {
+                p.standing.priority < pod.priority && p.standing.terminating_by_preemption
+            });
+        if terminating {
+            return Some(NotPreempted::keeping_nomination(
+                "not eligible due to a terminating pod on the nominated node.",
+            ));
+        }
+    }
+    let all_nodes = cache.node_count();
+    if potential_nodes.is_empty() {
+        return Some(NotPreempted::nothing_found(not_found(all_nodes, &[], 0)));
+    }
+    if !potential_nodes
+        .iter()
+        .any(|&node| cache.has_pod_below(node, pod.priority))
+    {
+        // Nothing to evict anywhere: said without drawing the search's random start, so
+        // tie-breaking in later cycles goes on as if preemption had not run.
+        return Some(NotPreempted::nothing_found(not_found(
+            all_nodes,
+            &[],
+            potential_nodes.len(),
+        )));
+    }
+    None
+}
+
 impl Profile {
     /// DefaultPreemption for a pod the last cycle placed nowhere (its statuses are in
     /// `self.diagnosis`): the nomination, or the text kube-scheduler appends to the FitError
@@ -143,56 +196,48 @@ impl Profile {
         &mut self,
         cache: &mut Cache,
         pod: &sdk::Pod,
-        mut examined: Option<&mut Vec<Preemption>>,
+        examined: Option<&mut Vec<Preemption>>,
     ) -> Result<Preemption, NotPreempted> {
         let potential_nodes = &std::mem::take(&mut self.diagnosis).potential;
-        if pod.never_preempts {
-            return Err(NotPreempted::keeping_nomination(
-                "not eligible due to preemptionPolicy=Never.",
-            ));
+        if let Some(not_eligible) = not_eligible(cache, pod, potential_nodes) {
+            return Err(not_eligible);
         }
-        if let Some(nominated) = cache.node_id(&pod.nominated_node_name) {
-            // A nominated node that nothing could fix does not hold the pod back.
-            let terminating = potential_nodes.contains(&nominated)
-                && cache.pods_on(nominated).iter().any(|p| {
-                    p.standing.priority < pod.priority && p.standing.terminating_by_preemption
-                });
-            if terminating {
-                return Err(NotPreempted::keeping_nomination(
-                    "not eligible due to a terminating pod on the nominated node.",
-                ));
+        let mut search = self.search_candidates(cache, pod, potential_nodes, examined);
+        let to_find = self.preemption.candidates_to_find(potential_nodes.len());
+        search.sparing.truncate(to_find);
+        search.violating.truncate(to_find);
+        search.sparing.append(&mut search.violating);
+        let Some(best) = pick_one(search.sparing) else {
+            if let Some(error) = search.errors.into_iter().next() {
+                return Err(NotPreempted::keeping_nomination(&error));
             }
-        }
-        let all_nodes = cache.node_count();
-        if potential_nodes.is_empty() {
-            return Err(NotPreempted::nothing_found(not_found(all_nodes, &[], 0)));
-        }
-        if !potential_nodes
-            .iter()
-            .any(|&node| cache.has_pod_below(node, pod.priority))
-        {
-            // Nothing to evict anywhere: said without drawing the search's random start, so
-            // tie-breaking in later cycles goes on as if preemption had not run.
             return Err(NotPreempted::nothing_found(not_found(
-                all_nodes,
-                &[],
-                potential_nodes.len(),
+                cache.node_count(),
+                &search.failures,
+                search.without_victims,
             )));
-        }
+        };
+        Ok(best.to_preemption(cache))
+    }
+
+    /// Looks for victims on the potential nodes from a random start, until enough candidates are
+    /// found (kube-scheduler's `DryRunPreemption`).
+    fn search_candidates(
+        &mut self,
+        cache: &mut Cache,
+        pod: &sdk::Pod,
+        potential_nodes: &[u32],
+        mut examined: Option<&mut Vec<Preemption>>,
+    ) -> CandidateSearch {
         let budgets: Vec<DisruptionBudget> = cache.budgets().cloned().collect();
         let now = now_millis();
         let to_find = self.preemption.candidates_to_find(potential_nodes.len());
         let offset = self.rng.below(potential_nodes.len() as u64) as usize;
-        let (mut sparing, mut violating): (Vec<Candidate>, Vec<Candidate>) = (vec![], vec![]);
-        let mut failures: Vec<sdk::Failure> = Vec::new();
-        // Nodes with nothing to evict, the usual case where every pod has one priority: counted
-        // rather than collected, so a pod that fits nowhere costs little more than its cycle.
-        let mut without_victims = 0usize;
-        let mut errors: Vec<String> = Vec::new();
+        let mut search = CandidateSearch::default();
         for i in 0..potential_nodes.len() {
             let node = potential_nodes[(offset + i) % potential_nodes.len()];
             if !cache.has_pod_below(node, pod.priority) {
-                without_victims += 1;
+                search.without_victims += 1;
                 continue;
             }
             let found = self.select_victims(cache, pod, node, &budgets, now);
@@ -200,29 +245,18 @@ impl Profile {
                 examined.push(candidate.to_preemption(cache));
             }
             match found {
-                Ok(candidate) if candidate.pdb_violations == 0 => sparing.push(candidate),
-                Ok(candidate) => violating.push(candidate),
-                Err(Ok(failure)) => failures.push(failure),
-                Err(Err(error)) => errors.push(error),
+                Ok(candidate) if candidate.pdb_violations == 0 => search.sparing.push(candidate),
+                Ok(candidate) => search.violating.push(candidate),
+                Err(Ok(failure)) => search.failures.push(failure),
+                Err(Err(error)) => search.errors.push(error),
             }
-            if !sparing.is_empty() && sparing.len() + violating.len() >= to_find {
+            if !search.sparing.is_empty()
+                && search.sparing.len() + search.violating.len() >= to_find
+            {
                 break;
             }
         }
-        sparing.truncate(to_find);
-        violating.truncate(to_find);
-        sparing.append(&mut violating);
-        let Some(best) = pick_one(sparing) else {
-            if let Some(error) = errors.into_iter().next() {
-                return Err(NotPreempted::keeping_nomination(&error));
-            }
-            return Err(NotPreempted::nothing_found(not_found(
-                all_nodes,
-                &failures,
-                without_victims,
-            )));
-        };
-        Ok(best.to_preemption(cache))
+        search
     }
 
     /// kube-scheduler's `SelectVictimsOnNode`: every lower-priority pod is taken off the node;

@@ -101,141 +101,199 @@ pub(super) fn send_changes(
     synced: &mut Synced,
     cache: &Cache,
 ) -> Result<(), CallError> {
-    let parts = reads.existing_pods;
     match synced.generation {
-        None => {
-            let nodes: Vec<(u32, &sdk::NodeInfo)> =
-                cache.nodes().map(|(id, entry)| (id, &entry.info)).collect();
-            for batch in nodes.chunks(SYNC_BATCH) {
-                instance.upsert_nodes(batch)?;
-            }
-            if !parts.is_empty() {
-                let pods: Vec<(u32, sdk::ExistingPod)> = cache
-                    .existing_pods()
-                    .filter(|(_, _, pod)| worth_sending(pod, parts))
-                    .map(|(id, node, pod)| (id, pod.with_parts(node, parts)))
-                    .collect();
-                for &(id, _) in &pods {
+        None => send_everything(instance, reads, synced, cache),
+        Some(since) if since < cache.generation() => {
+            send_delta(instance, reads, synced, cache, since)
+        }
+        Some(_) => Ok(()),
+    }
+}
+
+/// Fills an empty mirror: every node, then the pods, namespaces and volumes the plugin reads.
+fn send_everything(
+    instance: &mut dyn PluginInstance,
+    reads: Reads,
+    synced: &mut Synced,
+    cache: &Cache,
+) -> Result<(), CallError> {
+    let parts = reads.existing_pods;
+    let nodes: Vec<(u32, &sdk::NodeInfo)> =
+        cache.nodes().map(|(id, entry)| (id, &entry.info)).collect();
+    for batch in nodes.chunks(SYNC_BATCH) {
+        instance.upsert_nodes(batch)?;
+    }
+    if !parts.is_empty() {
+        let pods: Vec<(u32, sdk::ExistingPod)> = cache
+            .existing_pods()
+            .filter(|(_, _, pod)| worth_sending(pod, parts))
+            .map(|(id, node, pod)| (id, pod.with_parts(node, parts)))
+            .collect();
+        for &(id, _) in &pods {
+            synced.hold(id, true);
+        }
+        for batch in pods.chunks(SYNC_BATCH) {
+            instance.upsert_pods(batch)?;
+        }
+    }
+    if reads.namespaces {
+        let namespaces: Vec<(&str, &sdk::Labels)> = cache.namespaces().collect();
+        for batch in namespaces.chunks(SYNC_BATCH) {
+            instance.upsert_namespaces(batch)?;
+        }
+    }
+    if reads.volumes {
+        let volumes: Vec<&sdk::VolumeInfo> = cache.all_volumes().collect();
+        for batch in volumes.chunks(SYNC_BATCH) {
+            instance.upsert_volumes(batch)?;
+        }
+    }
+    Ok(())
+}
+
+/// The placed pods that changed since a mirror's generation, in the order they must be sent.
+/// A mirror never holds a pod on a node it lacks: pods that left go first (`gone`); pods on nodes
+/// the mirror already has (a pod that moved off a node being removed among them) go before the
+/// nodes are removed (`early`); pods on nodes being added go after them (`late`), and are removed
+/// first too, since where the mirror holds them may be a node being removed.
+#[derive(Default)]
+struct PodChanges {
+    gone: Vec<u32>,
+    early: Vec<(u32, sdk::ExistingPod)>,
+    late: Vec<(u32, sdk::ExistingPod)>,
+}
+
+impl PodChanges {
+    fn sort(
+        delta: &crate::cache::Delta,
+        parts: sdk::ExistingPodParts,
+        synced: &mut Synced,
+        cache: &Cache,
+    ) -> PodChanges {
+        let mut changes = PodChanges::default();
+        if parts.is_empty() {
+            return changes;
+        }
+        let arriving: std::collections::HashSet<u32> = delta.upserts.iter().copied().collect();
+        let every_pod = parts.contains(sdk::ExistingPodParts::LABELS);
+        for &id in &delta.pods {
+            match cache.existing_pod(id) {
+                Some((_, pod)) if !worth_sending(pod, parts) && synced.holds(id) => {
+                    changes.gone.push(id);
+                    synced.hold(id, false);
+                }
+                Some((_, pod)) if !worth_sending(pod, parts) => {}
+                Some((node, pod)) if arriving.contains(&node) => {
+                    changes.gone.push(id);
+                    changes.late.push((id, pod.with_parts(node, parts)));
                     synced.hold(id, true);
                 }
-                for batch in pods.chunks(SYNC_BATCH) {
-                    instance.upsert_pods(batch)?;
+                Some((node, pod)) => {
+                    changes.early.push((id, pod.with_parts(node, parts)));
+                    synced.hold(id, true);
                 }
-            }
-            if reads.namespaces {
-                let namespaces: Vec<(&str, &sdk::Labels)> = cache.namespaces().collect();
-                for batch in namespaces.chunks(SYNC_BATCH) {
-                    instance.upsert_namespaces(batch)?;
+                None if every_pod || synced.holds(id) => {
+                    changes.gone.push(id);
+                    synced.hold(id, false);
                 }
-            }
-            if reads.volumes {
-                let volumes: Vec<&sdk::VolumeInfo> = cache.all_volumes().collect();
-                for batch in volumes.chunks(SYNC_BATCH) {
-                    instance.upsert_volumes(batch)?;
-                }
+                None => {}
             }
         }
-        Some(since) if since < cache.generation() => {
-            let delta = cache.delta_since(since);
-            // A mirror never holds a pod on a node it lacks: pods that left go first; pods on nodes
-            // the mirror already has (a pod that moved off a node being removed among them) go
-            // before the nodes are removed; pods on nodes being added go after them, and are
-            // removed first too, since where the mirror holds them may be a node being removed.
-            let (mut early, mut late, mut gone) = (Vec::new(), Vec::new(), Vec::new());
-            if !parts.is_empty() {
-                let arriving: std::collections::HashSet<u32> =
-                    delta.upserts.iter().copied().collect();
-                let every_pod = parts.contains(sdk::ExistingPodParts::LABELS);
-                for &id in &delta.pods {
-                    match cache.existing_pod(id) {
-                        Some((_, pod)) if !worth_sending(pod, parts) && synced.holds(id) => {
-                            gone.push(id);
-                            synced.hold(id, false);
-                        }
-                        Some((_, pod)) if !worth_sending(pod, parts) => {}
-                        Some((node, pod)) if arriving.contains(&node) => {
-                            gone.push(id);
-                            late.push((id, pod.with_parts(node, parts)));
-                            synced.hold(id, true);
-                        }
-                        Some((node, pod)) => {
-                            early.push((id, pod.with_parts(node, parts)));
-                            synced.hold(id, true);
-                        }
-                        None if every_pod || synced.holds(id) => {
-                            gone.push(id);
-                            synced.hold(id, false);
-                        }
-                        None => {}
-                    }
-                }
-            }
-            for batch in gone.chunks(SYNC_BATCH) {
-                instance.remove_pods(batch)?;
-            }
-            for batch in early.chunks(SYNC_BATCH) {
-                instance.upsert_pods(batch)?;
-            }
-            if !delta.removals.is_empty() {
-                instance.remove_nodes(&delta.removals)?;
-            }
-            if !delta.upserts.is_empty() {
-                let nodes: Vec<(u32, &sdk::NodeInfo)> = delta
-                    .upserts
-                    .iter()
-                    .filter_map(|&id| cache.node(id).map(|n| (id, &n.info)))
-                    .collect();
-                for batch in nodes.chunks(SYNC_BATCH) {
-                    instance.upsert_nodes(batch)?;
-                }
-            }
-            if !delta.usage.is_empty() && reads.usage {
-                let usage: Vec<(u32, &sdk::NodeUsage)> = delta
-                    .usage
-                    .iter()
-                    .filter_map(|&id| cache.node(id).map(|n| (id, &n.info.usage)))
-                    .collect();
-                for batch in usage.chunks(SYNC_BATCH) {
-                    instance.update_usage(batch)?;
-                }
-            }
-            for batch in late.chunks(SYNC_BATCH) {
-                instance.upsert_pods(batch)?;
-            }
-            if reads.namespaces && !delta.namespaces.is_empty() {
-                let (mut upserts, mut removals) = (Vec::new(), Vec::new());
-                for &id in &delta.namespaces {
-                    match cache.namespace(id) {
-                        Some((name, Some(labels))) => upserts.push((name, labels)),
-                        Some((name, None)) => removals.push(name),
-                        None => {}
-                    }
-                }
-                if !removals.is_empty() {
-                    instance.remove_namespaces(&removals)?;
-                }
-                for batch in upserts.chunks(SYNC_BATCH) {
-                    instance.upsert_namespaces(batch)?;
-                }
-            }
-            if reads.volumes && !delta.volumes.is_empty() {
-                let (mut upserts, mut removals) = (Vec::new(), Vec::new());
-                for &id in &delta.volumes {
-                    match cache.volume_entry(id) {
-                        Some((_, Some(volume))) => upserts.push(volume),
-                        Some((name, None)) => removals.push(name),
-                        None => {}
-                    }
-                }
-                if !removals.is_empty() {
-                    instance.remove_volumes(&removals)?;
-                }
-                for batch in upserts.chunks(SYNC_BATCH) {
-                    instance.upsert_volumes(batch)?;
-                }
-            }
+        changes
+    }
+}
+
+/// Sends what changed since generation `since`, in the order [`PodChanges`] explains.
+fn send_delta(
+    instance: &mut dyn PluginInstance,
+    reads: Reads,
+    synced: &mut Synced,
+    cache: &Cache,
+    since: u64,
+) -> Result<(), CallError> {
+    let delta = cache.delta_since(since);
+    let pods = PodChanges::sort(&delta, reads.existing_pods, synced, cache);
+    for batch in pods.gone.chunks(SYNC_BATCH) {
+        instance.remove_pods(batch)?;
+    }
+    for batch in pods.early.chunks(SYNC_BATCH) {
+        instance.upsert_pods(batch)?;
+    }
+    if !delta.removals.is_empty() {
+        instance.remove_nodes(&delta.removals)?;
+    }
+    if !delta.upserts.is_empty() {
+        let nodes: Vec<(u32, &sdk::NodeInfo)> = delta
+            .upserts
+            .iter()
+            .filter_map(|&id| cache.node(id).map(|n| (id, &n.info)))
+            .collect();
+        for batch in nodes.chunks(SYNC_BATCH) {
+            instance.upsert_nodes(batch)?;
         }
-        Some(_) => {}
+    }
+    if !delta.usage.is_empty() && reads.usage {
+        let usage: Vec<(u32, &sdk::NodeUsage)> = delta
+            .usage
+            .iter()
+            .filter_map(|&id| cache.node(id).map(|n| (id, &n.info.usage)))
+            .collect();
+        for batch in usage.chunks(SYNC_BATCH) {
+            instance.update_usage(batch)?;
+        }
+    }
+    for batch in pods.late.chunks(SYNC_BATCH) {
+        instance.upsert_pods(batch)?;
+    }
+    if reads.namespaces && !delta.namespaces.is_empty() {
+        send_namespace_changes(instance, &delta.namespaces, cache)?;
+    }
+    if reads.volumes && !delta.volumes.is_empty() {
+        send_volume_changes(instance, &delta.volumes, cache)?;
+    }
+    Ok(())
+}
+
+fn send_namespace_changes(
+    instance: &mut dyn PluginInstance,
+    changed: &[u32],
+    cache: &Cache,
+) -> Result<(), CallError> {
+    let (mut upserts, mut removals) = (Vec::new(), Vec::new());
+    for &id in changed {
+        match cache.namespace(id) {
+            Some((name, Some(labels))) => upserts.push((name, labels)),
+            Some((name, None)) => removals.push(name),
+            None => {}
+        }
+    }
+    if !removals.is_empty() {
+        instance.remove_namespaces(&removals)?;
+    }
+    for batch in upserts.chunks(SYNC_BATCH) {
+        instance.upsert_namespaces(batch)?;
+    }
+    Ok(())
+}
+
+fn send_volume_changes(
+    instance: &mut dyn PluginInstance,
+    changed: &[u32],
+    cache: &Cache,
+) -> Result<(), CallError> {
+    let (mut upserts, mut removals) = (Vec::new(), Vec::new());
+    for &id in changed {
+        match cache.volume_entry(id) {
+            Some((_, Some(volume))) => upserts.push(volume),
+            Some((name, None)) => removals.push(name),
+            None => {}
+        }
+    }
+    if !removals.is_empty() {
+        instance.remove_volumes(&removals)?;
+    }
+    for batch in upserts.chunks(SYNC_BATCH) {
+        instance.upsert_volumes(batch)?;
     }
     Ok(())
 }

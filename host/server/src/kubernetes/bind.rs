@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use wasched_core::binding::{self, Backend, Carried};
+use wasched_core::binding::{self, Backend};
 use wasched_core::framework::Victim;
 use wasched_core::k8s;
 use wasched_core::service::{BindingFailures, CycleResult};
@@ -89,17 +89,7 @@ impl ResultSink for ApiSink {
             // holds up only its own pod, as kube-scheduler's binding goroutines.
             self.runtime.spawn_blocking(move || {
                 let carried = binding::carry_out(&mut backend, &result);
-                match &carried {
-                    Carried::Bound => failures.completed(result.pod.clone()),
-                    Carried::BindingFailed(e) => {
-                        tracing::warn!(pod = %result.pod, "binding the pod failed: {e}");
-                        failures.report(result.pod.clone(), e.clone());
-                    }
-                    Carried::ConditionFailed(e) => {
-                        tracing::warn!(pod = %result.pod, "writing the condition of the pod failed: {e}");
-                    }
-                    Carried::Recorded | Carried::Stale | Carried::Waiting => {}
-                }
+                failures.record(&result.pod, &carried);
                 if carried.applied() {
                     backend.record_events(&result);
                     backend

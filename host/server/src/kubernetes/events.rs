@@ -13,7 +13,7 @@ use super::rate::RateLimiter;
 use crate::engine::{ApiWrite, ApiWriteFailures};
 
 /// An `events.k8s.io/v1` Event the recorder made, and how often it has happened since.
-struct Recorded {
+struct EventSeries {
     name: String,
     count: i32,
     first: std::time::Instant,
@@ -27,7 +27,7 @@ struct Recorded {
 pub struct Recorder {
     /// `reportingInstance`: this replica.
     pub instance: String,
-    recorded: std::sync::Mutex<HashMap<(String, &'static str, String), Recorded>>,
+    recorded: std::sync::Mutex<HashMap<(String, &'static str, String), EventSeries>>,
     /// The `PodScheduled=False` condition last written per pod (reason and message), and when.
     conditions: std::sync::Mutex<HashMap<String, (bool, String, std::time::Instant)>>,
 }
@@ -171,7 +171,7 @@ impl Recorder {
                         .unwrap_or_else(|e| e.into_inner())
                         .insert(
                             key,
-                            Recorded {
+                            EventSeries {
                                 name: event_name,
                                 count: 1,
                                 first: now,
