@@ -4,8 +4,8 @@
 
 use crate::mirror::Nodes;
 use crate::types::{
-    Descriptor, ExistingPod, FilterResults, Labels, NodeId, NodeInfo, NodeUsage, Normalize, Pod,
-    PodId, PodPlan, VolumeInfo,
+    Descriptor, ExistingPod, Failure, FilterResults, Labels, NodeId, NodeInfo, NodeUsage,
+    Normalize, PermitAnswer, Pod, PodId, PodPlan, VolumeInfo,
 };
 use crate::Exported;
 
@@ -48,8 +48,24 @@ impl<P: Exported> Driver<P> {
             reads_existing_pods: P::READS_EXISTING_PODS,
             reads_namespaces: P::READS_NAMESPACES,
             reads_volumes: P::READS_VOLUMES,
-            permit: false,
+            pre_enqueue: P::PRE_ENQUEUE,
+            permit: P::PERMIT,
         }
+    }
+
+    /// PreEnqueue: see [`crate::Plugin::pre_enqueue`].
+    pub fn pre_enqueue(&mut self, pod: &Pod) -> Option<Failure> {
+        self.plugin.pre_enqueue(pod)
+    }
+
+    /// Permit: see [`crate::Plugin::permit`].
+    pub fn permit(&mut self, pod: &Pod, node: &str) -> PermitAnswer {
+        self.plugin.permit(pod, node)
+    }
+
+    /// Unreserve: see [`crate::Plugin::unreserve`].
+    pub fn unreserve(&mut self, pod: &Pod, node: &str) {
+        self.plugin.unreserve(pod, node);
     }
 
     /// The plugin itself.

@@ -1,5 +1,5 @@
-//! Component glue (wasm32 only): the exports of the `encoded-plugin` world (the `plugin` world,
-//! `apply-and-set-pod`, and the same with its input as bytes), converting between the generated
+//! Component glue (wasm32 only): the exports of the `staged-plugin` world (the `plugin` world,
+//! `apply-and-set-pod`, the same with its input as bytes, and PreEnqueue/Permit/Unreserve), converting between the generated
 //! WIT types (or the bytes) and the SDK's types and delegating to one [`Driver`] per component
 //! instance.
 
@@ -14,7 +14,7 @@ use crate::{Driver, Exported};
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../wit",
-        world: "encoded-plugin",
+        world: "staged-plugin",
         pub_export_macro: true,
         export_macro_name: "__export_plugin_world",
         default_bindings_module: "wasched_sdk::guest::bindings",
@@ -167,6 +167,56 @@ impl<P: Exported> bindings::exports::wasched::plugin::encoded::Guest for Compone
         let nodes = decoded(reader.nodes());
         decoded(reader.finish());
         driver::<P>().upsert_nodes(nodes);
+    }
+}
+
+use bindings::exports::wasched::plugin::stages;
+
+impl<P: Exported> stages::Guest for Component<P> {
+    fn stages() -> stages::StageSet {
+        let mut set = stages::StageSet::empty();
+        if P::PRE_ENQUEUE {
+            set = set | stages::StageSet::PRE_ENQUEUE;
+        }
+        if P::PERMIT {
+            set = set | stages::StageSet::PERMIT;
+        }
+        set
+    }
+
+    fn pre_enqueue(pod: stages::StagedPod) -> Option<wit::Failure> {
+        driver::<P>().pre_enqueue(&staged_pod(pod)).map(Into::into)
+    }
+
+    fn permit(pod: stages::StagedPod, node: String) -> stages::PermitAnswer {
+        let answer = driver::<P>().permit(&staged_pod(pod), &node);
+        stages::PermitAnswer {
+            decision: match answer.permit {
+                sdk::Permit::Allow => stages::PermitDecision::Allow,
+                sdk::Permit::Wait { timeout } => {
+                    stages::PermitDecision::Wait(timeout.as_millis().min(u64::MAX as u128) as u64)
+                }
+                sdk::Permit::Reject(reason) => stages::PermitDecision::Reject(reason),
+            },
+            allow: answer.allow,
+        }
+    }
+
+    fn unreserve(pod: stages::StagedPod, node: String) {
+        driver::<P>().unreserve(&staged_pod(pod), &node);
+    }
+}
+
+fn staged_pod(pod: stages::StagedPod) -> sdk::Pod {
+    sdk::Pod {
+        namespace: pod.namespace,
+        name: pod.name,
+        uid: pod.uid,
+        labels: labels(pod.labels),
+        annotations: labels(pod.annotations),
+        priority: pod.priority,
+        scheduling_gates: pod.scheduling_gates,
+        ..sdk::Pod::default()
     }
 }
 

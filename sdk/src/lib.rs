@@ -100,6 +100,13 @@ pub trait Plugin: Sized + 'static {
     /// value once).
     const INDEXES_LABELS: bool = false;
 
+    /// True when the plugin implements [`Plugin::pre_enqueue`]: the host calls it for every
+    /// pending pod of the plugin's profile before the pod enters the scheduling queue.
+    const PRE_ENQUEUE: bool = false;
+
+    /// True when the plugin implements [`Plugin::permit`] and [`Plugin::unreserve`].
+    const PERMIT: bool = false;
+
     /// Builds the plugin from its configuration: the plugin's table in the scheduler's TOML, as JSON
     /// (`{}` when there is none). Called once per plugin instance.
     ///
@@ -119,6 +126,30 @@ pub trait Plugin: Sized + 'static {
     fn prepare(&mut self, pod: &Pod, nodes: &Nodes) -> PodPlan {
         let _ = (pod, nodes);
         PodPlan::default()
+    }
+
+    /// PreEnqueue (kube-scheduler's extension point of that name, when [`Plugin::PRE_ENQUEUE`]):
+    /// `None` lets `pod` into the scheduling queue; a failure keeps it out, its reasons being why
+    /// it waits, until the pod changes (the host asks again at every change). The pod carries
+    /// its identity, labels, annotations, priority and [`Pod::scheduling_gates`]; its other
+    /// parts may be empty. Runs before any cycle, so the mirror may not be up to date.
+    fn pre_enqueue(&mut self, pod: &Pod) -> Option<Failure> {
+        let _ = pod;
+        None
+    }
+
+    /// Permit (when [`Plugin::PERMIT`]): whether `pod`, reserved on the node named `node`, may be
+    /// bound now, must wait, or is rejected; and which pods waiting at this plugin it lets go.
+    /// The pod carries what [`Plugin::pre_enqueue`]'s does.
+    fn permit(&mut self, pod: &Pod, node: &str) -> PermitAnswer {
+        let _ = (pod, node);
+        PermitAnswer::allow()
+    }
+
+    /// Unreserve (when [`Plugin::PERMIT`]): `pod`'s reservation on `node` was given up (Permit
+    /// rejected it, its wait ran out, or its binding failed); forget whatever was counted for it.
+    fn unreserve(&mut self, pod: &Pod, node: &str) {
+        let _ = (pod, node);
     }
 
     /// Called when an existing pod enters the mirror, with its node as the mirror has it (an
@@ -206,7 +237,8 @@ pub trait Exported: Plugin {
 }
 
 /// Exports a plugin type: `export_plugin!(MyPlugin: filter)`, `export_plugin!(MyPlugin: score)` or
-/// `export_plugin!(MyPlugin: filter, score)`.
+/// `export_plugin!(MyPlugin: filter, score)`; `export_plugin!(MyPlugin)` for a plugin that
+/// neither filters nor scores (one that takes part in PreEnqueue or Permit only).
 ///
 /// On `wasm32` targets this also emits the component's exports, so the crate (with
 /// `crate-type = ["cdylib", "rlib"]`) becomes a plugin component; on other targets the host can
@@ -224,6 +256,9 @@ macro_rules! export_plugin {
     };
     ($ty:ty : score) => {
         $crate::__export_plugin!($ty, false, true);
+    };
+    ($ty:ty) => {
+        $crate::__export_plugin!($ty, false, false);
     };
 }
 

@@ -240,6 +240,9 @@ pub struct Answers {
     pub verdicts: Vec<Expected>,
     /// Normalized scores per node; empty when the plugin does not score or has no opinion.
     pub scores: Vec<i64>,
+    /// What PreEnqueue said of the pod: a pass lets it into the queue (also for a plugin that
+    /// takes no part in PreEnqueue).
+    pub pre_enqueue: Expected,
 }
 
 /// One row of a plugin's table: a pod, nodes, and what the plugin must answer.
@@ -268,6 +271,8 @@ pub struct Case {
     /// The positions of the nodes that passed every filter, which are scored (`scores` has one
     /// entry per position); `None` scores every node.
     pub feasible: Option<Vec<usize>>,
+    /// What PreEnqueue says of the pod, when the row checks it.
+    pub pre_enqueue: Option<Expected>,
 }
 
 impl Case {
@@ -290,6 +295,7 @@ impl Case {
             namespaces: Vec::new(),
             volumes: Vec::new(),
             feasible: None,
+            pre_enqueue: None,
         }
     }
 
@@ -307,6 +313,17 @@ impl Case {
             namespaces: Vec::new(),
             volumes: Vec::new(),
             feasible: None,
+            pre_enqueue: None,
+        }
+    }
+
+    /// A row checking what PreEnqueue says of `pod` (a pass: it may enter the queue), with the
+    /// default configuration and no nodes.
+    pub fn pre_enqueue(name: &'static str, pod: Pod, expected: Expected) -> Case {
+        Case {
+            verdicts: None,
+            pre_enqueue: Some(expected),
+            ..Case::filter(name, pod, Vec::new(), Vec::new())
         }
     }
 
@@ -390,6 +407,13 @@ impl Case {
         }
         if let Some(plan) = &self.plan {
             assert_eq!(&answers.plan.filter, plan, "{plugin}: {}: plan", self.name);
+        }
+        if let Some(pre_enqueue) = &self.pre_enqueue {
+            assert_eq!(
+                &answers.pre_enqueue, pre_enqueue,
+                "{plugin}: {}: pre-enqueue",
+                self.name
+            );
         }
     }
 }
@@ -481,6 +505,10 @@ pub fn answers<P: Exported>(case: &Case) -> Answers {
     if !P::READS_EXISTING_PODS.is_empty() {
         driver.upsert_pods(case.existing_pods(P::READS_EXISTING_PODS));
     }
+    let pre_enqueue = match P::PRE_ENQUEUE {
+        true => verdict_of(driver.pre_enqueue(&case.pod.staged()).as_ref()),
+        false => pass(),
+    };
     let seen = case.pod.with_parts(P::READS_POD);
     let plan = driver.set_pod(seen.clone());
     let what = |path: &str| format!("{}: {}: {path}", P::NAME, case.name);
@@ -547,6 +575,7 @@ pub fn answers<P: Exported>(case: &Case) -> Answers {
         plan,
         verdicts,
         scores,
+        pre_enqueue,
     }
 }
 

@@ -587,6 +587,62 @@ pub struct Pod {
     /// Terminating because a scheduler preempted it (a deletion timestamp and the condition
     /// `DisruptionTarget=True` with reason `PreemptionByScheduler`).
     pub terminating_by_preemption: bool,
+    /// `spec.schedulingGates`, by name: while any is left, PreEnqueue (the SchedulingGates
+    /// plugin) keeps the pod out of the scheduling queue. Sent only to PreEnqueue and Permit.
+    pub scheduling_gates: Vec<String>,
+}
+
+/// What a Permit plugin decided for a reserved pod (kube-scheduler's Permit statuses).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Permit {
+    /// The pod may be bound, as far as this plugin is concerned.
+    Allow,
+    /// The pod waits, still reserved, until this plugin lets it go or `timeout` passes (then it
+    /// is rejected and unreserved).
+    Wait {
+        /// How long it may wait.
+        timeout: std::time::Duration,
+    },
+    /// The pod is not to be bound: it is unreserved and tried again later, with this reason.
+    Reject(String),
+}
+
+/// A Permit plugin's answer: its decision for the pod of the call, and the pods (by
+/// `namespace/name`) waiting at this plugin that it now allows (as kube-scheduler's plugins
+/// allow waiting pods through the framework handle).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PermitAnswer {
+    /// The decision for the pod of the call.
+    pub permit: Permit,
+    /// The waiting pods (`namespace/name`) this plugin now lets go.
+    pub allow: Vec<String>,
+}
+
+impl PermitAnswer {
+    /// Allow, releasing nobody.
+    pub fn allow() -> Self {
+        PermitAnswer {
+            permit: Permit::Allow,
+            allow: Vec::new(),
+        }
+    }
+}
+
+impl Pod {
+    /// The parts of the pod PreEnqueue and Permit see (a component's `staged-pod`): identity,
+    /// labels, annotations, priority and scheduling gates.
+    pub fn staged(&self) -> Pod {
+        Pod {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            uid: self.uid.clone(),
+            labels: self.labels.clone(),
+            annotations: self.annotations.clone(),
+            priority: self.priority,
+            scheduling_gates: self.scheduling_gates.clone(),
+            ..Pod::default()
+        }
+    }
 }
 
 /// A pod's controlling owner (`metadata.ownerReferences[]` with `controller: true`).
@@ -891,8 +947,11 @@ pub struct Descriptor {
     pub reads_namespaces: bool,
     /// [`crate::Plugin::READS_VOLUMES`].
     pub reads_volumes: bool,
-    /// It takes part in Permit (and Unreserve). Host-side plugins only for now: components
-    /// always arrive with false, as no WIT world exports Permit yet.
+    /// [`crate::Plugin::PRE_ENQUEUE`]: it takes part in PreEnqueue (for a component: it exports
+    /// the `stages` interface and says so).
+    pub pre_enqueue: bool,
+    /// [`crate::Plugin::PERMIT`]: it takes part in Permit and Unreserve (for a component: as
+    /// with `pre_enqueue`).
     pub permit: bool,
 }
 
@@ -1242,6 +1301,8 @@ mod tests {
             start_time_millis: None,
             nominated_node_name: String::new(),
             terminating_by_preemption: false,
+            // Sent to PreEnqueue and Permit only, never in a `set-pod` part.
+            scheduling_gates: Vec::new(),
         }
     }
 

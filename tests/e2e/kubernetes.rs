@@ -1191,6 +1191,15 @@ fn a_pod_that_cannot_be_read_is_told_why_and_the_others_are_scheduled() {
         );
         assert!(api.node_of(name).is_none(), "{name}");
     }
+    // Events are recorded in the background, after the condition.
+    let told_by_event = |name: &str| {
+        api.events()
+            .iter()
+            .any(|e| e["reason"] == "FailedScheduling" && e["regarding"]["name"] == name)
+    };
+    wait_for("both FailedScheduling events", || {
+        told_by_event("shapeless") && told_by_event("lots")
+    });
     let events = api.events();
     for name in ["shapeless", "lots"] {
         assert!(
@@ -1342,4 +1351,100 @@ fn the_api_server_backend_makes_the_writes_the_memory_and_store_backends_make_in
         written.len() >= expected.len()
     });
     assert_eq!(written[..expected.len()], expected[..], "{written:#?}");
+}
+
+#[test]
+fn a_gated_pod_keeps_its_scheduling_gated_condition_while_others_bind_and_binds_once_ungated() {
+    let api = ApiServer::start();
+    // Room for all 101 pods (1Gi each, 16Gi a node).
+    for i in 0..8 {
+        api.create(&node(&format!("n{i}"), "zone-a", "64"));
+    }
+    let gates = json!({"schedulingGates": [{"name": "example.com/quota"}]});
+    api.create(&pod("gated", "100m", gates));
+    for i in 0..100 {
+        api.create(&pod(&format!("free-{i}"), "100m", json!({})));
+    }
+    // Without leader election: the emulator is one Python process, and with 200 writes queued
+    // (a binding and an Event per pod) it answers a Lease renewal later than the renew deadline.
+    let scheduler = Scheduler::start(&api, "gates", &["--leader-elect", "false"]);
+    // Polled gently: the emulator is one Python process, and listing 101 pods every 50 ms
+    // starves the scheduler's Lease renewals.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let bound = api
+            .pods()
+            .iter()
+            .filter(|(name, p)| name.starts_with("free-") && !p["spec"]["nodeName"].is_null())
+            .count();
+        if bound == 100 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{bound} of 100 pods bound");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    wait_for("the SchedulingGated condition", || {
+        !api.pods()["gated"]["status"]["conditions"].is_null()
+    });
+    let gated = api.pods()["gated"].clone();
+    assert!(gated["spec"]["nodeName"].is_null(), "{gated}");
+    let conditions = gated["status"]["conditions"].as_array().unwrap();
+    assert_eq!(conditions.len(), 1, "{gated}");
+    assert_eq!(conditions[0]["type"], "PodScheduled");
+    assert_eq!(conditions[0]["status"], "False");
+    assert_eq!(conditions[0]["reason"], "SchedulingGated");
+    assert_eq!(
+        conditions[0]["message"],
+        "Scheduling is blocked due to non-empty scheduling gates"
+    );
+    // Written once, no Event about it, never counted as an attempt.
+    let condition_writes = || {
+        api.call("GET", "/_test/writes", None)
+            .1
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|w| {
+                w["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("/pods/gated/status"))
+            })
+            .count()
+    };
+    assert_eq!(condition_writes(), 1);
+    assert!(
+        !api.events()
+            .iter()
+            .any(|e| e["regarding"]["name"] == "gated"),
+        "{:?}",
+        api.events()
+    );
+    let (_, metrics) = scheduler.get("/metrics");
+    assert!(
+        metrics.contains("scheduler_pending_pods{queue=\"gated\"} 1"),
+        "{metrics}"
+    );
+
+    // The quota controller lifts the gate: the pod is bound at once, not after a backoff.
+    let mut ungated = api.pods()["gated"].clone();
+    ungated["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("schedulingGates");
+    let (status, reply) = api.call(
+        "PUT",
+        "/api/v1/namespaces/default/pods/gated",
+        Some(ungated),
+    );
+    assert!(status < 300, "{status} {reply}");
+    let lifted = Instant::now();
+    wait_for("the ungated pod to be bound", || {
+        api.node_of("gated").is_some()
+    });
+    assert!(
+        lifted.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        lifted.elapsed()
+    );
+    assert_eq!(condition_writes(), 1);
 }

@@ -119,6 +119,7 @@ impl PluginFactory for GangFactory {
                 reads_existing_pods: sdk::ExistingPodParts::NONE,
                 reads_namespaces: false,
                 reads_volumes: false,
+                pre_enqueue: false,
                 permit: true,
             },
             reserved: HashMap::new(),

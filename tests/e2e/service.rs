@@ -592,3 +592,70 @@ fn many_threads_feed_events_while_cycles_run() {
         "every pod placed once"
     );
 }
+
+fn gated_pod(name: &str, gates: &[&str]) -> Object {
+    let mut pod = pod_k8s(name, "100m", None);
+    let gates = gates
+        .iter()
+        .map(|g| core::PodSchedulingGate {
+            name: g.to_string(),
+        })
+        .collect();
+    pod.spec.as_mut().unwrap().scheduling_gates = Some(gates);
+    Object::Pod(Box::new(pod))
+}
+
+#[test]
+fn a_gated_pod_is_never_attempted_and_enters_the_queue_at_once_when_its_last_gate_is_lifted() {
+    let binder = RecordingBinder::default();
+    let binds = binder.binds.clone();
+    let (mut s, _clock) = service(binder);
+    let seq = Sequencer::default();
+    let pipeline = s.pipeline();
+    pipeline.submit(seq.upsert(node_obj("n", "8", &[])));
+    pipeline.submit(seq.upsert(gated_pod(
+        "quota",
+        &["example.com/quota", "example.com/gpu"],
+    )));
+    pipeline.submit(seq.upsert(pod_obj("free", "100m", None)));
+    let results = s.run_until_idle();
+    // Reported once as gated, with kube-scheduler's text; the other pod is bound.
+    let gated: Vec<&CycleResult> = results.iter().filter(|r| r.gated.is_some()).collect();
+    assert_eq!(gated.len(), 1);
+    assert_eq!(gated[0].pod, "default/quota");
+    assert_eq!(
+        gated[0].message.as_deref(),
+        Some("waiting for scheduling gates: [example.com/quota example.com/gpu]")
+    );
+    assert_eq!(gated[0].attempts, 0);
+    assert_eq!(
+        binds.lock().unwrap().clone(),
+        vec![("default/free".to_string(), "n".to_string())]
+    );
+    let Some(PodState::Pending(status)) = s.pod_state("default/quota") else {
+        panic!("the gated pod is pending")
+    };
+    assert_eq!((status.queue, status.attempts), (QueueName::Gated, 0));
+
+    // A cluster event that wakes unschedulable pods leaves it alone, and so does an update that
+    // keeps one gate: it is not reported again.
+    pipeline.submit(seq.upsert(node_obj("m", "8", &[])));
+    pipeline.submit(seq.upsert(gated_pod("quota", &["example.com/gpu"])));
+    let results = s.run_until_idle();
+    assert!(results.is_empty(), "{results:?}");
+    let Some(PodState::Pending(status)) = s.pod_state("default/quota") else {
+        panic!("still pending")
+    };
+    assert_eq!(status.queue, QueueName::Gated);
+    assert_eq!(
+        status.message.as_deref(),
+        Some("waiting for scheduling gates: [example.com/gpu]")
+    );
+
+    // The last gate lifted: scheduled in the same round, without backoff.
+    pipeline.submit(seq.upsert(gated_pod("quota", &[])));
+    let results = s.run_until_idle();
+    assert_eq!(results.len(), 1);
+    assert!(results[0].node.is_some() && results[0].gated.is_none());
+    assert_eq!(binds.lock().unwrap().len(), 2);
+}

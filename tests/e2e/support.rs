@@ -67,6 +67,10 @@ fn run_with(name: &str, runtime: DefaultPluginRuntime, case: &Case) -> Answers {
             .upsert_pods(&case.existing_pods(parts))
             .expect("upsert-pods");
     }
+    let pre_enqueue = match descriptor.pre_enqueue {
+        true => verdict_of(instance.pre_enqueue(pod).expect("pre-enqueue").as_ref()),
+        false => pass(),
+    };
     let plan = instance.set_pod(pod).expect("set-pod");
     let filtered = || {
         let mut results = FilterResults::default();
@@ -103,6 +107,7 @@ fn run_with(name: &str, runtime: DefaultPluginRuntime, case: &Case) -> Answers {
         plan,
         verdicts,
         scores,
+        pre_enqueue,
     }
 }
 

@@ -361,6 +361,12 @@ fn inspect(component: &Path) -> anyhow::Result<()> {
             if d.score {
                 does.push("score");
             }
+            if d.pre_enqueue {
+                does.push("pre-enqueue");
+            }
+            if d.permit {
+                does.push("permit");
+            }
             println!("world:    {}", report.world);
             println!("plugin:   {} {} ({})", d.name, d.version, does.join(", "));
             if d.score {

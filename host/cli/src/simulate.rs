@@ -47,6 +47,9 @@ struct JsonDecision<'a> {
     node: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     message: Option<&'a str>,
+    /// A PreEnqueue plugin keeps the pod out of the queue (its message says why): never tried.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    gated: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     nodes: Option<&'a [NodeReport]>,
     /// Where preemption made room for the pod, and which pods it evicted there.
@@ -152,6 +155,7 @@ pub fn print(decisions: &[Decision], options: Options, out: &mut dyn Write) -> s
                     pod: &d.pod,
                     node: d.node.as_deref(),
                     message: d.message.as_deref(),
+                    gated: d.gated.is_some(),
                     nodes: options.explain.then_some(&d.nodes[..]),
                     preemption: d.preemption.as_ref(),
                     preemption_candidates: (options.explain && !d.preemption_candidates.is_empty())
@@ -168,9 +172,14 @@ pub fn print(decisions: &[Decision], options: Options, out: &mut dyn Write) -> s
                 .max()
                 .unwrap_or(3)
                 .max(3);
+            let node_of = |d: &Decision| match (&d.node, &d.gated) {
+                (Some(node), _) => node.clone(),
+                (None, Some(_)) => "<gated>".to_string(),
+                (None, None) => "<none>".to_string(),
+            };
             let node_width = decisions
                 .iter()
-                .map(|d| d.node.as_deref().unwrap_or("<none>").len())
+                .map(|d| node_of(d).len())
                 .max()
                 .unwrap_or(4)
                 .max(4);
@@ -188,7 +197,7 @@ pub fn print(decisions: &[Decision], options: Options, out: &mut dyn Write) -> s
                     out,
                     "{:pod_width$}  {:node_width$}  {}{preempting}",
                     d.pod,
-                    d.node.as_deref().unwrap_or("<none>"),
+                    node_of(d),
                     d.message.as_deref().unwrap_or("")
                 )?;
                 if options.explain {

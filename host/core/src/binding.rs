@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1 as core;
 use crate::events::{EventPipeline, Object};
 use crate::framework::Victim;
 use crate::k8s;
+use crate::result::Gated;
 use crate::service::{bound_pod, CycleResult, Sequencer};
 
 /// The writes that differ between where the cluster lives. Each is one of kube-scheduler's
@@ -66,6 +67,9 @@ pub enum Carried {
     ConditionFailed(String),
     /// The pod waits at Permit plugins: nothing is written until it is let go or rejected.
     Waiting,
+    /// The pod is gated (kept out of the queue by PreEnqueue): its `SchedulingGated` condition
+    /// was written when it has scheduling gates; nothing else happens, no Event is recorded.
+    Gated,
 }
 
 impl Carried {
@@ -81,7 +85,8 @@ pub fn prebind_failure(reason: &str) -> String {
 }
 
 /// Makes the writes `result` calls for through `backend`, in kube-scheduler's order (none for a
-/// pod waiting at Permit plugins):
+/// pod waiting at Permit plugins; for a gated pod, only the condition the API server writes for
+/// scheduling gates):
 /// - a placed pod: PreBind (its volumes, when it has any to bind), then Bind; nothing follows a
 ///   failure. PostBind has no default plugin.
 /// - a pod placed nowhere: its preemption's victims are evicted (a failure is logged and the
@@ -89,6 +94,16 @@ pub fn prebind_failure(reason: &str) -> String {
 pub fn carry_out(backend: &mut dyn Backend, result: &CycleResult) -> Carried {
     if !result.waiting_on.is_empty() {
         return Carried::Waiting;
+    }
+    match result.gated {
+        Some(Gated::Plugin(_)) => return Carried::Gated,
+        Some(Gated::SchedulingGates) => {
+            return match backend.record_condition(result) {
+                Ok(_) => Carried::Gated,
+                Err(e) => Carried::ConditionFailed(e),
+            }
+        }
+        None => {}
     }
     if let Some(node) = &result.node {
         if !result.volumes.is_empty() {
@@ -241,7 +256,7 @@ pub fn pod_scheduled_false(pod: &mut core::Pod, result: &CycleResult) -> bool {
         type_: "PodScheduled".into(),
         status: "False".into(),
         reason: Some(condition_reason(result).into()),
-        message: result.message.clone(),
+        message: condition_message(result),
         ..Default::default()
     };
     let status = set_pod_scheduled(pod, condition);
@@ -268,10 +283,25 @@ pub fn set_pod_scheduled(
     status
 }
 
-/// The condition's reason: kube-scheduler's `SchedulerError` for a cycle that failed with an
-/// error, `Unschedulable` for one that found no node.
+/// The API server's message for a pod with scheduling gates (`SchedulingGated`).
+pub const SCHEDULING_GATED_MESSAGE: &str =
+    "Scheduling is blocked due to non-empty scheduling gates";
+
+/// The condition's message: the API server's for a gated pod, else the result's.
+pub fn condition_message(result: &CycleResult) -> Option<String> {
+    match result.gated {
+        Some(_) => Some(SCHEDULING_GATED_MESSAGE.to_string()),
+        None => result.message.clone(),
+    }
+}
+
+/// The condition's reason: `SchedulingGated` for a gated pod (the API server's), kube-scheduler's
+/// `SchedulerError` for a cycle that failed with an error, `Unschedulable` for one that found no
+/// node.
 pub fn condition_reason(result: &CycleResult) -> &'static str {
-    if result.error {
+    if result.gated.is_some() {
+        "SchedulingGated"
+    } else if result.error {
         "SchedulerError"
     } else {
         "Unschedulable"

@@ -127,6 +127,7 @@ impl Histogram {
 /// our node-mirror updates).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExtensionPoint {
+    PreEnqueue,
     PreFilter,
     Filter,
     Score,
@@ -136,7 +137,8 @@ pub enum ExtensionPoint {
 }
 
 impl ExtensionPoint {
-    pub const ALL: [ExtensionPoint; 6] = [
+    pub const ALL: [ExtensionPoint; 7] = [
+        ExtensionPoint::PreEnqueue,
         ExtensionPoint::PreFilter,
         ExtensionPoint::Filter,
         ExtensionPoint::Score,
@@ -147,6 +149,7 @@ impl ExtensionPoint {
 
     pub fn name(self) -> &'static str {
         match self {
+            ExtensionPoint::PreEnqueue => "PreEnqueue",
             ExtensionPoint::PreFilter => "PreFilter",
             ExtensionPoint::Filter => "Filter",
             ExtensionPoint::Score => "Score",

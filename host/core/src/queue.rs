@@ -35,6 +35,9 @@ pub enum QueueName {
     Unschedulable,
     /// Popped and being scheduled.
     InFlight,
+    /// Kept out of the queue by a PreEnqueue plugin (SchedulingGates: the pod has scheduling
+    /// gates) until the pod changes; never attempted meanwhile.
+    Gated,
 }
 
 impl QueueName {
@@ -45,6 +48,7 @@ impl QueueName {
             QueueName::Backoff => "backoff",
             QueueName::Unschedulable => "unschedulable",
             QueueName::InFlight => "in-flight",
+            QueueName::Gated => "gated",
         }
     }
 }
@@ -195,7 +199,32 @@ impl SchedulingQueue {
         self.move_to_active(&key);
     }
 
-    /// Replaces a queued pod's spec. An unschedulable pod is retried, since the change may help.
+    /// Keeps a pending pod out of the queue, with why (a PreEnqueue plugin's message): it is
+    /// not attempted until [`SchedulingQueue::add`] or [`SchedulingQueue::update`] lets it in.
+    pub fn gate(&mut self, pod: sdk::Pod, message: String) {
+        let key = pod.key();
+        let now = self.clock.now();
+        let entry = self.entries.entry(key.clone()).or_insert_with(|| Entry {
+            pod: sdk::Pod::default(),
+            queue: QueueName::Gated,
+            attempts: 0,
+            last_attempt: None,
+            unschedulable_since: Duration::ZERO,
+            message: None,
+            ticket: 0,
+            popped_at_move: 0,
+            queued_at: now,
+        });
+        entry.pod = pod;
+        entry.queue = QueueName::Gated;
+        entry.message = Some(message);
+        // Any place it held in a heap is stale from now on.
+        entry.ticket = 0;
+        self.unschedulable.remove(&key);
+    }
+
+    /// Replaces a queued pod's spec. An unschedulable pod is retried, since the change may help;
+    /// a gated one enters the active queue at once (its gates were lifted).
     pub fn update(&mut self, pod: sdk::Pod) {
         let key = pod.key();
         let Some(entry) = self.entries.get_mut(&key) else {
@@ -206,6 +235,10 @@ impl SchedulingQueue {
         entry.pod = pod;
         match entry.queue {
             QueueName::Unschedulable => self.move_after_backoff(&key),
+            QueueName::Gated => {
+                entry.message = None;
+                self.move_to_active(&key);
+            }
             QueueName::Active if priority_changed => self.move_to_active(&key),
             _ => {}
         }
@@ -386,6 +419,14 @@ impl SchedulingQueue {
         self.entries.get(key).map(|e| &e.pod)
     }
 
+    /// Number of gated pods (kept out of the queue by PreEnqueue).
+    pub fn gated_len(&self) -> usize {
+        self.entries
+            .values()
+            .filter(|e| e.queue == QueueName::Gated)
+            .count()
+    }
+
     /// Number of pods in each queue: (active, backoff, unschedulable).
     pub fn lengths(&self) -> (usize, usize, usize) {
         let mut counts = (0, 0, 0);
@@ -394,7 +435,7 @@ impl SchedulingQueue {
                 QueueName::Active => counts.0 += 1,
                 QueueName::Backoff => counts.1 += 1,
                 QueueName::Unschedulable => counts.2 += 1,
-                QueueName::InFlight => {}
+                QueueName::InFlight | QueueName::Gated => {}
             }
         }
         counts

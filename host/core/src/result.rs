@@ -42,6 +42,20 @@ pub struct CycleResult {
     /// The Permit plugins the pod waits at, reserved on its node but not yet bound: nothing is
     /// written for such a result. Its binding (or its rejection) comes as a later result.
     pub waiting_on: Vec<String>,
+    /// A PreEnqueue plugin keeps the pod out of the queue (its message in `message`): no cycle
+    /// ran, and none will until the pod changes.
+    pub gated: Option<Gated>,
+}
+
+/// Why a pod is kept out of the queue, as far as what is written for it goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Gated {
+    /// The pod has scheduling gates: its `PodScheduled=False` condition says `SchedulingGated`,
+    /// as the API server writes it for such a pod.
+    SchedulingGates,
+    /// Another PreEnqueue plugin, named here: nothing is written, as kube-scheduler writes
+    /// nothing for a pod its PreEnqueue plugins turn away.
+    Plugin(String),
 }
 
 impl CycleResult {
@@ -62,6 +76,7 @@ impl CycleResult {
             clears_nomination: false,
             volumes: PodVolumes::default(),
             waiting_on: Vec::new(),
+            gated: None,
         }
     }
 

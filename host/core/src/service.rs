@@ -27,8 +27,8 @@ use crate::clock::Clock;
 use crate::events::{Action, Event, EventPipeline, Kind, Object, ObjectKey};
 use crate::framework::{Outcome, Profile, Scheduler};
 use crate::k8s;
-use crate::queue::{ClusterEvent, PendingStatus, SchedulingQueue};
-pub use crate::result::CycleResult;
+use crate::queue::{ClusterEvent, PendingStatus, QueueName, SchedulingQueue};
+pub use crate::result::{CycleResult, Gated};
 use crate::runtime::LoadError;
 use crate::waiting::{WaitingPod, WaitingPods};
 
@@ -99,6 +99,12 @@ pub struct Service {
     /// Results of waiting pods that were let go or timed out, carried out already, returned by
     /// the next calls of [`Service::schedule_one`].
     released: std::collections::VecDeque<CycleResult>,
+    /// Pods a PreEnqueue plugin newly keeps out of the queue: reported by the next calls of
+    /// [`Service::schedule_one`] (and their condition written), once per gating.
+    newly_gated: std::collections::VecDeque<CycleResult>,
+    /// The gated pods already reported, so the pod's own update (its condition written back)
+    /// does not report it again.
+    told_gated: std::collections::HashSet<String>,
 }
 
 /// Where the caller of a deferred service (which binds after the cycle, on another thread) reports
@@ -144,7 +150,7 @@ impl BindingFailures {
             Carried::ConditionFailed(reason) => {
                 tracing::warn!(%pod, %reason, "writing the condition of the pod failed");
             }
-            Carried::Recorded | Carried::Stale | Carried::Waiting => {}
+            Carried::Recorded | Carried::Stale | Carried::Waiting | Carried::Gated => {}
         }
     }
 
@@ -205,6 +211,8 @@ impl Service {
             told_unreadable: HashMap::new(),
             waiting: WaitingPods::default(),
             released: Default::default(),
+            newly_gated: Default::default(),
+            told_gated: Default::default(),
         }
     }
 
@@ -246,7 +254,22 @@ impl Service {
 
     /// Puts new profiles in place and returns the old ones (see [`Scheduler::swap_profiles`]).
     pub fn swap_profiles(&mut self, profiles: Vec<Profile>) -> Vec<Profile> {
-        self.scheduler.swap_profiles(profiles)
+        let old = self.scheduler.swap_profiles(profiles);
+        // The new profiles' PreEnqueue plugins may let in pods the old ones kept out.
+        let gated: Vec<sdk::Pod> = self
+            .queue
+            .pods()
+            .filter(|p| {
+                self.queue
+                    .status(&p.key())
+                    .is_some_and(|s| s.queue == QueueName::Gated)
+            })
+            .cloned()
+            .collect();
+        for pod in gated {
+            self.enqueue(pod);
+        }
+        old
     }
 
     /// The pipeline producers submit events to.
@@ -376,9 +399,31 @@ impl Service {
                 self.queue.on_event(ClusterEvent::AssignedPodDeleted);
             }
             cache.nominate(&model);
-            self.queue.add(model);
+            self.enqueue(model);
         }
         Ok(())
+    }
+
+    /// PreEnqueue, then the queue: a pod a PreEnqueue plugin turns away waits outside it
+    /// (gated) until it changes; any other enters it, a gated one at once.
+    fn enqueue(&mut self, pod: sdk::Pod) {
+        let key = pod.key();
+        let Some(gate) = self.scheduler.pre_enqueue(&pod) else {
+            self.told_gated.remove(&key);
+            self.queue.add(pod);
+            return;
+        };
+        let mut result = CycleResult::attempt(key.clone(), pod.scheduler_name.clone(), 0);
+        result.message = Some(gate.message.clone());
+        result.gated = Some(if pod.scheduling_gates.is_empty() {
+            Gated::Plugin(gate.plugin)
+        } else {
+            Gated::SchedulingGates
+        });
+        self.queue.gate(pod, gate.message);
+        if self.told_gated.insert(key) {
+            self.newly_gated.push_back(result);
+        }
     }
 
     fn apply_upsert(&mut self, object: &Object) -> Result<(), k8s::FieldError> {
@@ -421,6 +466,8 @@ impl Service {
     }
 
     fn forget_pod(&mut self, key: &str) {
+        self.told_gated.remove(key);
+        self.newly_gated.retain(|r| r.pod != key);
         if let Some(waiting) = self.waiting.remove(key) {
             self.scheduler
                 .unreserve_plugins(&waiting.pod, &waiting.node);
@@ -583,6 +630,10 @@ impl Service {
         if let Some(unreadable) = self.unreadable.pop_front() {
             self.write(&unreadable);
             return Some(unreadable);
+        }
+        if let Some(gated) = self.newly_gated.pop_front() {
+            self.write(&gated);
+            return Some(gated);
         }
         let pod = self.queue.pop()?;
         let key = pod.key();

@@ -116,7 +116,7 @@ pub struct EngineMetrics {
     /// `(profile, result)` -> attempt durations.
     attempts: Mutex<BTreeMap<(String, &'static str), Arc<Histogram>>>,
     /// Pods in the active, backoff and unschedulable queues.
-    pub pending: [AtomicU64; 3],
+    pub pending: [AtomicU64; 4],
     pub hot_swaps: AtomicU64,
     /// How long the scheduling thread spent putting new profiles in place.
     pub swap_pause: SwapPause,
@@ -187,7 +187,8 @@ impl EngineMetrics {
             "# HELP scheduler_pending_pods Number of pending pods, by the queue type."
         );
         let _ = writeln!(out, "# TYPE scheduler_pending_pods gauge");
-        for (queue, gauge) in ["active", "backoff", "unschedulable"]
+        // kube-scheduler counts gated pods under their own queue label too (1.28+).
+        for (queue, gauge) in ["active", "backoff", "unschedulable", "gated"]
             .iter()
             .zip(&self.pending)
         {
@@ -369,6 +370,13 @@ impl Engine {
                             Some(result) if result.no_profile => {
                                 tracing::debug!(pod = %result.pod, scheduler_name = %result.scheduler_name, "left to another scheduler");
                             }
+                            Some(result) if result.gated.is_some() => {
+                                // Not an attempt: only its condition is written.
+                                tracing::debug!(pod = %result.pod, message = ?result.message, "gated");
+                                if results.send(result).is_err() {
+                                    break;
+                                }
+                            }
                             Some(result) if !result.waiting_on.is_empty() => {
                                 // Nothing to write until the plugins let it go or it times out.
                                 tracing::debug!(pod = %result.pod, plugins = ?result.waiting_on, "waiting at Permit");
@@ -387,6 +395,8 @@ impl Engine {
                             metrics.pending[0].store(active as u64, Ordering::Relaxed);
                             metrics.pending[1].store(backoff as u64, Ordering::Relaxed);
                             metrics.pending[2].store(unschedulable as u64, Ordering::Relaxed);
+                            let gated = service.queue().gated_len() as u64;
+                            metrics.pending[3].store(gated, Ordering::Relaxed);
                             heartbeat.store(now_seconds(), Ordering::Relaxed);
                         }
                     }

@@ -17,7 +17,8 @@ use wasched_sdk as sdk;
 use wasched_sdk::wire;
 
 use wasched_core::runtime::{
-    check_len, CallError, FailureKind, LoadError, PluginFactory, PluginInstance,
+    check_len, CallError, FailureKind, LoadError, Permit, PermitAnswer, PluginFactory,
+    PluginInstance,
 };
 
 mod bindings {
@@ -28,7 +29,21 @@ mod bindings {
 }
 
 pub(crate) use bindings::wasched::plugin::types as wit;
+
+/// The types of the optional `stages` interface, over the same `types` as the `plugin` world.
+#[allow(dead_code)]
+mod staged_bindings {
+    wasmtime::component::bindgen!({
+        path: "../../wit",
+        world: "staged-plugin",
+        with: {
+            "wasched:plugin/types": super::bindings::wasched::plugin::types,
+        },
+    });
+}
+
 use bindings::{Plugin as PluginWorld, PluginPre};
+use staged_bindings::exports::wasched::plugin::stages as wit_stages;
 
 use crate::legacy::ExportsV01;
 
@@ -460,6 +475,7 @@ impl ComponentFactory {
             |e: wasmtime::Error| LoadError(format!("plugin {}: init trapped: {e:#}", self.name));
         let mut batched = None;
         let mut encoded = None;
+        let mut stages = None;
         let (exports, descriptor) = match &self.pre {
             Pre::Current(pre) => {
                 let instance = pre
@@ -481,10 +497,19 @@ impl ComponentFactory {
                 if self.deadlines {
                     store.set_epoch_deadline(start_ticks);
                 }
-                let descriptor = world
+                let mut descriptor = world
                     .call_init(&mut store, config)
                     .map_err(init_trapped)?
                     .map(sdk::Descriptor::from);
+                if let Ok(descriptor) = &mut descriptor {
+                    if let Some((exports, set)) = stage_exports(&mut store, &instance)
+                        .map_err(|e| wrong_type(STAGES_INTERFACE, e))?
+                    {
+                        descriptor.pre_enqueue = set.contains(wit_stages::StageSet::PRE_ENQUEUE);
+                        descriptor.permit = set.contains(wit_stages::StageSet::PERMIT);
+                        stages = Some(exports);
+                    }
+                }
                 (Exports::Current(Box::new(world)), descriptor)
             }
             Pre::V01(pre) => {
@@ -519,6 +544,7 @@ impl ComponentFactory {
             held: Held::for_exports(encoded.is_some(), batched.is_some()),
             batched,
             encoded,
+            stages,
             input: Vec::new(),
             calls: 0,
         })
@@ -542,6 +568,8 @@ struct ComponentInstance {
     batched: Option<BatchedSetPod>,
     /// The exports of [`ENCODED_INTERFACE`], which the host prefers to `batched` and `set-pod`.
     encoded: Option<EncodedExports>,
+    /// The exports of [`STAGES_INTERFACE`], when the component has them.
+    stages: Option<StageExports>,
     /// Pod and usage updates held back for the next `set-pod`: as bytes with `encoded`, as
     /// records with `batched`, none without either.
     held: Option<Held>,
@@ -629,6 +657,58 @@ fn interface_funcs<const N: usize>(
     }
     Ok(funcs.try_into().ok())
 }
+
+/// The interface through which a component takes part in PreEnqueue, Permit and Unreserve.
+pub const STAGES_INTERFACE: &str = "wasched:plugin/stages@0.2.0";
+
+/// The functions of [`STAGES_INTERFACE`], type-checked when the instance starts.
+#[derive(Clone, Copy)]
+struct StageExports {
+    pre_enqueue: TypedFunc<(wit_stages::StagedPod,), (Option<wit::Failure>,)>,
+    permit: TypedFunc<(wit_stages::StagedPod, String), (wit_stages::PermitAnswer,)>,
+    unreserve: TypedFunc<(wit_stages::StagedPod, String), ()>,
+}
+
+/// The functions of [`STAGES_INTERFACE`] of `instance`, if it exports it, with the stages the
+/// plugin says it takes part in (asked once, after `init`, within its deadline).
+fn stage_exports(
+    store: &mut Store<StoreState>,
+    instance: &Instance,
+) -> wasmtime::Result<Option<(StageExports, wit_stages::StageSet)>> {
+    let Some([stages, pre_enqueue, permit, unreserve]) = interface_funcs(
+        store,
+        instance,
+        STAGES_INTERFACE,
+        ["stages", "pre-enqueue", "permit", "unreserve"],
+    )?
+    else {
+        return Ok(None);
+    };
+    let stages = stages.typed::<(), (wit_stages::StageSet,)>(&*store)?;
+    let exports = StageExports {
+        pre_enqueue: pre_enqueue.typed(&*store)?,
+        permit: permit.typed(&*store)?,
+        unreserve: unreserve.typed(&*store)?,
+    };
+    let (set,) = stages.call(&mut *store, ())?;
+    Ok(Some((exports, set)))
+}
+
+/// A pod as the `stages` interface sends it.
+fn staged_pod(pod: &sdk::Pod) -> wit_stages::StagedPod {
+    wit_stages::StagedPod {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        uid: pod.uid.clone(),
+        labels: pairs(&pod.labels),
+        annotations: pairs(&pod.annotations),
+        priority: pod.priority,
+        scheduling_gates: pod.scheduling_gates.clone(),
+    }
+}
+
+/// Longest wait a Permit plugin may ask for: kube-scheduler caps it at 15 minutes too.
+const MAX_PERMIT_WAIT: Duration = Duration::from_secs(15 * 60);
 
 /// At most this many updates are held back: a plugin that is sent no pod for a long time (one
 /// idle for the pods being scheduled) gets them in batches of this size.
@@ -1121,6 +1201,69 @@ impl PluginInstance for ComponentInstance {
         Ok(())
     }
 
+    fn pre_enqueue(&mut self, pod: &sdk::Pod) -> Result<Option<sdk::Failure>, CallError> {
+        let Some(stages) = self.stages else {
+            return Ok(None);
+        };
+        self.arm_for(Duration::ZERO);
+        let (answer,) = stages
+            .pre_enqueue
+            .call(&mut self.store, (staged_pod(pod),))
+            .map_err(|e| trapped("pre-enqueue", e))?;
+        match answer {
+            None => Ok(None),
+            Some(f) => {
+                check_failure("pre-enqueue", &f)?;
+                Ok(Some(failure(f)))
+            }
+        }
+    }
+
+    fn permit(&mut self, pod: &sdk::Pod, node: &str) -> Result<PermitAnswer, CallError> {
+        let Some(stages) = self.stages else {
+            return Ok(PermitAnswer::allow());
+        };
+        self.arm_for(Duration::ZERO);
+        let (answer,) = stages
+            .permit
+            .call(&mut self.store, (staged_pod(pod), node.to_string()))
+            .map_err(|e| trapped("permit", e))?;
+        let permit = match answer.decision {
+            wit_stages::PermitDecision::Allow => Permit::Allow,
+            wit_stages::PermitDecision::Wait(millis) => Permit::Wait {
+                timeout: Duration::from_millis(millis).min(MAX_PERMIT_WAIT),
+            },
+            wit_stages::PermitDecision::Reject(reason) => {
+                check_reason("permit", &reason)?;
+                Permit::Reject(reason)
+            }
+        };
+        if answer.allow.len() > MAX_LISTED_NODES {
+            return Err(CallError::new(
+                "permit",
+                format!(
+                    "allowed {} pods, more than {MAX_LISTED_NODES}",
+                    answer.allow.len()
+                ),
+            ));
+        }
+        Ok(PermitAnswer {
+            permit,
+            allow: answer.allow,
+        })
+    }
+
+    fn unreserve(&mut self, pod: &sdk::Pod, node: &str) -> Result<(), CallError> {
+        let Some(stages) = self.stages else {
+            return Ok(());
+        };
+        self.arm_for(Duration::ZERO);
+        stages
+            .unreserve
+            .call(&mut self.store, (staged_pod(pod), node.to_string()))
+            .map_err(|e| trapped("unreserve", e))
+    }
+
     fn normalize(&mut self, scores: &mut Vec<i64>) -> Result<(), CallError> {
         self.send_held()?;
         self.arm(scores.len());
@@ -1186,12 +1329,17 @@ fn check_failure(call: &'static str, f: &wit::Failure) -> Result<(), CallError> 
             ),
         ));
     }
-    if let Some(long) = f.reasons.iter().find(|r| r.len() > MAX_REASON_BYTES) {
+    f.reasons.iter().try_for_each(|r| check_reason(call, r))
+}
+
+/// Refuses a reason longer than [`MAX_REASON_BYTES`].
+fn check_reason(call: &'static str, reason: &str) -> Result<(), CallError> {
+    if reason.len() > MAX_REASON_BYTES {
         return Err(CallError::new(
             call,
             format!(
                 "returned a {}-byte reason, longer than {MAX_REASON_BYTES}",
-                long.len()
+                reason.len()
             ),
         ));
     }
@@ -1590,6 +1738,7 @@ impl From<wit::Descriptor> for sdk::Descriptor {
             ),
             reads_namespaces: d.reads_namespaces,
             reads_volumes: d.reads_volumes,
+            pre_enqueue: false,
             permit: false,
         }
     }

@@ -35,7 +35,7 @@ use wasched_core::framework::{
     FailurePolicy, OnFailure, PluginSpec, PreemptionSettings, ProfileSpec,
 };
 use wasched_core::metrics::PluginStatsRegistry;
-use wasched_core::runtime::defaults::{self, DEFAULT_FILTERS, DEFAULT_SCORES};
+use wasched_core::runtime::defaults::{self, DEFAULT_FILTERS, DEFAULT_PRE_ENQUEUE, DEFAULT_SCORES};
 use wasched_core::runtime::PluginFactory;
 
 /// A configuration mistake: where it is and what is wrong.
@@ -121,6 +121,8 @@ struct RawProfile {
     percentage_of_nodes_to_score: Option<Spanned<u32>>,
     filters: Option<Vec<Spanned<String>>>,
     scores: Option<Vec<Spanned<RawScore>>>,
+    pre_enqueue: Option<Vec<Spanned<String>>>,
+    permit: Option<Vec<Spanned<String>>>,
     preemption: Option<Spanned<RawPreemption>>,
 }
 
@@ -172,6 +174,40 @@ struct ResolvedProfile {
     preemption: PreemptionSettings,
     filters: Vec<Spanned<String>>,
     scores: Vec<(Spanned<String>, i64)>,
+    pre_enqueue: Vec<Spanned<String>>,
+    permit: Vec<Spanned<String>>,
+}
+
+impl ResolvedProfile {
+    /// Every plugin the profile names, at every point, in order (a plugin may repeat).
+    fn names(&self) -> impl Iterator<Item = &Spanned<String>> {
+        self.filters
+            .iter()
+            .chain(self.scores.iter().map(|(n, _)| n))
+            .chain(&self.pre_enqueue)
+            .chain(&self.permit)
+    }
+}
+
+/// An extension point a profile lists plugins for.
+#[derive(Debug, Clone, Copy)]
+enum Point {
+    Filter,
+    Score,
+    PreEnqueue,
+    Permit,
+}
+
+impl Point {
+    /// The point's name in a profile, and whether `descriptor` says the plugin takes part.
+    fn check(self, descriptor: &wasched_sdk::Descriptor) -> (&'static str, bool) {
+        match self {
+            Point::Filter => ("filter", descriptor.filter),
+            Point::Score => ("score", descriptor.score),
+            Point::PreEnqueue => ("pre_enqueue", descriptor.pre_enqueue),
+            Point::Permit => ("permit", descriptor.permit),
+        }
+    }
 }
 
 /// A profile's plugin chains by name ([`Config::chains`]), as the status page shows them.
@@ -186,6 +222,10 @@ pub struct ProfileChain {
     pub filters: Vec<String>,
     /// Score plugins with their weights.
     pub scores: Vec<WeightedScore>,
+    /// Plugins listed for PreEnqueue.
+    pub pre_enqueue: Vec<String>,
+    /// Plugins listed for Permit.
+    pub permit: Vec<String>,
 }
 
 /// A score plugin of a chain with its weight.
@@ -320,6 +360,10 @@ fn check_pin(
 /// the same profile: what `config show` prints, so that a user can start from it.
 pub fn default_text() -> String {
     let filters: Vec<String> = DEFAULT_FILTERS.iter().map(|f| format!("{f:?}")).collect();
+    let pre_enqueue: Vec<String> = DEFAULT_PRE_ENQUEUE
+        .iter()
+        .map(|p| format!("{p:?}"))
+        .collect();
     let scores: Vec<String> = DEFAULT_SCORES
         .iter()
         .map(|(plugin, weight)| format!("  {{ plugin = {plugin:?}, weight = {weight} }},"))
@@ -328,9 +372,11 @@ pub fn default_text() -> String {
         "# The default configuration: kube-scheduler's default profile with the embedded plugins.\n\
          [[profiles]]\n\
          scheduler_name = {:?}\n\
+         pre_enqueue = [{}]\n\
          filters = [{}]\n\
          scores = [\n{}\n]\n",
         wasched_core::DEFAULT_SCHEDULER_NAME,
+        pre_enqueue.join(", "),
         filters.join(", "),
         scores.join("\n")
     )
@@ -599,6 +645,8 @@ impl Config {
             percentage_of_nodes_to_score: None,
             filters: None,
             scores: None,
+            pre_enqueue: None,
+            permit: None,
             preemption: None,
         };
         let profiles: Vec<&RawProfile> = if self.raw.profiles.is_empty() {
@@ -635,6 +683,14 @@ impl Config {
                         .map(|(n, w)| (Spanned::new(0..0, n.to_string()), *w))
                         .collect(),
                 },
+                pre_enqueue: match &profile.pre_enqueue {
+                    Some(list) => list.clone(),
+                    None => DEFAULT_PRE_ENQUEUE
+                        .iter()
+                        .map(|n| Spanned::new(0..0, n.to_string()))
+                        .collect(),
+                },
+                permit: profile.permit.clone().unwrap_or_default(),
             })
             .collect()
     }
@@ -643,11 +699,7 @@ impl Config {
     pub fn usage(&self) -> BTreeMap<String, Vec<String>> {
         let mut usage: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for profile in self.resolved() {
-            let names = profile
-                .filters
-                .iter()
-                .chain(profile.scores.iter().map(|(n, _)| n));
-            for name in names {
+            for name in profile.names() {
                 let profiles = usage.entry(name.get_ref().clone()).or_default();
                 if !profiles.contains(&profile.scheduler_name) {
                     profiles.push(profile.scheduler_name.clone());
@@ -673,6 +725,8 @@ impl Config {
                         weight,
                     })
                     .collect(),
+                pre_enqueue: p.pre_enqueue.into_iter().map(Spanned::into_inner).collect(),
+                permit: p.permit.into_iter().map(Spanned::into_inner).collect(),
             })
             .collect()
     }
@@ -691,17 +745,27 @@ impl Config {
                 scheduler_name: profile.scheduler_name,
                 filters: Vec::new(),
                 scores: Vec::new(),
+                pre_enqueue: Vec::new(),
+                permit: Vec::new(),
                 percentage_of_nodes_to_score: profile.percentage_of_nodes_to_score,
                 parallelism: self.parallelism,
                 preemption: profile.preemption,
             };
             for name in &profile.filters {
-                let plugin = self.plugin(&mut loaded, name, true)?;
+                let plugin = self.plugin(&mut loaded, name, Point::Filter)?;
                 spec.filters.push(plugin);
             }
             for (name, weight) in &profile.scores {
-                let plugin = self.plugin(&mut loaded, name, false)?;
+                let plugin = self.plugin(&mut loaded, name, Point::Score)?;
                 spec.scores.push((plugin, *weight));
+            }
+            for name in &profile.pre_enqueue {
+                let plugin = self.plugin(&mut loaded, name, Point::PreEnqueue)?;
+                spec.pre_enqueue.push(plugin);
+            }
+            for name in &profile.permit {
+                let plugin = self.plugin(&mut loaded, name, Point::Permit)?;
+                spec.permit.push(plugin);
             }
             specs.push(spec);
         }
@@ -713,7 +777,7 @@ impl Config {
         &self,
         loaded: &mut BTreeMap<String, PluginSpec>,
         name: &Spanned<String>,
-        as_filter: bool,
+        point: Point,
     ) -> Result<PluginSpec, ConfigError> {
         let n = name.get_ref();
         if !loaded.contains_key(n) {
@@ -726,12 +790,7 @@ impl Config {
             .factory
             .instantiate(&spec.config)
             .map_err(|e| self.error(self.definition_span(n, name), e.0))?;
-        let descriptor = instance.descriptor();
-        let (implements, point) = if as_filter {
-            (descriptor.filter, "filter")
-        } else {
-            (descriptor.score, "score")
-        };
+        let (point, implements) = point.check(instance.descriptor());
         if !implements {
             return Err(self.error(
                 name.span(),

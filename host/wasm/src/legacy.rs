@@ -95,6 +95,7 @@ impl From<DescriptorV01> for sdk::Descriptor {
             reads_existing_pods: sdk::ExistingPodParts::NONE,
             reads_namespaces: false,
             reads_volumes: false,
+            pre_enqueue: false,
             permit: false,
         }
     }

@@ -150,6 +150,9 @@ impl PluginInstance for PlanReuse {
     fn normalize(&mut self, scores: &mut Vec<i64>) -> Result<(), CallError> {
         self.inner.normalize(scores)
     }
+    fn pre_enqueue(&mut self, pod: &sdk::Pod) -> Result<Option<sdk::Failure>, CallError> {
+        self.inner.pre_enqueue(pod)
+    }
     fn permit(&mut self, pod: &sdk::Pod, node: &str) -> Result<PermitAnswer, CallError> {
         self.inner.permit(pod, node)
     }
@@ -219,6 +222,9 @@ impl PluginInstance for TimedInstance {
     }
     fn normalize(&mut self, scores: &mut Vec<i64>) -> Result<(), CallError> {
         self.timed(ExtensionPoint::Score, |i| i.normalize(scores))
+    }
+    fn pre_enqueue(&mut self, pod: &sdk::Pod) -> Result<Option<sdk::Failure>, CallError> {
+        self.timed(ExtensionPoint::PreEnqueue, |i| i.pre_enqueue(pod))
     }
     fn permit(&mut self, pod: &sdk::Pod, node: &str) -> Result<PermitAnswer, CallError> {
         self.timed(ExtensionPoint::Permit, |i| i.permit(pod, node))

@@ -4,15 +4,16 @@
 //! instance of each plugin it uses; before every cycle each instance is brought up to date with the
 //! cache's change log (only the nodes that changed are sent, `sync.rs`), then [`cycle`] runs the
 //! pod through the filters and scores. Every instance is wrapped to time its calls and leave out
-//! the `set-pod` calls whose answer is known (`instance.rs`); after Reserve, the plugins that
-//! take part in Permit say whether the pod may be bound (`permit.rs`).
+//! the `set-pod` calls whose answer is known (`instance.rs`). Outside the cycle, the plugins that
+//! take part in PreEnqueue say whether a pending pod may enter the queue, and after Reserve those
+//! that take part in Permit say whether the pod may be bound (`stages.rs`).
 
 mod cycle;
 mod instance;
-mod permit;
 mod preemption;
 pub mod reasons;
 mod spin;
+mod stages;
 mod sync;
 mod threads;
 
@@ -33,8 +34,8 @@ use crate::runtime::{CallError, LoadError, PluginFactory, PluginInstance};
 use crate::util::Rng;
 
 pub use cycle::{Choice, NodeReport, Outcome};
-pub use permit::{PermitOutcome, PermitRejection};
 pub use preemption::{Preemption, PreemptionSettings, Victim};
+pub use stages::{Gate, PermitOutcome, PermitRejection};
 
 /// What a cycle does when a plugin fails (traps, times out, runs out of memory, returns nonsense).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
@@ -200,6 +201,13 @@ pub struct ProfileSpec {
     pub filters: Vec<PluginSpec>,
     /// Score plugins with their weights.
     pub scores: Vec<(PluginSpec, i64)>,
+    /// Plugins listed for PreEnqueue. A plugin of the profile listed anywhere takes part in
+    /// every extension point outside the cycle its descriptor declares (PreEnqueue, Permit),
+    /// as kube-scheduler's `multiPoint` plugins do; these lists add plugins that take part in
+    /// nothing else.
+    pub pre_enqueue: Vec<PluginSpec>,
+    /// Plugins listed for Permit (and Unreserve).
+    pub permit: Vec<PluginSpec>,
     /// `None` or `Some(0)`: kube-scheduler's adaptive percentage.
     pub percentage_of_nodes_to_score: Option<u32>,
     /// Threads that filter and score a cycle's nodes, each with its own instance of every plugin
@@ -381,10 +389,31 @@ impl Profile {
             .iter()
             .map(|(p, w)| slot_of(p).map(|i| (i, *w)))
             .collect::<Result<Vec<_>, _>>()?;
+        let mut staged: Vec<(usize, bool, &str)> = Vec::new();
+        for plugin in &spec.pre_enqueue {
+            staged.push((slot_of(plugin)?, true, "pre_enqueue"));
+        }
+        for plugin in &spec.permit {
+            staged.push((slot_of(plugin)?, false, "permit"));
+        }
         for &i in &filters {
             if !slots[i].descriptor.filter {
                 return Err(LoadError(format!(
                     "profile {:?}: plugin {} is listed as a filter but does not implement filter",
+                    spec.scheduler_name, slots[i].spec.name
+                )));
+            }
+        }
+        for (i, pre_enqueue, point) in staged {
+            let descriptor = &slots[i].descriptor;
+            let declared = if pre_enqueue {
+                descriptor.pre_enqueue
+            } else {
+                descriptor.permit
+            };
+            if !declared {
+                return Err(LoadError(format!(
+                    "profile {:?}: plugin {} is listed as a {point} plugin but does not implement {point}",
                     spec.scheduler_name, slots[i].spec.name
                 )));
             }
@@ -842,6 +871,7 @@ mod tests {
                     reads_existing_pods: sdk::ExistingPodParts::NONE,
                     reads_namespaces: false,
                     reads_volumes: false,
+                    pre_enqueue: false,
                     permit: false,
                 },
                 set_pods: 0,
@@ -1075,6 +1105,7 @@ mod tests {
                     reads_existing_pods: self.parts,
                     reads_namespaces: true,
                     reads_volumes: true,
+                    pre_enqueue: false,
                     permit: false,
                 },
                 sent: self.sent.clone(),

@@ -282,14 +282,7 @@ pub fn pod(pod: &core::Pod) -> Result<sdk::Pod, FieldError> {
         requests: pod_requests(spec, false)?,
         non_zero_requests: pod_requests(spec, true)?,
         volume_claims: volume_claims(pod, spec),
-        containers: spec
-            .containers
-            .iter()
-            .map(|c| sdk::Container {
-                name: c.name.clone(),
-                image: c.image.clone().unwrap_or_default(),
-            })
-            .collect(),
+        containers: containers(spec),
         pod_affinity: placement::pod_affinity(spec, &pod_labels),
         host_ports: placement::host_ports(spec),
         topology_spread_constraints: placement::topology_spread_constraints(spec),
@@ -306,7 +299,28 @@ pub fn pod(pod: &core::Pod) -> Result<sdk::Pod, FieldError> {
         terminating_by_preemption: pod.metadata.deletion_timestamp.is_some()
             && preempted_by_scheduler(pod),
         labels: pod_labels,
+        scheduling_gates: scheduling_gates(spec),
     })
+}
+
+/// `spec.containers`, by name and image.
+fn containers(spec: &core::PodSpec) -> Vec<sdk::Container> {
+    spec.containers
+        .iter()
+        .map(|c| sdk::Container {
+            name: c.name.clone(),
+            image: c.image.clone().unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// `spec.schedulingGates`, by name.
+fn scheduling_gates(spec: &core::PodSpec) -> Vec<String> {
+    spec.scheduling_gates
+        .iter()
+        .flatten()
+        .map(|gate| gate.name.clone())
+        .collect()
 }
 
 /// kube-scheduler's view of the pod's required and preferred node affinity.

@@ -3,8 +3,8 @@
 //! by [`DefaultPlugin::crate_name`].
 //!
 //! A new default plugin is its crate under `plugins/`, its dependency line in this crate's
-//! `Cargo.toml`, and one line in [`DEFAULT_PLUGINS`] (plus its place in [`DEFAULT_FILTERS`] or
-//! [`DEFAULT_SCORES`] if kube-scheduler enables it by default).
+//! `Cargo.toml`, and one line in [`DEFAULT_PLUGINS`] (plus its place in [`DEFAULT_FILTERS`],
+//! [`DEFAULT_SCORES`] or [`DEFAULT_PRE_ENQUEUE`] if kube-scheduler enables it by default).
 
 use wasched_sdk::testing::Case;
 
@@ -56,6 +56,7 @@ pub static DEFAULT_PLUGINS: &[DefaultPlugin] = &[
     default_plugin!(wasched_pod_topology_spread::PodTopologySpread),
     default_plugin!(wasched_inter_pod_affinity::InterPodAffinity),
     default_plugin!(wasched_balanced_allocation::BalancedAllocation),
+    default_plugin!(wasched_scheduling_gates::SchedulingGates),
 ];
 
 /// The pods the default plugin `name` has no opinion on, when the host can tell them
@@ -87,6 +88,9 @@ pub const DEFAULT_FILTERS: &[&str] = &[
     wasched_pod_topology_spread::NAME,
     wasched_inter_pod_affinity::NAME,
 ];
+
+/// kube-scheduler's default PreEnqueue plugins, restricted to the plugins wasched has.
+pub const DEFAULT_PRE_ENQUEUE: &[&str] = &[wasched_scheduling_gates::NAME];
 
 /// kube-scheduler's default score plugins and weights, restricted to the plugins wasched has
 /// (ImageLocality 1 is not implemented yet).

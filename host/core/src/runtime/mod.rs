@@ -10,7 +10,8 @@ pub mod defaults;
 pub mod native;
 
 use wasched_sdk::{
-    Descriptor, ExistingPod, FilterResults, Labels, NodeInfo, NodeUsage, Pod, PodPlan, VolumeInfo,
+    Descriptor, ExistingPod, Failure, FilterResults, Labels, NodeInfo, NodeUsage, Pod, PodPlan,
+    VolumeInfo,
 };
 
 /// How a call into a plugin failed, for the counts operators read (`plugin list`, `/metrics`).
@@ -115,6 +116,13 @@ pub trait PluginInstance: Send {
     /// The plugin's own normalization, in place.
     fn normalize(&mut self, scores: &mut Vec<i64>) -> Result<(), CallError>;
 
+    /// PreEnqueue, for a plugin whose descriptor sets `pre_enqueue`: `None` lets `pod` into the
+    /// scheduling queue; a failure keeps it out until it changes.
+    fn pre_enqueue(&mut self, pod: &Pod) -> Result<Option<Failure>, CallError> {
+        let _ = pod;
+        Ok(None)
+    }
+
     /// Permit, for a plugin whose descriptor sets `permit`: whether `pod`, reserved on `node`,
     /// may go on to be bound now, must wait, or is rejected; and which pods waiting at this
     /// plugin it lets go.
@@ -132,38 +140,7 @@ pub trait PluginInstance: Send {
     }
 }
 
-/// What a Permit plugin decided for a reserved pod (kube-scheduler's Permit statuses).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Permit {
-    /// The pod may be bound, as far as this plugin is concerned.
-    Allow,
-    /// The pod waits, still reserved, until this plugin lets it go or `timeout` passes (then it
-    /// is rejected and unreserved).
-    Wait { timeout: std::time::Duration },
-    /// The pod is not to be bound: it is unreserved and tried again later, with this reason.
-    Reject(String),
-}
-
-/// A Permit plugin's answer: its decision for the pod of the call, and the pods (by
-/// `namespace/name`) waiting at this plugin that it now allows (as kube-scheduler's plugins
-/// allow waiting pods through the framework handle).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PermitAnswer {
-    /// The decision for the pod of the call.
-    pub permit: Permit,
-    /// The waiting pods (`namespace/name`) this plugin now lets go.
-    pub allow: Vec<String>,
-}
-
-impl PermitAnswer {
-    /// Allow, releasing nobody.
-    pub fn allow() -> Self {
-        PermitAnswer {
-            permit: Permit::Allow,
-            allow: Vec::new(),
-        }
-    }
-}
+pub use wasched_sdk::{Permit, PermitAnswer};
 
 /// Makes instances of one plugin.
 pub trait PluginFactory: Send + Sync {

@@ -4,11 +4,11 @@
 use std::marker::PhantomData;
 
 use wasched_sdk::{
-    Descriptor, Driver, ExistingPod, Exported, FilterResults, Labels, NodeInfo, NodeUsage, Pod,
-    PodPlan,
+    Descriptor, Driver, ExistingPod, Exported, Failure, FilterResults, Labels, NodeInfo, NodeUsage,
+    Pod, PodPlan,
 };
 
-use super::{check_len, CallError, LoadError, PluginFactory, PluginInstance};
+use super::{check_len, CallError, LoadError, PermitAnswer, PluginFactory, PluginInstance};
 
 /// Makes native instances of plugin type `P`.
 pub struct NativeFactory<P>(PhantomData<fn() -> P>);
@@ -119,6 +119,21 @@ impl<P: Exported + Send> PluginInstance for NativeInstance<P> {
 
     fn normalize(&mut self, scores: &mut Vec<i64>) -> Result<(), CallError> {
         self.driver.normalize(scores);
+        Ok(())
+    }
+
+    // The stages get the parts of the pod a component's `staged-pod` carries, so a plugin
+    // answers the same natively and as a component.
+    fn pre_enqueue(&mut self, pod: &Pod) -> Result<Option<Failure>, CallError> {
+        Ok(self.driver.pre_enqueue(&pod.staged()))
+    }
+
+    fn permit(&mut self, pod: &Pod, node: &str) -> Result<PermitAnswer, CallError> {
+        Ok(self.driver.permit(&pod.staged(), node))
+    }
+
+    fn unreserve(&mut self, pod: &Pod, node: &str) -> Result<(), CallError> {
+        self.driver.unreserve(&pod.staged(), node);
         Ok(())
     }
 }

@@ -1,4 +1,9 @@
-//! Permit and Unreserve: the plugins' say between Reserve and the binding cycle.
+//! PreEnqueue, Permit and Unreserve: the plugins' say outside the cycle.
+//!
+//! Before a pending pod enters the scheduling queue, every plugin of its profile whose descriptor
+//! sets `pre_enqueue` is asked, in profile order, whether it may (kube-scheduler's
+//! `runPreEnqueuePlugins`): the first that says no gates the pod, which then waits outside the
+//! queue until it changes. SchedulingGates is the default one.
 //!
 //! After the service reserved a pod on its node, every plugin of the pod's profile whose
 //! descriptor sets `permit` is asked, in profile order, whether the pod may go on to be bound
@@ -26,6 +31,16 @@ pub struct PermitOutcome {
     pub allowed: Vec<(String, String)>,
 }
 
+/// Why a pending pod is kept out of the scheduling queue: the PreEnqueue plugin that said no.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gate {
+    /// The plugin.
+    pub plugin: String,
+    /// Its reasons, joined (kube-scheduler's status message), or
+    /// `running PreEnqueue plugin "P": ...` when it failed.
+    pub message: String,
+}
+
 /// Why a pod may not be bound.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PermitRejection {
@@ -38,6 +53,61 @@ pub struct PermitRejection {
 }
 
 impl Scheduler {
+    /// Runs the PreEnqueue plugins of `pod`'s profile: the first that keeps the pod out of the
+    /// queue, or `None` (also for a pod no profile serves, which the cycle turns away). A plugin
+    /// failing under `on_failure = "ignore"` is left out; under `"fail"` it gates the pod with its
+    /// error until the pod changes, as kube-scheduler does.
+    pub fn pre_enqueue(&mut self, pod: &sdk::Pod) -> Option<Gate> {
+        let index = self
+            .profiles
+            .iter()
+            .position(|p| p.scheduler_name == pod.scheduler_name)?;
+        let (profile, cache) = (&mut self.profiles[index], &self.cache);
+        let now = profile.clock.now();
+        let key = pod.key();
+        for slot in profile
+            .slots
+            .iter_mut()
+            .filter(|s| s.descriptor.pre_enqueue)
+        {
+            if slot.quarantined(now) {
+                continue;
+            }
+            let answer = match slot.instance.is_some() {
+                true => Ok(()),
+                // Not made yet (no cycle ran since the profile was loaded) or dropped after a
+                // failure: made and synced as a cycle would.
+                false => slot.sync(cache),
+            }
+            .and_then(|()| {
+                let instance = slot.instance.as_mut().expect("synced above");
+                instance.pre_enqueue(pod)
+            });
+            let failure = match answer {
+                Ok(None) => {
+                    slot.record_success();
+                    continue;
+                }
+                Ok(Some(failure)) => {
+                    slot.record_success();
+                    failure.reasons.join(", ")
+                }
+                Err(e) => {
+                    slot.record_failure(&e, now, Some(&key));
+                    if slot.spec.policy.on_failure == OnFailure::Ignore {
+                        continue;
+                    }
+                    format!("running PreEnqueue plugin \"{}\": {e}", slot.spec.name)
+                }
+            };
+            return Some(Gate {
+                plugin: slot.spec.name.clone(),
+                message: failure,
+            });
+        }
+        None
+    }
+
     /// Runs the Permit plugins of `pod`'s profile for `pod` reserved on `node`.
     pub fn permit(&mut self, pod: &sdk::Pod, node: &str) -> PermitOutcome {
         let mut outcome = PermitOutcome::default();
