@@ -33,6 +33,9 @@ pub struct ApiSink {
     in_flight: Arc<tokio::sync::Semaphore>,
     burst: u32,
     rate: Arc<RateLimiter>,
+    /// The Events' own QPS, as kube-scheduler's event recorder has a client of its own: a burst
+    /// of Events never holds up a binding.
+    event_rate: Arc<RateLimiter>,
     /// Numbers the `/v1/watch` events (the API server's own versions are per object); held
     /// while publishing, so the watch log stays in order.
     sequence: Arc<std::sync::Mutex<u64>>,
@@ -56,6 +59,7 @@ impl ApiSink {
             in_flight: Arc::new(tokio::sync::Semaphore::new(burst as usize)),
             burst,
             rate: Arc::new(RateLimiter::new(qps, burst)),
+            event_rate: Arc::new(RateLimiter::new(qps, burst)),
             sequence: Default::default(),
         }
     }
@@ -80,6 +84,7 @@ impl ResultSink for ApiSink {
                 client: self.client.clone(),
                 recorder: self.recorder.clone(),
                 rate: self.rate.clone(),
+                event_rate: self.event_rate.clone(),
                 metrics: metrics.clone(),
                 runtime: self.runtime.clone(),
             };
@@ -125,6 +130,7 @@ struct ApiBackend {
     client: Client,
     recorder: Arc<Recorder>,
     rate: Arc<RateLimiter>,
+    event_rate: Arc<RateLimiter>,
     metrics: Arc<EngineMetrics>,
     runtime: tokio::runtime::Handle,
 }
@@ -140,13 +146,21 @@ impl ApiBackend {
         e.to_string()
     }
 
-    /// The `Scheduled` / `FailedScheduling` Event of a result that was written.
+    /// The `Scheduled` / `FailedScheduling` Event of a result that was written, recorded in
+    /// the background as kube-scheduler's event broadcaster does: the pod's write slot is free
+    /// at once.
     fn record_events(&self, result: &CycleResult) {
-        let refused = &self.metrics.api_write_failures;
-        self.runtime.block_on(
-            self.recorder
-                .record(&self.client, &self.rate, result, refused),
+        let (recorder, client, rate, metrics) = (
+            self.recorder.clone(),
+            self.client.clone(),
+            self.event_rate.clone(),
+            self.metrics.clone(),
         );
+        let result = result.clone();
+        self.runtime.spawn(async move {
+            let refused = &metrics.api_write_failures;
+            recorder.record(&client, &rate, &result, refused).await;
+        });
     }
 }
 
@@ -235,7 +249,7 @@ impl Backend for ApiBackend {
             "type": "PodScheduled",
             "status": "False",
             "reason": binding::condition_reason(result),
-            "message": result.message,
+            "message": binding::condition_message(result),
             "lastTransitionTime": now_rfc3339(),
         }]}});
         if let Some(preemption) = &result.preemption {
