@@ -936,3 +936,63 @@ filters = ["NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity", "
         "{lines:#?}"
     );
 }
+
+#[test]
+fn a_kube_scheduler_configuration_and_its_toml_explain_every_example_cluster_alike() {
+    let empty = temp_file(
+        "empty-kube-scheduler.yaml",
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n",
+    );
+    let empty = empty.to_str().unwrap();
+    let mut clusters: Vec<PathBuf> = std::fs::read_dir(root().join("examples/clusters"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    clusters.sort();
+    assert!(clusters.len() >= 5);
+    for cluster in &clusters {
+        let cluster = cluster.to_str().unwrap();
+        let explained = |config: Option<&str>| {
+            let mut args = vec!["simulate", "--explain"];
+            if let Some(config) = config {
+                args.extend(["--config", config]);
+            }
+            args.push(cluster);
+            stdout(&wasched(&args))
+        };
+        assert_eq!(
+            explained(Some("examples/configs/bin-packing.kube-scheduler.yaml")),
+            explained(Some("examples/configs/bin-packing.toml")),
+            "{cluster}"
+        );
+        assert_eq!(explained(Some(empty)), explained(None), "{cluster}");
+    }
+    // `config convert` prints the TOML, `config check` the chains it resolves to.
+    let check = |config: &str| stdout(&wasched(&["config", "check", config]));
+    assert_eq!(
+        check("examples/configs/bin-packing.kube-scheduler.yaml"),
+        check("examples/configs/bin-packing.toml")
+    );
+    let toml = stdout(&wasched(&[
+        "config",
+        "convert",
+        "examples/configs/bin-packing.kube-scheduler.yaml",
+    ]));
+    assert!(toml.contains("type = \"MostAllocated\""), "{toml}");
+}
+
+#[test]
+fn a_kube_scheduler_configuration_mistake_names_the_field() {
+    let path = temp_file(
+        "extenders.yaml",
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
+         profiles:\n- plugins:\n    score:\n      enabled:\n      - name: NodeAffinity\n        weigth: 2\n",
+    );
+    let output = wasched(&["simulate", "--config", path.to_str().unwrap(), DEMO]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("extenders.yaml:8") && stderr.contains("unknown field `weigth`"),
+        "{stderr}"
+    );
+}

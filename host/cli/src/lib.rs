@@ -18,7 +18,7 @@ pub use wasched_core::{
     service, synthetic, util, DEFAULT_SCHEDULER_NAME,
 };
 pub use wasched_server as server;
-pub use wasched_wasm::{component, config, embedded, language, plugin_build, wasi};
+pub use wasched_wasm::{component, config, embedded, kube_config, language, plugin_build, wasi};
 
 pub mod bench;
 pub mod flags;

@@ -95,6 +95,12 @@ enum ConfigCommand {
         #[command(flatten)]
         connection: Connection,
     },
+    /// Load a configuration (TOML or a KubeSchedulerConfiguration) with every plugin it names
+    /// and print the profiles as they resolve: the plugins at each extension point in order,
+    /// with weights and args.
+    Check { file: PathBuf },
+    /// Print the TOML a KubeSchedulerConfiguration amounts to (what it warns about on stderr).
+    Convert { file: PathBuf },
 }
 
 #[derive(Subcommand)]
@@ -232,6 +238,28 @@ fn run(command: Command) -> anyhow::Result<()> {
                 .request("PUT", "/admin/config", Some(("application/toml", text)))?
                 .ok_json()?;
             println!("configuration {} applied", file.display());
+            Ok(())
+        }
+        Command::Config(ConfigCommand::Check { file }) => config_check(&file),
+        Command::Config(ConfigCommand::Convert { file }) => {
+            let text = std::fs::read_to_string(&file)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
+            if !wasched::kube_config::is_kube_scheduler_configuration(&text) {
+                anyhow::bail!(
+                    "{} is not a KubeSchedulerConfiguration (apiVersion {}, kind {})",
+                    file.display(),
+                    wasched::kube_config::API_VERSION,
+                    wasched::kube_config::KIND
+                );
+            }
+            let converted = wasched::kube_config::to_toml(&text).map_err(|e| match e.line {
+                Some(line) => anyhow::anyhow!("{}:{line}: {}", file.display(), e.message),
+                None => anyhow::anyhow!("{}: {}", file.display(), e.message),
+            })?;
+            for warning in &converted.warnings {
+                eprintln!("warning: {warning}");
+            }
+            print!("{}", converted.toml);
             Ok(())
         }
         Command::Config(ConfigCommand::Show { connection }) => {
@@ -400,6 +428,40 @@ fn inspect(component: &Path) -> anyhow::Result<()> {
             anyhow::bail!("{} is not a plugin this host accepts", component.display())
         }
     }
+}
+
+/// `config check`: loads every plugin of the configuration and prints each profile's chains.
+fn config_check(file: &std::path::Path) -> anyhow::Result<()> {
+    let config = wasched::config::Config::load(file)?;
+    config.profiles()?;
+    let list = |names: &[String]| match names.is_empty() {
+        true => "-".to_string(),
+        false => names.join(", "),
+    };
+    for chain in config.chains() {
+        let percentage = chain
+            .percentage_of_nodes_to_score
+            .filter(|p| *p != 0)
+            .map_or("adaptive".to_string(), |p| format!("{p}%"));
+        println!(
+            "profile {} (nodes to score: {percentage})",
+            chain.scheduler_name
+        );
+        println!("  preEnqueue: {}", list(&chain.pre_enqueue));
+        println!("  filter:     {}", list(&chain.filters));
+        let scores: Vec<String> = chain
+            .scores
+            .iter()
+            .map(|s| format!("{} ({})", s.plugin, s.weight))
+            .collect();
+        println!("  score:      {}", list(&scores));
+        println!("  permit:     {}", list(&chain.permit));
+    }
+    for (plugin, args) in config.plugin_configs() {
+        println!("args {plugin}: {args}");
+    }
+    // The warnings of a KubeSchedulerConfiguration were logged as it was read.
+    Ok(())
 }
 
 /// A descriptor's `normalize`, as the WIT names it.

@@ -261,6 +261,8 @@ pub struct Config {
     uploaded: BTreeMap<String, Arc<Vec<u8>>>,
     /// Where plugin call times go.
     stats: Arc<PluginStatsRegistry>,
+    /// What a KubeSchedulerConfiguration set that wasched reads but does not act on.
+    pub warnings: Vec<String>,
 }
 
 impl Default for Config {
@@ -277,6 +279,7 @@ impl Default for Config {
             plugin_dir: None,
             uploaded: BTreeMap::new(),
             stats: Arc::default(),
+            warnings: Vec::new(),
         }
     }
 }
@@ -418,6 +421,8 @@ impl Config {
         uploaded: BTreeMap<String, Arc<Vec<u8>>>,
         stats: Arc<PluginStatsRegistry>,
     ) -> Result<Config, ConfigError> {
+        let (file, text, warnings) = Self::as_toml(file, text)?;
+        let file = file.as_str();
         let raw: RawConfig = toml::from_str(&text).map_err(|e| ConfigError {
             file: file.to_string(),
             line: e
@@ -437,9 +442,32 @@ impl Config {
             raw,
             uploaded,
             stats,
+            warnings,
         };
         config.check()?;
         Ok(config)
+    }
+
+    /// The configuration's TOML: `text` itself, or the TOML a KubeSchedulerConfiguration amounts
+    /// to ([`crate::kube_config`]), with the file name then saying so (later errors give the
+    /// converted text's lines: `wasched config convert` prints it) and what it warned about.
+    fn as_toml(file: &str, text: String) -> Result<(String, String, Vec<String>), ConfigError> {
+        if !crate::kube_config::is_kube_scheduler_configuration(&text) {
+            return Ok((file.to_string(), text, Vec::new()));
+        }
+        let converted = crate::kube_config::to_toml(&text).map_err(|e| ConfigError {
+            file: file.to_string(),
+            line: e.line,
+            message: e.message,
+        })?;
+        for warning in &converted.warnings {
+            tracing::warn!(file, "{warning}");
+        }
+        Ok((
+            format!("{file} (as TOML)"),
+            converted.toml,
+            converted.warnings,
+        ))
     }
 
     fn error(&self, span: std::ops::Range<usize>, message: impl Into<String>) -> ConfigError {
@@ -627,7 +655,19 @@ impl Config {
         format!("; uploaded: {}", names.join(", "))
     }
 
-    /// The configuration text.
+    /// Each configured plugin's `config`, as the JSON its `init` receives.
+    pub fn plugin_configs(&self) -> BTreeMap<String, String> {
+        self.raw
+            .plugins
+            .iter()
+            .filter_map(|(name, plugin)| {
+                let config = plugin.get_ref().config.as_ref()?;
+                Some((name.clone(), serde_json::to_string(config).ok()?))
+            })
+            .collect()
+    }
+
+    /// The configuration text (TOML; for a KubeSchedulerConfiguration, the TOML it amounts to).
     pub fn text(&self) -> &str {
         &self.text
     }

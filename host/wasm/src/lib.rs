@@ -9,6 +9,7 @@
 pub mod component;
 pub mod config;
 pub mod embedded;
+pub mod kube_config;
 pub mod language;
 mod legacy;
 pub mod plugin_build;

@@ -49,9 +49,10 @@ pub struct KubeArgs {
     /// The kubeconfig context to use (default: its current context).
     #[arg(long, requires = "kubernetes")]
     pub context: Option<String>,
-    /// Requests (bindings, conditions, Events) sent to the API server a second on average, as
-    /// kube-scheduler's `--kube-api-qps` (default 50). Raise it with the API server's capacity:
-    /// it bounds how many pods a second are bound.
+    /// Requests (bindings, conditions, evictions) sent to the API server a second on average, as
+    /// kube-scheduler's `--kube-api-qps` (default 50); Events have a limiter of their own at the
+    /// same rate. Raise it with the API server's capacity: it bounds how many pods a second are
+    /// bound.
     #[arg(long, default_value_t = 50.0, value_parser = positive_rate)]
     pub kube_api_qps: f64,
     /// Requests sent at once, and in flight at most (kube-scheduler's `--kube-api-burst`,

@@ -1,0 +1,344 @@
+//! kube-scheduler's own defaulting and merge examples (`default_plugins_test.go`,
+//! `framework_test.go`'s MultiPoint cases), resolved through the TOML they convert to.
+
+use std::path::Path;
+
+use super::*;
+use crate::config::{Config, ProfileChain, WeightedScore};
+
+fn converted(yaml: &str) -> Converted {
+    to_toml(yaml).unwrap_or_else(|e| panic!("{}: {yaml}", e.message))
+}
+
+fn chains(yaml: &str) -> Vec<ProfileChain> {
+    let toml = converted(yaml).toml;
+    Config::parse("k.toml", Path::new("."), toml.clone())
+        .unwrap_or_else(|e| panic!("{e}\n{toml}"))
+        .chains()
+}
+
+fn scores(pairs: &[(&str, i64)]) -> Vec<WeightedScore> {
+    pairs
+        .iter()
+        .map(|(plugin, weight)| WeightedScore {
+            plugin: plugin.to_string(),
+            weight: *weight,
+        })
+        .collect()
+}
+
+fn names(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+const HEADER: &str =
+    "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n";
+
+fn yaml(body: &str) -> String {
+    format!("{HEADER}{body}")
+}
+
+#[test]
+fn an_empty_configuration_is_kube_schedulers_default_profile() {
+    let chains = chains(HEADER);
+    let default = Config::parse("d.toml", Path::new("."), String::new())
+        .unwrap()
+        .chains();
+    assert_eq!(chains, default);
+    assert_eq!(chains[0].scheduler_name, "default-scheduler");
+    assert_eq!(chains[0].pre_enqueue, names(&["SchedulingGates"]));
+    let warnings = converted(HEADER).warnings;
+    assert!(
+        warnings.iter().any(|w| w.contains(
+            "VolumeRestrictions, NodeVolumeLimits, DynamicResources, ImageLocality are not implemented"
+        )),
+        "{warnings:?}"
+    );
+}
+
+#[test]
+fn a_disabled_default_score_is_dropped_and_args_reach_the_plugin() {
+    let text = yaml(
+        "profiles:
+- schedulerName: bin-packing
+  plugins:
+    score:
+      disabled:
+      - name: NodeResourcesBalancedAllocation
+  pluginConfig:
+  - name: NodeResourcesFit
+    args:
+      apiVersion: kubescheduler.config.k8s.io/v1
+      kind: NodeResourcesFitArgs
+      scoringStrategy:
+        type: MostAllocated
+        resources:
+        - name: nvidia.com/gpu
+          weight: 5
+",
+    );
+    let chain = &chains(&text)[0];
+    assert_eq!(chain.scheduler_name, "bin-packing");
+    assert_eq!(
+        chain.scores,
+        scores(&[
+            ("TaintToleration", 3),
+            ("NodeAffinity", 2),
+            ("NodeResourcesFit", 1),
+            ("PodTopologySpread", 2),
+            ("InterPodAffinity", 2),
+        ])
+    );
+    let toml = converted(&text).toml;
+    let table: toml::Table = toml.parse().unwrap();
+    let strategy = &table["plugins"]["NodeResourcesFit"]["config"]["scoringStrategy"];
+    assert_eq!(strategy["type"].as_str(), Some("MostAllocated"));
+    assert_eq!(strategy["resources"][0]["weight"].as_integer(), Some(5));
+    assert!(table["plugins"]["NodeResourcesFit"]["config"]
+        .get("kind")
+        .is_none());
+}
+
+#[test]
+fn a_re_enabled_multi_point_default_keeps_its_place_with_its_new_weight() {
+    let text = yaml(
+        "profiles:
+- plugins:
+    multiPoint:
+      enabled:
+      - name: TaintToleration
+        weight: 10
+",
+    );
+    assert_eq!(
+        chains(&text)[0].scores,
+        scores(&[
+            ("TaintToleration", 10),
+            ("NodeAffinity", 2),
+            ("NodeResourcesFit", 1),
+            ("PodTopologySpread", 2),
+            ("InterPodAffinity", 2),
+            ("NodeResourcesBalancedAllocation", 1),
+        ])
+    );
+}
+
+#[test]
+fn a_plugin_enabled_at_its_own_point_overrides_multi_point_and_goes_first() {
+    // kube-scheduler's "Override MultiPoint plugins with specific extension point": the
+    // overriding plugins first, in their own order, then multiPoint's, then the point's others.
+    let text = yaml(
+        "profiles:
+- plugins:
+    score:
+      enabled:
+      - name: InterPodAffinity
+        weight: 7
+      - name: NodeAffinity
+        weight: 4
+",
+    );
+    assert_eq!(
+        chains(&text)[0].scores,
+        scores(&[
+            ("InterPodAffinity", 7),
+            ("NodeAffinity", 4),
+            ("TaintToleration", 3),
+            ("NodeResourcesFit", 1),
+            ("PodTopologySpread", 2),
+            ("NodeResourcesBalancedAllocation", 1),
+        ])
+    );
+}
+
+#[test]
+fn star_disables_every_default_of_a_point_and_zero_weights_count_as_one() {
+    let text = yaml(
+        "profiles:
+- plugins:
+    score:
+      disabled:
+      - name: '*'
+      enabled:
+      - name: NodeResourcesFit
+    filter:
+      disabled:
+      - name: NodePorts
+      - name: InterPodAffinity
+    preEnqueue:
+      disabled:
+      - name: SchedulingGates
+",
+    );
+    let chain = &chains(&text)[0];
+    assert_eq!(chain.scores, scores(&[("NodeResourcesFit", 1)]));
+    assert_eq!(
+        chain.filters,
+        names(&[
+            "NodeUnschedulable",
+            "NodeName",
+            "TaintToleration",
+            "NodeAffinity",
+            "NodeResourcesFit",
+            "VolumeBinding",
+            "VolumeZone",
+            "PodTopologySpread",
+        ])
+    );
+    assert!(chain.pre_enqueue.is_empty());
+}
+
+#[test]
+fn multi_point_star_drops_every_default_and_keeps_what_is_listed() {
+    let text = yaml(
+        "profiles:
+- plugins:
+    multiPoint:
+      disabled:
+      - name: '*'
+      enabled:
+      - name: PrioritySort
+      - name: DefaultBinder
+      - name: NodeResourcesFit
+        weight: 2
+",
+    );
+    let chain = &chains(&text)[0];
+    assert_eq!(chain.filters, names(&["NodeResourcesFit"]));
+    assert_eq!(chain.scores, scores(&[("NodeResourcesFit", 2)]));
+    assert!(chain.pre_enqueue.is_empty());
+    let table: toml::Table = converted(&text).toml.parse().unwrap();
+    assert_eq!(
+        table["profiles"][0]["preemption"]["enabled"].as_bool(),
+        Some(false),
+        "DefaultPreemption went with the defaults"
+    );
+}
+
+#[test]
+fn percentages_preemption_args_and_profiles_carry_over() {
+    let text = yaml(
+        "percentageOfNodesToScore: 30
+profiles:
+- schedulerName: a
+- schedulerName: b
+  percentageOfNodesToScore: 70
+  pluginConfig:
+  - name: DefaultPreemption
+    args:
+      minCandidateNodesPercentage: 20
+      minCandidateNodesAbsolute: 50
+",
+    );
+    let chains = chains(&text);
+    assert_eq!(chains[0].percentage_of_nodes_to_score, Some(30));
+    assert_eq!(chains[1].percentage_of_nodes_to_score, Some(70));
+    let table: toml::Table = converted(&text).toml.parse().unwrap();
+    let preemption = &table["profiles"][1]["preemption"];
+    assert_eq!(
+        preemption["min_candidate_nodes_percentage"].as_integer(),
+        Some(20)
+    );
+    assert_eq!(
+        preemption["min_candidate_nodes_absolute"].as_integer(),
+        Some(50)
+    );
+}
+
+#[test]
+fn an_out_of_tree_component_is_named_with_its_args() {
+    let text = yaml(
+        "profiles:
+- plugins:
+    filter:
+      enabled:
+      - name: GpuModel
+    score:
+      enabled:
+      - name: GpuModel
+        weight: 5
+  pluginConfig:
+  - name: GpuModel
+    args:
+      component: plugins/gpu_model.wasm
+      sha256: 0123
+      config:
+        annotation: example.com/gpu-model
+      failurePolicy: ignore
+",
+    );
+    let table: toml::Table = converted(&text).toml.parse().unwrap();
+    let plugin = &table["plugins"]["GpuModel"];
+    assert_eq!(plugin["component"].as_str(), Some("plugins/gpu_model.wasm"));
+    assert_eq!(plugin["failure_policy"].as_str(), Some("ignore"));
+    assert_eq!(
+        plugin["config"]["annotation"].as_str(),
+        Some("example.com/gpu-model")
+    );
+    let profile = &table["profiles"][0];
+    let filters = profile["filters"].as_array().unwrap();
+    assert_eq!(filters.last().unwrap().as_str(), Some("GpuModel"));
+    let scores = profile["scores"].as_array().unwrap();
+    assert_eq!(scores.last().unwrap()["weight"].as_integer(), Some(5));
+}
+
+#[test]
+fn what_wasched_cannot_honour_is_refused_by_field() {
+    for (body, expected) in [
+        (
+            "extenders:\n- urlPrefix: http://x\n",
+            "extenders: scheduler extenders are not supported",
+        ),
+        (
+            "percentageOfNodeToScore: 10\n",
+            "unknown field `percentageOfNodeToScore`",
+        ),
+        (
+            "podMaxBackoffSeconds: 30\n",
+            "podMaxBackoffSeconds: only kube-scheduler's default (10)",
+        ),
+        (
+            "profiles:\n- pluginConfig:\n  - name: NodeAffinity\n    args:\n      addedAffinity:\n        requiredDuringSchedulingIgnoredDuringExecution: {}\n",
+            "profiles[0].pluginConfig[\"NodeAffinity\"].args.addedAffinity: not implemented for NodeAffinity",
+        ),
+        (
+            "profiles:\n- plugins:\n    queueSort:\n      enabled:\n      - name: Coscheduling\n",
+            "profiles[0].plugins.queueSort.enabled: \"Coscheduling\" is not supported",
+        ),
+        (
+            "profiles:\n- plugins:\n    multiPoint:\n      enabled:\n      - name: GpuModel\n",
+            "profiles[0].plugins.multiPoint: plugin \"GpuModel\" is not one of kube-scheduler's",
+        ),
+        (
+            "profiles:\n- schedulerName: a\n- schedulerName: a\n",
+            "profiles[1].schedulerName: \"a\" names two profiles",
+        ),
+        (
+            "profiles:\n- schedulerName: a\n  pluginConfig:\n  - name: InterPodAffinity\n    args: {hardPodAffinityWeight: 2}\n- schedulerName: b\n  pluginConfig:\n  - name: InterPodAffinity\n    args: {hardPodAffinityWeight: 3}\n",
+            "profiles \"a\" and \"b\" configure InterPodAffinity differently",
+        ),
+    ] {
+        let error = to_toml(&yaml(body)).expect_err(body);
+        assert!(
+            error.message.contains(expected),
+            "{body}: {}",
+            error.message
+        );
+    }
+    let error = to_toml(&HEADER.replace("/v1", "/v1beta3")).unwrap_err();
+    assert!(error
+        .message
+        .starts_with("apiVersion: \"kubescheduler.config.k8s.io/v1beta3\""));
+}
+
+#[test]
+fn only_a_kube_scheduler_configuration_is_taken_for_one() {
+    assert!(is_kube_scheduler_configuration(HEADER));
+    assert!(is_kube_scheduler_configuration(
+        "{\"apiVersion\": \"kubescheduler.config.k8s.io/v1\", \"kind\": \"KubeSchedulerConfiguration\"}"
+    ));
+    assert!(!is_kube_scheduler_configuration(
+        "# not a KubeSchedulerConfiguration\n[[profiles]]\nscheduler_name = \"x\"\n"
+    ));
+    assert!(!is_kube_scheduler_configuration(""));
+}
