@@ -1672,3 +1672,94 @@ fn a_batch_retried_after_kill_9_leaves_claims_volumes_and_pods_agreeing() {
     a_late_claim_finds_no_free_volume(&admin);
     assert_pods_claims_and_volumes_agree(&admin, NODES);
 }
+
+const PODS_PATH: &str = "/v1/namespaces/default/pods";
+
+const PACKER_CONFIG: &str = "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: packer
+  pluginConfig:
+  - name: NodeResourcesFit
+    args:
+      scoringStrategy:
+        type: MostAllocated
+";
+
+#[test]
+fn a_kube_scheduler_configuration_is_put_kept_and_given_back_and_gated_pods_wait_in_serve() {
+    let dir = temp_dir("kube-config");
+    let server = Server::start(&dir, &[]);
+    let admin = server.admin();
+    ok(admin
+        .request(
+            "PUT",
+            "/admin/config",
+            Some(("application/yaml", PACKER_CONFIG.into())),
+        )
+        .unwrap());
+    let config = admin.request("GET", "/admin/config", None).unwrap();
+    assert_eq!(config.body, PACKER_CONFIG);
+    ok(send(&admin, "POST", "/v1/nodes", pool_node("n1", "blue")));
+    ok(send(&admin, "POST", "/v1/nodes", pool_node("n2", "blue")));
+    let with = |name: &str, spec: Value| {
+        let mut pod = small_pod(name);
+        pod["spec"]["containers"][0]["resources"]["requests"] =
+            json!({"cpu": "8", "memory": "32Gi"});
+        pod["spec"]
+            .as_object_mut()
+            .unwrap()
+            .extend(spec.as_object().unwrap().clone());
+        pod
+    };
+    // The profile is the file's: MostAllocated packs the second pod beside the first (the
+    // default, LeastAllocated, would spread them).
+    ok(send(
+        &admin,
+        "POST",
+        PODS_PATH,
+        with("first", json!({"schedulerName": "packer"})),
+    ));
+    wait_until("the first pod bound", Duration::from_secs(10), || {
+        node_of(&stored_pod(&admin, "first")).is_some()
+    });
+    ok(send(
+        &admin,
+        "POST",
+        PODS_PATH,
+        with("second", json!({"schedulerName": "packer"})),
+    ));
+    ok(send(
+        &admin,
+        "POST",
+        PODS_PATH,
+        with(
+            "gated",
+            json!({"schedulerName": "packer", "schedulingGates": [{"name": "example.com/quota"}]}),
+        ),
+    ));
+    wait_until("the second pod bound", Duration::from_secs(10), || {
+        node_of(&stored_pod(&admin, "second")).is_some()
+    });
+    assert_eq!(
+        node_of(&stored_pod(&admin, "second")),
+        node_of(&stored_pod(&admin, "first"))
+    );
+    wait_until("the gated pod's condition", Duration::from_secs(10), || {
+        !stored_pod(&admin, "gated")["status"]["conditions"].is_null()
+    });
+    let gated = stored_pod(&admin, "gated");
+    assert!(node_of(&gated).is_none(), "{gated}");
+    assert_eq!(
+        gated["status"]["conditions"][0]["reason"],
+        "SchedulingGated"
+    );
+    let status = ok(admin
+        .request("GET", "/v1/status/pods/default/gated", None)
+        .unwrap());
+    assert_eq!(status["queue"], "gated", "{status}");
+    assert_eq!(
+        status["message"], "waiting for scheduling gates: [example.com/quota]",
+        "{status}"
+    );
+}

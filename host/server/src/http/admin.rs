@@ -245,15 +245,21 @@ pub(super) fn config_text(policy: &Policy) -> String {
 
 async fn get_config(State(server): State<Shared>) -> Response {
     let policy = server.policy.lock().await;
+    let text = config_text(&policy);
+    // Given back as it was put: TOML, or kube-scheduler's own configuration.
+    let media_type = match wasched_wasm::kube_config::is_kube_scheduler_configuration(&text) {
+        true => "application/yaml",
+        false => "application/toml",
+    };
     (
         [
-            (header::CONTENT_TYPE, "application/toml".to_string()),
+            (header::CONTENT_TYPE, media_type.to_string()),
             (
                 header::HeaderName::from_static("x-wasched-config-source"),
                 config_source(&policy),
             ),
         ],
-        config_text(&policy),
+        text,
     )
         .into_response()
 }

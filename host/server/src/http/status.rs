@@ -329,8 +329,9 @@ fn placement_of(
     }))
 }
 
-/// `GET /v1/status/pods/{ns}/{name}`: where the scheduler has a pod: `pending`, `assumed` (placed,
-/// its binding not confirmed yet), `bound` or `unknown`, with its node and placement when placed.
+/// `GET /v1/status/pods/{ns}/{name}`: where the scheduler has a pod: `pending` (with its queue,
+/// `gated` among them, attempts and last message), `assumed` (placed, its binding not confirmed
+/// yet), `bound` or `unknown`, with its node and placement when placed.
 async fn pod_status(
     State(server): State<Shared>,
     Path((namespace, name)): Path<(String, String)>,
@@ -338,23 +339,28 @@ async fn pod_status(
     let key = format!("{namespace}/{name}");
     let asked = key.clone();
     let state = inspect(&server, move |service| service.pod_state(&asked)).await?;
-    let (state, node) = match state {
-        Some(PodState::Pending(_)) => ("pending", None),
-        Some(PodState::Assumed { node }) => ("assumed", Some(node)),
-        Some(PodState::Bound { node }) => ("bound", Some(node)),
-        None => ("unknown", None),
+    let (state, node, pending) = match state {
+        Some(PodState::Pending(status)) => ("pending", None, Some(status)),
+        Some(PodState::Assumed { node }) => ("assumed", Some(node), None),
+        Some(PodState::Bound { node }) => ("bound", Some(node), None),
+        None => ("unknown", None, None),
     };
     let placement = match node {
         Some(_) => placement_of(&server, namespace, name)?,
         None => None,
     };
-    Ok(Json(json!({
+    let mut body = json!({
         "pod": key,
         "state": state,
         "node": node,
         "placement": placement,
-    }))
-    .into_response())
+    });
+    if let Some(status) = pending {
+        body["queue"] = status.queue.name().into();
+        body["attempts"] = status.attempts.into();
+        body["message"] = status.message.into();
+    }
+    Ok(Json(body).into_response())
 }
 
 /// `GET /v1/status/plugins`: each plugin with its version, digest, language and health (as
