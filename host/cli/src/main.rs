@@ -241,27 +241,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Config(ConfigCommand::Check { file }) => config_check(&file),
-        Command::Config(ConfigCommand::Convert { file }) => {
-            let text = std::fs::read_to_string(&file)
-                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
-            if !wasched::kube_config::is_kube_scheduler_configuration(&text) {
-                anyhow::bail!(
-                    "{} is not a KubeSchedulerConfiguration (apiVersion {}, kind {})",
-                    file.display(),
-                    wasched::kube_config::API_VERSION,
-                    wasched::kube_config::KIND
-                );
-            }
-            let converted = wasched::kube_config::to_toml(&text).map_err(|e| match e.line {
-                Some(line) => anyhow::anyhow!("{}:{line}: {}", file.display(), e.message),
-                None => anyhow::anyhow!("{}: {}", file.display(), e.message),
-            })?;
-            for warning in &converted.warnings {
-                eprintln!("warning: {warning}");
-            }
-            print!("{}", converted.toml);
-            Ok(())
-        }
+        Command::Config(ConfigCommand::Convert { file }) => config_convert(&file),
         Command::Config(ConfigCommand::Show { connection }) => {
             let reply = Client::new(&connection)?.request("GET", "/admin/config", None)?;
             if !(200..300).contains(&reply.status) {
@@ -428,6 +408,29 @@ fn inspect(component: &Path) -> anyhow::Result<()> {
             anyhow::bail!("{} is not a plugin this host accepts", component.display())
         }
     }
+}
+
+/// `config convert`: the TOML a KubeSchedulerConfiguration amounts to, its warnings on stderr.
+fn config_convert(file: &std::path::Path) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
+    if !wasched::kube_config::is_kube_scheduler_configuration(&text) {
+        anyhow::bail!(
+            "{} is not a KubeSchedulerConfiguration (apiVersion {}, kind {})",
+            file.display(),
+            wasched::kube_config::API_VERSION,
+            wasched::kube_config::KIND
+        );
+    }
+    let converted = wasched::kube_config::to_toml(&text).map_err(|e| match e.line {
+        Some(line) => anyhow::anyhow!("{}:{line}: {}", file.display(), e.message),
+        None => anyhow::anyhow!("{}: {}", file.display(), e.message),
+    })?;
+    for warning in &converted.warnings {
+        eprintln!("warning: {warning}");
+    }
+    print!("{}", converted.toml);
+    Ok(())
 }
 
 /// `config check`: loads every plugin of the configuration and prints each profile's chains.

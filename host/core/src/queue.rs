@@ -114,6 +114,23 @@ struct Entry {
     queued_at: Duration,
 }
 
+impl Entry {
+    /// A pod entering the queue at `now`, not attempted yet.
+    fn new(pod: sdk::Pod, queue: QueueName, now: Duration) -> Entry {
+        Entry {
+            pod,
+            queue,
+            attempts: 0,
+            last_attempt: None,
+            unschedulable_since: Duration::ZERO,
+            message: None,
+            ticket: 0,
+            popped_at_move: 0,
+            queued_at: now,
+        }
+    }
+}
+
 /// The pending pods.
 pub struct SchedulingQueue {
     clock: Arc<dyn Clock>,
@@ -182,20 +199,8 @@ impl SchedulingQueue {
             self.update(pod);
             return;
         }
-        self.entries.insert(
-            key.clone(),
-            Entry {
-                pod,
-                queue: QueueName::Active,
-                attempts: 0,
-                last_attempt: None,
-                unschedulable_since: Duration::ZERO,
-                message: None,
-                ticket: 0,
-                popped_at_move: 0,
-                queued_at: self.clock.now(),
-            },
-        );
+        let entry = Entry::new(pod, QueueName::Active, self.clock.now());
+        self.entries.insert(key.clone(), entry);
         self.move_to_active(&key);
     }
 
@@ -204,17 +209,10 @@ impl SchedulingQueue {
     pub fn gate(&mut self, pod: sdk::Pod, message: String) {
         let key = pod.key();
         let now = self.clock.now();
-        let entry = self.entries.entry(key.clone()).or_insert_with(|| Entry {
-            pod: sdk::Pod::default(),
-            queue: QueueName::Gated,
-            attempts: 0,
-            last_attempt: None,
-            unschedulable_since: Duration::ZERO,
-            message: None,
-            ticket: 0,
-            popped_at_move: 0,
-            queued_at: now,
-        });
+        let entry = self
+            .entries
+            .entry(key.clone())
+            .or_insert_with(|| Entry::new(sdk::Pod::default(), QueueName::Gated, now));
         entry.pod = pod;
         entry.queue = QueueName::Gated;
         entry.message = Some(message);

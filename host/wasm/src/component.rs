@@ -502,13 +502,8 @@ impl ComponentFactory {
                     .map_err(init_trapped)?
                     .map(sdk::Descriptor::from);
                 if let Ok(descriptor) = &mut descriptor {
-                    if let Some((exports, set)) = stage_exports(&mut store, &instance)
-                        .map_err(|e| wrong_type(STAGES_INTERFACE, e))?
-                    {
-                        descriptor.pre_enqueue = set.contains(wit_stages::StageSet::PRE_ENQUEUE);
-                        descriptor.permit = set.contains(wit_stages::StageSet::PERMIT);
-                        stages = Some(exports);
-                    }
+                    stages = stage_exports(&mut store, &instance, descriptor)
+                        .map_err(|e| wrong_type(STAGES_INTERFACE, e))?;
                 }
                 (Exports::Current(Box::new(world)), descriptor)
             }
@@ -669,12 +664,13 @@ struct StageExports {
     unreserve: TypedFunc<(wit_stages::StagedPod, String), ()>,
 }
 
-/// The functions of [`STAGES_INTERFACE`] of `instance`, if it exports it, with the stages the
-/// plugin says it takes part in (asked once, after `init`, within its deadline).
+/// The functions of [`STAGES_INTERFACE`] of `instance`, if it exports it; the stages the plugin
+/// says it takes part in (asked once, after `init`, within its deadline) go into `descriptor`.
 fn stage_exports(
     store: &mut Store<StoreState>,
     instance: &Instance,
-) -> wasmtime::Result<Option<(StageExports, wit_stages::StageSet)>> {
+    descriptor: &mut sdk::Descriptor,
+) -> wasmtime::Result<Option<StageExports>> {
     let Some([stages, pre_enqueue, permit, unreserve]) = interface_funcs(
         store,
         instance,
@@ -691,7 +687,9 @@ fn stage_exports(
         unreserve: unreserve.typed(&*store)?,
     };
     let (set,) = stages.call(&mut *store, ())?;
-    Ok(Some((exports, set)))
+    descriptor.pre_enqueue = set.contains(wit_stages::StageSet::PRE_ENQUEUE);
+    descriptor.permit = set.contains(wit_stages::StageSet::PERMIT);
+    Ok(Some(exports))
 }
 
 /// A pod as the `stages` interface sends it.

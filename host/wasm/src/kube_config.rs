@@ -462,43 +462,10 @@ fn profile_table(
         table.insert("percentage_of_nodes_to_score".into(), p.into());
     }
     for (point, specific) in lists {
-        let at = format!("{at}.plugins");
-        let expanded = expand(point, &multi_point, specific, &at)?;
-        let value = match point {
-            Point::Score => toml::Value::Array(
-                expanded
-                    .iter()
-                    .map(|p| {
-                        let mut score = toml::Table::new();
-                        score.insert("plugin".into(), p.name.clone().into());
-                        // kube-scheduler counts a weight of 0 as 1.
-                        score.insert("weight".into(), p.weight.max(1).into());
-                        toml::Value::Table(score)
-                    })
-                    .collect(),
-            ),
-            _ => toml::Value::Array(expanded.iter().map(|p| p.name.clone().into()).collect()),
-        };
-        let key = match point {
-            Point::PreEnqueue => "pre_enqueue",
-            Point::Filter => "filters",
-            Point::Score => "scores",
-            Point::Permit => "permit",
-        };
+        let (key, value) = point_list(point, &multi_point, specific, at)?;
         table.insert(key.into(), value);
     }
-    let missing: Vec<&str> = NOT_IMPLEMENTED
-        .iter()
-        .copied()
-        .filter(|name| multi_point.iter().any(|p| p.name == *name))
-        .collect();
-    if !missing.is_empty() {
-        warnings.push(format!(
-            "{at}: kube-scheduler's {} not implemented in wasched yet; where they would decide, \
-             placements differ",
-            missing.join(", ") + if missing.len() == 1 { " is" } else { " are" }
-        ));
-    }
+    warnings.extend(not_implemented(&multi_point, at));
     check_fixed_points(plugins, &multi_point, at, &mut warnings)?;
     let preemption = preemption_enabled(&multi_point, &plugins.post_filter);
     let mut preemption_table = toml::Table::new();
@@ -510,26 +477,83 @@ fn profile_table(
             preemption_args(&args, &field, &mut preemption_table)?;
             continue;
         }
-        let Some(entry) = plugin_entry(&config.name, args, &field, &mut warnings)? else {
-            continue;
-        };
-        match plugin_tables.get(&config.name) {
-            Some((first, earlier)) if *earlier != entry => {
-                return Err(refused(format!(
-                    "{field}: profiles {first:?} and {scheduler_name:?} configure {} differently; \
-                     wasched keeps one configuration per plugin name (give one of them another \
-                     name through an out-of-tree entry)",
-                    config.name
-                )))
-            }
-            Some(_) => {}
-            None => {
-                plugin_tables.insert(config.name.clone(), (scheduler_name.to_string(), entry));
-            }
+        if let Some(entry) = plugin_entry(&config.name, args, &field, &mut warnings)? {
+            keep_one_configuration(plugin_tables, &config.name, scheduler_name, entry, &field)?;
         }
     }
     table.insert("preemption".into(), toml::Value::Table(preemption_table));
     Ok((table, warnings))
+}
+
+/// The warning naming kube-scheduler's default plugins of `multi_point` wasched lacks, if any.
+fn not_implemented(multi_point: &[Plugin], at: &str) -> Option<String> {
+    let missing: Vec<&str> = NOT_IMPLEMENTED
+        .iter()
+        .copied()
+        .filter(|name| multi_point.iter().any(|p| p.name == *name))
+        .collect();
+    let verb = if missing.len() == 1 { "is" } else { "are" };
+    (!missing.is_empty()).then(|| {
+        format!(
+            "{at}: kube-scheduler's {} {verb} not implemented in wasched yet; where they would \
+             decide, placements differ",
+            missing.join(", ")
+        )
+    })
+}
+
+/// One point's TOML key and list: `expand`ed, scores with their weights.
+fn point_list(
+    point: Point,
+    multi_point: &[Plugin],
+    specific: &PluginSet,
+    at: &str,
+) -> Result<(&'static str, toml::Value), Refused> {
+    let expanded = expand(point, multi_point, specific, &format!("{at}.plugins"))?;
+    let names = || {
+        expanded
+            .iter()
+            .map(|p| toml::Value::from(p.name.clone()))
+            .collect()
+    };
+    Ok(match point {
+        Point::PreEnqueue => ("pre_enqueue", toml::Value::Array(names())),
+        Point::Filter => ("filters", toml::Value::Array(names())),
+        Point::Permit => ("permit", toml::Value::Array(names())),
+        Point::Score => {
+            let scores = expanded.iter().map(|p| {
+                let mut score = toml::Table::new();
+                score.insert("plugin".into(), p.name.clone().into());
+                // kube-scheduler counts a weight of 0 as 1.
+                score.insert("weight".into(), p.weight.max(1).into());
+                toml::Value::Table(score)
+            });
+            ("scores", toml::Value::Array(scores.collect()))
+        }
+    })
+}
+
+/// Adds a plugin's `[plugins.NAME]` table, refusing a second profile that configures the same
+/// plugin otherwise: the TOML keeps one configuration per plugin name.
+fn keep_one_configuration(
+    plugin_tables: &mut BTreeMap<String, (String, toml::Table)>,
+    name: &str,
+    scheduler_name: &str,
+    entry: toml::Table,
+    field: &str,
+) -> Result<(), Refused> {
+    match plugin_tables.get(name) {
+        Some((first, earlier)) if *earlier != entry => Err(refused(format!(
+            "{field}: profiles {first:?} and {scheduler_name:?} configure {name} differently; \
+             wasched keeps one configuration per plugin name (give one of them another name \
+             through an out-of-tree entry)"
+        ))),
+        Some(_) => Ok(()),
+        None => {
+            plugin_tables.insert(name.to_string(), (scheduler_name.to_string(), entry));
+            Ok(())
+        }
+    }
 }
 
 /// The points wasched does not take plugin lists for: their default plugins are built in (or

@@ -513,6 +513,10 @@ impl Profile {
     fn sync_plugins(&mut self, cache: &Cache, cycle: &mut CycleState) -> Stage<()> {
         for i in 0..self.slots.len() {
             let slot = &mut self.slots[i];
+            if !slot.in_cycle {
+                cycle.left_out[i] = true;
+                continue;
+            }
             if slot.quarantined(cycle.now) {
                 match slot.spec.policy.on_failure {
                     OnFailure::Ignore => cycle.left_out[i] = true,
@@ -1119,6 +1123,8 @@ mod stage_tests {
         score_batches: Arc<std::sync::Mutex<Vec<usize>>>,
         /// How many `normalize` calls came, across the instances.
         normalize_calls: Arc<std::sync::atomic::AtomicUsize>,
+        /// It takes part in PreEnqueue only (gating pods named `gated`), not in the cycle.
+        pre_enqueue_only: bool,
     }
 
     struct Scripted {
@@ -1143,6 +1149,7 @@ mod stage_tests {
             &self.descriptor
         }
         fn upsert_nodes(&mut self, nodes: &[(u32, &sdk::NodeInfo)]) -> Result<(), CallError> {
+            self.call("upsert-nodes")?;
             for (id, node) in nodes {
                 self.names.insert(*id, node.name.clone());
             }
@@ -1200,6 +1207,10 @@ mod stage_tests {
             calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             Ok(())
         }
+        fn pre_enqueue(&mut self, pod: &sdk::Pod) -> Result<Option<sdk::Failure>, CallError> {
+            self.call("pre-enqueue")?;
+            Ok((pod.name == "gated").then(|| sdk::Failure::unresolvable("held")))
+        }
     }
 
     struct ScriptedFactory(Script);
@@ -1211,15 +1222,15 @@ mod stage_tests {
                 descriptor: sdk::Descriptor {
                     name: "scripted".into(),
                     version: "0".into(),
-                    filter: true,
-                    score: true,
+                    filter: !self.0.pre_enqueue_only,
+                    score: !self.0.pre_enqueue_only,
                     normalize: self.0.normalize,
                     reads_usage: false,
                     reads_pod: sdk::PodParts::ALL,
                     reads_existing_pods: sdk::ExistingPodParts::NONE,
                     reads_namespaces: false,
                     reads_volumes: false,
-                    pre_enqueue: false,
+                    pre_enqueue: self.0.pre_enqueue_only,
                     permit: false,
                 },
                 names: HashMap::new(),
@@ -1741,5 +1752,51 @@ mod stage_tests {
         assert_eq!(chunk, [13, 14, 10, 11]);
         copy_wrapped(&nodes, 6, 8, &mut chunk);
         assert_eq!(chunk, [11, 12]);
+    }
+
+    #[test]
+    fn a_plugin_outside_the_cycle_is_sent_no_node_and_no_pod_yet_answers_pre_enqueue() {
+        for call in ["upsert-nodes", "set-pod"] {
+            let gate = Script {
+                pre_enqueue_only: true,
+                fails_in: Some(call),
+                ..Script::default()
+            };
+            let profile = ProfileSpec {
+                scheduler_name: "default-scheduler".into(),
+                filters: vec![plugin("Fit", Script::default(), OnFailure::Fail)],
+                scores: Vec::new(),
+                pre_enqueue: vec![plugin("Gate", gate, OnFailure::Fail)],
+                permit: Vec::new(),
+                percentage_of_nodes_to_score: Some(100),
+                parallelism: 2,
+                preemption: Default::default(),
+            };
+            let clock = Arc::new(crate::clock::FakeClock::default());
+            let mut scheduler = Scheduler::with_clock(&[profile], 7, clock).expect("profile");
+            for k in 1..=(2 * MIN_NODES_PER_WORKER) {
+                scheduler.cache_mut().upsert_node(sdk::NodeInfo {
+                    name: format!("n{k}"),
+                    ..sdk::NodeInfo::default()
+                });
+            }
+            scheduler.warm_up().expect("warm-up");
+            // The gate's mirror calls would fail the cycle: none is made.
+            let outcome = scheduler.schedule(&pod(), false).unwrap();
+            assert!(
+                !outcome.error && outcome.node.is_some(),
+                "{call}: {outcome:?}"
+            );
+            assert_eq!(scheduler.pre_enqueue(&pod()), None, "{call}");
+            let gated = sdk::Pod {
+                name: "gated".into(),
+                ..pod()
+            };
+            let gate = scheduler.pre_enqueue(&gated).expect("gated");
+            assert_eq!(
+                (gate.plugin.as_str(), gate.message.as_str()),
+                ("Gate", "held")
+            );
+        }
     }
 }

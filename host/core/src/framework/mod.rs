@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use crate::cache::Cache;
 use crate::clock::{Clock, SystemClock};
 use crate::metrics::PluginCallStats;
-use crate::runtime::{CallError, LoadError, PluginFactory, PluginInstance};
+use crate::runtime::{CallError, FailureKind, LoadError, PluginFactory, PluginInstance};
 use crate::util::Rng;
 
 pub use cycle::{Choice, NodeReport, Outcome};
@@ -235,6 +235,9 @@ struct Slot {
     /// The pods whose cycles the plugin failed since its last success (see
     /// [`Slot::record_failure`]); at most `quarantine_after` long.
     pods_failed_in_a_row: Vec<String>,
+    /// The profile filters or scores with it. A plugin listed only for PreEnqueue or Permit
+    /// sits the cycles out and keeps an empty mirror: it is never sent a node or a pod.
+    in_cycle: bool,
 }
 
 /// The calls whose input is the pod of the cycle: a failure in one of them may be that pod's
@@ -262,7 +265,22 @@ impl Slot {
             quarantined_until: None,
             last_error: None,
             pods_failed_in_a_row: Vec::new(),
+            in_cycle: true,
         })
+    }
+
+    /// Makes a fresh instance, its mirror empty, when there is none (a plugin outside the cycle,
+    /// whose instance failed).
+    fn ensure_instance(&mut self) -> Result<(), CallError> {
+        if self.instance.is_none() {
+            let fresh = self
+                .spec
+                .instantiate()
+                .map_err(|e| CallError::of_kind(FailureKind::Init, "init", e.0))?;
+            self.instance = Some(fresh);
+            self.synced = Synced::default();
+        }
+        Ok(())
     }
 
     /// Equal for two slots whose instances are interchangeable.
@@ -425,6 +443,9 @@ impl Profile {
                     spec.scheduler_name, slots[i].spec.name
                 )));
             }
+        }
+        for (i, slot) in slots.iter_mut().enumerate() {
+            slot.in_cycle = filters.contains(&i) || scores.iter().any(|&(s, _)| s == i);
         }
         let helpers = spec.parallelism.max(1) - 1;
         let pool = match helpers {
@@ -589,6 +610,9 @@ impl Scheduler {
     pub fn warm_up(&mut self) -> Result<(), LoadError> {
         for profile in &mut self.profiles {
             for (i, slot) in profile.slots.iter_mut().enumerate() {
+                if !slot.in_cycle {
+                    continue;
+                }
                 let mut result = slot.sync(&self.cache);
                 for worker in &mut profile.workers {
                     if result.is_err() {

@@ -62,7 +62,7 @@ impl Scheduler {
             .profiles
             .iter()
             .position(|p| p.scheduler_name == pod.scheduler_name)?;
-        let (profile, cache) = (&mut self.profiles[index], &self.cache);
+        let profile = &mut self.profiles[index];
         let now = profile.clock.now();
         let key = pod.key();
         for slot in profile
@@ -73,13 +73,7 @@ impl Scheduler {
             if slot.quarantined(now) {
                 continue;
             }
-            let answer = match slot.instance.is_some() {
-                true => Ok(()),
-                // Not made yet (no cycle ran since the profile was loaded) or dropped after a
-                // failure: made and synced as a cycle would.
-                false => slot.sync(cache),
-            }
-            .and_then(|()| {
+            let answer = slot.ensure_instance().and_then(|()| {
                 let instance = slot.instance.as_mut().expect("synced above");
                 instance.pre_enqueue(pod)
             });
@@ -121,10 +115,12 @@ impl Scheduler {
             if slot.quarantined(now) {
                 continue;
             }
-            let Some(instance) = slot.instance.as_mut() else {
-                continue;
-            };
-            let answer = match instance.permit(pod, node) {
+            let answer = match slot.ensure_instance().and_then(|()| {
+                slot.instance
+                    .as_mut()
+                    .expect("made above")
+                    .permit(pod, node)
+            }) {
                 Ok(answer) => answer,
                 Err(e) => {
                     slot.record_failure(&e, now, Some(&key));
