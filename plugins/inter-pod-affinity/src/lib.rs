@@ -9,6 +9,8 @@
 //! failing nodes (through the mirror's label index, never looking at a node that cannot fail) and
 //! a raw score per node that has one, so the host calls neither the filter nor the score per node.
 
+#![warn(missing_docs)]
+
 mod args;
 pub mod state;
 pub mod terms;

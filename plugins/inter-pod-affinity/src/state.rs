@@ -32,6 +32,7 @@ impl Counts {
         self.domains.add(value, up);
     }
 
+    /// No pod is counted in any domain.
     pub fn is_empty(&self) -> bool {
         self.domains.is_empty()
     }
@@ -94,6 +95,7 @@ impl Eq for Counts {}
 /// term's topology value (kube-scheduler's `updateWithAffinityTerms`; a single term is the
 /// anti-affinity and preferred case).
 pub struct Tally {
+    /// The incoming pod's terms the tally counts matching pods for.
     pub terms: Vec<IncomingTerm>,
     /// One per term.
     pub counts: Vec<Counts>,
@@ -190,10 +192,13 @@ impl Tallies {
         slot
     }
 
+    /// The tally in `slot`.
     pub fn get(&self, slot: usize) -> &Tally {
         &self.slots[slot]
     }
 
+    /// Counts `pod`, on a node labelled `node_labels`, in (`up`) or out of every tally whose
+    /// terms it matches.
     pub fn apply(&mut self, pod: &ExistingPod, node_labels: &Labels, up: bool) {
         for slots in self.by_anchor.matching(&pod.labels) {
             for &slot in slots {
@@ -210,12 +215,15 @@ impl Tallies {
 
 /// Placed pods' terms that are equal, with how many pods have them and where those pods are.
 pub struct Group {
+    /// How many placed pods have the term.
     pub pods: u32,
+    /// Where they are, per topology domain.
     pub counts: Counts,
 }
 
 /// What a group is keyed by: its term tells the label pair every pod it matches has.
 pub trait Keyed: Hash + Eq {
+    /// The term the key stands for.
     fn term(&self) -> &OwnedTerm;
 }
 
@@ -259,6 +267,8 @@ impl<K: Keyed> Groups<K> {
         self.buckets.matching(labels).flatten()
     }
 
+    /// Counts a pod with `key`'s term in (`up`) or out of the domain `topology_value` (none:
+    /// its node lacks the term's topology key).
     pub fn apply(&mut self, key: K, topology_value: Option<&str>, up: bool) {
         if up {
             let groups = self.buckets.entry(anchor(key.term().selector.as_ref()));

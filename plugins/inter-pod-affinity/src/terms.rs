@@ -14,6 +14,7 @@ pub struct IncomingTerm {
     pub namespaces: Vec<String>,
     /// `None` matches no pod.
     pub selector: Option<LabelSelector>,
+    /// `topologyKey`: the node label whose values are the domains.
     pub topology_key: String,
 }
 
@@ -63,8 +64,11 @@ impl IncomingTerm {
 pub struct OwnedTerm {
     /// The owner's namespace when the term names none and has no namespace selector.
     pub namespaces: Vec<String>,
+    /// `namespaceSelector`, matched against the scheduled pod's namespace labels.
     pub namespace_selector: Option<LabelSelector>,
+    /// `labelSelector`; `None` matches no pod.
     pub selector: Option<LabelSelector>,
+    /// `topologyKey`.
     pub topology_key: String,
 }
 

@@ -42,17 +42,25 @@ pub enum Defaulting {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct DefaultConstraint {
+    /// `maxSkew`.
     pub max_skew: i32,
+    /// `topologyKey`.
     pub topology_key: String,
+    /// `whenUnsatisfiable`: `DoNotSchedule` or `ScheduleAnyway`.
     pub when_unsatisfiable: String,
+    /// `labelSelector`: refused when set, as kube-scheduler refuses it in default constraints.
     #[serde(default)]
     pub label_selector: Option<serde_json::Value>,
+    /// `minDomains`.
     #[serde(default)]
     pub min_domains: Option<i32>,
+    /// `nodeAffinityPolicy`: `Honor` or `Ignore`.
     #[serde(default)]
     pub node_affinity_policy: Option<String>,
+    /// `nodeTaintsPolicy`: `Honor` or `Ignore`.
     #[serde(default)]
     pub node_taints_policy: Option<String>,
+    /// `matchLabelKeys`.
     #[serde(default)]
     pub match_label_keys: Vec<String>,
 }

@@ -85,9 +85,13 @@ impl SpreadSelector {
 /// One constraint, resolved for the pod.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Constraint {
+    /// `maxSkew`.
     pub max_skew: i64,
+    /// `topologyKey`: the node label whose values are the domains.
     pub topology_key: String,
+    /// Which pods count.
     pub selector: SpreadSelector,
+    /// `minDomains` (1 when unset).
     pub min_domains: i64,
     /// `nodeAffinityPolicy: Honor` (the default): only nodes matching the pod's node selector
     /// and required node affinity count.

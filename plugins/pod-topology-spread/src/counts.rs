@@ -21,7 +21,9 @@ use crate::constraints::{Constraint, SpreadSelector};
 /// The placed pods of one namespace that one selector matches, per node (terminating pods left
 /// out, as kube-scheduler's `countPodsMatchSelector` does).
 pub struct Tally {
+    /// The namespace whose pods count.
     pub namespace: String,
+    /// Which of them count.
     pub selector: SpreadSelector,
     /// Node id → matching pods on it; absent when none. PreFilter and PreScore walk it for
     /// every pod, hence a dense list.
@@ -134,6 +136,7 @@ impl Tallies {
         slot
     }
 
+    /// The tally in `slot`.
     pub fn get(&self, slot: usize) -> &Tally {
         &self.slots[slot]
     }
@@ -170,6 +173,8 @@ pub struct EligibilityKey {
 }
 
 impl EligibilityKey {
+    /// The key of the nodes `pod`'s `constraints` may count (with every topology key present
+    /// when `require_all_keys`).
     pub fn new(pod: &Pod, constraints: &[Constraint], require_all_keys: bool) -> Self {
         let honors_affinity = constraints.iter().any(|c| c.honor_affinity);
         let honors_taints = constraints.iter().any(|c| c.honor_taints);
@@ -319,6 +324,7 @@ pub struct EligibilityCache {
 }
 
 impl EligibilityCache {
+    /// The eligible nodes for `key`, computed once until the mirror changes.
     pub fn get(&mut self, key: &EligibilityKey, nodes: &Nodes) -> &Eligibility {
         self.clock += 1;
         let fresh = self

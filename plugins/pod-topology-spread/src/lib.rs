@@ -10,6 +10,8 @@
 //! the few nodes that have matching pods into domains and names the failing nodes through the
 //! mirror's label index, so the host calls the filter for no node.
 
+#![warn(missing_docs)]
+
 pub mod args;
 pub mod constraints;
 pub mod counts;
