@@ -413,17 +413,18 @@ impl Service {
             self.queue.add(pod);
             return;
         };
-        let mut result = CycleResult::attempt(key.clone(), pod.scheduler_name.clone(), 0);
-        result.message = Some(gate.message.clone());
-        result.gated = Some(if pod.scheduling_gates.is_empty() {
-            Gated::Plugin(gate.plugin)
-        } else {
-            Gated::SchedulingGates
-        });
-        self.queue.gate(pod, gate.message);
-        if self.told_gated.insert(key) {
+        // Reported once per gating: the pod's own update (its condition written back) asks again.
+        if self.told_gated.insert(key.clone()) {
+            let mut result = CycleResult::attempt(key, pod.scheduler_name.clone(), 0);
+            result.message = Some(gate.message.clone());
+            result.gated = Some(if pod.scheduling_gates.is_empty() {
+                Gated::Plugin(gate.plugin)
+            } else {
+                Gated::SchedulingGates
+            });
             self.newly_gated.push_back(result);
         }
+        self.queue.gate(pod, gate.message);
     }
 
     fn apply_upsert(&mut self, object: &Object) -> Result<(), k8s::FieldError> {

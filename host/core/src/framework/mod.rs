@@ -269,18 +269,18 @@ impl Slot {
         })
     }
 
-    /// Makes a fresh instance, its mirror empty, when there is none (a plugin outside the cycle,
-    /// whose instance failed).
-    fn ensure_instance(&mut self) -> Result<(), CallError> {
+    /// The instance, made afresh with an empty mirror when there is none (a plugin outside the
+    /// cycle whose instance failed).
+    fn ensure_instance(&mut self) -> Result<&mut Box<dyn PluginInstance>, CallError> {
         if self.instance.is_none() {
             let fresh = self
                 .spec
                 .instantiate()
                 .map_err(|e| CallError::of_kind(FailureKind::Init, "init", e.0))?;
-            self.instance = Some(fresh);
             self.synced = Synced::default();
+            return Ok(self.instance.insert(fresh));
         }
-        Ok(())
+        Ok(self.instance.as_mut().expect("checked above"))
     }
 
     /// Equal for two slots whose instances are interchangeable.

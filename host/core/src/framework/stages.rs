@@ -58,11 +58,7 @@ impl Scheduler {
     /// failing under `on_failure = "ignore"` is left out; under `"fail"` it gates the pod with its
     /// error until the pod changes, as kube-scheduler does.
     pub fn pre_enqueue(&mut self, pod: &sdk::Pod) -> Option<Gate> {
-        let index = self
-            .profiles
-            .iter()
-            .position(|p| p.scheduler_name == pod.scheduler_name)?;
-        let profile = &mut self.profiles[index];
+        let profile = self.profile_of(pod)?;
         let now = profile.clock.now();
         let key = pod.key();
         for slot in profile
@@ -73,10 +69,7 @@ impl Scheduler {
             if slot.quarantined(now) {
                 continue;
             }
-            let answer = slot.ensure_instance().and_then(|()| {
-                let instance = slot.instance.as_mut().expect("synced above");
-                instance.pre_enqueue(pod)
-            });
+            let answer = slot.ensure_instance().and_then(|i| i.pre_enqueue(pod));
             let failure = match answer {
                 Ok(None) => {
                     slot.record_success();
@@ -111,16 +104,11 @@ impl Scheduler {
         let now = profile.clock.now();
         let key = pod.key();
         for slot in profile.slots.iter_mut().filter(|s| s.descriptor.permit) {
-            // A quarantined plugin, or one whose instance failed this cycle, is left out.
+            // A quarantined plugin is left out; one whose instance failed is made afresh.
             if slot.quarantined(now) {
                 continue;
             }
-            let answer = match slot.ensure_instance().and_then(|()| {
-                slot.instance
-                    .as_mut()
-                    .expect("made above")
-                    .permit(pod, node)
-            }) {
+            let answer = match slot.ensure_instance().and_then(|i| i.permit(pod, node)) {
                 Ok(answer) => answer,
                 Err(e) => {
                     slot.record_failure(&e, now, Some(&key));
