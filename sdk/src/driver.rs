@@ -5,7 +5,7 @@
 use crate::mirror::Nodes;
 use crate::types::{
     Descriptor, ExistingPod, Failure, FilterResults, Labels, NodeId, NodeInfo, NodeUsage,
-    Normalize, PermitAnswer, Pod, PodId, PodPlan, VolumeInfo,
+    Normalize, PermitAnswer, Pod, PodId, PodPlan, Reservation, VolumeInfo,
 };
 use crate::Exported;
 
@@ -50,6 +50,7 @@ impl<P: Exported> Driver<P> {
             reads_volumes: P::READS_VOLUMES,
             pre_enqueue: P::PRE_ENQUEUE,
             permit: P::PERMIT,
+            reserve: P::RESERVE,
         }
     }
 
@@ -61,6 +62,19 @@ impl<P: Exported> Driver<P> {
     /// Permit: see [`crate::Plugin::permit`].
     pub fn permit(&mut self, pod: &Pod, node: &str) -> PermitAnswer {
         self.plugin.permit(pod, node)
+    }
+
+    /// Reserve on the node `node` of the mirror: see [`crate::Plugin::reserve`].
+    ///
+    /// # Errors
+    /// The plugin's failure, or an error when the node is not in the mirror.
+    pub fn reserve(&mut self, node: NodeId) -> Result<Reservation, Failure> {
+        let Some(info) = self.nodes.get(node) else {
+            return Err(Failure::error(format!(
+                "node {node} is not in the plugin's mirror"
+            )));
+        };
+        self.plugin.reserve(&self.pod, info)
     }
 
     /// Unreserve: see [`crate::Plugin::unreserve`].

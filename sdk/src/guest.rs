@@ -207,6 +207,27 @@ impl<P: Exported> stages::Guest for Component<P> {
     }
 }
 
+use bindings::exports::wasched::plugin::reserve;
+
+impl<P: Exported> reserve::Guest for Component<P> {
+    fn reserves() -> bool {
+        P::RESERVE
+    }
+
+    fn reserve(node: u32) -> Result<reserve::Reservation, wit::Failure> {
+        let reservation = driver::<P>().reserve(node).map_err(wit::Failure::from)?;
+        let volumes = reservation.volumes;
+        Ok(reserve::Reservation {
+            bind_volumes: volumes
+                .static_bindings
+                .into_iter()
+                .map(|(claim, volume)| reserve::VolumeBinding { claim, volume })
+                .collect(),
+            provision_volumes: volumes.provisions,
+        })
+    }
+}
+
 fn staged_pod(pod: stages::StagedPod) -> sdk::Pod {
     sdk::Pod {
         namespace: pod.namespace,

@@ -107,6 +107,10 @@ pub trait Plugin: Sized + 'static {
     /// True when the plugin implements [`Plugin::permit`] and [`Plugin::unreserve`].
     const PERMIT: bool = false;
 
+    /// True when the plugin implements [`Plugin::reserve`] (and, if it holds anything for a
+    /// reservation, [`Plugin::unreserve`]).
+    const RESERVE: bool = false;
+
     /// Builds the plugin from its configuration: the plugin's table in the scheduler's TOML, as JSON
     /// (`{}` when there is none). Called once per plugin instance.
     ///
@@ -146,8 +150,23 @@ pub trait Plugin: Sized + 'static {
         PermitAnswer::allow()
     }
 
-    /// Unreserve (when [`Plugin::PERMIT`]): `pod`'s reservation on `node` was given up (Permit
-    /// rejected it, its wait ran out, or its binding failed); forget whatever was counted for it.
+    /// Reserve (when [`Plugin::RESERVE`]): what the plugin sets aside for `pod`, the pod of the
+    /// cycle's [`Plugin::prepare`], on `node`, the node the cycle chose. Called only after a cycle
+    /// that places the pod, and only when [`Plugin::prepare`] ran for it or for an equal pod (a
+    /// plugin the host knows to be idle for the pod is not asked). A failure undoes the
+    /// placement: an unschedulable code leaves the pod unschedulable with its reasons, an error
+    /// fails the cycle.
+    ///
+    /// # Errors
+    /// The failure that stops the pod being placed on `node`.
+    fn reserve(&mut self, pod: &Pod, node: &NodeInfo) -> Result<Reservation, Failure> {
+        let _ = (pod, node);
+        Ok(Reservation::default())
+    }
+
+    /// Unreserve (when [`Plugin::PERMIT`] or [`Plugin::RESERVE`]): `pod`'s reservation on `node`
+    /// was given up (a later Reserve plugin failed, Permit rejected it, its wait ran out, or its
+    /// binding failed); forget whatever was counted for it.
     fn unreserve(&mut self, pod: &Pod, node: &str) {
         let _ = (pod, node);
     }

@@ -628,6 +628,32 @@ impl PermitAnswer {
     }
 }
 
+/// The volumes chosen for a pod on one node (kube-scheduler's `PodVolumes`), which the host binds
+/// before the pod.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodVolumes {
+    /// Claims (by name, in the pod's namespace) to bind to an existing volume (by name), in the
+    /// order they are to be bound.
+    pub static_bindings: Vec<(String, String)>,
+    /// Claims whose volume is to be provisioned for the node.
+    pub provisions: Vec<String>,
+}
+
+impl PodVolumes {
+    /// Nothing to bind: every claim of the pod is bound already.
+    pub fn is_empty(&self) -> bool {
+        self.static_bindings.is_empty() && self.provisions.is_empty()
+    }
+}
+
+/// What a Reserve plugin sets aside for a pod on the node chosen for it, for the host to write
+/// before the binding (kube-scheduler's Reserve, with the PreBind work it implies).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reservation {
+    /// Volumes to bind or provision.
+    pub volumes: PodVolumes,
+}
+
 impl Pod {
     /// The parts of the pod PreEnqueue and Permit see (a component's `staged-pod`): identity,
     /// labels, annotations, priority and scheduling gates.
@@ -953,6 +979,9 @@ pub struct Descriptor {
     /// [`crate::Plugin::PERMIT`]: it takes part in Permit and Unreserve (for a component: as
     /// with `pre_enqueue`).
     pub permit: bool,
+    /// [`crate::Plugin::RESERVE`]: it takes part in Reserve (for a component: it exports the
+    /// `reserve` interface and says so).
+    pub reserve: bool,
 }
 
 /// A pod already on a node (bound, or assumed by this scheduler), as a plugin's mirror keeps it.

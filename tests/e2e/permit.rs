@@ -121,6 +121,7 @@ impl PluginFactory for GangFactory {
                 reads_volumes: false,
                 pre_enqueue: false,
                 permit: true,
+                reserve: false,
             },
             reserved: HashMap::new(),
             unreserved: self.unreserved.clone(),

@@ -372,6 +372,9 @@ fn inspect(component: &Path) -> anyhow::Result<()> {
             if d.pre_enqueue {
                 does.push("pre-enqueue");
             }
+            if d.reserve {
+                does.push("reserve");
+            }
             if d.permit {
                 does.push("permit");
             }

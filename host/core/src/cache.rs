@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::storage::v1::StorageClass;
 use wasched_sdk as sdk;
-pub use wasched_volume_binding::PodVolumes;
+pub use wasched_sdk::PodVolumes;
 
 use crate::nodetree::{zone_key, NodeTree};
 use crate::spread::SpreadSelectors;

@@ -132,17 +132,19 @@ pub enum ExtensionPoint {
     Filter,
     Score,
     Sync,
+    Reserve,
     Permit,
     Unreserve,
 }
 
 impl ExtensionPoint {
-    pub const ALL: [ExtensionPoint; 7] = [
+    pub const ALL: [ExtensionPoint; 8] = [
         ExtensionPoint::PreEnqueue,
         ExtensionPoint::PreFilter,
         ExtensionPoint::Filter,
         ExtensionPoint::Score,
         ExtensionPoint::Sync,
+        ExtensionPoint::Reserve,
         ExtensionPoint::Permit,
         ExtensionPoint::Unreserve,
     ];
@@ -154,6 +156,7 @@ impl ExtensionPoint {
             ExtensionPoint::Filter => "Filter",
             ExtensionPoint::Score => "Score",
             ExtensionPoint::Sync => "Sync",
+            ExtensionPoint::Reserve => "Reserve",
             ExtensionPoint::Permit => "Permit",
             ExtensionPoint::Unreserve => "Unreserve",
         }

@@ -43,6 +43,7 @@ mod staged_bindings {
 }
 
 use bindings::{Plugin as PluginWorld, PluginPre};
+use staged_bindings::exports::wasched::plugin::reserve as wit_reserve;
 use staged_bindings::exports::wasched::plugin::stages as wit_stages;
 
 use crate::legacy::ExportsV01;
@@ -476,6 +477,7 @@ impl ComponentFactory {
         let mut batched = None;
         let mut encoded = None;
         let mut stages = None;
+        let mut reserve = None;
         let (exports, descriptor) = match &self.pre {
             Pre::Current(pre) => {
                 let instance = pre
@@ -502,8 +504,17 @@ impl ComponentFactory {
                     .map_err(init_trapped)?
                     .map(sdk::Descriptor::from);
                 if let Ok(descriptor) = &mut descriptor {
-                    stages = stage_exports(&mut store, &instance, descriptor)
+                    stages = stage_exports(&mut store, &instance)
                         .map_err(|e| wrong_type(STAGES_INTERFACE, e))?;
+                    reserve = reserve_exports(&mut store, &instance)
+                        .map_err(|e| wrong_type(RESERVE_INTERFACE, e))?;
+                    declare_stages(&mut store, stages.as_ref(), reserve.as_ref(), descriptor)
+                        .map_err(|e| {
+                            LoadError(format!(
+                                "plugin {}: trapped saying which stages it takes part in: {e:#}",
+                                self.name
+                            ))
+                        })?;
                 }
                 (Exports::Current(Box::new(world)), descriptor)
             }
@@ -540,6 +551,7 @@ impl ComponentFactory {
             batched,
             encoded,
             stages,
+            reserve,
             input: Vec::new(),
             calls: 0,
         })
@@ -565,6 +577,8 @@ struct ComponentInstance {
     encoded: Option<EncodedExports>,
     /// The exports of [`STAGES_INTERFACE`], when the component has them.
     stages: Option<StageExports>,
+    /// `reserve` of [`RESERVE_INTERFACE`], when the component has it.
+    reserve: Option<ReserveFunc>,
     /// Pod and usage updates held back for the next `set-pod`: as bytes with `encoded`, as
     /// records with `batched`, none without either.
     held: Option<Held>,
@@ -659,17 +673,16 @@ pub const STAGES_INTERFACE: &str = "wasched:plugin/stages@0.2.0";
 /// The functions of [`STAGES_INTERFACE`], type-checked when the instance starts.
 #[derive(Clone, Copy)]
 struct StageExports {
+    stages: TypedFunc<(), (wit_stages::StageSet,)>,
     pre_enqueue: TypedFunc<(wit_stages::StagedPod,), (Option<wit::Failure>,)>,
     permit: TypedFunc<(wit_stages::StagedPod, String), (wit_stages::PermitAnswer,)>,
     unreserve: TypedFunc<(wit_stages::StagedPod, String), ()>,
 }
 
-/// The functions of [`STAGES_INTERFACE`] of `instance`, if it exports it; the stages the plugin
-/// says it takes part in (asked once, after `init`, within its deadline) go into `descriptor`.
+/// The functions of [`STAGES_INTERFACE`] of `instance`, if it exports it.
 fn stage_exports(
     store: &mut Store<StoreState>,
     instance: &Instance,
-    descriptor: &mut sdk::Descriptor,
 ) -> wasmtime::Result<Option<StageExports>> {
     let Some([stages, pre_enqueue, permit, unreserve]) = interface_funcs(
         store,
@@ -680,16 +693,57 @@ fn stage_exports(
     else {
         return Ok(None);
     };
-    let stages = stages.typed::<(), (wit_stages::StageSet,)>(&*store)?;
-    let exports = StageExports {
+    Ok(Some(StageExports {
+        stages: stages.typed(&*store)?,
         pre_enqueue: pre_enqueue.typed(&*store)?,
         permit: permit.typed(&*store)?,
         unreserve: unreserve.typed(&*store)?,
+    }))
+}
+
+/// The interface through which a component takes part in Reserve.
+pub const RESERVE_INTERFACE: &str = "wasched:plugin/reserve@0.2.0";
+
+/// `reserves` and `reserve` of [`RESERVE_INTERFACE`].
+#[derive(Clone, Copy)]
+struct ReserveFunc {
+    reserves: TypedFunc<(), (bool,)>,
+    reserve: TypedFunc<(u32,), (Result<wit_reserve::Reservation, wit::Failure>,)>,
+}
+
+/// The functions of [`RESERVE_INTERFACE`] of `instance`, if it exports it.
+fn reserve_exports(
+    store: &mut Store<StoreState>,
+    instance: &Instance,
+) -> wasmtime::Result<Option<ReserveFunc>> {
+    let Some([reserves, reserve]) =
+        interface_funcs(store, instance, RESERVE_INTERFACE, ["reserves", "reserve"])?
+    else {
+        return Ok(None);
     };
-    let (set,) = stages.call(&mut *store, ())?;
-    descriptor.pre_enqueue = set.contains(wit_stages::StageSet::PRE_ENQUEUE);
-    descriptor.permit = set.contains(wit_stages::StageSet::PERMIT);
-    Ok(Some(exports))
+    Ok(Some(ReserveFunc {
+        reserves: reserves.typed(&*store)?,
+        reserve: reserve.typed(&*store)?,
+    }))
+}
+
+/// Asks the component which stages it takes part in (once, after `init`, within its deadline)
+/// and puts the answer into `descriptor`.
+fn declare_stages(
+    store: &mut Store<StoreState>,
+    stages: Option<&StageExports>,
+    reserve: Option<&ReserveFunc>,
+    descriptor: &mut sdk::Descriptor,
+) -> wasmtime::Result<()> {
+    if let Some(stages) = stages {
+        let (set,) = stages.stages.call(&mut *store, ())?;
+        descriptor.pre_enqueue = set.contains(wit_stages::StageSet::PRE_ENQUEUE);
+        descriptor.permit = set.contains(wit_stages::StageSet::PERMIT);
+    }
+    if let Some(reserve) = reserve {
+        (descriptor.reserve,) = reserve.reserves.call(&mut *store, ())?;
+    }
+    Ok(())
 }
 
 /// A pod as the `stages` interface sends it.
@@ -1251,6 +1305,43 @@ impl PluginInstance for ComponentInstance {
         })
     }
 
+    fn reserve(&mut self, node: u32) -> Result<Result<sdk::Reservation, sdk::Failure>, CallError> {
+        let Some(reserve) = self.reserve else {
+            return Ok(Ok(sdk::Reservation::default()));
+        };
+        self.send_held()?;
+        self.arm_for(Duration::ZERO);
+        let (answer,) = reserve
+            .reserve
+            .call(&mut self.store, (node,))
+            .map_err(|e| trapped("reserve", e))?;
+        match answer {
+            Ok(reservation) => {
+                let listed = reservation.bind_volumes.len() + reservation.provision_volumes.len();
+                if listed > MAX_LISTED_NODES {
+                    return Err(CallError::new(
+                        "reserve",
+                        format!("reserved {listed} volumes, more than {MAX_LISTED_NODES}"),
+                    ));
+                }
+                Ok(Ok(sdk::Reservation {
+                    volumes: sdk::PodVolumes {
+                        static_bindings: reservation
+                            .bind_volumes
+                            .into_iter()
+                            .map(|b| (b.claim, b.volume))
+                            .collect(),
+                        provisions: reservation.provision_volumes,
+                    },
+                }))
+            }
+            Err(f) => {
+                check_failure("reserve", &f)?;
+                Ok(Err(failure(f)))
+            }
+        }
+    }
+
     fn unreserve(&mut self, pod: &sdk::Pod, node: &str) -> Result<(), CallError> {
         let Some(stages) = self.stages else {
             return Ok(());
@@ -1738,6 +1829,7 @@ impl From<wit::Descriptor> for sdk::Descriptor {
             reads_volumes: d.reads_volumes,
             pre_enqueue: false,
             permit: false,
+            reserve: false,
         }
     }
 }

@@ -97,6 +97,7 @@ impl From<DescriptorV01> for sdk::Descriptor {
             reads_volumes: false,
             pre_enqueue: false,
             permit: false,
+            reserve: false,
         }
     }
 }

@@ -396,21 +396,24 @@ pub fn cases() -> Vec<Case> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{find_pod_volumes, PodVolumes, VolumeBinding};
+    use crate::{PodVolumes, VolumeBinding};
+    use wasched_sdk::{Driver, FilterPlan};
 
     #[test]
     fn answers_as_kube_scheduler() {
         wasched_sdk::testing::check::<VolumeBinding>(&cases());
     }
 
-    /// What the host reserves for `pod` on `node` with these volumes in the cluster.
+    /// What the plugin's Reserve gives the host for `pod` on `node`, with these volumes in the
+    /// cluster, after its PreFilter.
     fn found(pod: &Pod, node: &NodeInfo, volumes: &[VolumeInfo]) -> Result<PodVolumes, Failure> {
-        find_pod_volumes(pod, node, |class| {
-            volumes
-                .iter()
-                .filter(|v| v.storage_class_name == class)
-                .collect()
-        })
+        let mut driver = Driver::<VolumeBinding>::new("{}").expect("no configuration");
+        driver.upsert_nodes([(0, node.clone())]);
+        driver.upsert_volumes(volumes.iter().cloned());
+        if let FilterPlan::Reject(failure) = driver.set_pod(pod.clone()).filter {
+            return Err(failure);
+        }
+        driver.reserve(0).map(|reservation| reservation.volumes)
     }
 
     fn bindings(pod: &Pod, node: &NodeInfo, volumes: &[VolumeInfo]) -> Vec<(String, String)> {

@@ -3,9 +3,9 @@
 //! node, an available volume to bind or a class that can provision one there.
 //!
 //! The plugin keeps the cluster's PersistentVolumes in its mirror, so a pod's cycle sends only its
-//! claims. The host runs the same matching for the chosen node after the cycle
-//! ([`find_pod_volumes`]) to reserve the volumes it found, so the filter and the binding never
-//! disagree.
+//! claims. Its Reserve runs the filter's matching again for the chosen node and hands the host
+//! the volumes it found there, which the host binds before the pod (kube-scheduler's PreBind), so
+//! the filter and the binding never disagree.
 
 #![warn(missing_docs)]
 
@@ -13,9 +13,10 @@ use std::collections::HashMap;
 
 use wasched_sdk::helpers::selector_matches;
 use wasched_sdk::node_selector::{parse_term, Term};
+pub use wasched_sdk::PodVolumes;
 use wasched_sdk::{
     ClaimInfo, Failure, FilterPlan, FilterPlugin, NodeInfo, NodeSelectorTerm, Nodes, Plugin, Pod,
-    PodParts, PodPlan, Verdict, VolumeInfo,
+    PodParts, PodPlan, Reservation, Verdict, VolumeInfo,
 };
 
 /// The name used in configs and messages.
@@ -33,40 +34,6 @@ pub const REASON_UNBOUND_IMMEDIATE: &str = "pod has unbound immediate Persistent
 const HOSTNAME: &str = "kubernetes.io/hostname";
 /// A class whose volumes are only ever created by an administrator.
 const NO_PROVISIONER: &str = "kubernetes.io/no-provisioner";
-
-/// The volumes chosen for a pod on one node (kube-scheduler's `PodVolumes`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PodVolumes {
-    /// Claims (by name, in the pod's namespace) to bind to an existing volume (by name), smallest
-    /// request first.
-    pub static_bindings: Vec<(String, String)>,
-    /// Claims whose volume is to be provisioned for the node.
-    pub provisions: Vec<String>,
-}
-
-impl PodVolumes {
-    /// Nothing to bind: every claim of the pod is bound already.
-    pub fn is_empty(&self) -> bool {
-        self.static_bindings.is_empty() && self.provisions.is_empty()
-    }
-}
-
-/// The volumes `pod` would get on `node`, as the filter decided it, `class_volumes` giving the
-/// volumes of a storage class (in name order, as the mirror lists them): `Ok` with nothing to
-/// bind when the pod has no claims or all are bound.
-///
-/// # Errors
-/// The failure the plugin gives the pod (before any node) or the node.
-pub fn find_pod_volumes<'a>(
-    pod: &Pod,
-    node: &NodeInfo,
-    class_volumes: impl Fn(&str) -> Vec<&'a VolumeInfo>,
-) -> Result<PodVolumes, Failure> {
-    match Claims::of(pod, &class_volumes)? {
-        None => Ok(PodVolumes::default()),
-        Some(claims) => claims.find(node).map_err(Failure::from_reasons),
-    }
-}
 
 /// A volume's required node affinity, ready to check nodes against.
 #[derive(Debug)]
@@ -466,9 +433,17 @@ impl Plugin for VolumeBinding {
     const NAME: &'static str = NAME;
     const READS_POD: PodParts = PodParts::VOLUME_CLAIMS.union(PodParts::IDENTITY);
     const READS_VOLUMES: bool = true;
+    const RESERVE: bool = true;
 
     fn new(_config: &str) -> Result<Self, String> {
         Ok(Self::default())
+    }
+
+    /// kube-scheduler's Reserve (`AssumePodVolumes` of what `FindPodVolumes` found): the
+    /// volumes of the claims prepared for this pod, on the chosen node.
+    fn reserve(&mut self, _pod: &Pod, node: &NodeInfo) -> Result<Reservation, Failure> {
+        let volumes = self.claims.find(node).map_err(Failure::from_reasons)?;
+        Ok(Reservation { volumes })
     }
 
     fn prepare(&mut self, pod: &Pod, nodes: &Nodes) -> PodPlan {

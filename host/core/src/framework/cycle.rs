@@ -12,7 +12,9 @@
 //!    the last cycle stopped, until enough nodes passed;
 //! 5. [`Profile::score`]: scores, normalized and weighted, of the feasible nodes;
 //! 6. [`Profile::select`]: the best total, ties broken at random;
-//! 7. [`explain`]: what `--explain` shows per node.
+//! 7. [`explain`]: what `--explain` shows per node;
+//! 8. [`Profile::reserve`]: when the cycle places the pod, the plugins that declare Reserve set
+//!    aside what it needs on the chosen node (VolumeBinding its volumes).
 //!
 //! A stage that ends the cycle early returns `Err` with the cycle's [`Outcome`]. A plugin failing
 //! mid-cycle goes through one path, [`Profile::plugin_failed`], which applies its failure policy.
@@ -144,7 +146,37 @@ pub struct Outcome {
     pub clears_nomination: bool,
     /// When a node was chosen and the profile binds volumes: the volumes VolumeBinding chose for
     /// the pod there, to reserve and bind with it.
-    pub volumes: crate::cache::PodVolumes,
+    pub volumes: sdk::PodVolumes,
+}
+
+/// Refuses volumes reserved for claims the pod does not have: the host writes these bindings to
+/// the API server, so a plugin must not name another pod's claims.
+fn own_claims(pod: &sdk::Pod, volumes: &sdk::PodVolumes) -> Result<(), String> {
+    let named = volumes
+        .static_bindings
+        .iter()
+        .map(|(claim, _)| claim)
+        .chain(&volumes.provisions);
+    for claim in named {
+        if !pod.volume_claims.iter().any(|c| c.claim_name == *claim) {
+            return Err(format!(
+                "reserved a volume for the claim {claim:?}, which the pod does not use"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// How a Reserve plugin's failure ends the cycle: an unschedulable failure leaves the pod
+/// unschedulable, as kube-scheduler's FitError for the one node, and an error fails the cycle.
+fn reserve_failed(plugin: &str, failure: &sdk::Failure) -> Outcome {
+    match failure.code {
+        Code::Error => Outcome::error(reasons::reserve_error(plugin, &failure.reasons)),
+        _ => Outcome::unschedulable(
+            reasons::nodes_unavailable(1, failure.reasons.iter().map(|r| r.as_ref())),
+            Vec::new(),
+        ),
+    }
 }
 
 /// The statuses of a cycle that found no node, as far as preemption needs them.
@@ -154,6 +186,9 @@ pub(super) struct Diagnosis {
     pub potential: Vec<u32>,
     /// The failure of the first node rejected (of the only node, in a one-node check).
     pub failure: Option<sdk::Failure>,
+    /// A node was found, but a Reserve plugin rejected the pod there: the cycle ends without
+    /// PostFilter (kube-scheduler runs no preemption after Reserve) and clears any nomination.
+    pub reserve_rejected: bool,
 }
 
 impl Outcome {
@@ -243,42 +278,55 @@ impl Profile {
     /// later cycles: the next one starts its node search and breaks ties as it would have.
     pub(super) fn dry_run(&mut self, cache: &mut Cache, pod: &sdk::Pod) -> Outcome {
         let (next_start, rng) = (self.next_start, self.rng.clone());
-        let outcome = self.schedule(cache, pod, true);
+        let outcome = self.schedule(cache, pod, true, false);
         self.next_start = next_start;
         self.rng = rng;
         outcome
     }
 
-    pub(super) fn schedule(&mut self, cache: &mut Cache, pod: &sdk::Pod, explain: bool) -> Outcome {
+    /// A cycle for `pod`; with `reserve`, the chosen node is reserved (kube-scheduler's Reserve),
+    /// as for a pod about to be placed.
+    pub(super) fn schedule(
+        &mut self,
+        cache: &mut Cache,
+        pod: &sdk::Pod,
+        explain: bool,
+        reserve: bool,
+    ) -> Outcome {
         // A pod nominated by an earlier preemption tries that node alone first, as in
         // kube-scheduler (an explained cycle still shows every node).
         let nominated = (!explain)
             .then(|| cache.node_id(&pod.nominated_node_name))
             .flatten();
         if let Some(id) = nominated {
-            match self.check_node(cache, pod, id) {
-                Ok(None) => {
+            match self.check_node(cache, pod, id, reserve) {
+                Ok(Some(volumes)) => {
                     return Outcome {
                         node: Some(node_name(cache, id)),
                         choice: Some(Box::new(Choice {
                             feasible_nodes: 1,
                             ..Choice::default()
                         })),
+                        volumes,
                         ..Outcome::default()
                     }
                 }
-                Ok(Some(_)) => {}
+                Ok(None) => {}
                 Err(error) => return *error,
             }
         }
-        let mut outcome = self.run_cycle(cache, pod, explain, None);
+        let mut outcome = self.run_cycle(cache, pod, explain, None, reserve);
         if outcome.node.is_none() && cache.listing().is_empty() {
             // kube-scheduler's ErrNoNodesAvailable: unschedulable, but not a FitError, so no
             // PostFilter runs and any nomination is cleared.
             outcome.clears_nomination = !pod.nominated_node_name.is_empty();
             return outcome;
         }
-        if outcome.node.is_none() && !outcome.error && self.preemption.enabled {
+        if outcome.node.is_none()
+            && !outcome.error
+            && !self.diagnosis.reserve_rejected
+            && self.preemption.enabled
+        {
             // kube-scheduler's PostFilter: found room, or says why not after the FitError.
             let examined = explain.then_some(&mut outcome.preemption_candidates);
             match self.preempt(cache, pod, examined) {
@@ -295,25 +343,47 @@ impl Profile {
         outcome
     }
 
-    /// Whether `pod` passes every filter on node `id` as the cache stands: the node's failure,
-    /// `None` when it fits, or the cycle's error outcome when a plugin failed.
+    /// Whether `pod` passes every filter on node `id` as the cache stands: the volumes reserved
+    /// for it there when it fits (none unless `reserve`), `None` when it does not (the node's
+    /// failure is then the diagnosis'), or the cycle's error outcome when a plugin failed.
     pub(super) fn check_node(
         &mut self,
         cache: &mut Cache,
         pod: &sdk::Pod,
         id: u32,
-    ) -> Result<Option<sdk::Failure>, Box<Outcome>> {
-        let outcome = self.run_cycle(cache, pod, false, Some(id));
-        if outcome.error {
+        reserve: bool,
+    ) -> Stage<Option<sdk::PodVolumes>> {
+        let outcome = self.run_cycle(cache, pod, false, Some(id), reserve);
+        if outcome.error || self.diagnosis.reserve_rejected {
             return Err(Box::new(outcome));
         }
         if outcome.node.is_some() {
-            return Ok(None);
+            return Ok(Some(outcome.volumes));
         }
-        let failure = std::mem::take(&mut self.diagnosis).failure;
-        Ok(Some(failure.unwrap_or_else(|| {
-            sdk::Failure::unresolvable(outcome.message.unwrap_or_default())
-        })))
+        if self.diagnosis.failure.is_none() {
+            self.diagnosis.failure = Some(sdk::Failure::unresolvable(
+                outcome.message.unwrap_or_default(),
+            ));
+        }
+        Ok(None)
+    }
+
+    /// Whether `pod` passes every filter on node `id`: [`Profile::check_node`] without a
+    /// reservation, the node's failure when it does not fit.
+    pub(super) fn node_failure(
+        &mut self,
+        cache: &mut Cache,
+        pod: &sdk::Pod,
+        id: u32,
+    ) -> Stage<Option<sdk::Failure>> {
+        Ok(match self.check_node(cache, pod, id, false)? {
+            Some(_) => None,
+            None => Some(
+                std::mem::take(&mut self.diagnosis)
+                    .failure
+                    .unwrap_or_else(|| sdk::Failure::unresolvable("")),
+            ),
+        })
     }
 
     fn run_cycle(
@@ -322,6 +392,7 @@ impl Profile {
         pod: &sdk::Pod,
         explain: bool,
         only_node: Option<u32>,
+        reserve: bool,
     ) -> Outcome {
         let mut cycle = CycleState {
             only_node,
@@ -341,9 +412,19 @@ impl Profile {
                 })
                 .collect(),
         };
-        let outcome = self
+        let mut outcome = self
             .run_stages(cache, pod, &mut cycle)
             .unwrap_or_else(|ended| *ended);
+        if let Some(node) = outcome.node.as_deref().filter(|_| reserve) {
+            match self.reserve(cache, node, &mut cycle) {
+                Ok(volumes) => outcome.volumes = volumes,
+                Err(ended) => {
+                    outcome = *ended;
+                    self.diagnosis.reserve_rejected = !outcome.error;
+                    outcome.clears_nomination = !pod.nominated_node_name.is_empty();
+                }
+            }
+        }
         if !outcome.error {
             self.record_successes(&cycle.left_out);
         }
@@ -496,6 +577,66 @@ impl Profile {
             OnFailure::Ignore => {
                 cycle.left_out[i] = true;
                 Ok(())
+            }
+        }
+    }
+
+    /// Stage 8 (kube-scheduler's Reserve): every plugin of the cycle that declares `reserve`, in
+    /// profile order, sets aside what the pod needs on `node`, and the volumes they reserve are
+    /// returned for the host to bind. A plugin idle for the pod or left out of the cycle is not
+    /// asked. The first that fails ends the cycle: an unschedulable failure as kube-scheduler's
+    /// one-node FitError, an error as the cycle's error; the plugins that reserved before it are
+    /// told to unreserve.
+    fn reserve(
+        &mut self,
+        cache: &Cache,
+        node: &str,
+        cycle: &mut CycleState,
+    ) -> Stage<sdk::PodVolumes> {
+        let mut volumes = sdk::PodVolumes::default();
+        let Some(id) = cache.node_id(node) else {
+            return Err(Box::new(Outcome::error(format!(
+                "node \"{node}\" not found"
+            ))));
+        };
+        let mut reserved: Vec<usize> = Vec::new();
+        for i in 0..self.slots.len() {
+            let slot = &mut self.slots[i];
+            if !slot.in_cycle || !slot.descriptor.reserve || cycle.idle[i] || cycle.left_out[i] {
+                continue;
+            }
+            let Some(instance) = slot.instance.as_mut() else {
+                continue;
+            };
+            let ended = match instance.reserve(id) {
+                Ok(Ok(reservation)) => match own_claims(cycle.pod, &reservation.volumes) {
+                    Ok(()) => {
+                        let found = reservation.volumes;
+                        volumes.static_bindings.extend(found.static_bindings);
+                        volumes.provisions.extend(found.provisions);
+                        reserved.push(i);
+                        continue;
+                    }
+                    Err(e) => self.plugin_failed(cycle, i, &CallError::new("reserve", e)),
+                },
+                Ok(Err(failure)) => Err(Box::new(reserve_failed(&slot.spec.name, &failure))),
+                Err(e) => self.plugin_failed(cycle, i, &e),
+            };
+            if let Err(outcome) = ended {
+                self.unreserve_slots(cycle.pod, node, &reserved);
+                return Err(outcome);
+            }
+        }
+        Ok(volumes)
+    }
+
+    /// Tells the plugins in `slots` (the scheduling thread's instances), in reverse order, that
+    /// `pod`'s reservation on `node` is undone.
+    fn unreserve_slots(&mut self, pod: &sdk::Pod, node: &str, slots: &[usize]) {
+        for &i in slots.iter().rev() {
+            if let Some(instance) = self.slots[i].instance.as_mut() {
+                // A failure to forget changes nothing for this pod, which is not placed anyway.
+                let _ = instance.unreserve(pod, node);
             }
         }
     }
@@ -841,6 +982,7 @@ fn rejected_by_plan(
             Vec::new()
         },
         failure: Some(failure.clone()),
+        ..Diagnosis::default()
     };
     let outcome = rejected_before_filtering(cache, all, plugin, failure, cycle);
     (diagnosis, Box::new(outcome))
@@ -866,6 +1008,7 @@ fn no_node_in_every_narrowed_set(
     let diagnosis = Diagnosis {
         potential: Vec::new(),
         failure: Some(sdk::Failure::unresolvable(reason)),
+        ..Diagnosis::default()
     };
     (diagnosis, Box::new(Outcome::unschedulable(message, report)))
 }
@@ -1125,6 +1268,10 @@ mod stage_tests {
         normalize_calls: Arc<std::sync::atomic::AtomicUsize>,
         /// It takes part in PreEnqueue only (gating pods named `gated`), not in the cycle.
         pre_enqueue_only: bool,
+        /// It takes part in Reserve, answering this.
+        reserve: Option<Result<sdk::PodVolumes, sdk::Failure>>,
+        /// `reserve NODE` and `unreserve NODE` as they came, across the instances.
+        reservations: Arc<std::sync::Mutex<Vec<String>>>,
     }
 
     struct Scripted {
@@ -1211,6 +1358,21 @@ mod stage_tests {
             self.call("pre-enqueue")?;
             Ok((pod.name == "gated").then(|| sdk::Failure::unresolvable("held")))
         }
+        fn reserve(
+            &mut self,
+            node: u32,
+        ) -> Result<Result<sdk::Reservation, sdk::Failure>, CallError> {
+            self.call("reserve")?;
+            let log = format!("reserve {}", self.names[&node]);
+            self.script.reservations.lock().unwrap().push(log);
+            let answer = self.script.reserve.clone().expect("takes part in Reserve");
+            Ok(answer.map(|volumes| sdk::Reservation { volumes }))
+        }
+        fn unreserve(&mut self, _: &sdk::Pod, node: &str) -> Result<(), CallError> {
+            let log = format!("unreserve {node}");
+            self.script.reservations.lock().unwrap().push(log);
+            Ok(())
+        }
     }
 
     struct ScriptedFactory(Script);
@@ -1232,6 +1394,7 @@ mod stage_tests {
                     reads_volumes: false,
                     pre_enqueue: self.0.pre_enqueue_only,
                     permit: false,
+                    reserve: self.0.reserve.is_some(),
                 },
                 names: HashMap::new(),
             }))
@@ -1798,5 +1961,192 @@ mod stage_tests {
                 ("Gate", "held")
             );
         }
+    }
+
+    /// A pod using the claims `names`.
+    fn claiming(names: &[&str]) -> sdk::Pod {
+        sdk::Pod {
+            volume_claims: names
+                .iter()
+                .map(|&name| sdk::VolumeClaim {
+                    claim_name: name.into(),
+                    ..sdk::VolumeClaim::default()
+                })
+                .collect(),
+            ..pod()
+        }
+    }
+
+    fn reserving(answer: Result<sdk::PodVolumes, sdk::Failure>, log: &Log) -> Script {
+        Script {
+            reserve: Some(answer),
+            reservations: log.clone(),
+            ..Script::default()
+        }
+    }
+
+    type Log = Arc<std::sync::Mutex<Vec<String>>>;
+
+    fn binding(claim: &str, volume: &str) -> sdk::PodVolumes {
+        sdk::PodVolumes {
+            static_bindings: vec![(claim.into(), volume.into())],
+            provisions: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_reserve_plugins_volumes_are_the_outcomes_in_profile_order() {
+        let log = Log::default();
+        let provision = sdk::PodVolumes {
+            provisions: vec!["logs".into()],
+            ..sdk::PodVolumes::default()
+        };
+        let mut scheduler = scheduler(
+            1,
+            vec![
+                plugin(
+                    "First",
+                    reserving(Ok(binding("data", "pv-1")), &log),
+                    OnFailure::Fail,
+                ),
+                plugin("Second", reserving(Ok(provision), &log), OnFailure::Fail),
+            ],
+            vec![],
+        );
+        let pod = claiming(&["data", "logs"]);
+        let outcome = scheduler.schedule(&pod, false).expect("profile");
+        assert_eq!(outcome.node.as_deref(), Some("n1"));
+        assert_eq!(
+            outcome.volumes,
+            sdk::PodVolumes {
+                static_bindings: vec![("data".into(), "pv-1".into())],
+                provisions: vec!["logs".into()],
+            }
+        );
+        assert_eq!(*log.lock().unwrap(), ["reserve n1", "reserve n1"]);
+
+        log.lock().unwrap().clear();
+        let explained = scheduler.explain(&pod).expect("profile");
+        assert_eq!(explained.node.as_deref(), Some("n1"));
+        assert!(explained.volumes.is_empty(), "a dry run reserves nothing");
+        assert!(log.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_reserve_rejection_unreserves_the_plugins_before_it_and_leaves_the_pod_unschedulable() {
+        let log = Log::default();
+        let full = sdk::Failure::unschedulable("node(s) had no room for the volume");
+        let mut scheduler = scheduler(
+            2,
+            vec![
+                plugin(
+                    "First",
+                    reserving(Ok(binding("data", "pv-1")), &log),
+                    OnFailure::Fail,
+                ),
+                plugin("Second", reserving(Err(full), &log), OnFailure::Fail),
+            ],
+            vec![],
+        );
+        let outcome = scheduler
+            .schedule(&claiming(&["data"]), false)
+            .expect("profile");
+        assert_eq!(outcome.node, None);
+        assert!(!outcome.error);
+        assert_eq!(
+            outcome.message.as_deref(),
+            Some("0/1 nodes are available: 1 node(s) had no room for the volume.")
+        );
+        let node = log.lock().unwrap()[0].replace("reserve ", "");
+        assert_eq!(
+            *log.lock().unwrap(),
+            [
+                format!("reserve {node}"),
+                format!("reserve {node}"),
+                format!("unreserve {node}")
+            ]
+        );
+
+        // A pod nominated to a node is rejected there and tries no other node.
+        log.lock().unwrap().clear();
+        let nominated = sdk::Pod {
+            nominated_node_name: "n2".into(),
+            ..claiming(&["data"])
+        };
+        let outcome = scheduler.schedule(&nominated, false).expect("profile");
+        assert_eq!(outcome.node, None);
+        assert!(outcome.clears_nomination);
+        assert_eq!(
+            *log.lock().unwrap(),
+            ["reserve n2", "reserve n2", "unreserve n2"]
+        );
+
+        let broken = sdk::Failure::error("the driver is gone");
+        let mut erring = scheduler_with_reserve(Err(broken), OnFailure::Fail);
+        let outcome = erring
+            .schedule(&claiming(&["data"]), false)
+            .expect("profile");
+        assert!(outcome.error);
+        assert_eq!(
+            outcome.message.as_deref(),
+            Some("running Reserve plugin \"Volumes\": the driver is gone")
+        );
+    }
+
+    fn scheduler_with_reserve(
+        answer: Result<sdk::PodVolumes, sdk::Failure>,
+        on_failure: OnFailure,
+    ) -> Scheduler {
+        let log = Log::default();
+        scheduler(
+            1,
+            vec![plugin("Volumes", reserving(answer, &log), on_failure)],
+            vec![],
+        )
+    }
+
+    #[test]
+    fn a_plugin_reserving_a_claim_the_pod_lacks_fails_by_its_policy() {
+        let stranger = || Ok(binding("someone-elses", "pv-1"));
+        let mut failing = scheduler_with_reserve(stranger(), OnFailure::Fail);
+        let outcome = failing
+            .schedule(&claiming(&["data"]), false)
+            .expect("profile");
+        assert!(outcome.error);
+        assert_eq!(
+            outcome.message.as_deref(),
+            Some(
+                "plugin Volumes failed in reserve: reserved a volume for the claim \"someone-elses\", which the pod does not use"
+            )
+        );
+        let mut ignoring = scheduler_with_reserve(stranger(), OnFailure::Ignore);
+        let outcome = ignoring
+            .schedule(&claiming(&["data"]), false)
+            .expect("profile");
+        assert_eq!(outcome.node.as_deref(), Some("n1"));
+        assert!(
+            outcome.volumes.is_empty(),
+            "the ignored plugin's volumes are dropped"
+        );
+    }
+
+    #[test]
+    fn a_plugin_idle_for_the_pod_is_not_asked_to_reserve() {
+        let log = Log::default();
+        let mut volumes = plugin(
+            "Volumes",
+            reserving(Ok(binding("data", "pv-1")), &log),
+            OnFailure::Fail,
+        );
+        volumes.idle_when = Some(super::super::IdleWhen::NoVolumeClaims);
+        let mut scheduler = scheduler(1, vec![volumes], vec![]);
+        let outcome = scheduler.schedule(&pod(), false).expect("profile");
+        assert_eq!(outcome.node.as_deref(), Some("n1"));
+        assert!(outcome.volumes.is_empty());
+        assert!(log.lock().unwrap().is_empty());
+        let outcome = scheduler
+            .schedule(&claiming(&["data"]), false)
+            .expect("profile");
+        assert_eq!(outcome.volumes, binding("data", "pv-1"));
     }
 }

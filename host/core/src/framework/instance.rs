@@ -7,7 +7,7 @@ use wasched_sdk as sdk;
 
 use super::PluginSpec;
 use crate::metrics::{ExtensionPoint, PluginCallStats};
-use crate::runtime::{CallError, LoadError, PermitAnswer, PluginInstance};
+use crate::runtime::{CallError, LoadError, PermitAnswer, PluginInstance, Reservation};
 
 impl PluginSpec {
     /// A fresh instance whose calls are timed into [`PluginSpec::stats`].
@@ -156,6 +156,9 @@ impl PluginInstance for PlanReuse {
     fn permit(&mut self, pod: &sdk::Pod, node: &str) -> Result<PermitAnswer, CallError> {
         self.inner.permit(pod, node)
     }
+    fn reserve(&mut self, node: u32) -> Result<Result<Reservation, sdk::Failure>, CallError> {
+        self.inner.reserve(node)
+    }
     fn unreserve(&mut self, pod: &sdk::Pod, node: &str) -> Result<(), CallError> {
         self.inner.unreserve(pod, node)
     }
@@ -228,6 +231,9 @@ impl PluginInstance for TimedInstance {
     }
     fn permit(&mut self, pod: &sdk::Pod, node: &str) -> Result<PermitAnswer, CallError> {
         self.timed(ExtensionPoint::Permit, |i| i.permit(pod, node))
+    }
+    fn reserve(&mut self, node: u32) -> Result<Result<Reservation, sdk::Failure>, CallError> {
+        self.timed(ExtensionPoint::Reserve, |i| i.reserve(node))
     }
     fn unreserve(&mut self, pod: &sdk::Pod, node: &str) -> Result<(), CallError> {
         self.timed(ExtensionPoint::Unreserve, |i| i.unreserve(pod, node))

@@ -376,14 +376,6 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// The profile filters with VolumeBinding, so the volumes it finds are reserved and bound
-    /// with the pod.
-    fn binds_volumes(&self) -> bool {
-        self.filters
-            .iter()
-            .any(|&i| self.slots[i].spec.name == wasched_volume_binding::NAME)
-    }
-
     /// Instantiates the profile's plugins and checks each does what the profile asks of it.
     ///
     /// # Errors
@@ -644,33 +636,7 @@ impl Scheduler {
     /// scheduler name.
     pub fn schedule(&mut self, pod: &sdk::Pod, explain: bool) -> Option<Outcome> {
         self.cycle(pod, |profile, cache, pod| {
-            let mut outcome = profile.schedule(cache, pod, explain);
-            if let Some(node) = &outcome.node {
-                if profile.binds_volumes() && !pod.volume_claims.is_empty() {
-                    let info = cache.node_id(node).and_then(|id| cache.node(id));
-                    let found = info.map_or_else(
-                        || Err(sdk::Failure::error(format!("node \"{node}\" not found"))),
-                        |entry| {
-                            wasched_volume_binding::find_pod_volumes(pod, &entry.info, |class| {
-                                cache.class_volumes(class)
-                            })
-                        },
-                    );
-                    match found {
-                        Ok(volumes) => outcome.volumes = volumes,
-                        // The plugin named VolumeBinding in this profile is not the default
-                        // one (it passed a node the default would not): bind nothing blindly.
-                        Err(failure) => {
-                            outcome = Outcome::error(format!(
-                                "running Reserve plugin \"{}\": node {node}: {}",
-                                wasched_volume_binding::NAME,
-                                failure.reasons.join(", ")
-                            ))
-                        }
-                    }
-                }
-            }
-            outcome
+            profile.schedule(cache, pod, explain, true)
         })
     }
 
@@ -897,6 +863,7 @@ mod tests {
                     reads_volumes: false,
                     pre_enqueue: false,
                     permit: false,
+                    reserve: false,
                 },
                 set_pods: 0,
                 fail_next,
@@ -1131,6 +1098,7 @@ mod tests {
                     reads_volumes: true,
                     pre_enqueue: false,
                     permit: false,
+                    reserve: false,
                 },
                 sent: self.sent.clone(),
             }))

@@ -319,7 +319,7 @@ impl Profile {
     ) -> Result<Candidate, Result<sdk::Failure, String>> {
         let check = |profile: &mut Profile, cache: &mut Cache| {
             profile
-                .check_node(cache, pod, node)
+                .node_failure(cache, pod, node)
                 .map_err(|outcome| Err(outcome.message.unwrap_or_default()))
         };
         if let Some(failure) = check(self, cache)? {

@@ -38,6 +38,11 @@ pub fn filter_error(plugin: &str, reasons: &[impl AsRef<str>]) -> String {
     format!("running {plugin:?} filter plugin: {}", join(reasons))
 }
 
+/// A plugin's Reserve answered with an error status.
+pub fn reserve_error(plugin: &str, reasons: &[impl AsRef<str>]) -> String {
+    format!("running Reserve plugin {plugin:?}: {}", join(reasons))
+}
+
 /// A call into a plugin failed (trap, deadline, memory, invalid result).
 pub fn plugin_failed(plugin: &str, error: &CallError) -> String {
     format!("plugin {plugin} failed in {error}")

@@ -131,16 +131,24 @@ pub trait PluginInstance: Send {
         Ok(PermitAnswer::allow())
     }
 
-    /// Unreserve, for a plugin whose descriptor sets `permit`: `pod`'s reservation on `node`
-    /// was undone (rejected, timed out, or its binding failed); whatever the plugin counted for it
-    /// is to be forgotten.
+    /// Reserve, for a plugin whose descriptor sets `reserve`: what it sets aside for the pod of
+    /// the last [`PluginInstance::set_pod`] on the node `node` (an id of the mirror), or the
+    /// failure that stops the pod being placed there.
+    fn reserve(&mut self, node: u32) -> Result<Result<Reservation, Failure>, CallError> {
+        let _ = node;
+        Ok(Ok(Reservation::default()))
+    }
+
+    /// Unreserve, for a plugin whose descriptor sets `permit` or `reserve`: `pod`'s reservation
+    /// on `node` was undone (a later Reserve plugin failed, Permit rejected it, its wait ran out,
+    /// or its binding failed); whatever the plugin counted for it is to be forgotten.
     fn unreserve(&mut self, pod: &Pod, node: &str) -> Result<(), CallError> {
         let _ = (pod, node);
         Ok(())
     }
 }
 
-pub use wasched_sdk::{Permit, PermitAnswer};
+pub use wasched_sdk::{Permit, PermitAnswer, Reservation};
 
 /// Makes instances of one plugin.
 pub trait PluginFactory: Send + Sync {

@@ -8,7 +8,9 @@ use wasched_sdk::{
     Pod, PodPlan,
 };
 
-use super::{check_len, CallError, LoadError, PermitAnswer, PluginFactory, PluginInstance};
+use super::{
+    check_len, CallError, LoadError, PermitAnswer, PluginFactory, PluginInstance, Reservation,
+};
 
 /// Makes native instances of plugin type `P`.
 pub struct NativeFactory<P>(PhantomData<fn() -> P>);
@@ -130,6 +132,10 @@ impl<P: Exported + Send> PluginInstance for NativeInstance<P> {
 
     fn permit(&mut self, pod: &Pod, node: &str) -> Result<PermitAnswer, CallError> {
         Ok(self.driver.permit(&pod.staged(), node))
+    }
+
+    fn reserve(&mut self, node: u32) -> Result<Result<Reservation, Failure>, CallError> {
+        Ok(self.driver.reserve(node))
     }
 
     fn unreserve(&mut self, pod: &Pod, node: &str) -> Result<(), CallError> {
