@@ -513,70 +513,93 @@ pub fn answers<P: Exported>(case: &Case) -> Answers {
     let plan = driver.set_pod(seen.clone());
     let what = |path: &str| format!("{}: {}: {path}", P::NAME, case.name);
 
-    let verdicts = if !P::FILTER {
-        Vec::new()
-    } else {
-        let in_two = |driver: &mut Driver<P>| {
-            let mut results = FilterResults::default();
-            let split = ids.len() / 2;
-            driver.filter(&ids[..split], &mut results);
-            driver.filter(&ids[split..], &mut results);
-            (0..ids.len())
-                .map(|i| verdict_of(results.failure(i)))
-                .collect::<Vec<_>>()
-        };
-        let batched = in_two(&mut driver);
-        let one_by_one: Vec<Expected> = case
-            .nodes
-            .iter()
-            .map(|node| match driver.plugin().filter_one(&seen, node) {
-                Ok(()) => None,
-                Err(f) => verdict_of(Some(&f)),
-            })
-            .collect();
-        assert_eq!(batched, one_by_one, "{}", what("filter_batch vs filter"));
+    let verdicts = if P::FILTER {
+        let batched = filter_answers(&mut driver, &ids, case, &seen, &what);
         verdicts_under_plan(&plan.filter, &ids, || batched, &what("plan"))
+    } else {
+        Vec::new()
     };
-
-    let mut scores = Vec::new();
-    if P::SCORE && plan.score {
-        let scored = case.scored_ids();
-        // As the host does: a plugin normalizing its own scores gets every feasible node at once.
-        if matches!(P::NORMALIZE, Normalize::Custom | Normalize::InScore) {
-            driver.score(&scored, &mut scores);
-        } else {
-            let split = scored.len() / 2;
-            driver.score(&scored[..split], &mut scores);
-            driver.score(&scored[split..], &mut scores);
-        }
-        let one_by_one: Vec<i64> = scored
-            .iter()
-            .map(|&id| {
-                let node = driver.nodes().get(id).expect("a node of the row");
-                driver.plugin().score_one(&seen, node)
-            })
-            .collect();
-        assert_eq!(scores, one_by_one, "{}", what("score_batch vs score"));
-        match P::NORMALIZE {
-            Normalize::None | Normalize::InScore => {}
-            Normalize::Scale => default_normalize(&mut scores, false),
-            Normalize::Reverse => default_normalize(&mut scores, true),
-            Normalize::Custom => driver.normalize(&mut scores),
-        }
-        assert!(
-            scores
-                .iter()
-                .all(|s| (0..=crate::helpers::MAX_NODE_SCORE).contains(s)),
-            "{}: {scores:?}",
-            what("normalized scores outside 0..=100")
-        );
-    }
+    let scores = if P::SCORE && plan.score {
+        score_answers(&mut driver, case, &seen, &what)
+    } else {
+        Vec::new()
+    };
     Answers {
         plan,
         verdicts,
         scores,
         pre_enqueue,
     }
+}
+
+/// The filter's verdicts on every node of `case`, in two batches, checked against the plugin's
+/// one-node filter.
+fn filter_answers<P: Exported>(
+    driver: &mut Driver<P>,
+    ids: &[NodeId],
+    case: &Case,
+    seen: &Pod,
+    what: &dyn Fn(&str) -> String,
+) -> Vec<Expected> {
+    let mut results = FilterResults::default();
+    let split = ids.len() / 2;
+    driver.filter(&ids[..split], &mut results);
+    driver.filter(&ids[split..], &mut results);
+    let batched: Vec<Expected> = (0..ids.len())
+        .map(|i| verdict_of(results.failure(i)))
+        .collect();
+    let one_by_one: Vec<Expected> = case
+        .nodes
+        .iter()
+        .map(|node| match driver.plugin().filter_one(seen, node) {
+            Ok(()) => None,
+            Err(f) => verdict_of(Some(&f)),
+        })
+        .collect();
+    assert_eq!(batched, one_by_one, "{}", what("filter_batch vs filter"));
+    batched
+}
+
+/// The normalized scores of the nodes `case` scores, batched as the host batches them, checked
+/// against the plugin's one-node score and the 0..=100 range.
+fn score_answers<P: Exported>(
+    driver: &mut Driver<P>,
+    case: &Case,
+    seen: &Pod,
+    what: &dyn Fn(&str) -> String,
+) -> Vec<i64> {
+    let mut scores = Vec::new();
+    let scored = case.scored_ids();
+    // As the host does: a plugin normalizing its own scores gets every feasible node at once.
+    if matches!(P::NORMALIZE, Normalize::Custom | Normalize::InScore) {
+        driver.score(&scored, &mut scores);
+    } else {
+        let split = scored.len() / 2;
+        driver.score(&scored[..split], &mut scores);
+        driver.score(&scored[split..], &mut scores);
+    }
+    let one_by_one: Vec<i64> = scored
+        .iter()
+        .map(|&id| {
+            let node = driver.nodes().get(id).expect("a node of the row");
+            driver.plugin().score_one(seen, node)
+        })
+        .collect();
+    assert_eq!(scores, one_by_one, "{}", what("score_batch vs score"));
+    match P::NORMALIZE {
+        Normalize::None | Normalize::InScore => {}
+        Normalize::Scale => default_normalize(&mut scores, false),
+        Normalize::Reverse => default_normalize(&mut scores, true),
+        Normalize::Custom => driver.normalize(&mut scores),
+    }
+    assert!(
+        scores
+            .iter()
+            .all(|s| (0..=crate::helpers::MAX_NODE_SCORE).contains(s)),
+        "{}: {scores:?}",
+        what("normalized scores outside 0..=100")
+    );
+    scores
 }
 
 #[cfg(test)]

@@ -136,13 +136,7 @@ pub fn run_once(
     seed: u64,
     config_file: Option<&std::path::Path>,
 ) -> anyhow::Result<RunReport> {
-    let mut config = match config_file {
-        Some(path) => Config::load(path)?,
-        None => Config::default(),
-    };
-    config.default_plugins = runtime;
-    config.deadlines = deadlines;
-    config.parallelism = threads;
+    let config = bench_config(config_file, runtime, deadlines, threads)?;
     reset_peak_rss();
     let rss_before = proc_status_mb("VmRSS");
     let mut profiles = config.profiles()?;
@@ -159,94 +153,32 @@ pub fn run_once(
     let stats = config.stats().clone();
     let before: Vec<(String, Vec<Duration>)> = plugin_totals(&stats);
 
-    let mut latencies: Vec<Duration> = Vec::with_capacity(cluster.pods.len());
-    let (mut scheduled, mut unschedulable, mut errors) = (0, 0, 0);
-    let mut placed: Vec<String> = Vec::new();
-    let mut churn = Rng::new(seed ^ 0x5eed);
-    let mut next_node = cluster.nodes.len();
-    let (mut preemptions, mut preemption_time) = (0usize, Duration::ZERO);
+    let mut tally = Tally::default();
+    let mut churn = Churn::new(seed, cluster.nodes.len());
     let start = Instant::now();
     for (i, pod) in cluster.pods.iter().enumerate() {
         if scenario == Scenario::Churn && i > 0 {
-            // Between cycles, as the event pipeline applies changes in the service.
-            if i % 10 == 0 && !placed.is_empty() {
-                let victim = placed.swap_remove(churn.below(placed.len() as u64) as usize);
-                scheduler.cache_mut().remove_pod(&victim);
-            }
-            if i % 100 == 0 && !cluster.nodes.is_empty() {
-                let gone = &cluster.nodes[churn.below(cluster.nodes.len() as u64) as usize];
-                scheduler.cache_mut().remove_node(&gone.name);
-                let mut fresh = gone.clone();
-                fresh.name = format!("node-{next_node:05}");
-                next_node += 1;
-                scheduler.cache_mut().upsert_node(fresh);
-            }
+            churn.between_cycles(i, &mut scheduler, cluster);
         }
         let cycle = Instant::now();
-        let mut outcome = scheduler
-            .schedule(pod, false)
-            .expect("bench pods use the default profile");
-        if let Some(preemption) = outcome.preemption.take() {
-            preemption_time += cycle.elapsed();
-            preemptions += 1;
-            // What the binder and the victims' deletions do; then the pod's next cycle, on its
-            // nominated node.
-            for victim in &preemption.victims {
-                scheduler.cache_mut().remove_pod(&victim.pod);
-            }
-            let mut nominated = pod.clone();
-            nominated.nominated_node_name = preemption.node.clone();
-            outcome = scheduler
-                .schedule(&nominated, false)
-                .expect("bench pods use the default profile");
-        }
-        if let Some(node) = &outcome.node {
-            // What the service does next; no binder here, so the pod stays assumed.
-            scheduler.assume(pod, node);
-            if !outcome.volumes.is_empty() {
-                scheduler
-                    .cache_mut()
-                    .reserve_volumes(pod, node, &outcome.volumes);
-            }
-        }
-        latencies.push(cycle.elapsed());
+        let outcome = place(&mut scheduler, pod, &mut tally, cycle);
+        tally.latencies.push(cycle.elapsed());
         match (&outcome.node, outcome.error) {
             (Some(_), _) => {
-                scheduled += 1;
+                tally.scheduled += 1;
                 if scenario == Scenario::Churn {
-                    placed.push(pod.key());
+                    churn.placed.push(pod.key());
                 }
             }
-            (None, true) => errors += 1,
-            (None, false) => unschedulable += 1,
+            (None, true) => tally.errors += 1,
+            (None, false) => tally.unschedulable += 1,
         }
     }
     let elapsed = start.elapsed();
-    latencies.sort_unstable();
-    let percentile = |p: f64| -> f64 {
-        if latencies.is_empty() {
-            return 0.0;
-        }
-        let index = ((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1;
-        latencies[index].as_secs_f64() * 1e6
-    };
     let per_pod = |d: Duration| d.as_secs_f64() * 1e6 / cluster.pods.len().max(1) as f64;
     let phases = scheduler.phase_times();
-    let mut plugins_us = Vec::new();
-    for (plugin, totals) in plugin_totals(&stats) {
-        let earlier = before.iter().find(|(p, _)| *p == plugin).map(|(_, t)| t);
-        for (k, point) in ExtensionPoint::ALL.iter().enumerate() {
-            let spent = totals[k].saturating_sub(earlier.map_or(Duration::ZERO, |t| t[k]));
-            if spent > Duration::ZERO {
-                plugins_us.push(PluginTime {
-                    plugin: plugin.clone(),
-                    extension_point: point.name(),
-                    us_per_pod: per_pod(spent),
-                });
-            }
-        }
-    }
     let peak = peak_rss_mb();
+    let (p50_cycle_us, p99_cycle_us) = tally.percentiles();
     Ok(RunReport {
         runtime: match (runtime, deadlines) {
             (DefaultPluginRuntime::Wasm, true) => "wasm",
@@ -254,24 +186,164 @@ pub fn run_once(
             (DefaultPluginRuntime::Native, _) => "native",
         },
         pods: cluster.pods.len(),
-        scheduled,
-        unschedulable,
-        errors,
+        scheduled: tally.scheduled,
+        unschedulable: tally.unschedulable,
+        errors: tally.errors,
         setup_ms: setup.as_secs_f64() * 1e3,
         pods_per_second: cluster.pods.len() as f64 / elapsed.as_secs_f64(),
-        p50_cycle_us: percentile(0.50),
-        p99_cycle_us: percentile(0.99),
+        p50_cycle_us,
+        p99_cycle_us,
         peak_rss_mb: peak,
         rss_growth_mb: (peak - rss_before).max(0.0),
         phases_us: Phase::ALL
             .iter()
             .map(|&p| (p.name(), per_pod(phases.get(p))))
             .collect(),
-        plugins_us,
-        preemptions,
-        preemption_attempt_us: (preemptions > 0)
-            .then(|| preemption_time.as_secs_f64() * 1e6 / preemptions as f64),
+        plugins_us: plugin_times(&stats, &before, per_pod),
+        preemptions: tally.preemptions,
+        preemption_attempt_us: (tally.preemptions > 0)
+            .then(|| tally.preemption_time.as_secs_f64() * 1e6 / tally.preemptions as f64),
     })
+}
+
+/// The configuration a run uses: the file's, or the default, with the run's runtime, deadlines
+/// and threads.
+fn bench_config(
+    config_file: Option<&std::path::Path>,
+    runtime: DefaultPluginRuntime,
+    deadlines: bool,
+    threads: usize,
+) -> anyhow::Result<Config> {
+    let mut config = match config_file {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    config.default_plugins = runtime;
+    config.deadlines = deadlines;
+    config.parallelism = threads;
+    Ok(config)
+}
+
+/// What a run counted, pod by pod.
+#[derive(Default)]
+struct Tally {
+    latencies: Vec<Duration>,
+    scheduled: usize,
+    unschedulable: usize,
+    errors: usize,
+    preemptions: usize,
+    preemption_time: Duration,
+}
+
+impl Tally {
+    /// The median and 99th percentile cycle latencies (µs).
+    fn percentiles(&mut self) -> (f64, f64) {
+        let latencies = &mut self.latencies;
+        latencies.sort_unstable();
+        let percentile = |p: f64| -> f64 {
+            if latencies.is_empty() {
+                return 0.0;
+            }
+            let index =
+                ((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1;
+            latencies[index].as_secs_f64() * 1e6
+        };
+        (percentile(0.50), percentile(0.99))
+    }
+}
+
+/// The churn scenario's changes between cycles: a placed pod deleted every 10 cycles, a node
+/// replaced every 100.
+struct Churn {
+    rng: Rng,
+    placed: Vec<String>,
+    next_node: usize,
+}
+
+impl Churn {
+    fn new(seed: u64, nodes: usize) -> Self {
+        Churn {
+            rng: Rng::new(seed ^ 0x5eed),
+            placed: Vec::new(),
+            next_node: nodes,
+        }
+    }
+
+    /// Before cycle `i`, as the event pipeline applies changes in the service.
+    fn between_cycles(&mut self, i: usize, scheduler: &mut Scheduler, cluster: &Synthetic) {
+        if i % 10 == 0 && !self.placed.is_empty() {
+            let at = self.rng.below(self.placed.len() as u64) as usize;
+            let victim = self.placed.swap_remove(at);
+            scheduler.cache_mut().remove_pod(&victim);
+        }
+        if i % 100 == 0 && !cluster.nodes.is_empty() {
+            let gone = &cluster.nodes[self.rng.below(cluster.nodes.len() as u64) as usize];
+            scheduler.cache_mut().remove_node(&gone.name);
+            let mut fresh = gone.clone();
+            fresh.name = format!("node-{:05}", self.next_node);
+            self.next_node += 1;
+            scheduler.cache_mut().upsert_node(fresh);
+        }
+    }
+}
+
+/// One pod's cycle, and what the service would do next: after a preemption, the victims'
+/// deletion and the pod's cycle on its nominated node; for a placed pod, its assumption and
+/// volumes (no binder here, so the pod stays assumed).
+fn place(
+    scheduler: &mut Scheduler,
+    pod: &wasched_sdk::Pod,
+    tally: &mut Tally,
+    cycle: Instant,
+) -> crate::framework::Outcome {
+    let mut outcome = scheduler
+        .schedule(pod, false)
+        .expect("bench pods use the default profile");
+    if let Some(preemption) = outcome.preemption.take() {
+        tally.preemption_time += cycle.elapsed();
+        tally.preemptions += 1;
+        for victim in &preemption.victims {
+            scheduler.cache_mut().remove_pod(&victim.pod);
+        }
+        let mut nominated = pod.clone();
+        nominated.nominated_node_name = preemption.node.clone();
+        outcome = scheduler
+            .schedule(&nominated, false)
+            .expect("bench pods use the default profile");
+    }
+    if let Some(node) = &outcome.node {
+        scheduler.assume(pod, node);
+        if !outcome.volumes.is_empty() {
+            scheduler
+                .cache_mut()
+                .reserve_volumes(pod, node, &outcome.volumes);
+        }
+    }
+    outcome
+}
+
+/// Each plugin's time per pod and extension point since `before`, the points it spent none at
+/// left out.
+fn plugin_times(
+    stats: &PluginStatsRegistry,
+    before: &[(String, Vec<Duration>)],
+    per_pod: impl Fn(Duration) -> f64,
+) -> Vec<PluginTime> {
+    let mut times = Vec::new();
+    for (plugin, totals) in plugin_totals(stats) {
+        let earlier = before.iter().find(|(p, _)| *p == plugin).map(|(_, t)| t);
+        for (k, point) in ExtensionPoint::ALL.iter().enumerate() {
+            let spent = totals[k].saturating_sub(earlier.map_or(Duration::ZERO, |t| t[k]));
+            if spent > Duration::ZERO {
+                times.push(PluginTime {
+                    plugin: plugin.clone(),
+                    extension_point: point.name(),
+                    us_per_pod: per_pod(spent),
+                });
+            }
+        }
+    }
+    times
 }
 
 /// Every plugin's time per extension point so far.
@@ -551,6 +623,12 @@ fn print_table(r: &Report) {
         r.wasm.rss_growth_mb,
         or_na(r.wasm_mb_per_1000_nodes, 1)
     );
+    print_comparisons(r);
+    print_phases_and_plugins(r);
+}
+
+/// The lines comparing runs: rounds, deadlines, preemption, threads.
+fn print_comparisons(r: &Report) {
     if r.rounds.len() > 1 {
         let list = |figures: Vec<String>| figures.join(", ");
         println!(
@@ -592,6 +670,10 @@ fn print_table(r: &Report) {
             r.threads
         );
     }
+}
+
+/// Where the time of a pod went, in the host's phases and inside each plugin.
+fn print_phases_and_plugins(r: &Report) {
     print!("µs per pod by host phase (wasm | native):");
     for ((name, wasm), (_, native)) in r.wasm.phases_us.iter().zip(&r.native.phases_us) {
         print!(" {name} {wasm:.1} | {native:.1};");

@@ -231,7 +231,15 @@ fn run(command: Command) -> anyhow::Result<()> {
             print!("{table}");
             Ok(())
         }
-        Command::Config(ConfigCommand::Apply { file, connection }) => {
+        Command::Config(command) => config_command(command),
+        Command::Plugin(command) => plugin_command(command),
+    }
+}
+
+/// `wasched config ...`.
+fn config_command(command: ConfigCommand) -> anyhow::Result<()> {
+    match command {
+        ConfigCommand::Apply { file, connection } => {
             let text = std::fs::read(&file)
                 .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
             Client::new(&connection)?
@@ -240,9 +248,9 @@ fn run(command: Command) -> anyhow::Result<()> {
             println!("configuration {} applied", file.display());
             Ok(())
         }
-        Command::Config(ConfigCommand::Check { file }) => config_check(&file),
-        Command::Config(ConfigCommand::Convert { file }) => config_convert(&file),
-        Command::Config(ConfigCommand::Show { connection }) => {
+        ConfigCommand::Check { file } => config_check(&file),
+        ConfigCommand::Convert { file } => config_convert(&file),
+        ConfigCommand::Show { connection } => {
             let reply = Client::new(&connection)?.request("GET", "/admin/config", None)?;
             if !(200..300).contains(&reply.status) {
                 reply.ok_json()?;
@@ -251,12 +259,18 @@ fn run(command: Command) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Plugin(PluginCommand::Load {
+    }
+}
+
+/// `wasched plugin ...`.
+fn plugin_command(command: PluginCommand) -> anyhow::Result<()> {
+    match command {
+        PluginCommand::Load {
             name,
             component,
             sha256,
             connection,
-        }) => {
+        } => {
             let client = Client::new(&connection)?;
             println!(
                 "{}",
@@ -264,7 +278,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Command::Plugin(PluginCommand::Build { path, output }) => {
+        PluginCommand::Build { path, output } => {
             let built = wasched::plugin_build::build(&path, output.as_deref())?;
             println!(
                 "{}: {} bytes, sha256 {}",
@@ -274,19 +288,19 @@ fn run(command: Command) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Command::Plugin(PluginCommand::List { connection }) => {
+        PluginCommand::List { connection } => {
             print!("{}", client::plugin_list(&Client::new(&connection)?)?);
             Ok(())
         }
-        Command::Plugin(PluginCommand::Remove { name, connection }) => {
+        PluginCommand::Remove { name, connection } => {
             Client::new(&connection)?
                 .request("DELETE", &format!("/admin/plugins/{name}"), None)?
                 .ok_json()?;
             println!("plugin {name} removed");
             Ok(())
         }
-        Command::Plugin(PluginCommand::Inspect { component }) => inspect(&component),
-        Command::Plugin(PluginCommand::Encode { module, output }) => encode(&module, &output),
+        PluginCommand::Inspect { component } => inspect(&component),
+        PluginCommand::Encode { module, output } => encode(&module, &output),
     }
 }
 

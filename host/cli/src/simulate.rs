@@ -164,84 +164,98 @@ pub fn print(decisions: &[Decision], options: Options, out: &mut dyn Write) -> s
                 serde_json::to_writer(&mut *out, &json)?;
                 writeln!(out)?;
             }
+            Ok(())
         }
-        Output::Table => {
-            let pod_width = decisions
-                .iter()
-                .map(|d| d.pod.len())
-                .max()
-                .unwrap_or(3)
-                .max(3);
-            let node_of = |d: &Decision| match (&d.node, &d.gated) {
-                (Some(node), _) => node.clone(),
-                (None, Some(_)) => "<gated>".to_string(),
-                (None, None) => "<none>".to_string(),
-            };
-            let node_width = decisions
-                .iter()
-                .map(|d| node_of(d).len())
-                .max()
-                .unwrap_or(4)
-                .max(4);
-            writeln!(out, "{:pod_width$}  {:node_width$}  MESSAGE", "POD", "NODE")?;
-            for d in decisions {
-                let preempting = d.preemption.as_ref().map_or(String::new(), |p| {
-                    let victims: Vec<&str> = p.victims.iter().map(|v| v.pod.as_str()).collect();
-                    format!(
-                        " (nominated to {}, evicting {})",
-                        p.node,
-                        victims.join(", ")
-                    )
-                });
-                writeln!(
-                    out,
-                    "{:pod_width$}  {:node_width$}  {}{preempting}",
-                    d.pod,
-                    node_of(d),
-                    d.message.as_deref().unwrap_or("")
-                )?;
-                if options.explain {
-                    for n in &d.nodes {
-                        if n.feasible {
-                            let scores: Vec<String> =
-                                n.scores.iter().map(|(p, s)| format!("{p}={s}")).collect();
-                            writeln!(
-                                out,
-                                "    {:<24} total={:<5} {}",
-                                n.node,
-                                n.total,
-                                scores.join(" ")
-                            )?;
-                        } else {
-                            writeln!(
-                                out,
-                                "    {:<24} infeasible: {}",
-                                n.node,
-                                n.reasons.join("; ")
-                            )?;
-                        }
-                    }
-                    for c in &d.preemption_candidates {
-                        let victims: Vec<String> = c
-                            .victims
-                            .iter()
-                            .map(|v| format!("{} (priority {})", v.pod, v.priority))
-                            .collect();
-                        let budgets = match c.pdb_violations {
-                            0 => String::new(),
-                            1 => " breaking 1 PodDisruptionBudget".to_string(),
-                            n => format!(" breaking {n} PodDisruptionBudgets"),
-                        };
-                        writeln!(
-                            out,
-                            "    {:<24} preemption would evict {}{budgets}",
-                            c.node,
-                            victims.join(", ")
-                        )?;
-                    }
-                }
-            }
+        Output::Table => print_table(decisions, options.explain, out),
+    }
+}
+
+/// The node column: the node, or why there is none.
+fn node_column(d: &Decision) -> String {
+    match (&d.node, &d.gated) {
+        (Some(node), _) => node.clone(),
+        (None, Some(_)) => "<gated>".to_string(),
+        (None, None) => "<none>".to_string(),
+    }
+}
+
+/// One line per pod (`POD NODE MESSAGE`), each followed, with `explain`, by every examined node
+/// and every preemption candidate.
+fn print_table(decisions: &[Decision], explain: bool, out: &mut dyn Write) -> std::io::Result<()> {
+    let pod_width = decisions
+        .iter()
+        .map(|d| d.pod.len())
+        .max()
+        .unwrap_or(3)
+        .max(3);
+    let node_width = decisions
+        .iter()
+        .map(|d| node_column(d).len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    writeln!(out, "{:pod_width$}  {:node_width$}  MESSAGE", "POD", "NODE")?;
+    for d in decisions {
+        let preempting = d.preemption.as_ref().map_or(String::new(), |p| {
+            let victims: Vec<&str> = p.victims.iter().map(|v| v.pod.as_str()).collect();
+            format!(
+                " (nominated to {}, evicting {})",
+                p.node,
+                victims.join(", ")
+            )
+        });
+        writeln!(
+            out,
+            "{:pod_width$}  {:node_width$}  {}{preempting}",
+            d.pod,
+            node_column(d),
+            d.message.as_deref().unwrap_or("")
+        )?;
+        if explain {
+            print_explained(d, out)?;
         }
+    }
+    Ok(())
+}
+
+/// A pod's examined nodes (scores, or why infeasible) and preemption candidates, indented.
+fn print_explained(d: &Decision, out: &mut dyn Write) -> std::io::Result<()> {
+    for n in &d.nodes {
+        if n.feasible {
+            let scores: Vec<String> = n.scores.iter().map(|(p, s)| format!("{p}={s}")).collect();
+            writeln!(
+                out,
+                "    {:<24} total={:<5} {}",
+                n.node,
+                n.total,
+                scores.join(" ")
+            )?;
+        } else {
+            writeln!(
+                out,
+                "    {:<24} infeasible: {}",
+                n.node,
+                n.reasons.join("; ")
+            )?;
+        }
+    }
+    for c in &d.preemption_candidates {
+        let victims: Vec<String> = c
+            .victims
+            .iter()
+            .map(|v| format!("{} (priority {})", v.pod, v.priority))
+            .collect();
+        let budgets = match c.pdb_violations {
+            0 => String::new(),
+            1 => " breaking 1 PodDisruptionBudget".to_string(),
+            n => format!(" breaking {n} PodDisruptionBudgets"),
+        };
+        writeln!(
+            out,
+            "    {:<24} preemption would evict {}{budgets}",
+            c.node,
+            victims.join(", ")
+        )?;
     }
     Ok(())
 }

@@ -319,41 +319,46 @@ fn add_object(
             "the object is {size} bytes or more as JSON, past the {MAX_OBJECT_BYTES} bytes an API server accepts"
         )));
     }
-    match kind.as_str() {
+    add_typed(&kind, value, cluster).map_err(error)
+}
+
+/// Adds one object of `kind` to the cluster (an unknown kind is counted as skipped).
+fn add_typed(kind: &str, value: Value, cluster: &mut Cluster) -> Result<(), String> {
+    match kind {
         "Node" => {
-            let node: core::Node = typed(value).map_err(error)?;
-            k8s::node_info(&node).map_err(|e| error(e.to_string()))?;
+            let node: core::Node = typed(value)?;
+            k8s::node_info(&node).map_err(|e| e.to_string())?;
             cluster.nodes.push(node);
         }
         "Pod" => {
-            let pod: core::Pod = typed(value).map_err(error)?;
-            k8s::pod(&pod).map_err(|e| error(e.to_string()))?;
+            let pod: core::Pod = typed(value)?;
+            k8s::pod(&pod).map_err(|e| e.to_string())?;
             cluster.pods.push(pod);
         }
-        "PersistentVolume" => cluster.volumes.push(typed(value).map_err(error)?),
-        "PersistentVolumeClaim" => cluster.claims.push(typed(value).map_err(error)?),
-        "StorageClass" => cluster.classes.push(typed(value).map_err(error)?),
-        "Namespace" => cluster.namespaces.push(typed(value).map_err(error)?),
+        "PersistentVolume" => cluster.volumes.push(typed(value)?),
+        "PersistentVolumeClaim" => cluster.claims.push(typed(value)?),
+        "StorageClass" => cluster.classes.push(typed(value)?),
+        "Namespace" => cluster.namespaces.push(typed(value)?),
         "Service" => {
-            let service = typed(value).map_err(error)?;
+            let service = typed(value)?;
             cluster.selectors.push(Object::Service(Box::new(service)));
         }
         "ReplicationController" => {
-            let controller = typed(value).map_err(error)?;
+            let controller = typed(value)?;
             cluster
                 .selectors
                 .push(Object::ReplicationController(Box::new(controller)));
         }
         "ReplicaSet" => {
-            let set = typed(value).map_err(error)?;
+            let set = typed(value)?;
             cluster.selectors.push(Object::ReplicaSet(Box::new(set)));
         }
         "StatefulSet" => {
-            let set = typed(value).map_err(error)?;
+            let set = typed(value)?;
             cluster.selectors.push(Object::StatefulSet(Box::new(set)));
         }
         "PodDisruptionBudget" => {
-            let budget: policy::PodDisruptionBudget = typed(value).map_err(error)?;
+            let budget: policy::PodDisruptionBudget = typed(value)?;
             cluster.disruption_budgets.push(budget);
         }
         other => *cluster.skipped.entry(other.to_string()).or_default() += 1,

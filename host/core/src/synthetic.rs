@@ -252,129 +252,25 @@ pub fn cluster(scenario: Scenario, nodes: usize, pods: usize, seed: u64) -> Synt
                 .map(|(i, n)| local_volume(i, &n.name)),
         );
     }
+    let count = pods;
     let pods = (0..pods)
         .map(|i| {
-            let cpu = 100 * (1 + rng.below(20) as i64);
-            let memory = (128 << 20) * (1 + rng.below(32) as i64);
-            let mut pod = sdk::Pod {
-                namespace: "bench".into(),
-                name: format!("pod-{i:06}"),
-                scheduler_name: crate::DEFAULT_SCHEDULER_NAME.into(),
-                requests: Resources {
-                    milli_cpu: cpu,
-                    memory,
-                    ..Resources::default()
-                },
-                non_zero_requests: Resources {
-                    milli_cpu: cpu,
-                    memory,
-                    ..Resources::default()
-                },
-                ..sdk::Pod::default()
-            };
-            if scenario == Scenario::Preemption {
-                pod.priority = PREEMPTOR_PRIORITY;
-                let wants = Resources {
-                    milli_cpu: 6_000,
-                    memory: 1 << 30,
-                    ..Resources::default()
-                };
-                pod.requests = wants.clone();
-                pod.non_zero_requests = wants;
-            }
-            if rng.chance(0.2) && scenario.taints() {
-                pod.tolerations.push(sdk::Toleration {
-                    key: "dedicated".into(),
-                    operator: "Equal".into(),
-                    value: "gpu".into(),
-                    effect: "NoSchedule".into(),
-                    toleration_seconds: None,
-                });
-            }
-            if rng.chance(0.3) && scenario.affinity() {
-                pod.node_selector = [("disktype", "ssd")].into_iter().collect();
-            }
-            let mut affinity = sdk::NodeAffinity::default();
-            if rng.chance(0.2) {
-                affinity.required = Some(vec![sdk::NodeSelectorTerm {
-                    match_expressions: vec![sdk::NodeSelectorRequirement {
-                        key: "topology.kubernetes.io/zone".into(),
-                        operator: "In".into(),
-                        values: vec!["zone-a".into(), "zone-b".into()],
-                    }],
-                    match_fields: Vec::new(),
-                }]);
-            }
-            if rng.chance(0.3) {
-                let instance = INSTANCE_TYPES[rng.below(INSTANCE_TYPES.len() as u64) as usize];
-                affinity.preferred.push(sdk::PreferredSchedulingTerm {
-                    weight: 50,
-                    preference: sdk::NodeSelectorTerm {
-                        match_expressions: vec![sdk::NodeSelectorRequirement {
-                            key: "node.kubernetes.io/instance-type".into(),
-                            operator: "In".into(),
-                            values: vec![instance.into()],
-                        }],
-                        match_fields: Vec::new(),
-                    },
-                });
-            }
-            if scenario.affinity()
-                && (affinity.required.is_some() || !affinity.preferred.is_empty())
-            {
-                pod.node_affinity = Some(affinity);
-            }
+            let mut pod = requesting_pod(scenario, i, &mut rng);
+            tolerate_and_select(scenario, &mut pod, &mut rng);
             if rng.chance(0.1) && scenario.volumes() {
-                let zone = ZONES[rng.below(ZONES.len() as u64) as usize];
-                let (pv, pvc) = (format!("pv-{i}"), format!("data-{i}"));
-                volumes.push(
-                    serde_json::from_value(serde_json::json!({
-                        "metadata": {"name": pv, "labels": {"topology.kubernetes.io/zone": zone}},
-                        "spec": {"storageClassName": "zonal"}
-                    }))
-                    .expect("valid PersistentVolume"),
-                );
-                claims.push(
-                    serde_json::from_value(serde_json::json!({
-                        "metadata": {
-                            "name": pvc,
-                            "namespace": "bench",
-                            "annotations": {"pv.kubernetes.io/bind-completed": "yes"}
-                        },
-                        "spec": {"storageClassName": "zonal", "volumeName": pv},
-                        "status": {"phase": "Bound"}
-                    }))
-                    .expect("valid PersistentVolumeClaim"),
-                );
-                pod.volume_claims.push(sdk::VolumeClaim {
-                    volume: "data".into(),
-                    claim_name: pvc,
-                    ephemeral: false,
-                    claim: None,
-                });
+                let (volume, claim) = zonal_volume(i, &mut pod, &mut rng);
+                volumes.push(volume);
+                claims.push(claim);
             }
             if scenario == Scenario::VolumeBinding {
-                let (local, provisioned) = match rng.below(10) {
-                    0..=5 => (true, false),
-                    6..=8 => (false, true),
-                    _ => (true, true),
-                };
-                if local {
-                    let size = 20 * (1 + rng.below(8) as i64);
-                    claims.push(waiting_claim(&format!("local-{i}"), "local", size));
-                    pod.volume_claims.push(claim_volume(&format!("local-{i}")));
-                }
-                if provisioned {
-                    claims.push(waiting_claim(&format!("fast-{i}"), "fast", 10));
-                    pod.volume_claims.push(claim_volume(&format!("fast-{i}")));
-                }
+                claims.extend(waiting_claims(i, &mut pod, &mut rng));
             }
             pod_affinity(scenario, &mut pod, nodes.len(), &mut rng);
             if scenario == Scenario::TopologySpread {
                 topology_spread(&mut pod, &mut rng);
             }
             if scenario.pod_aware() {
-                some_pod_aware(&mut pod, pods, &mut rng);
+                some_pod_aware(&mut pod, count, &mut rng);
             }
             pod
         })
@@ -393,6 +289,134 @@ pub fn cluster(scenario: Scenario, nodes: usize, pods: usize, seed: u64) -> Synt
         classes,
         selectors,
     }
+}
+
+/// Pod `i` of `scenario` with its requests (preemptors ask for much more).
+fn requesting_pod(scenario: Scenario, i: usize, rng: &mut Rng) -> sdk::Pod {
+    let cpu = 100 * (1 + rng.below(20) as i64);
+    let memory = (128 << 20) * (1 + rng.below(32) as i64);
+    let mut requests = Resources {
+        milli_cpu: cpu,
+        memory,
+        ..Resources::default()
+    };
+    let mut priority = 0;
+    if scenario == Scenario::Preemption {
+        priority = PREEMPTOR_PRIORITY;
+        requests = Resources {
+            milli_cpu: 6_000,
+            memory: 1 << 30,
+            ..Resources::default()
+        };
+    }
+    sdk::Pod {
+        namespace: "bench".into(),
+        name: format!("pod-{i:06}"),
+        scheduler_name: crate::DEFAULT_SCHEDULER_NAME.into(),
+        priority,
+        non_zero_requests: requests.clone(),
+        requests,
+        ..sdk::Pod::default()
+    }
+}
+
+/// Some tolerations of the dedicated nodes' taint, node selectors and node affinity, as the
+/// scenario has them. The random draws happen for every scenario, so that the pods' other parts
+/// are the same across scenarios for the same seed.
+fn tolerate_and_select(scenario: Scenario, pod: &mut sdk::Pod, rng: &mut Rng) {
+    if rng.chance(0.2) && scenario.taints() {
+        pod.tolerations.push(sdk::Toleration {
+            key: "dedicated".into(),
+            operator: "Equal".into(),
+            value: "gpu".into(),
+            effect: "NoSchedule".into(),
+            toleration_seconds: None,
+        });
+    }
+    if rng.chance(0.3) && scenario.affinity() {
+        pod.node_selector = [("disktype", "ssd")].into_iter().collect();
+    }
+    let mut affinity = sdk::NodeAffinity::default();
+    if rng.chance(0.2) {
+        affinity.required = Some(vec![sdk::NodeSelectorTerm {
+            match_expressions: vec![sdk::NodeSelectorRequirement {
+                key: "topology.kubernetes.io/zone".into(),
+                operator: "In".into(),
+                values: vec!["zone-a".into(), "zone-b".into()],
+            }],
+            match_fields: Vec::new(),
+        }]);
+    }
+    if rng.chance(0.3) {
+        let instance = INSTANCE_TYPES[rng.below(INSTANCE_TYPES.len() as u64) as usize];
+        affinity.preferred.push(sdk::PreferredSchedulingTerm {
+            weight: 50,
+            preference: sdk::NodeSelectorTerm {
+                match_expressions: vec![sdk::NodeSelectorRequirement {
+                    key: "node.kubernetes.io/instance-type".into(),
+                    operator: "In".into(),
+                    values: vec![instance.into()],
+                }],
+                match_fields: Vec::new(),
+            },
+        });
+    }
+    if scenario.affinity() && (affinity.required.is_some() || !affinity.preferred.is_empty()) {
+        pod.node_affinity = Some(affinity);
+    }
+}
+
+/// A zonal volume, bound to a claim of pod `i`, in a random zone.
+fn zonal_volume(
+    i: usize,
+    pod: &mut sdk::Pod,
+    rng: &mut Rng,
+) -> (core::PersistentVolume, core::PersistentVolumeClaim) {
+    let zone = ZONES[rng.below(ZONES.len() as u64) as usize];
+    let (pv, pvc) = (format!("pv-{i}"), format!("data-{i}"));
+    let volume = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": pv, "labels": {"topology.kubernetes.io/zone": zone}},
+        "spec": {"storageClassName": "zonal"}
+    }))
+    .expect("valid PersistentVolume");
+    let claim = serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": pvc,
+            "namespace": "bench",
+            "annotations": {"pv.kubernetes.io/bind-completed": "yes"}
+        },
+        "spec": {"storageClassName": "zonal", "volumeName": pv},
+        "status": {"phase": "Bound"}
+    }))
+    .expect("valid PersistentVolumeClaim");
+    pod.volume_claims.push(sdk::VolumeClaim {
+        volume: "data".into(),
+        claim_name: pvc,
+        ephemeral: false,
+        claim: None,
+    });
+    (volume, claim)
+}
+
+/// The volume-binding scenario's claims of pod `i`, waiting for their first consumer: a local
+/// volume in 60% of pods, a provisioned one in 30%, both in 10%.
+fn waiting_claims(i: usize, pod: &mut sdk::Pod, rng: &mut Rng) -> Vec<core::PersistentVolumeClaim> {
+    let (local, provisioned) = match rng.below(10) {
+        0..=5 => (true, false),
+        6..=8 => (false, true),
+        _ => (true, true),
+    };
+    let mut claims = Vec::new();
+    if local {
+        let size = 20 * (1 + rng.below(8) as i64);
+        claims.push(waiting_claim(&format!("local-{i}"), "local", size));
+        pod.volume_claims.push(claim_volume(&format!("local-{i}")));
+    }
+    if provisioned {
+        claims.push(waiting_claim(&format!("fast-{i}"), "fast", 10));
+        pod.volume_claims.push(claim_volume(&format!("fast-{i}")));
+    }
+    claims
 }
 
 /// The classes of the volume-binding scenario: local volumes made by an administrator, and a

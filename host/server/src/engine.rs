@@ -317,7 +317,7 @@ pub struct Engine {
 impl Engine {
     /// Starts the scheduling thread (once `gate`, if any, opens) and the status writer.
     pub fn start(
-        mut service: Service,
+        service: Service,
         mut sink: Box<dyn ResultSink>,
         watch: Arc<WatchLog>,
         metrics: Arc<EngineMetrics>,
@@ -337,71 +337,19 @@ impl Engine {
                 .spawn(move || write_results(results_rx, sink.as_mut(), &watch, &metrics))?
         };
         let scheduling = {
-            let (stop, ready, heartbeat, pipeline) = (
-                stop.clone(),
-                ready.clone(),
-                heartbeat.clone(),
-                pipeline.clone(),
-            );
+            let scheduling = SchedulingLoop {
+                service,
+                control: control_rx,
+                metrics,
+                results,
+                stop: stop.clone(),
+                ready: ready.clone(),
+                heartbeat: heartbeat.clone(),
+                pipeline: pipeline.clone(),
+            };
             std::thread::Builder::new()
                 .name("wasched-scheduler".into())
-                .spawn(move || {
-                    if let Some(gate) = gate {
-                        while !gate.wait(Duration::from_millis(200)) {
-                            if stop.load(Ordering::Acquire) {
-                                return;
-                            }
-                            // A standby waiting for the Lease is alive: /healthz must say so.
-                            heartbeat.store(now_seconds(), Ordering::Relaxed);
-                            // ... and takes plugin and configuration changes, which it leads with.
-                            handle_controls(&mut service, &control_rx, &metrics, false);
-                        }
-                    }
-                    service.apply_events();
-                    if let Err(e) = service.warm_up() {
-                        tracing::warn!("warming up the plugins: {e}");
-                    }
-                    ready.store(true, Ordering::Release);
-                    let mut gauges_at = Instant::now();
-                    while !stop.load(Ordering::Acquire) {
-                        handle_controls(&mut service, &control_rx, &metrics, true);
-                        let started = Instant::now();
-                        match service.schedule_one() {
-                            Some(result) if result.no_profile => {
-                                tracing::debug!(pod = %result.pod, scheduler_name = %result.scheduler_name, "left to another scheduler");
-                            }
-                            Some(result) if result.gated.is_some() => {
-                                // Not an attempt: only its condition is written.
-                                tracing::debug!(pod = %result.pod, message = ?result.message, "gated");
-                                if results.send(result).is_err() {
-                                    break;
-                                }
-                            }
-                            Some(result) if !result.waiting_on.is_empty() => {
-                                // Nothing to write until the plugins let it go or it times out.
-                                tracing::debug!(pod = %result.pod, plugins = ?result.waiting_on, "waiting at Permit");
-                            }
-                            Some(result) => {
-                                metrics.attempt(&result, started.elapsed());
-                                if results.send(result).is_err() {
-                                    break;
-                                }
-                            }
-                            None => pipeline.wait(Duration::from_millis(20)),
-                        }
-                        if gauges_at.elapsed() >= Duration::from_millis(200) {
-                            gauges_at = Instant::now();
-                            let (active, backoff, unschedulable) = service.queue_lengths();
-                            metrics.pending[0].store(active as u64, Ordering::Relaxed);
-                            metrics.pending[1].store(backoff as u64, Ordering::Relaxed);
-                            metrics.pending[2].store(unschedulable as u64, Ordering::Relaxed);
-                            let gated = service.queue().gated_len() as u64;
-                            metrics.pending[3].store(gated, Ordering::Relaxed);
-                            heartbeat.store(now_seconds(), Ordering::Relaxed);
-                        }
-                    }
-                    // Dropping `results` lets the writer finish what is queued and stop.
-                })?
+                .spawn(move || scheduling.run(gate))?
         };
         Ok(Engine {
             control: Mutex::new(control),
@@ -489,6 +437,97 @@ impl Engine {
         for thread in threads {
             let _ = thread.join();
         }
+    }
+}
+
+/// The scheduling thread: the service, the channels it takes changes from and hands results to,
+/// and the flags it shares with the [`Engine`].
+struct SchedulingLoop {
+    service: Service,
+    control: mpsc::Receiver<Control>,
+    metrics: Arc<EngineMetrics>,
+    results: mpsc::Sender<CycleResult>,
+    stop: Arc<AtomicBool>,
+    ready: Arc<AtomicBool>,
+    heartbeat: Arc<AtomicU64>,
+    pipeline: Arc<EventPipeline>,
+}
+
+impl SchedulingLoop {
+    /// Waits for `gate`, then schedules until stopped. Dropping `results` at the end lets the
+    /// writer finish what is queued and stop.
+    fn run(mut self, gate: Option<Arc<StartGate>>) {
+        if let Some(gate) = gate {
+            if !self.wait_for(&gate) {
+                return;
+            }
+        }
+        self.service.apply_events();
+        if let Err(e) = self.service.warm_up() {
+            tracing::warn!("warming up the plugins: {e}");
+        }
+        self.ready.store(true, Ordering::Release);
+        let mut gauges_at = Instant::now();
+        while !self.stop.load(Ordering::Acquire) {
+            handle_controls(&mut self.service, &self.control, &self.metrics, true);
+            if !self.schedule_one() {
+                break;
+            }
+            if gauges_at.elapsed() >= Duration::from_millis(200) {
+                gauges_at = Instant::now();
+                self.publish_gauges();
+            }
+        }
+    }
+
+    /// Waits until `gate` opens (false: stopped first). A standby waiting for the Lease is alive,
+    /// so `/healthz` must say so, and takes the plugin and configuration changes it will lead
+    /// with.
+    fn wait_for(&mut self, gate: &StartGate) -> bool {
+        while !gate.wait(Duration::from_millis(200)) {
+            if self.stop.load(Ordering::Acquire) {
+                return false;
+            }
+            self.heartbeat.store(now_seconds(), Ordering::Relaxed);
+            handle_controls(&mut self.service, &self.control, &self.metrics, false);
+        }
+        true
+    }
+
+    /// One pod's cycle and its result handed to the writer; false once the writer is gone.
+    fn schedule_one(&mut self) -> bool {
+        let started = Instant::now();
+        match self.service.schedule_one() {
+            Some(result) if result.no_profile => {
+                tracing::debug!(pod = %result.pod, scheduler_name = %result.scheduler_name, "left to another scheduler");
+            }
+            Some(result) if result.gated.is_some() => {
+                // Not an attempt: only its condition is written.
+                tracing::debug!(pod = %result.pod, message = ?result.message, "gated");
+                return self.results.send(result).is_ok();
+            }
+            Some(result) if !result.waiting_on.is_empty() => {
+                // Nothing to write until the plugins let it go or it times out.
+                tracing::debug!(pod = %result.pod, plugins = ?result.waiting_on, "waiting at Permit");
+            }
+            Some(result) => {
+                self.metrics.attempt(&result, started.elapsed());
+                return self.results.send(result).is_ok();
+            }
+            None => self.pipeline.wait(Duration::from_millis(20)),
+        }
+        true
+    }
+
+    /// The queue lengths for `/metrics`, and a heartbeat for `/healthz`.
+    fn publish_gauges(&self) {
+        let (active, backoff, unschedulable) = self.service.queue_lengths();
+        let pending = &self.metrics.pending;
+        pending[0].store(active as u64, Ordering::Relaxed);
+        pending[1].store(backoff as u64, Ordering::Relaxed);
+        pending[2].store(unschedulable as u64, Ordering::Relaxed);
+        pending[3].store(self.service.queue().gated_len() as u64, Ordering::Relaxed);
+        self.heartbeat.store(now_seconds(), Ordering::Relaxed);
     }
 }
 

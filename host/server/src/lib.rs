@@ -640,24 +640,12 @@ impl Server {
     /// As [`serve`], but for the address.
     pub fn open(args: ServeArgs) -> anyhow::Result<(Arc<Server>, usize)> {
         let tokens = read_tokens(&args)?;
-        for part in tokens.open_parts() {
-            tracing::warn!(
-            "{part} is open to anyone who can reach {}: see --token-file, --write-token-file and --read-token-file",
-            args.listen
-        );
-        }
+        warn_about_open_parts(&tokens, &args);
         let store_path = args.data_dir.join("wasched.redb");
         let store = Store::open(&store_path)?;
         let plugin_stats = Arc::new(PluginStatsRegistry::default());
 
-        let kube = if args.kube.kubernetes {
-            let runtime = tokio::runtime::Handle::try_current()
-                .context("Kubernetes mode needs the server's async runtime")?;
-            let client = off_runtime(|| runtime.block_on(kubernetes::client(&args.kube)))?;
-            Some((client, runtime))
-        } else {
-            None
-        };
+        let kube = kube_connection(&args)?;
         let shared_policy = kube.as_ref().map(|(client, runtime)| {
             Arc::new(shared_policy::SharedPolicy::new(
                 client.clone(),
@@ -666,33 +654,8 @@ impl Server {
                 args.max_component_bytes,
             ))
         });
-
-        let mut policy = stored_policy(&args, &store, shared_policy.as_deref())?;
-        let build = |policy: &Policy| {
-            let (label, dir) = config_location(&policy.source, &args.data_dir);
-            parse_and_load(
-                &label,
-                &dir,
-                &policy.text,
-                &policy.uploaded,
-                &plugin_stats,
-                &args,
-            )
-        };
-        let (config, specs) = match (build(&policy), shared_policy.as_deref()) {
-            (Ok(built), _) => built,
-            // A configuration anyone who may edit the ConfigMap wrote must not keep every
-            // replica down: start with this replica's own, and take the cluster's in once a
-            // change makes it buildable.
-            (Err(e), Some(shared)) if matches!(policy.source, ConfigSource::Cluster(_)) => {
-                refuse_shared_policy(shared, &format!("its configuration: {e}"));
-                policy = local_policy(&args, policy.uploaded, policy.records)?;
-                build(&policy).map_err(|e| anyhow::anyhow!("{e}"))?
-            }
-            (Err(e), _) => anyhow::bail!("{e}"),
-        };
-        policy.usage = config.usage();
-        policy.chains = config.chains();
+        let (policy, specs) =
+            starting_policy(&args, &store, shared_policy.as_deref(), &plugin_stats)?;
 
         let clock: Arc<dyn Clock> = Arc::new(SystemClock::default());
         let scheduler = Scheduler::with_clock(&specs, args.seed, clock.clone())
@@ -740,12 +703,7 @@ impl Server {
             args: args.clone(),
             clock,
             plugin_loads: Default::default(),
-            uids: std::sync::Mutex::new(wasched_core::util::Rng::new(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos() as u64)
-                    ^ u64::from(std::process::id()),
-            )),
+            uids: std::sync::Mutex::new(wasched_core::util::Rng::new(uid_seed())),
             shutdown,
             policy_changes: tokio::sync::watch::Sender::new(0),
             mode,
@@ -760,6 +718,74 @@ impl Server {
 
         Ok((server, restored))
     }
+}
+
+/// Says which parts of the HTTP API need no token.
+fn warn_about_open_parts(tokens: &Tokens, args: &ServeArgs) {
+    for part in tokens.open_parts() {
+        tracing::warn!(
+            "{part} is open to anyone who can reach {}: see --token-file, --write-token-file and --read-token-file",
+            args.listen
+        );
+    }
+}
+
+/// A seed no other process started at another time shares, for the uids of created objects.
+fn uid_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        ^ u64::from(std::process::id())
+}
+
+/// The API server's client and the async runtime Kubernetes mode runs on, in Kubernetes mode.
+fn kube_connection(
+    args: &ServeArgs,
+) -> anyhow::Result<Option<(kube::Client, tokio::runtime::Handle)>> {
+    if !args.kube.kubernetes {
+        return Ok(None);
+    }
+    let runtime = tokio::runtime::Handle::try_current()
+        .context("Kubernetes mode needs the server's async runtime")?;
+    let client = off_runtime(|| runtime.block_on(kubernetes::client(&args.kube)))?;
+    Ok(Some((client, runtime)))
+}
+
+/// The policy to start with, loaded: the stored (or shared) one, or this replica's own when the
+/// shared one does not build.
+fn starting_policy(
+    args: &ServeArgs,
+    store: &Store,
+    shared: Option<&shared_policy::SharedPolicy>,
+    plugin_stats: &Arc<PluginStatsRegistry>,
+) -> anyhow::Result<(Policy, Vec<ProfileSpec>)> {
+    let mut policy = stored_policy(args, store, shared)?;
+    let build = |policy: &Policy| {
+        let (label, dir) = config_location(&policy.source, &args.data_dir);
+        parse_and_load(
+            &label,
+            &dir,
+            &policy.text,
+            &policy.uploaded,
+            plugin_stats,
+            args,
+        )
+    };
+    let (config, specs) = match (build(&policy), shared) {
+        (Ok(built), _) => built,
+        // A configuration anyone who may edit the ConfigMap wrote must not keep every
+        // replica down: start with this replica's own, and take the cluster's in once a
+        // change makes it buildable.
+        (Err(e), Some(shared)) if matches!(policy.source, ConfigSource::Cluster(_)) => {
+            refuse_shared_policy(shared, &format!("its configuration: {e}"));
+            policy = local_policy(args, policy.uploaded, policy.records)?;
+            build(&policy).map_err(|e| anyhow::anyhow!("{e}"))?
+        }
+        (Err(e), _) => anyhow::bail!("{e}"),
+    };
+    policy.usage = config.usage();
+    policy.chains = config.chains();
+    Ok((policy, specs))
 }
 
 /// Where the cluster's objects come from and where results go.

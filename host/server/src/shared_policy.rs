@@ -629,47 +629,14 @@ pub async fn follow(
         tokio::select! {
             next = stream.next() => {
                 let Some(next) = next else { return };
-                match next {
-                    Ok(watcher::Event::Apply(map) | watcher::Event::InitApply(map)) => {
-                        if map.metadata.name.as_deref() != Some(shared.name.as_str()) {
-                            continue;
-                        }
-                        match PolicyIndex::parse(&map, shared.max_component_bytes) {
-                            Ok(index) => pending = Some((version_of(&map), index)),
-                            Err(e) => {
-                                shared.stats.adopt_failures.fetch_add(1, Ordering::Relaxed);
-                                tracing::error!("ConfigMap {}: {e}; keeping the current policy", shared.location());
-                                continue;
-                            }
-                        }
-                    }
-                    Ok(watcher::Event::Delete(map)) if map.metadata.name.as_deref() == Some(shared.name.as_str()) => {
-                        tracing::warn!("ConfigMap {} was deleted; keeping the current policy until a change writes it again", shared.location());
-                        continue;
-                    }
-                    Ok(_) => continue,
-                    Err(e) => {
-                        tracing::warn!("watching ConfigMap {}, retrying: {e}", shared.location());
-                        continue;
-                    }
+                match index_of(&shared, next) {
+                    Some(index) => pending = Some(index),
+                    None => continue,
                 }
             }
             _ = leader => {
                 let (_, gate) = became_leader.take().expect("waited on it");
-                for attempt in 1..=3 {
-                    match shared.read().await {
-                        Ok((version, index)) => {
-                            let version = parse_version(version.as_deref());
-                            if adopt(&server, &shared, version, index.clone()).await.is_ok() {
-                                pending = None;
-                                break;
-                            }
-                            pending = Some((version, index));
-                        }
-                        Err(e) => tracing::warn!(attempt, "reading the policy before leading: {e}"),
-                    }
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
+                adopt_before_leading(&server, &shared, &mut pending).await;
                 gate.open();
                 continue;
             }
@@ -683,6 +650,62 @@ pub async fn follow(
                 pending = Some((version, index));
             }
         }
+    }
+}
+
+/// The policy index (and its resourceVersion) a watch event of the ConfigMap brings, if it
+/// brings a valid one; what else it says is logged.
+fn index_of(
+    shared: &SharedPolicy,
+    event: Result<watcher::Event<ConfigMap>, watcher::Error>,
+) -> Option<(u64, PolicyIndex)> {
+    let ours = |map: &ConfigMap| map.metadata.name.as_deref() == Some(shared.name.as_str());
+    match event {
+        Ok(watcher::Event::Apply(map) | watcher::Event::InitApply(map)) if ours(&map) => {
+            match PolicyIndex::parse(&map, shared.max_component_bytes) {
+                Ok(index) => Some((version_of(&map), index)),
+                Err(e) => {
+                    shared.stats.adopt_failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(
+                        "ConfigMap {}: {e}; keeping the current policy",
+                        shared.location()
+                    );
+                    None
+                }
+            }
+        }
+        Ok(watcher::Event::Delete(map)) if ours(&map) => {
+            tracing::warn!("ConfigMap {} was deleted; keeping the current policy until a change writes it again", shared.location());
+            None
+        }
+        Ok(_) => None,
+        Err(e) => {
+            tracing::warn!("watching ConfigMap {}, retrying: {e}", shared.location());
+            None
+        }
+    }
+}
+
+/// Reads the index afresh and takes it in (three tries), before this replica leads. `pending`
+/// is emptied when that worked, and holds the index read last when it did not.
+async fn adopt_before_leading(
+    server: &Arc<crate::Server>,
+    shared: &SharedPolicy,
+    pending: &mut Option<(u64, PolicyIndex)>,
+) {
+    for attempt in 1..=3 {
+        match shared.read().await {
+            Ok((version, index)) => {
+                let version = parse_version(version.as_deref());
+                if adopt(server, shared, version, index.clone()).await.is_ok() {
+                    *pending = None;
+                    return;
+                }
+                *pending = Some((version, index));
+            }
+            Err(e) => tracing::warn!(attempt, "reading the policy before leading: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

@@ -481,147 +481,145 @@ impl Config {
     /// Checks what can be checked without loading components.
     fn check(&self) -> Result<(), ConfigError> {
         if let Some(parallelism) = &self.raw.runtime.parallelism {
-            if !(1..=MAX_PARALLELISM).contains(parallelism.get_ref()) {
-                return Err(self.error(
-                    parallelism.span(),
-                    format!("parallelism must be in 1..={MAX_PARALLELISM}"),
-                ));
-            }
+            self.check_range(parallelism, 1..=MAX_PARALLELISM, || {
+                format!("parallelism must be in 1..={MAX_PARALLELISM}")
+            })?;
         }
         for (name, plugin) in &self.raw.plugins {
-            let span = plugin.span();
-            let p = plugin.get_ref();
-            match (&p.component, &p.default) {
-                (Some(_), Some(d)) => {
-                    return Err(self.error(
-                        d.span(),
-                        format!("plugin {name}: set either `component` or `default`, not both"),
-                    ))
-                }
-                (None, Some(d)) if defaults::find(d.get_ref()).is_none() => {
-                    return Err(self.error(
-                        d.span(),
-                        format!(
-                            "plugin {name}: {:?} is not a default plugin (default plugins: {})",
-                            d.get_ref(),
-                            default_names()
-                        ),
-                    ))
-                }
-                (None, None)
-                    if defaults::find(name).is_none() && !self.uploaded.contains_key(name) =>
-                {
-                    return Err(self.error(
-                        span,
-                        format!(
-                            "plugin {name}: not a default plugin{}, so it needs `component = \"file.wasm\"` \
-                             (or `default = \"<default plugin>\"`)",
-                            self.uploaded_hint()
-                        ),
-                    ))
-                }
-                _ => {}
-            }
-            if p.component.is_none() && !self.uploaded.contains_key(name) {
-                for (key, value) in [("sha256", p.sha256.as_ref().map(Spanned::span))] {
-                    if let Some(span) = value {
-                        return Err(self.error(
-                            span,
-                            format!("plugin {name}: `{key}` only applies to a component"),
-                        ));
-                    }
-                }
-            }
-            if let Some(sha) = &p.sha256 {
-                let valid = sha.get_ref().len() == 64
-                    && sha.get_ref().bytes().all(|b| b.is_ascii_hexdigit());
-                if !valid {
-                    return Err(self.error(
-                        sha.span(),
-                        format!("plugin {name}: sha256 must be 64 hex digits"),
-                    ));
-                }
-            }
-            if let Some(timeout) = &p.call_timeout_ms {
-                if !(0..=60_000).contains(timeout.get_ref()) {
-                    return Err(self.error(
-                        timeout.span(),
-                        format!(
-                            "plugin {name}: call_timeout_ms must be in 0..=60000 (0: no deadline)"
-                        ),
-                    ));
-                }
-            }
-            if let Some(seconds) = &p.quarantine_seconds {
-                if !(1..=86_400).contains(seconds.get_ref()) {
-                    return Err(self.error(
-                        seconds.span(),
-                        format!("plugin {name}: quarantine_seconds must be in 1..=86400"),
-                    ));
-                }
-            }
-            if let Some(memory) = &p.memory_limit_mib {
-                if !(1..=4096).contains(memory.get_ref()) {
-                    return Err(self.error(
-                        memory.span(),
-                        format!("plugin {name}: memory_limit_mib must be in 1..=4096"),
-                    ));
-                }
-            }
+            self.check_plugin(name, plugin)?;
         }
         let mut seen_names: Vec<&str> = Vec::new();
         for profile in &self.raw.profiles {
-            let p = profile.get_ref();
-            let scheduler_name = p.scheduler_name.get_ref();
+            let scheduler_name = profile.get_ref().scheduler_name.get_ref();
             if seen_names.contains(&scheduler_name.as_str()) {
                 return Err(self.error(
-                    p.scheduler_name.span(),
+                    profile.get_ref().scheduler_name.span(),
                     format!("two profiles have scheduler_name {scheduler_name:?}"),
                 ));
             }
             seen_names.push(scheduler_name);
-            if let Some(pct) = &p.percentage_of_nodes_to_score {
-                if *pct.get_ref() > 100 {
-                    return Err(self.error(
-                        pct.span(),
-                        "percentage_of_nodes_to_score must be in 0..=100",
-                    ));
-                }
+            self.check_profile(profile.get_ref())?;
+        }
+        Ok(())
+    }
+
+    /// Refuses `value` outside `range`, with `message` at its line.
+    fn check_range<T: PartialOrd>(
+        &self,
+        value: &Spanned<T>,
+        range: std::ops::RangeInclusive<T>,
+        message: impl FnOnce() -> String,
+    ) -> Result<(), ConfigError> {
+        if range.contains(value.get_ref()) {
+            Ok(())
+        } else {
+            Err(self.error(value.span(), message()))
+        }
+    }
+
+    /// Checks one `[plugins.NAME]` table: where its code comes from, and its limits.
+    fn check_plugin(&self, name: &str, plugin: &Spanned<RawPlugin>) -> Result<(), ConfigError> {
+        let p = plugin.get_ref();
+        match (&p.component, &p.default) {
+            (Some(_), Some(d)) => {
+                return Err(self.error(
+                    d.span(),
+                    format!("plugin {name}: set either `component` or `default`, not both"),
+                ))
             }
-            if let Some(preemption) = &p.preemption {
-                let settings = preemption.get_ref().settings();
-                if settings.min_candidate_nodes_percentage > 100 {
-                    return Err(self.error(
-                        preemption.span(),
-                        "min_candidate_nodes_percentage must be in 0..=100",
-                    ));
-                }
-                if settings.min_candidate_nodes_percentage == 0
-                    && settings.min_candidate_nodes_absolute == 0
-                {
-                    return Err(self.error(
-                        preemption.span(),
-                        "min_candidate_nodes_percentage and min_candidate_nodes_absolute cannot both be 0",
-                    ));
-                }
+            (None, Some(d)) if defaults::find(d.get_ref()).is_none() => {
+                return Err(self.error(
+                    d.span(),
+                    format!(
+                        "plugin {name}: {:?} is not a default plugin (default plugins: {})",
+                        d.get_ref(),
+                        default_names()
+                    ),
+                ))
             }
-            for name in p.filters.iter().flatten() {
-                self.check_known(name)?;
+            (None, None) if defaults::find(name).is_none() && !self.uploaded.contains_key(name) => {
+                return Err(self.error(
+                    plugin.span(),
+                    format!(
+                        "plugin {name}: not a default plugin{}, so it needs `component = \"file.wasm\"` \
+                         (or `default = \"<default plugin>\"`)",
+                        self.uploaded_hint()
+                    ),
+                ))
             }
-            for score in p.scores.iter().flatten() {
-                let s = score.get_ref();
-                self.check_known(&s.plugin)?;
-                if !(1..=100).contains(s.weight.get_ref()) {
-                    return Err(self.error(
-                        s.weight.span(),
-                        format!(
-                            "weight of {} is {}, must be in 1..=100",
-                            s.plugin.get_ref(),
-                            s.weight.get_ref()
-                        ),
-                    ));
-                }
+            _ => {}
+        }
+        if let Some(sha) = &p.sha256 {
+            if p.component.is_none() && !self.uploaded.contains_key(name) {
+                return Err(self.error(
+                    sha.span(),
+                    format!("plugin {name}: `sha256` only applies to a component"),
+                ));
             }
+            let valid =
+                sha.get_ref().len() == 64 && sha.get_ref().bytes().all(|b| b.is_ascii_hexdigit());
+            if !valid {
+                return Err(self.error(
+                    sha.span(),
+                    format!("plugin {name}: sha256 must be 64 hex digits"),
+                ));
+            }
+        }
+        if let Some(timeout) = &p.call_timeout_ms {
+            self.check_range(timeout, 0..=60_000, || {
+                format!("plugin {name}: call_timeout_ms must be in 0..=60000 (0: no deadline)")
+            })?;
+        }
+        if let Some(seconds) = &p.quarantine_seconds {
+            self.check_range(seconds, 1..=86_400, || {
+                format!("plugin {name}: quarantine_seconds must be in 1..=86400")
+            })?;
+        }
+        if let Some(memory) = &p.memory_limit_mib {
+            self.check_range(memory, 1..=4096, || {
+                format!("plugin {name}: memory_limit_mib must be in 1..=4096")
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Checks one profile's numbers and that every plugin it names is known.
+    fn check_profile(&self, p: &RawProfile) -> Result<(), ConfigError> {
+        if let Some(pct) = &p.percentage_of_nodes_to_score {
+            self.check_range(pct, 0..=100, || {
+                "percentage_of_nodes_to_score must be in 0..=100".into()
+            })?;
+        }
+        if let Some(preemption) = &p.preemption {
+            let settings = preemption.get_ref().settings();
+            if settings.min_candidate_nodes_percentage > 100 {
+                return Err(self.error(
+                    preemption.span(),
+                    "min_candidate_nodes_percentage must be in 0..=100",
+                ));
+            }
+            if settings.min_candidate_nodes_percentage == 0
+                && settings.min_candidate_nodes_absolute == 0
+            {
+                return Err(self.error(
+                    preemption.span(),
+                    "min_candidate_nodes_percentage and min_candidate_nodes_absolute cannot both be 0",
+                ));
+            }
+        }
+        for name in p.filters.iter().flatten() {
+            self.check_known(name)?;
+        }
+        for score in p.scores.iter().flatten() {
+            let s = score.get_ref();
+            self.check_known(&s.plugin)?;
+            self.check_range(&s.weight, 1..=100, || {
+                format!(
+                    "weight of {} is {}, must be in 1..=100",
+                    s.plugin.get_ref(),
+                    s.weight.get_ref()
+                )
+            })?;
         }
         Ok(())
     }
@@ -848,6 +846,23 @@ impl Config {
             .unwrap_or_else(|| usage.span())
     }
 
+    /// A plugin's call deadline and memory limit, and whether its calls are timed at all (a
+    /// `call_timeout_ms` of 0 runs it without epoch checks, which cost 12-16% of a WASM cycle).
+    fn limits(&self, raw: Option<&RawPlugin>) -> (Limits, bool) {
+        let mut limits = Limits::default();
+        let timeout_ms = raw
+            .and_then(|r| r.call_timeout_ms.as_ref())
+            .map(|t| *t.get_ref());
+        let deadlines = self.deadlines && timeout_ms != Some(0);
+        if let Some(ms) = timeout_ms.filter(|&ms| ms != 0) {
+            limits.call_timeout = std::time::Duration::from_millis(ms);
+        }
+        if let Some(m) = raw.and_then(|r| r.memory_limit_mib.as_ref()) {
+            limits.memory = (*m.get_ref() as usize) << 20;
+        }
+        (limits, deadlines)
+    }
+
     fn load_plugin(&self, name: &str) -> Result<PluginSpec, ConfigError> {
         let definition = self.raw.plugins.get(name);
         let raw = definition.map(|d| d.get_ref().clone());
@@ -856,29 +871,10 @@ impl Config {
             .and_then(|r| r.config.as_ref())
             .map(|table| serde_json::to_string(table).expect("TOML values are JSON-representable"))
             .unwrap_or_else(|| "{}".to_string());
-        let mut policy = FailurePolicy::default();
-        if let Some(r) = &raw {
-            policy.on_failure = r.failure_policy.unwrap_or_default();
-            policy.quarantine_after = r.quarantine_after.unwrap_or(policy.quarantine_after);
-            if let Some(seconds) = &r.quarantine_seconds {
-                policy.quarantine_for = std::time::Duration::from_secs(*seconds.get_ref());
-            }
-        }
-        let mut limits = Limits::default();
-        let timeout_ms = raw
+        let policy = raw
             .as_ref()
-            .and_then(|r| r.call_timeout_ms.as_ref())
-            .map(|t| *t.get_ref());
-        // 0 runs the plugin without epoch checks, which cost 12-16% of a WASM cycle's time.
-        let deadlines = self.deadlines && timeout_ms != Some(0);
-        if let Some(ms) = timeout_ms.filter(|&ms| ms != 0) {
-            limits.call_timeout = std::time::Duration::from_millis(ms);
-        }
-        if let Some(r) = &raw {
-            if let Some(m) = &r.memory_limit_mib {
-                limits.memory = (*m.get_ref() as usize) << 20;
-            }
-        }
+            .map_or_else(FailurePolicy::default, failure_policy);
+        let (mut limits, deadlines) = self.limits(raw.as_ref());
         let uploaded = self.uploaded.get(name).filter(|_| {
             raw.as_ref()
                 .is_none_or(|r| r.component.is_none() && r.default.is_none())
@@ -940,6 +936,19 @@ impl Config {
             idle_when,
         })
     }
+}
+
+/// What a plugin's failures do, from its table.
+fn failure_policy(raw: &RawPlugin) -> FailurePolicy {
+    let mut policy = FailurePolicy {
+        on_failure: raw.failure_policy.unwrap_or_default(),
+        ..FailurePolicy::default()
+    };
+    policy.quarantine_after = raw.quarantine_after.unwrap_or(policy.quarantine_after);
+    if let Some(seconds) = &raw.quarantine_seconds {
+        policy.quarantine_for = std::time::Duration::from_secs(*seconds.get_ref());
+    }
+    policy
 }
 
 /// The factory of a default plugin in the chosen runtime.

@@ -392,6 +392,30 @@ fn module_stem(module: &Path) -> String {
         .unwrap_or_else(|| "plugin".into())
 }
 
+/// The `.wasm` a line of cargo's JSON messages says it built for the crate in `dir`, if it says so.
+fn built_module(line: &str, dir: &Path) -> Option<PathBuf> {
+    let message = serde_json::from_str::<serde_json::Value>(line).ok()?;
+    if message["reason"] != "compiler-artifact" {
+        return None;
+    }
+    let is_cdylib = message["target"]["kind"]
+        .as_array()
+        .is_some_and(|kinds| kinds.iter().any(|k| k == "cdylib"));
+    let manifest_matches = message["manifest_path"]
+        .as_str()
+        .is_some_and(|m| Path::new(m).parent() == std::fs::canonicalize(dir).ok().as_deref());
+    if !(is_cdylib && manifest_matches) {
+        return None;
+    }
+    message["filenames"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f.as_str())
+        .find(|f| f.ends_with(".wasm"))
+        .map(PathBuf::from)
+}
+
 fn build_rust(dir: &Path, output: Option<&Path>) -> anyhow::Result<Built> {
     let installed = Command::new("rustc")
         .args(["--print", "sysroot"])
@@ -433,30 +457,8 @@ fn build_rust(dir: &Path, output: Option<&Path>) -> anyhow::Result<Built> {
         .context("cannot run cargo: is Rust installed (https://rustup.rs)?")?;
     let mut module = None;
     for line in std::io::BufReader::new(child.stdout.take().expect("piped")).lines() {
-        let line = line?;
-        let Ok(message) = serde_json::from_str::<serde_json::Value>(&line) else {
-            continue;
-        };
-        if message["reason"] != "compiler-artifact" {
-            continue;
-        }
-        let is_cdylib = message["target"]["kind"]
-            .as_array()
-            .is_some_and(|kinds| kinds.iter().any(|k| k == "cdylib"));
-        let manifest_matches = message["manifest_path"]
-            .as_str()
-            .is_some_and(|m| Path::new(m).parent() == std::fs::canonicalize(dir).ok().as_deref());
-        if !(is_cdylib && manifest_matches) {
-            continue;
-        }
-        let wasm = message["filenames"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|f| f.as_str())
-            .find(|f| f.ends_with(".wasm"));
-        if let Some(wasm) = wasm {
-            module = Some(PathBuf::from(wasm));
+        if let Some(wasm) = built_module(&line?, dir) {
+            module = Some(wasm);
         }
     }
     if !child.wait()?.success() {

@@ -7,7 +7,7 @@
 use wasched_sdk::helpers::{DenseCounts, FastMap};
 
 use wasched_sdk::helpers::tolerated_by_any;
-use wasched_sdk::node_selector::RequiredNodeAffinity;
+use wasched_sdk::node_selector::{CompiledNodeAffinity, RequiredNodeAffinity};
 use wasched_sdk::pod_index::{
     for_each_candidate, place_least_recently_used, ByAnchor, PodsByLabel,
 };
@@ -223,9 +223,9 @@ pub struct Eligibility {
 }
 
 impl Eligibility {
-    fn compute(key: &EligibilityKey, nodes: &Nodes) -> Self {
-        let required = key
-            .node_selection
+    /// The pod's required node affinity (its node selector and required terms), compiled.
+    fn required_affinity(key: &EligibilityKey, nodes: &Nodes) -> CompiledNodeAffinity {
+        key.node_selection
             .as_ref()
             .map(|(selector, required)| {
                 RequiredNodeAffinity::of(&Pod {
@@ -238,7 +238,11 @@ impl Eligibility {
                 })
             })
             .unwrap_or_default()
-            .compile(nodes);
+            .compile(nodes)
+    }
+
+    fn compute(key: &EligibilityKey, nodes: &Nodes) -> Self {
+        let required = Self::required_affinity(key, nodes);
         let tolerations = key.tolerations.as_deref().unwrap_or_default();
         let count = key.policies.len();
         let mut eligible = vec![vec![false; nodes.id_bound()]; count];

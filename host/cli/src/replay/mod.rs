@@ -916,16 +916,7 @@ pub fn replay(
     // Sample k (0..samples) is taken at start + k * (end - start) / samples, then one at the end.
     let sample_time = |k: u64| start + (end - start) * k / samples;
     let mut taken = 0u64;
-    let node_index: HashMap<&str, usize> = nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.name.as_str(), i))
-        .collect();
-    let pod_index: HashMap<String, usize> = pods
-        .iter()
-        .enumerate()
-        .map(|(i, p)| (format!("trace/{}", p.name), i))
-        .collect();
+    let (node_index, pod_index) = indexes(nodes, pods);
     let sampler = Sampler::new(nodes, pods);
     let mut record = Record::new(nodes, pods);
     let mut latencies: Vec<u64> = Vec::new();
@@ -945,10 +936,7 @@ pub fn replay(
             taken += 1;
         }
         if let Some(speed) = options.speed.filter(|s| *s > 0.0) {
-            let wait = Duration::try_from_secs_f64((time - start) as f64 / speed);
-            if let Some(due) = wait.ok().and_then(|w| started.checked_add(w)) {
-                std::thread::sleep(due.saturating_duration_since(Instant::now()));
-            }
+            keep_pace(speed, time - start, started);
         }
         driven.clock.advance(Duration::from_secs(time - now));
         now = time;
@@ -971,11 +959,6 @@ pub fn replay(
 
     let (never_placed, never_placed_reasons) = record.never_placed();
     latencies.sort_unstable();
-    let at = |q: f64| {
-        latencies
-            .get(((latencies.len() as f64 - 1.0) * q).round() as usize)
-            .map_or(0.0, |&ns| ns as f64 / 1000.0)
-    };
     Ok(Summary {
         nodes: nodes.len(),
         gpus: nodes.iter().map(|n| n.gpu).sum(),
@@ -987,11 +970,7 @@ pub fn replay(
         cycles: latencies.len() as u64,
         unschedulable_attempts: record.unschedulable,
         plugin_errors: record.plugin_errors,
-        latency_us: Latency {
-            p50: at(0.5),
-            p99: at(0.99),
-            max: at(1.0),
-        },
+        latency_us: Latency::of_sorted(&latencies),
         latency_histogram: latency_histogram(&latencies),
         decisions_per_second: latencies.len() as f64 / wall,
         wall_seconds: wall,
@@ -1001,6 +980,49 @@ pub fn replay(
         bookkeeping_mismatches: mismatches,
         placements_sha256: record.placements_sha256(),
     })
+}
+
+/// Each node's index by name, and each pod's by its key in the scheduler (`trace/NAME`).
+fn indexes<'a>(
+    nodes: &'a [TraceNode],
+    pods: &[TracePod],
+) -> (HashMap<&'a str, usize>, HashMap<String, usize>) {
+    let node_index = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.as_str(), i))
+        .collect();
+    let pod_index = pods
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (format!("trace/{}", p.name), i))
+        .collect();
+    (node_index, pod_index)
+}
+
+/// Sleeps until `trace_seconds` of the trace, played `speed` times faster, have passed since
+/// `started`.
+fn keep_pace(speed: f64, trace_seconds: u64, started: Instant) {
+    let wait = Duration::try_from_secs_f64(trace_seconds as f64 / speed);
+    if let Some(due) = wait.ok().and_then(|w| started.checked_add(w)) {
+        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+    }
+}
+
+impl Latency {
+    /// The median, 99th percentile and maximum of `latencies` (ns, sorted), in µs.
+    fn of_sorted(latencies: &[u64]) -> Latency {
+        let at = |q: f64| {
+            latencies
+                .get(((latencies.len() as f64 - 1.0) * q).round() as usize)
+                .map_or(0.0, |&ns| ns as f64 / 1000.0)
+        };
+        Latency {
+            p50: at(0.5),
+            p99: at(0.99),
+            max: at(1.0),
+        }
+    }
 }
 
 /// Pods on a different node (or none) in the scheduler's cache than in the replay's record.

@@ -59,23 +59,7 @@ pub fn html(context: &Context, runs: &[Run]) -> anyhow::Result<String> {
          .note{{color:#555;font-size:90%}}</style></head><body>\n<h1>{title}</h1>\n",
         title = escape(&title)
     );
-    let _ = writeln!(
-        out,
-        "<p class=\"note\">Nodes <code>{}</code>, pods <code>{}</code>, seed {}{}{}. Time on the \
-         x axes is the trace's logical time in hours from its first event; latency is wall time.</p>",
-        escape(&context.nodes),
-        escape(&context.pods),
-        context.seed,
-        if context.ignore_deletions {
-            ", deletions ignored (pods keep their place once placed)"
-        } else {
-            ""
-        },
-        context
-            .limit
-            .map(|l| format!(", first {l} pods"))
-            .unwrap_or_default(),
-    );
+    context_note(&mut out, context);
     headline_table(&mut out, runs);
     let sections: [(&str, &str, Plot); 4] = [
         (
@@ -109,25 +93,51 @@ pub fn html(context: &Context, runs: &[Run]) -> anyhow::Result<String> {
         );
     }
     reasons_table(&mut out, runs);
-    let skipped = &first.skipped_rows;
-    if !skipped.is_empty() {
-        let _ = writeln!(
-            out,
-            "<h2>Skipped rows</h2>\n<table><tr><th>row</th><th>reason</th></tr>"
-        );
-        for row in skipped {
-            let _ = writeln!(
-                out,
-                "<tr><td>{}:{}</td><td>{}</td></tr>",
-                escape(&row.file),
-                row.line,
-                escape(&row.reason)
-            );
-        }
-        out.push_str("</table>\n");
-    }
+    skipped_rows_table(&mut out, &first.skipped_rows);
     out.push_str("</body></html>\n");
     Ok(out)
+}
+
+/// The trace's rows the replay skipped, with why; nothing when none was.
+fn skipped_rows_table(out: &mut String, skipped: &[super::SkippedRow]) {
+    if skipped.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "<h2>Skipped rows</h2>\n<table><tr><th>row</th><th>reason</th></tr>"
+    );
+    for row in skipped {
+        let _ = writeln!(
+            out,
+            "<tr><td>{}:{}</td><td>{}</td></tr>",
+            escape(&row.file),
+            row.line,
+            escape(&row.reason)
+        );
+    }
+    out.push_str("</table>\n");
+}
+
+/// What was replayed, and how to read the plots.
+fn context_note(out: &mut String, context: &Context) {
+    let _ = writeln!(
+        out,
+        "<p class=\"note\">Nodes <code>{}</code>, pods <code>{}</code>, seed {}{}{}. Time on the \
+         x axes is the trace's logical time in hours from its first event; latency is wall time.</p>",
+        escape(&context.nodes),
+        escape(&context.pods),
+        context.seed,
+        if context.ignore_deletions {
+            ", deletions ignored (pods keep their place once placed)"
+        } else {
+            ""
+        },
+        context
+            .limit
+            .map(|l| format!(", first {l} pods"))
+            .unwrap_or_default(),
+    );
 }
 
 fn headline_table(out: &mut String, runs: &[Run]) {

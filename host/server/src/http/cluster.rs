@@ -67,92 +67,101 @@ pub(super) fn routes(server: &Shared) -> Router<Shared> {
         RESOURCES
     };
     for &(resource, kind, namespaced) in resources {
-        let list = move |s: State<Shared>| async move { list(s, kind, None).await };
-        if namespaced {
-            cluster = cluster
-                .route(&format!("/v1/{resource}"), get(list))
-                .route(
-                    &format!("/v1/namespaces/{{namespace}}/{resource}"),
-                    get(move |s: State<Shared>, Path(ns): Path<String>| async move {
-                        self::list(s, kind, Some(ns)).await
-                    })
-                    .post(
-                        move |s: State<Shared>,
-                              Path(ns): Path<String>,
-                              headers: HeaderMap,
-                              body: Result<Bytes, BytesRejection>| async move {
-                            create(s, kind, Some(ns), headers, body).await
-                        },
-                    ),
-                )
-                .route(
-                    &format!("/v1/namespaces/{{namespace}}/{resource}/{{name}}"),
-                    get(
-                        move |s: State<Shared>, Path((ns, name)): Path<(String, String)>| async move {
-                            get_one(s, kind, ns, name).await
-                        },
-                    )
-                    .put(
-                        move |s: State<Shared>,
-                              Path((ns, name)): Path<(String, String)>,
-                              headers: HeaderMap,
-                              body: Result<Bytes, BytesRejection>| async move {
-                            replace(s, kind, ns, name, headers, body).await
-                        },
-                    )
-                    .delete(
-                        move |s: State<Shared>, Path((ns, name)): Path<(String, String)>| async move {
-                            delete(s, kind, ns, name).await
-                        },
-                    ),
-                );
+        cluster = if namespaced {
+            namespaced_routes(cluster, resource, kind)
         } else {
-            // `/v1/namespaces/{namespace}` shares its first segments with the namespaced routes,
-            // whose parameter there is named `namespace`; the router wants one name per place.
-            let one = if kind == Kind::Namespace {
-                "{namespace}"
-            } else {
-                "{name}"
-            };
-            cluster = cluster
-                .route(
-                    &format!("/v1/{resource}"),
-                    get(list).post(
-                        move |s: State<Shared>,
-                              headers: HeaderMap,
-                              body: Result<Bytes, BytesRejection>| async move {
-                            create(s, kind, None, headers, body).await
-                        },
-                    ),
-                )
-                .route(
-                    &format!("/v1/{resource}/{one}"),
-                    get(
-                        move |s: State<Shared>, Path(name): Path<String>| async move {
-                            get_one(s, kind, String::new(), name).await
-                        },
-                    )
-                    .put(
-                        move |s: State<Shared>,
-                              Path(name): Path<String>,
-                              headers: HeaderMap,
-                              body: Result<Bytes, BytesRejection>| async move {
-                            replace(s, kind, String::new(), name, headers, body).await
-                        },
-                    )
-                    .delete(
-                        move |s: State<Shared>, Path(name): Path<String>| async move {
-                            delete(s, kind, String::new(), name).await
-                        },
-                    ),
-                );
-        }
+            cluster_wide_routes(cluster, resource, kind)
+        };
     }
     guard(
         limit_bodies(cluster, server.args.max_request_bytes),
         server,
         needs,
     )
+}
+
+/// List, create, get, replace and delete of a namespaced resource; listed across namespaces too.
+fn namespaced_routes(cluster: Router<Shared>, resource: &str, kind: Kind) -> Router<Shared> {
+    let list = move |s: State<Shared>| async move { list(s, kind, None).await };
+    cluster
+        .route(&format!("/v1/{resource}"), get(list))
+        .route(
+            &format!("/v1/namespaces/{{namespace}}/{resource}"),
+            get(move |s: State<Shared>, Path(ns): Path<String>| async move {
+                self::list(s, kind, Some(ns)).await
+            })
+            .post(
+                move |s: State<Shared>,
+                      Path(ns): Path<String>,
+                      headers: HeaderMap,
+                      body: Result<Bytes, BytesRejection>| async move {
+                    create(s, kind, Some(ns), headers, body).await
+                },
+            ),
+        )
+        .route(
+            &format!("/v1/namespaces/{{namespace}}/{resource}/{{name}}"),
+            get(
+                move |s: State<Shared>, Path((ns, name)): Path<(String, String)>| async move {
+                    get_one(s, kind, ns, name).await
+                },
+            )
+            .put(
+                move |s: State<Shared>,
+                      Path((ns, name)): Path<(String, String)>,
+                      headers: HeaderMap,
+                      body: Result<Bytes, BytesRejection>| async move {
+                    replace(s, kind, ns, name, headers, body).await
+                },
+            )
+            .delete(
+                move |s: State<Shared>, Path((ns, name)): Path<(String, String)>| async move {
+                    delete(s, kind, ns, name).await
+                },
+            ),
+        )
+}
+
+/// List, create, get, replace and delete of a resource outside namespaces.
+fn cluster_wide_routes(cluster: Router<Shared>, resource: &str, kind: Kind) -> Router<Shared> {
+    let list = move |s: State<Shared>| async move { list(s, kind, None).await };
+    // `/v1/namespaces/{namespace}` shares its first segments with the namespaced routes, whose
+    // parameter there is named `namespace`; the router wants one name per place.
+    let one = if kind == Kind::Namespace {
+        "{namespace}"
+    } else {
+        "{name}"
+    };
+    cluster
+        .route(
+            &format!("/v1/{resource}"),
+            get(list).post(
+                move |s: State<Shared>,
+                      headers: HeaderMap,
+                      body: Result<Bytes, BytesRejection>| async move {
+                    create(s, kind, None, headers, body).await
+                },
+            ),
+        )
+        .route(
+            &format!("/v1/{resource}/{one}"),
+            get(move |s: State<Shared>, Path(name): Path<String>| async move {
+                get_one(s, kind, String::new(), name).await
+            })
+            .put(
+                move |s: State<Shared>,
+                      Path(name): Path<String>,
+                      headers: HeaderMap,
+                      body: Result<Bytes, BytesRejection>| async move {
+                    replace(s, kind, String::new(), name, headers, body).await
+                },
+            )
+            .delete(
+                move |s: State<Shared>, Path(name): Path<String>| async move {
+                    delete(s, kind, String::new(), name).await
+                },
+            ),
+        )
 }
 
 /// Why a pending pod waits: its queue, attempts and last FitError, and a dry-run cycle against the
@@ -782,65 +791,71 @@ async fn watch_events(
         }),
         done: false,
     };
-    let stream = futures_util::stream::unfold(state, |mut st| async move {
-        loop {
-            if let Some(event) = st.pending.pop_front() {
-                st.last = event.resource_version;
-                let sse = SseEvent::default()
-                    .id(event.resource_version.to_string())
-                    .event(event.kind)
-                    .json_data(&event)
-                    .expect("watch events serialize");
-                return Some((Ok::<_, Infallible>(sse), st));
-            }
-            if st.done || *st.shutdown.borrow() {
-                return None;
-            }
-            if let Some(policy) = st
-                .policy
-                .as_mut()
-                .filter(|p| p.has_changed().unwrap_or(false))
-            {
-                let count = *policy.borrow_and_update();
-                let sse = SseEvent::default()
-                    .event("PolicyChanged")
-                    .data(count.to_string());
-                return Some((Ok(sse), st));
-            }
-            match st.log.since(st.last) {
-                Ok(events) if !events.is_empty() => {
-                    st.pending.extend(events);
-                    continue;
-                }
-                Ok(_) => {}
-                Err(_) => {
-                    st.done = true;
-                    let sse = SseEvent::default().event("error").data(
-                        "410 Expired: this watch fell behind the retained events; list again",
-                    );
-                    return Some((Ok(sse), st));
-                }
-            }
-            let policy_changed = {
-                let policy_changed = async {
-                    match st.policy.as_mut() {
-                        Some(policy) => policy.changed().await,
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    changed = st.changed.changed() => if changed.is_err() { return None } else { false },
-                    _ = st.shutdown.changed() => return None,
-                    changed = policy_changed => if changed.is_err() { return None } else { true },
-                }
-            };
-            // `changed()` marked the new count seen; the next turn sends it.
-            if let Some(policy) = st.policy.as_mut().filter(|_| policy_changed) {
-                policy.mark_changed();
-            }
-        }
-    });
+    let stream = futures_util::stream::unfold(state, next_watch_event);
     Ok(Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response())
+}
+
+/// The next event of a watch: a logged change, a policy change, or the end (the server stopping,
+/// the log gone, or the watch falling behind, which is said once as an `error` event).
+async fn next_watch_event(
+    mut st: WatchState,
+) -> Option<(Result<SseEvent, Infallible>, WatchState)> {
+    loop {
+        if let Some(event) = st.pending.pop_front() {
+            st.last = event.resource_version;
+            let sse = SseEvent::default()
+                .id(event.resource_version.to_string())
+                .event(event.kind)
+                .json_data(&event)
+                .expect("watch events serialize");
+            return Some((Ok::<_, Infallible>(sse), st));
+        }
+        if st.done || *st.shutdown.borrow() {
+            return None;
+        }
+        if let Some(policy) = st
+            .policy
+            .as_mut()
+            .filter(|p| p.has_changed().unwrap_or(false))
+        {
+            let count = *policy.borrow_and_update();
+            let sse = SseEvent::default()
+                .event("PolicyChanged")
+                .data(count.to_string());
+            return Some((Ok(sse), st));
+        }
+        match st.log.since(st.last) {
+            Ok(events) if !events.is_empty() => {
+                st.pending.extend(events);
+                continue;
+            }
+            Ok(_) => {}
+            Err(_) => {
+                st.done = true;
+                let sse = SseEvent::default()
+                    .event("error")
+                    .data("410 Expired: this watch fell behind the retained events; list again");
+                return Some((Ok(sse), st));
+            }
+        }
+        let policy_changed = {
+            let policy_changed = async {
+                match st.policy.as_mut() {
+                    Some(policy) => policy.changed().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                changed = st.changed.changed() => if changed.is_err() { return None } else { false },
+                _ = st.shutdown.changed() => return None,
+                changed = policy_changed => if changed.is_err() { return None } else { true },
+            }
+        };
+        // `changed()` marked the new count seen; the next turn sends it.
+        if let Some(policy) = st.policy.as_mut().filter(|_| policy_changed) {
+            policy.mark_changed();
+        }
+    }
 }

@@ -27,7 +27,7 @@ struct EventSeries {
 pub struct Recorder {
     /// `reportingInstance`: this replica.
     pub instance: String,
-    recorded: std::sync::Mutex<HashMap<(String, &'static str, String), EventSeries>>,
+    recorded: std::sync::Mutex<HashMap<EventKey, EventSeries>>,
     /// The `PodScheduled=False` condition last written per pod (reason and message), and when.
     conditions: std::sync::Mutex<HashMap<String, (bool, String, std::time::Instant)>>,
 }
@@ -91,46 +91,15 @@ impl Recorder {
         let Some((namespace, name)) = result.pod.split_once('/') else {
             return;
         };
-        let (reason, kind, action, note) = match &result.node {
-            Some(node) => (
-                "Scheduled",
-                "Normal",
-                "Binding",
-                format!("Successfully assigned {} to {node}", result.pod),
-            ),
-            // The condition keeps the whole text; the API server refuses a longer note.
-            None => (
-                "FailedScheduling",
-                "Warning",
-                "Scheduling",
-                truncate_note(result.message.as_deref().unwrap_or_default()),
-            ),
-        };
+        let text = EventText::of(result);
         let events: Api<k8s_openapi::api::events::v1::Event> =
             Api::namespaced(client.clone(), namespace);
-        let key = (result.pod.clone(), reason, note.clone());
+        let key = (result.pod.clone(), text.reason, text.note.clone());
         let now = std::time::Instant::now();
-        let repeat = {
-            let mut recorded = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
-            recorded.retain(|_, r| r.first.elapsed() < Self::SERIES_WINDOW);
-            match recorded.get_mut(&key) {
-                Some(r) => {
-                    r.count += 1;
-                    let due = r.patched.elapsed() >= Self::PATCH_EVERY;
-                    if due {
-                        r.patched = now;
-                    }
-                    Some((r.name.clone(), r.count, due))
-                }
-                None => None,
-            }
-        };
-        if !matches!(repeat, Some((_, _, false))) {
-            rate.acquire().await;
-        }
-        let outcome = match repeat {
-            Some((_, _, false)) => return,
-            Some((event_name, count, true)) => {
+        let outcome = match self.repeat_of(&key, now) {
+            Repeat::Counted => return,
+            Repeat::Patch(event_name, count) => {
+                rate.acquire().await;
                 let series = serde_json::json!({"series": {
                     "count": count,
                     "lastObservedTime": now_micro(),
@@ -139,52 +108,115 @@ impl Recorder {
                     .map_ok(|_| ())
                     .await
             }
-            None => {
-                let event_name = format!("{name}.{:x}", event_suffix());
-                let event = serde_json::json!({
-                    "apiVersion": "events.k8s.io/v1",
-                    "kind": "Event",
-                    "metadata": {"name": event_name, "namespace": namespace},
-                    "eventTime": now_micro(),
-                    "reportingController": "wasched",
-                    "reportingInstance": self.instance,
-                    "action": action,
-                    "reason": reason,
-                    "type": kind,
-                    "note": note,
-                    "regarding": {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name},
-                });
-                let created = match serde_json::from_value(event) {
-                    Ok(event) => {
-                        bounded(events.create(&PostParams::default(), &event))
-                            .map_ok(|_| ())
-                            .await
-                    }
-                    Err(e) => {
-                        tracing::warn!("building an Event: {e}");
-                        return;
-                    }
-                };
-                if created.is_ok() {
-                    self.recorded
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(
-                            key,
-                            EventSeries {
-                                name: event_name,
-                                count: 1,
-                                first: now,
-                                patched: now,
-                            },
-                        );
-                }
-                created
+            Repeat::New => {
+                rate.acquire().await;
+                self.create(&events, namespace, name, &text, key, now).await
             }
         };
         if let Err(e) = outcome {
             refused.count(ApiWrite::Event);
-            tracing::warn!(pod = %result.pod, "recording the {reason} event failed: {e}");
+            tracing::warn!(pod = %result.pod, "recording the {} event failed: {e}", text.reason);
+        }
+    }
+
+    /// Whether the Event `key` happened within the series window, counting it if so.
+    fn repeat_of(&self, key: &EventKey, now: std::time::Instant) -> Repeat {
+        let mut recorded = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
+        recorded.retain(|_, r| r.first.elapsed() < Self::SERIES_WINDOW);
+        let Some(series) = recorded.get_mut(key) else {
+            return Repeat::New;
+        };
+        series.count += 1;
+        if series.patched.elapsed() < Self::PATCH_EVERY {
+            return Repeat::Counted;
+        }
+        series.patched = now;
+        Repeat::Patch(series.name.clone(), series.count)
+    }
+
+    /// Creates the Event and, once the API server took it, starts its series.
+    async fn create(
+        &self,
+        events: &Api<k8s_openapi::api::events::v1::Event>,
+        namespace: &str,
+        name: &str,
+        text: &EventText,
+        key: EventKey,
+        now: std::time::Instant,
+    ) -> Result<(), kube::Error> {
+        let event_name = format!("{name}.{:x}", event_suffix());
+        let event = serde_json::json!({
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"name": event_name, "namespace": namespace},
+            "eventTime": now_micro(),
+            "reportingController": "wasched",
+            "reportingInstance": self.instance,
+            "action": text.action,
+            "reason": text.reason,
+            "type": text.kind,
+            "note": text.note,
+            "regarding": {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name},
+        });
+        let event = match serde_json::from_value(event) {
+            Ok(event) => event,
+            Err(e) => {
+                tracing::warn!("building an Event: {e}");
+                return Ok(());
+            }
+        };
+        bounded(events.create(&PostParams::default(), &event)).await?;
+        let series = EventSeries {
+            name: event_name,
+            count: 1,
+            first: now,
+            patched: now,
+        };
+        self.recorded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, series);
+        Ok(())
+    }
+}
+
+/// An Event's identity for its series: the pod, the reason and the note.
+type EventKey = (String, &'static str, String);
+
+/// What to do with an Event the recorder is asked for.
+enum Repeat {
+    /// It is new (or its series ran out): create it.
+    New,
+    /// It repeats and its series is due a patch: the Event's name and the new count.
+    Patch(String, i32),
+    /// It repeats; the count went up, and nothing is written now.
+    Counted,
+}
+
+/// The words of a cycle's Event, as kube-scheduler writes them.
+struct EventText {
+    reason: &'static str,
+    kind: &'static str,
+    action: &'static str,
+    note: String,
+}
+
+impl EventText {
+    fn of(result: &CycleResult) -> Self {
+        match &result.node {
+            Some(node) => EventText {
+                reason: "Scheduled",
+                kind: "Normal",
+                action: "Binding",
+                note: format!("Successfully assigned {} to {node}", result.pod),
+            },
+            // The condition keeps the whole text; the API server refuses a longer note.
+            None => EventText {
+                reason: "FailedScheduling",
+                kind: "Warning",
+                action: "Scheduling",
+                note: truncate_note(result.message.as_deref().unwrap_or_default()),
+            },
         }
     }
 }
