@@ -271,12 +271,12 @@ impl Churn {
 
     /// Before cycle `i`, as the event pipeline applies changes in the service.
     fn between_cycles(&mut self, i: usize, scheduler: &mut Scheduler, cluster: &Synthetic) {
-        if i % 10 == 0 && !self.placed.is_empty() {
+        if i.is_multiple_of(10) && !self.placed.is_empty() {
             let at = self.rng.below(self.placed.len() as u64) as usize;
             let victim = self.placed.swap_remove(at);
             scheduler.cache_mut().remove_pod(&victim);
         }
-        if i % 100 == 0 && !cluster.nodes.is_empty() {
+        if i.is_multiple_of(100) && !cluster.nodes.is_empty() {
             let gone = &cluster.nodes[self.rng.below(cluster.nodes.len() as u64) as usize];
             scheduler.cache_mut().remove_node(&gone.name);
             let mut fresh = gone.clone();

@@ -465,6 +465,29 @@ impl ComponentFactory {
         store
     }
 
+    /// The optional interfaces `instance` exports, each type-checked.
+    fn optional_exports(
+        &self,
+        store: &mut Store<StoreState>,
+        instance: &Instance,
+    ) -> Result<OptionalExports, LoadError> {
+        let wrong_type = |interface: &str, e: wasmtime::Error| {
+            LoadError(format!(
+                "plugin {}: exports {interface} with the wrong type: {e:#}",
+                self.name
+            ))
+        };
+        Ok(OptionalExports {
+            batched: batched_export(store, instance)
+                .map_err(|e| wrong_type(BATCHED_INTERFACE, e))?,
+            encoded: encoded_exports(store, instance)
+                .map_err(|e| wrong_type(ENCODED_INTERFACE, e))?,
+            stages: stage_exports(store, instance).map_err(|e| wrong_type(STAGES_INTERFACE, e))?,
+            reserve: reserve_exports(store, instance)
+                .map_err(|e| wrong_type(RESERVE_INTERFACE, e))?,
+        })
+    }
+
     fn instance(&self, config: &str) -> Result<ComponentInstance, LoadError> {
         let ticks = ticks(self.limits.call_timeout);
         let start_ticks = self::ticks(INSTANTIATE_TIMEOUT.max(self.limits.call_timeout));
@@ -474,10 +497,7 @@ impl ComponentFactory {
         };
         let init_trapped =
             |e: wasmtime::Error| LoadError(format!("plugin {}: init trapped: {e:#}", self.name));
-        let mut batched = None;
-        let mut encoded = None;
-        let mut stages = None;
-        let mut reserve = None;
+        let mut optional = OptionalExports::default();
         let (exports, descriptor) = match &self.pre {
             Pre::Current(pre) => {
                 let instance = pre
@@ -486,16 +506,7 @@ impl ComponentFactory {
                     .map_err(instantiation_failed)?;
                 let world =
                     PluginWorld::new(&mut store, &instance).map_err(instantiation_failed)?;
-                let wrong_type = |interface: &str, e: wasmtime::Error| {
-                    LoadError(format!(
-                        "plugin {}: exports {interface} with the wrong type: {e:#}",
-                        self.name
-                    ))
-                };
-                batched = batched_export(&mut store, &instance)
-                    .map_err(|e| wrong_type(BATCHED_INTERFACE, e))?;
-                encoded = encoded_exports(&mut store, &instance)
-                    .map_err(|e| wrong_type(ENCODED_INTERFACE, e))?;
+                optional = self.optional_exports(&mut store, &instance)?;
                 if self.deadlines {
                     store.set_epoch_deadline(start_ticks);
                 }
@@ -504,17 +515,13 @@ impl ComponentFactory {
                     .map_err(init_trapped)?
                     .map(sdk::Descriptor::from);
                 if let Ok(descriptor) = &mut descriptor {
-                    stages = stage_exports(&mut store, &instance)
-                        .map_err(|e| wrong_type(STAGES_INTERFACE, e))?;
-                    reserve = reserve_exports(&mut store, &instance)
-                        .map_err(|e| wrong_type(RESERVE_INTERFACE, e))?;
-                    declare_stages(&mut store, stages.as_ref(), reserve.as_ref(), descriptor)
-                        .map_err(|e| {
-                            LoadError(format!(
-                                "plugin {}: trapped saying which stages it takes part in: {e:#}",
-                                self.name
-                            ))
-                        })?;
+                    let (stages, reserve) = (optional.stages.as_ref(), optional.reserve.as_ref());
+                    declare_stages(&mut store, stages, reserve, descriptor).map_err(|e| {
+                        LoadError(format!(
+                            "plugin {}: trapped saying which stages it takes part in: {e:#}",
+                            self.name
+                        ))
+                    })?;
                 }
                 (Exports::Current(Box::new(world)), descriptor)
             }
@@ -547,15 +554,24 @@ impl ComponentFactory {
             deadlines: self.deadlines,
             scratch_nodes: Vec::new(),
             mirrored: 0,
-            held: Held::for_exports(encoded.is_some(), batched.is_some()),
-            batched,
-            encoded,
-            stages,
-            reserve,
+            held: Held::for_exports(optional.encoded.is_some(), optional.batched.is_some()),
+            batched: optional.batched,
+            encoded: optional.encoded,
+            stages: optional.stages,
+            reserve: optional.reserve,
             input: Vec::new(),
             calls: 0,
         })
     }
+}
+
+/// The optional interfaces of the `staged-plugin` world a component exports.
+#[derive(Default)]
+struct OptionalExports {
+    batched: Option<BatchedSetPod>,
+    encoded: Option<EncodedExports>,
+    stages: Option<StageExports>,
+    reserve: Option<ReserveFunc>,
 }
 
 fn ticks(timeout: Duration) -> u64 {

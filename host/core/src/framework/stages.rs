@@ -9,8 +9,8 @@
 //! descriptor sets `permit` is asked, in profile order, whether the pod may go on to be bound
 //! (kube-scheduler's `RunPermitPlugins`): the first rejection ends the stage; waits add up (the
 //! pod waits until every plugin it waits at lets it go). Whatever a plugin answered, the waiting
-//! pods it lets go are returned for the service to release. Unreserve runs on the same plugins
-//! in reverse order when a reservation is undone.
+//! pods it lets go are returned for the service to release. Unreserve runs on the same plugins,
+//! and on the cycle's Reserve plugins, in reverse order when a reservation is undone.
 
 use std::time::Duration;
 
@@ -144,8 +144,9 @@ impl Scheduler {
         outcome
     }
 
-    /// Tells the Permit plugins of `pod`'s profile, in reverse order, that its reservation on
-    /// `node` was undone. A failure is recorded against the plugin and goes no further.
+    /// Tells the Reserve and Permit plugins of `pod`'s profile, in reverse order, that its
+    /// reservation on `node` was undone. A failure is recorded against the plugin and goes no
+    /// further.
     pub fn unreserve_plugins(&mut self, pod: &sdk::Pod, node: &str) {
         let Some(profile) = self.profile_of(pod) else {
             return;
@@ -156,7 +157,7 @@ impl Scheduler {
             .slots
             .iter_mut()
             .rev()
-            .filter(|s| s.descriptor.permit)
+            .filter(|s| s.descriptor.permit || (s.descriptor.reserve && s.in_cycle))
         {
             let Some(instance) = slot.instance.as_mut() else {
                 continue;
