@@ -111,6 +111,16 @@ pub trait Plugin: Sized + 'static {
     /// reservation, [`Plugin::unreserve`]).
     const RESERVE: bool = false;
 
+    /// The parts of the pod without which the plugin has no opinion on it: when every part named
+    /// here is empty in a pod (and, if this names [`PodParts::POD_AFFINITY`] and the plugin reads
+    /// placed pods' [`ExistingPodParts::POD_AFFINITY`], no placed pod has a pod (anti-)affinity
+    /// term either), [`Plugin::prepare`] would answer [`FilterPlan::Skip`] with no score. The
+    /// host then gives that answer itself, without a call, and brings the plugin's mirror up to
+    /// date in batches rather than every cycle. `sdk::testing` checks the promise on every case
+    /// of the plugin's table. The host takes the default plugins it embeds at their word; the
+    /// default, [`PodParts::NONE`], promises nothing.
+    const IDLE_WITHOUT: PodParts = PodParts::NONE;
+
     /// Builds the plugin from its configuration: the plugin's table in the scheduler's TOML, as JSON
     /// (`{}` when there is none). Called once per plugin instance.
     ///

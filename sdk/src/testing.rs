@@ -42,7 +42,7 @@ use crate::helpers::default_normalize;
 use crate::{
     Code, Driver, ExistingPod, ExistingPodParts, Exported, Failure, FilterPlan, FilterResults,
     HostPort, Labels, NodeId, NodeInfo, NodeSelectorRequirement, NodeSelectorTerm, Normalize, Pod,
-    PodId, PodPlan, Resources, Taint, Toleration, VolumeInfo,
+    PodId, PodParts, PodPlan, Resources, Taint, Toleration, VolumeInfo,
 };
 
 /// One gibibyte.
@@ -512,6 +512,13 @@ pub fn answers<P: Exported>(case: &Case) -> Answers {
     let seen = case.pod.with_parts(P::READS_POD);
     let plan = driver.set_pod(seen.clone());
     let what = |path: &str| format!("{}: {}: {path}", P::NAME, case.name);
+    if idle_for::<P>(case) {
+        assert!(
+            matches!(plan.filter, FilterPlan::Skip) && !plan.score,
+            "{}: {plan:?}",
+            what("a pod without its IDLE_WITHOUT parts is not skipped")
+        );
+    }
 
     let verdicts = if P::FILTER {
         let batched = filter_answers(&mut driver, &ids, case, &seen, &what);
@@ -530,6 +537,22 @@ pub fn answers<P: Exported>(case: &Case) -> Answers {
         scores,
         pre_enqueue,
     }
+}
+
+/// Whether the host would leave the plugin out of `case`'s cycle, by [`Plugin::IDLE_WITHOUT`]
+/// (the parts a plugin does not read are empty in the pod it is sent, so only the parts it reads
+/// count).
+fn idle_for<P: Exported>(case: &Case) -> bool {
+    let without = P::IDLE_WITHOUT;
+    let placed_affinity = without.contains(PodParts::POD_AFFINITY)
+        && P::READS_EXISTING_PODS.contains(ExistingPodParts::POD_AFFINITY);
+    without != PodParts::NONE
+        && case.pod.lacks_parts(without)
+        && !(placed_affinity
+            && case
+                .existing
+                .iter()
+                .any(|(_, p)| !p.pod_affinity.is_empty()))
 }
 
 /// The filter's verdicts on every node of `case`, in two batches, checked against the plugin's

@@ -724,6 +724,15 @@ macro_rules! pod_parts {
                     $(&& (!parts.contains(PodParts::$part)
                         || (true $(&& self.$field == other.$field)+)))+
             }
+
+            /// Whether every part `parts` names is empty in this pod (as [`Pod::default`] has
+            /// it): see [`crate::Plugin::IDLE_WITHOUT`].
+            pub fn lacks_parts(&self, parts: PodParts) -> bool {
+                fn empty<T: Default + PartialEq>(value: &T) -> bool {
+                    *value == T::default()
+                }
+                true $(&& (!parts.contains(PodParts::$part) || (true $(&& empty(&self.$field))+)))+
+            }
         }
     };
 }

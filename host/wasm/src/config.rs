@@ -922,7 +922,7 @@ impl Config {
                 if raw.as_ref().is_none_or(|r| r.call_timeout_ms.is_none()) {
                     limits.call_timeout = BUILT_IN_CALL_TIMEOUT;
                 }
-                idle_when = defaults::idle_when(plugin.name);
+                idle_when = plugin.idle_when;
                 default_factory_with(plugin, self.default_plugins, limits, deadlines)
                     .map_err(|e| self.error(definition.map(Spanned::span).unwrap_or(0..0), e))?
             }

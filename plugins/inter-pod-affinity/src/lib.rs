@@ -375,6 +375,8 @@ impl Plugin for InterPodAffinity {
         .union(PodParts::POD_AFFINITY);
     const READS_EXISTING_PODS: ExistingPodParts =
         ExistingPodParts::LABELS.union(ExistingPodParts::POD_AFFINITY);
+    // Without terms of its own and with no placed pod's, no node can fail or score.
+    const IDLE_WITHOUT: PodParts = PodParts::POD_AFFINITY;
     const READS_NAMESPACES: bool = true;
     const INDEXES_LABELS: bool = true;
 

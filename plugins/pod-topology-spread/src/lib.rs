@@ -589,6 +589,8 @@ impl Plugin for PodTopologySpread {
         .union(PodParts::TOLERATIONS)
         .union(PodParts::TOPOLOGY_SPREAD);
     const READS_EXISTING_PODS: ExistingPodParts = ExistingPodParts::LABELS;
+    // No constraints of its own, and no selector for the cluster's default constraints.
+    const IDLE_WITHOUT: PodParts = PodParts::TOPOLOGY_SPREAD;
     const INDEXES_LABELS: bool = true;
 
     fn new(config: &str) -> Result<Self, String> {

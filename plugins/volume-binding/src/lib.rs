@@ -434,6 +434,7 @@ impl Plugin for VolumeBinding {
     const READS_POD: PodParts = PodParts::VOLUME_CLAIMS.union(PodParts::IDENTITY);
     const READS_VOLUMES: bool = true;
     const RESERVE: bool = true;
+    const IDLE_WITHOUT: PodParts = PodParts::VOLUME_CLAIMS;
 
     fn new(_config: &str) -> Result<Self, String> {
         Ok(Self::default())

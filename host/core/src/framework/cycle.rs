@@ -1675,7 +1675,10 @@ mod stage_tests {
             ..Script::default()
         };
         let mut gated = plugin("Gated", reject, OnFailure::Fail);
-        gated.idle_when = Some(super::super::IdleWhen::NoPodAffinity);
+        gated.idle_when = super::super::IdleWhen::declared(
+            sdk::PodParts::POD_AFFINITY,
+            sdk::ExistingPodParts::POD_AFFINITY,
+        );
         let mut scheduler = scheduler(2, vec![gated], vec![]);
         let plain = pod();
         assert!(scheduler
@@ -2138,7 +2141,10 @@ mod stage_tests {
             reserving(Ok(binding("data", "pv-1")), &log),
             OnFailure::Fail,
         );
-        volumes.idle_when = Some(super::super::IdleWhen::NoVolumeClaims);
+        volumes.idle_when = super::super::IdleWhen::declared(
+            sdk::PodParts::VOLUME_CLAIMS,
+            sdk::ExistingPodParts::NONE,
+        );
         let mut scheduler = scheduler(1, vec![volumes], vec![]);
         let outcome = scheduler.schedule(&pod(), false).expect("profile");
         assert_eq!(outcome.node.as_deref(), Some("n1"));

@@ -91,31 +91,38 @@ pub struct PluginSpec {
     pub idle_when: Option<IdleWhen>,
 }
 
-/// Pods a default plugin has no opinion on, told from the pod and the cache alone.
+/// Pods a plugin has no opinion on, told from the pod and the cache alone: what its
+/// [`sdk::Plugin::IDLE_WITHOUT`] promises.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IdleWhen {
-    /// InterPodAffinity: the pod has no pod (anti-)affinity terms and no placed pod has any.
-    NoPodAffinity,
-    /// PodTopologySpread: the pod has no spread constraints of its own and no default spread
-    /// selector (no Service or controller selects it), so neither its own nor the cluster
-    /// default constraints apply.
-    NoTopologySpread,
-    /// VolumeBinding: the pod uses no PersistentVolumeClaim (nor generic ephemeral volume).
-    NoVolumeClaims,
+pub struct IdleWhen {
+    /// The pod lacks every one of these parts.
+    pub without: sdk::PodParts,
+    /// ... and no placed pod has a pod (anti-)affinity term: the plugin reads placed pods'
+    /// affinity and is idle without the pod's own.
+    pub nor_placed_affinity: bool,
 }
 
 impl IdleWhen {
+    /// What a plugin declaring `without` (its `IDLE_WITHOUT`) and reading `existing` of placed
+    /// pods promises; `None` when it promises nothing.
+    pub const fn declared(
+        without: sdk::PodParts,
+        existing: sdk::ExistingPodParts,
+    ) -> Option<IdleWhen> {
+        if without.bits() == sdk::PodParts::NONE.bits() {
+            return None;
+        }
+        Some(IdleWhen {
+            without,
+            nor_placed_affinity: without.contains(sdk::PodParts::POD_AFFINITY)
+                && existing.contains(sdk::ExistingPodParts::POD_AFFINITY),
+        })
+    }
+
     /// Whether the plugin has no opinion on `pod`.
     pub fn holds(self, pod: &sdk::Pod, cache: &Cache) -> bool {
-        match self {
-            IdleWhen::NoPodAffinity => {
-                pod.pod_affinity.is_empty() && cache.pods_with_pod_affinity() == 0
-            }
-            IdleWhen::NoTopologySpread => {
-                pod.topology_spread_constraints.is_empty() && pod.default_spread_selector.is_none()
-            }
-            IdleWhen::NoVolumeClaims => pod.volume_claims.is_empty(),
-        }
+        pod.lacks_parts(self.without)
+            && !(self.nor_placed_affinity && cache.pods_with_pod_affinity() > 0)
     }
 }
 
@@ -743,22 +750,22 @@ mod tests {
 
     #[test]
     fn pod_topology_spread_is_idle_only_for_pods_no_constraint_applies_to() {
+        let spread = crate::runtime::defaults::find(wasched_pod_topology_spread::NAME)
+            .and_then(|p| p.idle_when)
+            .expect("PodTopologySpread declares when it is idle");
         let cache = Cache::default();
         let plain = sdk::Pod::default();
-        assert!(IdleWhen::NoTopologySpread.holds(&plain, &cache));
+        assert!(spread.holds(&plain, &cache));
         let own = sdk::Pod {
             topology_spread_constraints: vec![sdk::TopologySpreadConstraint::default()],
             ..sdk::Pod::default()
         };
-        assert!(!IdleWhen::NoTopologySpread.holds(&own, &cache));
+        assert!(!spread.holds(&own, &cache));
         let selected = sdk::Pod {
             default_spread_selector: Some(sdk::LabelSelector::default()),
             ..sdk::Pod::default()
         };
-        assert!(
-            !IdleWhen::NoTopologySpread.holds(&selected, &cache),
-            "a Service selects it"
-        );
+        assert!(!spread.holds(&selected, &cache), "a Service selects it");
     }
 
     /// Counts `set-pod` calls; its plan says how many calls it has seen, so a reused plan shows.

@@ -28,6 +28,9 @@ pub struct DefaultPlugin {
     /// Its table of cases (pods, nodes and the answers kube-scheduler gives), which its crate's
     /// tests run natively and the host's end-to-end tests run through the component.
     pub cases: fn() -> Vec<Case>,
+    /// The pods it has no opinion on, as it declares them
+    /// ([`crate::framework::PluginSpec::idle_when`]).
+    pub idle_when: Option<IdleWhen>,
 }
 
 macro_rules! default_plugin {
@@ -39,6 +42,10 @@ macro_rules! default_plugin {
             filter: <$krate::$ty as wasched_sdk::Exported>::FILTER,
             score: <$krate::$ty as wasched_sdk::Exported>::SCORE,
             cases: $krate::cases,
+            idle_when: IdleWhen::declared(
+                <$krate::$ty as wasched_sdk::Plugin>::IDLE_WITHOUT,
+                <$krate::$ty as wasched_sdk::Plugin>::READS_EXISTING_PODS,
+            ),
         }
     };
 }
@@ -58,17 +65,6 @@ pub static DEFAULT_PLUGINS: &[DefaultPlugin] = &[
     default_plugin!(wasched_balanced_allocation::BalancedAllocation),
     default_plugin!(wasched_scheduling_gates::SchedulingGates),
 ];
-
-/// The pods the default plugin `name` has no opinion on, when the host can tell them
-/// ([`crate::framework::PluginSpec::idle_when`]).
-pub fn idle_when(name: &str) -> Option<IdleWhen> {
-    match name {
-        wasched_inter_pod_affinity::NAME => Some(IdleWhen::NoPodAffinity),
-        wasched_pod_topology_spread::NAME => Some(IdleWhen::NoTopologySpread),
-        wasched_volume_binding::NAME => Some(IdleWhen::NoVolumeClaims),
-        _ => None,
-    }
-}
 
 /// The default plugin named `name`.
 pub fn find(name: &str) -> Option<&'static DefaultPlugin> {
