@@ -1,0 +1,191 @@
+//! The optional interfaces a component may export beside the `plugin` world (`batched`,
+//! `encoded`, `stages`, `reserve`): their names, how they are found and type-checked when an
+//! instance starts, and what the host asks of them once.
+
+use super::*;
+
+/// The interface through which a component takes held-back mirror updates with the next pod.
+pub const BATCHED_INTERFACE: &str = "wasched:plugin/batched@0.2.0";
+
+pub(super) type BatchedSetPod = TypedFunc<(wit::MirrorChanges, wit::Pod), (wit::PodPlan,)>;
+
+/// The interface through which a component takes its pods and held-back updates as bytes.
+pub const ENCODED_INTERFACE: &str = "wasched:plugin/encoded@0.2.0";
+
+/// The functions of [`ENCODED_INTERFACE`], type-checked when the instance starts.
+#[derive(Clone, Copy)]
+pub(super) struct EncodedExports {
+    pub(super) apply: Func,
+    pub(super) apply_and_set_pod: Func,
+    pub(super) upsert_nodes: Func,
+}
+
+impl EncodedExports {
+    pub(super) fn apply(&self) -> TypedFunc<(&[u8],), ()> {
+        // SAFETY: `encoded_exports` checked this type when the instance started.
+        unsafe { TypedFunc::new_unchecked(self.apply) }
+    }
+
+    pub(super) fn apply_and_set_pod(&self) -> TypedFunc<(&[u8],), (wit::PodPlan,)> {
+        // SAFETY: as in `apply`.
+        unsafe { TypedFunc::new_unchecked(self.apply_and_set_pod) }
+    }
+
+    pub(super) fn upsert_nodes(&self) -> TypedFunc<(&[u8],), ()> {
+        // SAFETY: as in `apply`.
+        unsafe { TypedFunc::new_unchecked(self.upsert_nodes) }
+    }
+}
+
+/// The functions of [`ENCODED_INTERFACE`] of `instance`, if it exports it.
+pub(super) fn encoded_exports(
+    store: &mut Store<StoreState>,
+    instance: &Instance,
+) -> wasmtime::Result<Option<EncodedExports>> {
+    let Some([apply, apply_and_set_pod, upsert_nodes]) = interface_funcs(
+        store,
+        instance,
+        ENCODED_INTERFACE,
+        ["apply", "apply-and-set-pod", "upsert-nodes"],
+    )?
+    else {
+        return Ok(None);
+    };
+    apply.typed::<(&[u8],), ()>(&*store)?;
+    apply_and_set_pod.typed::<(&[u8],), (wit::PodPlan,)>(&*store)?;
+    upsert_nodes.typed::<(&[u8],), ()>(&*store)?;
+    Ok(Some(EncodedExports {
+        apply,
+        apply_and_set_pod,
+        upsert_nodes,
+    }))
+}
+
+/// The functions `names` of `interface`, if `instance` exports the interface (an error if it
+/// lacks one of them).
+pub(super) fn interface_funcs<const N: usize>(
+    store: &mut Store<StoreState>,
+    instance: &Instance,
+    interface: &str,
+    names: [&str; N],
+) -> wasmtime::Result<Option<[Func; N]>> {
+    let Some(interface) = instance.get_export_index(&mut *store, None, interface) else {
+        return Ok(None);
+    };
+    let mut funcs = Vec::with_capacity(N);
+    for name in names {
+        let func = instance
+            .get_export_index(&mut *store, Some(&interface), name)
+            .and_then(|index| instance.get_func(&mut *store, index))
+            .ok_or_else(|| wasmtime::Error::msg(format!("it lacks the function {name}")))?;
+        funcs.push(func);
+    }
+    Ok(funcs.try_into().ok())
+}
+
+/// The interface through which a component takes part in PreEnqueue, Permit and Unreserve.
+pub const STAGES_INTERFACE: &str = "wasched:plugin/stages@0.2.0";
+
+/// The functions of [`STAGES_INTERFACE`], type-checked when the instance starts.
+#[derive(Clone, Copy)]
+pub(super) struct StageExports {
+    pub(super) stages: TypedFunc<(), (wit_stages::StageSet,)>,
+    pub(super) pre_enqueue: TypedFunc<(wit_stages::StagedPod,), (Option<wit::Failure>,)>,
+    pub(super) permit: TypedFunc<(wit_stages::StagedPod, String), (wit_stages::PermitAnswer,)>,
+    pub(super) unreserve: TypedFunc<(wit_stages::StagedPod, String), ()>,
+}
+
+/// The functions of [`STAGES_INTERFACE`] of `instance`, if it exports it.
+pub(super) fn stage_exports(
+    store: &mut Store<StoreState>,
+    instance: &Instance,
+) -> wasmtime::Result<Option<StageExports>> {
+    let Some([stages, pre_enqueue, permit, unreserve]) = interface_funcs(
+        store,
+        instance,
+        STAGES_INTERFACE,
+        ["stages", "pre-enqueue", "permit", "unreserve"],
+    )?
+    else {
+        return Ok(None);
+    };
+    Ok(Some(StageExports {
+        stages: stages.typed(&*store)?,
+        pre_enqueue: pre_enqueue.typed(&*store)?,
+        permit: permit.typed(&*store)?,
+        unreserve: unreserve.typed(&*store)?,
+    }))
+}
+
+/// The interface through which a component takes part in Reserve.
+pub const RESERVE_INTERFACE: &str = "wasched:plugin/reserve@0.2.0";
+
+/// `reserves` and `reserve` of [`RESERVE_INTERFACE`].
+#[derive(Clone, Copy)]
+pub(super) struct ReserveFunc {
+    pub(super) reserves: TypedFunc<(), (bool,)>,
+    pub(super) reserve: TypedFunc<(u32,), (Result<wit_reserve::Reservation, wit::Failure>,)>,
+}
+
+/// The functions of [`RESERVE_INTERFACE`] of `instance`, if it exports it.
+pub(super) fn reserve_exports(
+    store: &mut Store<StoreState>,
+    instance: &Instance,
+) -> wasmtime::Result<Option<ReserveFunc>> {
+    let Some([reserves, reserve]) =
+        interface_funcs(store, instance, RESERVE_INTERFACE, ["reserves", "reserve"])?
+    else {
+        return Ok(None);
+    };
+    Ok(Some(ReserveFunc {
+        reserves: reserves.typed(&*store)?,
+        reserve: reserve.typed(&*store)?,
+    }))
+}
+
+/// Asks the component which stages it takes part in (once, after `init`, within its deadline)
+/// and puts the answer into `descriptor`.
+pub(super) fn declare_stages(
+    store: &mut Store<StoreState>,
+    stages: Option<&StageExports>,
+    reserve: Option<&ReserveFunc>,
+    descriptor: &mut sdk::Descriptor,
+) -> wasmtime::Result<()> {
+    if let Some(stages) = stages {
+        let (set,) = stages.stages.call(&mut *store, ())?;
+        descriptor.pre_enqueue = set.contains(wit_stages::StageSet::PRE_ENQUEUE);
+        descriptor.permit = set.contains(wit_stages::StageSet::PERMIT);
+    }
+    if let Some(reserve) = reserve {
+        (descriptor.reserve,) = reserve.reserves.call(&mut *store, ())?;
+    }
+    Ok(())
+}
+
+/// A pod as the `stages` interface sends it.
+pub(super) fn staged_pod(pod: &sdk::Pod) -> wit_stages::StagedPod {
+    wit_stages::StagedPod {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        uid: pod.uid.clone(),
+        labels: pairs(&pod.labels),
+        annotations: pairs(&pod.annotations),
+        priority: pod.priority,
+        scheduling_gates: pod.scheduling_gates.clone(),
+    }
+}
+
+/// Longest wait a Permit plugin may ask for: kube-scheduler caps it at 15 minutes too.
+pub(super) const MAX_PERMIT_WAIT: Duration = Duration::from_secs(15 * 60);
+
+/// `apply-and-set-pod` of `instance`, if it exports [`BATCHED_INTERFACE`].
+pub(super) fn batched_export(
+    store: &mut Store<StoreState>,
+    instance: &Instance,
+) -> wasmtime::Result<Option<BatchedSetPod>> {
+    let Some([func]) = interface_funcs(store, instance, BATCHED_INTERFACE, ["apply-and-set-pod"])?
+    else {
+        return Ok(None);
+    };
+    func.typed(&*store).map(Some)
+}
