@@ -205,12 +205,16 @@ impl Backend for MemoryBackend {
             if let Some(volume) = volume {
                 let name = volume.metadata.name.clone().unwrap_or_default();
                 self.volumes.insert(name, volume.clone());
-                self.pipeline
-                    .submit(self.sequence.upsert(Object::Volume(Box::new(volume))));
+                self.pipeline.submit(
+                    self.sequence
+                        .upsert(Object::PersistentVolume(Box::new(volume))),
+                );
             }
             self.claims.insert(k8s::claim_key(&claim), claim.clone());
-            self.pipeline
-                .submit(self.sequence.upsert(Object::Claim(Box::new(claim))));
+            self.pipeline.submit(
+                self.sequence
+                    .upsert(Object::PersistentVolumeClaim(Box::new(claim))),
+            );
         }
         Ok(())
     }

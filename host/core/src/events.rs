@@ -19,20 +19,119 @@ use k8s_openapi::api::policy::v1 as policy;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-/// The kinds of object the scheduler follows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Kind {
-    Node,
-    Pod,
-    PersistentVolume,
-    PersistentVolumeClaim,
-    StorageClass,
-    Namespace,
-    Service,
-    ReplicationController,
-    ReplicaSet,
-    StatefulSet,
-    PodDisruptionBudget,
+/// Defines [`Kind`], [`Object`] and everything that differs between kinds only by the kind's
+/// name, type and path, from one table: a new kind is one line of [`object_kinds!`]'s call (and
+/// what the cache and the watches do with it).
+macro_rules! object_kinds {
+    ($($kind:ident($ty:ty): $api_version:literal, $resource:literal, namespaced: $namespaced:literal;)+) => {
+        /// The kinds of object the scheduler follows.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[allow(missing_docs)]
+        pub enum Kind {
+            $($kind,)+
+        }
+
+        /// A Kubernetes object the scheduler follows, one variant per [`Kind`].
+        #[derive(Debug, Clone, PartialEq)]
+        #[allow(missing_docs)]
+        pub enum Object {
+            $($kind(Box<$ty>),)+
+        }
+
+        impl Kind {
+            /// The kind's name in Kubernetes (`kind:` of its objects).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Kind::$kind => stringify!($kind),)+
+                }
+            }
+
+            /// The `apiVersion` of its objects.
+            pub fn api_version(self) -> &'static str {
+                match self {
+                    $(Kind::$kind => $api_version,)+
+                }
+            }
+
+            /// Its resource's name in API paths (`persistentvolumes`).
+            pub fn resource(self) -> &'static str {
+                match self {
+                    $(Kind::$kind => $resource,)+
+                }
+            }
+
+            /// Whether its objects live in a namespace.
+            pub fn is_namespaced(self) -> bool {
+                match self {
+                    $(Kind::$kind => $namespaced,)+
+                }
+            }
+        }
+
+        impl Object {
+            /// The object's metadata.
+            pub fn metadata(&self) -> &ObjectMeta {
+                match self {
+                    $(Object::$kind(o) => &o.metadata,)+
+                }
+            }
+
+            /// The object's metadata, to change.
+            pub fn metadata_mut(&mut self) -> &mut ObjectMeta {
+                match self {
+                    $(Object::$kind(o) => &mut o.metadata,)+
+                }
+            }
+
+            /// The object's kind.
+            pub fn kind(&self) -> Kind {
+                match self {
+                    $(Object::$kind(_) => Kind::$kind,)+
+                }
+            }
+
+            /// An object of `kind` parsed from its JSON.
+            ///
+            /// # Errors
+            /// The JSON does not fit the kind.
+            pub fn from_json(
+                kind: Kind,
+                value: serde_json::Value,
+            ) -> Result<Object, serde_json::Error> {
+                Ok(match kind {
+                    $(Kind::$kind => Object::$kind(Box::new(serde_json::from_value(value)?)),)+
+                })
+            }
+
+            /// The object as JSON.
+            pub fn to_json(&self) -> serde_json::Value {
+                let value = match self {
+                    $(Object::$kind(o) => serde_json::to_value(o),)+
+                };
+                value.expect("Kubernetes objects serialize")
+            }
+        }
+
+        $(impl From<$ty> for Object {
+            fn from(object: $ty) -> Object {
+                Object::$kind(Box::new(object))
+            }
+        })+
+    };
+}
+
+object_kinds! {
+    Node(core::Node): "v1", "nodes", namespaced: false;
+    Pod(core::Pod): "v1", "pods", namespaced: true;
+    PersistentVolume(core::PersistentVolume): "v1", "persistentvolumes", namespaced: false;
+    PersistentVolumeClaim(core::PersistentVolumeClaim): "v1", "persistentvolumeclaims", namespaced: true;
+    StorageClass(StorageClass): "storage.k8s.io/v1", "storageclasses", namespaced: false;
+    Namespace(core::Namespace): "v1", "namespaces", namespaced: false;
+    Service(core::Service): "v1", "services", namespaced: true;
+    ReplicationController(core::ReplicationController): "v1", "replicationcontrollers", namespaced: true;
+    ReplicaSet(apps::ReplicaSet): "apps/v1", "replicasets", namespaced: true;
+    StatefulSet(apps::StatefulSet): "apps/v1", "statefulsets", namespaced: true;
+    PodDisruptionBudget(policy::PodDisruptionBudget): "policy/v1", "poddisruptionbudgets", namespaced: true;
 }
 
 impl Kind {
@@ -51,67 +150,10 @@ impl Kind {
         Kind::Pod,
     ];
 
-    /// The kind's name in Kubernetes (`kind:` of its objects).
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::Node => "Node",
-            Kind::Pod => "Pod",
-            Kind::PersistentVolume => "PersistentVolume",
-            Kind::PersistentVolumeClaim => "PersistentVolumeClaim",
-            Kind::StorageClass => "StorageClass",
-            Kind::Namespace => "Namespace",
-            Kind::Service => "Service",
-            Kind::ReplicationController => "ReplicationController",
-            Kind::ReplicaSet => "ReplicaSet",
-            Kind::StatefulSet => "StatefulSet",
-            Kind::PodDisruptionBudget => "PodDisruptionBudget",
-        }
-    }
-
     /// The kind named `name`, if wasched follows it.
     pub fn named(name: &str) -> Option<Kind> {
         Kind::ALL.into_iter().find(|k| k.name() == name)
     }
-
-    /// The `apiVersion` of its objects.
-    pub fn api_version(self) -> &'static str {
-        match self {
-            Kind::StorageClass => "storage.k8s.io/v1",
-            Kind::ReplicaSet | Kind::StatefulSet => "apps/v1",
-            Kind::PodDisruptionBudget => "policy/v1",
-            _ => "v1",
-        }
-    }
-
-    /// Whether its objects live in a namespace.
-    pub fn is_namespaced(self) -> bool {
-        matches!(
-            self,
-            Kind::Pod
-                | Kind::PersistentVolumeClaim
-                | Kind::Service
-                | Kind::ReplicationController
-                | Kind::ReplicaSet
-                | Kind::StatefulSet
-                | Kind::PodDisruptionBudget
-        )
-    }
-}
-
-/// A Kubernetes object the scheduler follows.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Object {
-    Node(Box<core::Node>),
-    Pod(Box<core::Pod>),
-    Volume(Box<core::PersistentVolume>),
-    Claim(Box<core::PersistentVolumeClaim>),
-    Class(Box<StorageClass>),
-    Namespace(Box<core::Namespace>),
-    Service(Box<core::Service>),
-    ReplicationController(Box<core::ReplicationController>),
-    ReplicaSet(Box<apps::ReplicaSet>),
-    StatefulSet(Box<apps::StatefulSet>),
-    PodDisruptionBudget(Box<policy::PodDisruptionBudget>),
 }
 
 /// Identifies an object: kind, namespace (empty for cluster-scoped kinds) and name.
@@ -123,93 +165,6 @@ pub struct ObjectKey {
 }
 
 impl Object {
-    pub fn metadata(&self) -> &ObjectMeta {
-        match self {
-            Object::Node(o) => &o.metadata,
-            Object::Pod(o) => &o.metadata,
-            Object::Volume(o) => &o.metadata,
-            Object::Claim(o) => &o.metadata,
-            Object::Class(o) => &o.metadata,
-            Object::Namespace(o) => &o.metadata,
-            Object::Service(o) => &o.metadata,
-            Object::ReplicationController(o) => &o.metadata,
-            Object::ReplicaSet(o) => &o.metadata,
-            Object::StatefulSet(o) => &o.metadata,
-            Object::PodDisruptionBudget(o) => &o.metadata,
-        }
-    }
-
-    pub fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        match self {
-            Object::Node(o) => &mut o.metadata,
-            Object::Pod(o) => &mut o.metadata,
-            Object::Volume(o) => &mut o.metadata,
-            Object::Claim(o) => &mut o.metadata,
-            Object::Class(o) => &mut o.metadata,
-            Object::Namespace(o) => &mut o.metadata,
-            Object::Service(o) => &mut o.metadata,
-            Object::ReplicationController(o) => &mut o.metadata,
-            Object::ReplicaSet(o) => &mut o.metadata,
-            Object::StatefulSet(o) => &mut o.metadata,
-            Object::PodDisruptionBudget(o) => &mut o.metadata,
-        }
-    }
-
-    pub fn kind(&self) -> Kind {
-        match self {
-            Object::Node(_) => Kind::Node,
-            Object::Pod(_) => Kind::Pod,
-            Object::Volume(_) => Kind::PersistentVolume,
-            Object::Claim(_) => Kind::PersistentVolumeClaim,
-            Object::Class(_) => Kind::StorageClass,
-            Object::Namespace(_) => Kind::Namespace,
-            Object::Service(_) => Kind::Service,
-            Object::ReplicationController(_) => Kind::ReplicationController,
-            Object::ReplicaSet(_) => Kind::ReplicaSet,
-            Object::StatefulSet(_) => Kind::StatefulSet,
-            Object::PodDisruptionBudget(_) => Kind::PodDisruptionBudget,
-        }
-    }
-
-    /// An object of `kind` parsed from its JSON.
-    ///
-    /// # Errors
-    /// The JSON does not fit the kind.
-    pub fn from_json(kind: Kind, value: serde_json::Value) -> Result<Object, serde_json::Error> {
-        use serde_json::from_value as parse;
-        Ok(match kind {
-            Kind::Node => Object::Node(Box::new(parse(value)?)),
-            Kind::Pod => Object::Pod(Box::new(parse(value)?)),
-            Kind::PersistentVolume => Object::Volume(Box::new(parse(value)?)),
-            Kind::PersistentVolumeClaim => Object::Claim(Box::new(parse(value)?)),
-            Kind::StorageClass => Object::Class(Box::new(parse(value)?)),
-            Kind::Namespace => Object::Namespace(Box::new(parse(value)?)),
-            Kind::Service => Object::Service(Box::new(parse(value)?)),
-            Kind::ReplicationController => Object::ReplicationController(Box::new(parse(value)?)),
-            Kind::ReplicaSet => Object::ReplicaSet(Box::new(parse(value)?)),
-            Kind::StatefulSet => Object::StatefulSet(Box::new(parse(value)?)),
-            Kind::PodDisruptionBudget => Object::PodDisruptionBudget(Box::new(parse(value)?)),
-        })
-    }
-
-    /// The object as JSON.
-    pub fn to_json(&self) -> serde_json::Value {
-        let value = match self {
-            Object::Node(o) => serde_json::to_value(o),
-            Object::Pod(o) => serde_json::to_value(o),
-            Object::Volume(o) => serde_json::to_value(o),
-            Object::Claim(o) => serde_json::to_value(o),
-            Object::Class(o) => serde_json::to_value(o),
-            Object::Namespace(o) => serde_json::to_value(o),
-            Object::Service(o) => serde_json::to_value(o),
-            Object::ReplicationController(o) => serde_json::to_value(o),
-            Object::ReplicaSet(o) => serde_json::to_value(o),
-            Object::StatefulSet(o) => serde_json::to_value(o),
-            Object::PodDisruptionBudget(o) => serde_json::to_value(o),
-        };
-        value.expect("Kubernetes objects serialize")
-    }
-
     /// A stand-in carrying only `key`'s namespace and name, for a deletion.
     pub fn stub(key: &ObjectKey) -> Object {
         let metadata = serde_json::json!({

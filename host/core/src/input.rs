@@ -86,13 +86,21 @@ impl Cluster {
                 .into_iter()
                 .map(|o| Object::Namespace(Box::new(o))),
         );
-        objects.extend(self.classes.into_iter().map(|o| Object::Class(Box::new(o))));
+        objects.extend(
+            self.classes
+                .into_iter()
+                .map(|o| Object::StorageClass(Box::new(o))),
+        );
         objects.extend(
             self.volumes
                 .into_iter()
-                .map(|o| Object::Volume(Box::new(o))),
+                .map(|o| Object::PersistentVolume(Box::new(o))),
         );
-        objects.extend(self.claims.into_iter().map(|o| Object::Claim(Box::new(o))));
+        objects.extend(
+            self.claims
+                .into_iter()
+                .map(|o| Object::PersistentVolumeClaim(Box::new(o))),
+        );
         objects.extend(self.selectors);
         objects.extend(
             self.disruption_budgets

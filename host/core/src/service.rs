@@ -432,15 +432,15 @@ impl Service {
         match object {
             Object::Node(node) => self.apply_node(node)?,
             Object::Pod(pod) => self.apply_pod(pod)?,
-            Object::Volume(pv) => {
+            Object::PersistentVolume(pv) => {
                 cache.upsert_volume((**pv).clone());
                 self.queue.on_event(ClusterEvent::StorageChanged);
             }
-            Object::Claim(pvc) => {
+            Object::PersistentVolumeClaim(pvc) => {
                 cache.upsert_claim((**pvc).clone());
                 self.queue.on_event(ClusterEvent::StorageChanged);
             }
-            Object::Class(class) => {
+            Object::StorageClass(class) => {
                 cache.upsert_class((**class).clone());
                 self.queue.on_event(ClusterEvent::StorageChanged);
             }

@@ -77,12 +77,12 @@ fn scheduler() -> Scheduler {
 /// One write as the scheduler sees it come back, in words both backends share.
 fn describe(event: &Event) -> String {
     match (&event.action, &event.object) {
-        (Action::Upsert, Object::Volume(v)) => {
+        (Action::Upsert, Object::PersistentVolume(v)) => {
             let claim = v.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
             let claim = claim.map(|c| format!("{:?}/{:?}", c.namespace, c.name));
             format!("volume {:?} claimRef={claim:?}", v.metadata.name)
         }
-        (Action::Upsert, Object::Claim(c)) => {
+        (Action::Upsert, Object::PersistentVolumeClaim(c)) => {
             let annotations = c.metadata.annotations.clone().unwrap_or_default();
             format!(
                 "claim {:?} volumeName={:?} selectedNode={:?}",

@@ -217,7 +217,7 @@ fn bound_volumes_and_claims(
         namespace: namespace.to_string(),
         name: name.to_string(),
     })? {
-        Some(Object::Claim(claim)) => Ok(claim),
+        Some(Object::PersistentVolumeClaim(claim)) => Ok(claim),
         _ => Err(format!("persistentvolumeclaim \"{name}\" not found")),
     };
     let mut objects = Vec::new();
@@ -228,7 +228,7 @@ fn bound_volumes_and_claims(
             namespace: String::new(),
             name: volume_name.clone(),
         })? {
-            Some(Object::Volume(volume)) => volume,
+            Some(Object::PersistentVolume(volume)) => volume,
             _ => return Err(format!("persistentvolume \"{volume_name}\" not found")),
         };
         let taken = volume
@@ -245,14 +245,14 @@ fn bound_volumes_and_claims(
             ));
         }
         let (volume, claim) = k8s::bound_volume_and_claim(&volume, &claim);
-        objects.push(Object::Volume(Box::new(volume)));
-        objects.push(Object::Claim(Box::new(claim)));
+        objects.push(Object::PersistentVolume(Box::new(volume)));
+        objects.push(Object::PersistentVolumeClaim(Box::new(claim)));
     }
     for claim_name in &result.volumes.provisions {
         let claim = claim(claim_name)?;
-        objects.push(Object::Claim(Box::new(k8s::claim_with_selected_node(
-            &claim, node,
-        ))));
+        objects.push(Object::PersistentVolumeClaim(Box::new(
+            k8s::claim_with_selected_node(&claim, node),
+        )));
     }
     Ok(objects)
 }

@@ -28,21 +28,6 @@ use wasched_core::input;
 use wasched_core::k8s;
 use wasched_core::service::ExplainError;
 
-/// A resource path segment, its kind and whether it lives in a namespace.
-const RESOURCES: &[(&str, Kind, bool)] = &[
-    ("nodes", Kind::Node, false),
-    ("persistentvolumes", Kind::PersistentVolume, false),
-    ("storageclasses", Kind::StorageClass, false),
-    ("namespaces", Kind::Namespace, false),
-    ("pods", Kind::Pod, true),
-    ("persistentvolumeclaims", Kind::PersistentVolumeClaim, true),
-    ("services", Kind::Service, true),
-    ("replicationcontrollers", Kind::ReplicationController, true),
-    ("replicasets", Kind::ReplicaSet, true),
-    ("statefulsets", Kind::StatefulSet, true),
-    ("poddisruptionbudgets", Kind::PodDisruptionBudget, true),
-];
-
 /// Reads need a read token, changes a write token (when the cluster API is guarded).
 fn needs(method: &Method) -> Access {
     match *method {
@@ -61,16 +46,16 @@ pub(super) fn routes(server: &Shared) -> Router<Shared> {
             get(explain_pod),
         );
     // In Kubernetes mode the API server holds the objects: only the scheduling events are ours.
-    let resources = if server.args.kube.kubernetes {
+    let kinds = if server.args.kube.kubernetes {
         &[][..]
     } else {
-        RESOURCES
+        &Kind::ALL[..]
     };
-    for &(resource, kind, namespaced) in resources {
-        cluster = if namespaced {
-            namespaced_routes(cluster, resource, kind)
+    for &kind in kinds {
+        cluster = if kind.is_namespaced() {
+            namespaced_routes(cluster, kind.resource(), kind)
         } else {
-            cluster_wide_routes(cluster, resource, kind)
+            cluster_wide_routes(cluster, kind.resource(), kind)
         };
     }
     guard(
@@ -341,8 +326,12 @@ fn merge(
     });
     match (stored, incoming) {
         (Some(Object::Pod(old)), Object::Pod(new)) => keep_pod_binding(old, new),
-        (Some(Object::Claim(old)), Object::Claim(new)) => keep_claim_binding(old, new),
-        (Some(Object::Volume(old)), Object::Volume(new)) => keep_volume_binding(old, new, lookup),
+        (Some(Object::PersistentVolumeClaim(old)), Object::PersistentVolumeClaim(new)) => {
+            keep_claim_binding(old, new)
+        }
+        (Some(Object::PersistentVolume(old)), Object::PersistentVolume(new)) => {
+            keep_volume_binding(old, new, lookup)
+        }
         _ => Ok(()),
     }
 }
@@ -483,7 +472,7 @@ fn keep_volume_binding(
                 namespace,
                 name,
             };
-            matches!(lookup(&key), Some(Object::Claim(claim))
+            matches!(lookup(&key), Some(Object::PersistentVolumeClaim(claim))
                 if claim.spec.as_ref().and_then(|s| s.volume_name.as_deref()) == Some(volume_name))
         });
     let Some(held) = bound_claim else {

@@ -165,17 +165,17 @@ pub fn watch_cluster(
     tokio::spawn(watch_kind(
         Api::<core::PersistentVolume>::all(client.clone()),
         feed(Kind::PersistentVolume),
-        |volume| Some(Object::Volume(Box::new(volume))),
+        |volume| Some(Object::PersistentVolume(Box::new(volume))),
     ));
     tokio::spawn(watch_kind(
         Api::<core::PersistentVolumeClaim>::all(client.clone()),
         feed(Kind::PersistentVolumeClaim),
-        |claim| Some(Object::Claim(Box::new(claim))),
+        |claim| Some(Object::PersistentVolumeClaim(Box::new(claim))),
     ));
     tokio::spawn(watch_kind(
         Api::<StorageClass>::all(client.clone()),
         feed(Kind::StorageClass),
-        |class| Some(Object::Class(Box::new(class))),
+        |class| Some(Object::StorageClass(Box::new(class))),
     ));
     tokio::spawn(watch_kind(
         Api::<core::Namespace>::all(client.clone()),
