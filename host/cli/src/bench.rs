@@ -62,15 +62,23 @@ pub struct Args {
 /// Figures for one runtime.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunReport {
+    /// `wasm`, `wasm-nodl` (deadlines off) or `native`.
     pub runtime: &'static str,
+    /// Pods scheduled in the run.
     pub pods: usize,
+    /// Pods placed.
     pub scheduled: usize,
+    /// Pods no node could take.
     pub unschedulable: usize,
+    /// Cycles a plugin failed.
     pub errors: usize,
     /// Time to create plugin instances and send them every node.
     pub setup_ms: f64,
+    /// Pods per second of wall time.
     pub pods_per_second: f64,
+    /// Median cycle latency (µs).
     pub p50_cycle_us: f64,
+    /// 99th percentile cycle latency (µs).
     pub p99_cycle_us: f64,
     /// Peak resident memory of the process during the run.
     pub peak_rss_mb: f64,
@@ -91,25 +99,36 @@ pub struct RunReport {
 /// Mean time per pod one plugin spent at one extension point.
 #[derive(Debug, Clone, Serialize)]
 pub struct PluginTime {
+    /// The plugin's name.
     pub plugin: String,
+    /// The extension point.
     pub extension_point: &'static str,
+    /// Mean µs per pod.
     pub us_per_pod: f64,
 }
 
 /// One scenario at one size.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// The scenario.
     pub scenario: Scenario,
+    /// Nodes in the cluster.
     pub nodes: usize,
+    /// Pods scheduled.
     pub pods: usize,
+    /// The seed of the generated cluster and of tie-breaking.
     pub seed: u64,
+    /// Filter/score threads per profile.
     pub threads: usize,
+    /// The run with the plugins as WebAssembly.
     pub wasm: RunReport,
     /// WASM and native throughput over the same run on one thread, when `--threads` had 1 too.
     pub wasm_speedup_over_one_thread: Option<f64>,
+    /// Native throughput over the same run on one thread.
     pub native_speedup_over_one_thread: Option<f64>,
     /// The same WASM run with call deadlines (epoch interruption) off, with `--without-deadlines`.
     pub wasm_without_deadlines: Option<RunReport>,
+    /// The run with the plugins linked natively.
     pub native: RunReport,
     /// WASM throughput over native throughput (none when either scheduled nothing).
     pub wasm_native_ratio: Option<f64>,

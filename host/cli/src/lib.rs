@@ -13,6 +13,8 @@
 //!
 //! `docs/ARCHITECTURE.md` walks one pod through them.
 
+#![warn(missing_docs)]
+
 pub use wasched_core::{
     binding, cache, clock, events, framework, input, k8s, metrics, nodetree, queue, runtime,
     service, synthetic, util, DEFAULT_SCHEDULER_NAME,

@@ -31,7 +31,9 @@ pub enum Output {
 /// Options of one simulation.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Options {
+    /// Every examined node's verdict and scores is printed.
     pub explain: bool,
+    /// How decisions are printed.
     pub output: Output,
     /// Seeds the tie-breaking between equally good nodes.
     pub seed: u64,

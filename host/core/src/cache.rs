@@ -69,9 +69,11 @@ struct PlacedPod {
 /// What preemption reads of a placed pod besides its labels.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Standing {
+    /// `spec.priority`.
     pub priority: i32,
     /// `status.startTime` in milliseconds since the epoch.
     pub start_time_millis: Option<i64>,
+    /// `metadata.uid`.
     pub uid: String,
     /// Already terminating because a scheduler preempted it.
     pub terminating_by_preemption: bool,
@@ -100,7 +102,9 @@ impl Standing {
 pub struct PodOnNode<'a> {
     /// `namespace/name`.
     pub key: &'a str,
+    /// The pod as plugins see it.
     pub pod: &'a sdk::ExistingPod,
+    /// What preemption reads of it besides.
     pub standing: &'a Standing,
 }
 
@@ -122,7 +126,9 @@ impl DetachedPod {
 /// A PodDisruptionBudget as preemption reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DisruptionBudget {
+    /// `metadata.namespace`.
     pub namespace: String,
+    /// `metadata.name`.
     pub name: String,
     /// `spec.selector`; none, or one without requirements, matches no pod.
     pub selector: Option<sdk::LabelSelector>,
@@ -153,8 +159,11 @@ enum Change {
 /// What a plugin instance must be told to catch up with the cache.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Delta {
+    /// Node ids added or changed.
     pub upserts: Vec<u32>,
+    /// Node ids removed.
     pub removals: Vec<u32>,
+    /// Node ids whose usage changed.
     pub usage: Vec<u32>,
     /// Pod ids whose state to send: [`Cache::existing_pod`] says whether to upsert or remove.
     pub pods: Vec<u32>,
@@ -165,6 +174,7 @@ pub struct Delta {
 }
 
 impl Delta {
+    /// Nothing to tell.
     pub fn is_empty(&self) -> bool {
         self.upserts.is_empty()
             && self.removals.is_empty()
@@ -742,6 +752,7 @@ impl Cache {
             .collect()
     }
 
+    /// Adds or replaces a StorageClass.
     pub fn upsert_class(&mut self, class: StorageClass) {
         self.classes.insert(
             class.metadata.name.clone().unwrap_or_default(),
@@ -749,12 +760,14 @@ impl Cache {
         );
     }
 
+    /// Removes a PersistentVolumeClaim; whether it was there.
     pub fn remove_claim(&mut self, namespace: &str, name: &str) -> bool {
         let key = (namespace.to_string(), name.to_string());
         self.reserved.claims.remove(&key);
         self.claims.remove(&key).is_some()
     }
 
+    /// Removes a PersistentVolume; whether it was there.
     pub fn remove_volume(&mut self, name: &str) -> bool {
         self.reserved.volumes.remove(name);
         let Some(old) = self.volumes.remove(name) else {
@@ -771,6 +784,7 @@ impl Cache {
         true
     }
 
+    /// Removes a StorageClass; whether it was there.
     pub fn remove_class(&mut self, name: &str) -> bool {
         self.classes.remove(name).is_some()
     }

@@ -159,8 +159,11 @@ impl Kind {
 /// Identifies an object: kind, namespace (empty for cluster-scoped kinds) and name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectKey {
+    /// The object's kind.
     pub kind: Kind,
+    /// Its namespace; empty for a kind outside namespaces.
     pub namespace: String,
+    /// Its name.
     pub name: String,
 }
 
@@ -175,6 +178,7 @@ impl Object {
             .expect("every kind accepts bare metadata")
     }
 
+    /// The object's key; a namespaced object without a namespace is in `default`.
     pub fn key(&self) -> ObjectKey {
         let meta = self.metadata();
         let namespaced = self.kind().is_namespaced();
@@ -200,14 +204,18 @@ impl Object {
 pub enum Action {
     /// Created or updated.
     Upsert,
+    /// Deleted.
     Delete,
 }
 
 /// One change, tagged with the object's version: a higher version is newer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
+    /// What happened.
     pub action: Action,
+    /// The object as it is now (for a deletion, as it was last).
     pub object: Object,
+    /// The object's version.
     pub version: u64,
 }
 
@@ -256,9 +264,13 @@ pub enum Submitted {
 /// Counters of the pipeline, for metrics.
 #[derive(Debug, Default)]
 pub struct PipelineStats {
+    /// Events submitted.
     pub submitted: AtomicU64,
+    /// Events drained by the scheduling thread.
     pub drained: AtomicU64,
+    /// Events replaced by a newer one for the same object before they were drained.
     pub collapsed: AtomicU64,
+    /// Events dropped because a newer version of the object was drained already.
     pub stale: AtomicU64,
 }
 
@@ -278,6 +290,7 @@ pub struct EventPipeline {
     inner: Mutex<Inner>,
     /// Signalled on every submission, for a scheduler thread waiting for work.
     arrived: Condvar,
+    /// Its counters.
     pub stats: PipelineStats,
 }
 

@@ -18,6 +18,7 @@ use crate::k8s;
 /// Where an object came from, for error messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Origin {
+    /// The file.
     pub file: PathBuf,
     /// 1-based document number in the file.
     pub document: usize,
@@ -41,17 +42,24 @@ impl fmt::Display for Origin {
 pub struct InputError {
     /// File, document and object.
     pub location: String,
+    /// What is wrong.
     pub message: String,
 }
 
 /// The objects read from the input files, in input order.
 #[derive(Debug, Default)]
 pub struct Cluster {
+    /// Nodes.
     pub nodes: Vec<core::Node>,
+    /// Pods.
     pub pods: Vec<core::Pod>,
+    /// PersistentVolumes.
     pub volumes: Vec<core::PersistentVolume>,
+    /// PersistentVolumeClaims.
     pub claims: Vec<core::PersistentVolumeClaim>,
+    /// StorageClasses.
     pub classes: Vec<StorageClass>,
+    /// Namespaces.
     pub namespaces: Vec<core::Namespace>,
     /// Services, ReplicationControllers, ReplicaSets and StatefulSets: what kube-scheduler's
     /// default topology spreading selects a pod's peers by.

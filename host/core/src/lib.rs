@@ -10,6 +10,8 @@
 //! `wasched-server` serves the loop over HTTP, and the `wasched` crate is the command line.
 //! `docs/ARCHITECTURE.md` walks one pod through it.
 
+#![warn(missing_docs)]
+
 pub mod binding;
 pub mod cache;
 pub mod clock;

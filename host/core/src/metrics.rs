@@ -53,6 +53,7 @@ pub const ATTEMPT_BUCKETS: &[f64] = &[
 ];
 
 impl Histogram {
+    /// An empty histogram with these bucket bounds (seconds).
     pub fn new(bounds: &'static [f64]) -> Self {
         Histogram {
             bounds,
@@ -61,6 +62,7 @@ impl Histogram {
         }
     }
 
+    /// Counts one observation.
     pub fn observe(&self, elapsed: Duration) {
         let seconds = elapsed.as_secs_f64();
         let bucket = self.bounds.partition_point(|&b| b < seconds);
@@ -74,6 +76,7 @@ impl Histogram {
         Duration::from_nanos(self.sum_nanos.load(Ordering::Relaxed))
     }
 
+    /// How many observations.
     pub fn count(&self) -> u64 {
         self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
     }
@@ -127,17 +130,26 @@ impl Histogram {
 /// our node-mirror updates).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExtensionPoint {
+    /// Kept out of the queue, or let in.
     PreEnqueue,
+    /// `set-pod`.
     PreFilter,
+    /// `filter`.
     Filter,
+    /// `score` and `normalize`.
     Score,
+    /// Mirror updates.
     Sync,
+    /// `reserve`.
     Reserve,
+    /// `permit`.
     Permit,
+    /// `unreserve`.
     Unreserve,
 }
 
 impl ExtensionPoint {
+    /// Every extension point, in cycle order.
     pub const ALL: [ExtensionPoint; 8] = [
         ExtensionPoint::PreEnqueue,
         ExtensionPoint::PreFilter,
@@ -149,6 +161,7 @@ impl ExtensionPoint {
         ExtensionPoint::Unreserve,
     ];
 
+    /// The name kube-scheduler's metrics give it.
     pub fn name(self) -> &'static str {
         match self {
             ExtensionPoint::PreEnqueue => "PreEnqueue",
@@ -226,6 +239,7 @@ impl PluginCallStats {
         (until > now).then(|| Duration::from_millis(until - now))
     }
 
+    /// Counts one call at `point`, and whether it succeeded.
     pub fn observe(&self, point: ExtensionPoint, elapsed: Duration, ok: bool) {
         self.calls[point as usize][usize::from(!ok)].observe(elapsed);
     }

@@ -30,8 +30,11 @@ pub fn backoff(attempts: u32) -> Duration {
 /// Where a pending pod is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueueName {
+    /// Ready to be popped, by priority then arrival.
     Active,
+    /// Waiting out its backoff after a failed attempt.
     Backoff,
+    /// Waiting for a cluster event that could make it fit.
     Unschedulable,
     /// Popped and being scheduled.
     InFlight,
@@ -56,6 +59,7 @@ impl QueueName {
 /// What the scheduler knows about a pending pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingStatus {
+    /// The queue it is in.
     pub queue: QueueName,
     /// Scheduling attempts so far.
     pub attempts: u32,
@@ -68,16 +72,19 @@ pub struct PendingStatus {
 /// A cluster change, as far as the queue cares: could it make an unschedulable pod fit?
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClusterEvent {
+    /// A node was added.
     NodeAdded,
     /// A node's labels, taints, allocatable or cordon changed.
     NodeChanged,
     /// A node changed in a way no filter reads (annotations, status conditions).
     NodeChangedIrrelevant,
+    /// A node was deleted.
     NodeDeleted,
     /// A pod left a node, freeing its resources.
     AssignedPodDeleted,
     /// A pod was placed on a node: it only takes resources away.
     AssignedPodAdded,
+    /// A PersistentVolume, claim or StorageClass changed.
     StorageChanged,
     /// A namespace appeared, went or was relabelled (pod affinity's `namespaceSelector`s).
     NamespaceChanged,
@@ -146,6 +153,7 @@ pub struct SchedulingQueue {
 }
 
 impl SchedulingQueue {
+    /// An empty queue timed by `clock`.
     pub fn new(clock: Arc<dyn Clock>) -> Self {
         SchedulingQueue {
             clock,
@@ -444,6 +452,7 @@ impl SchedulingQueue {
         self.entries.len()
     }
 
+    /// No pending pod at all.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

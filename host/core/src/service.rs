@@ -38,12 +38,19 @@ pub const DEFAULT_ASSUME_TTL: Duration = Duration::from_secs(30);
 /// Counters of the core, for metrics and tests.
 #[derive(Debug, Default)]
 pub struct ServiceStats {
+    /// Events applied to the cache and the queue.
     pub events_applied: AtomicU64,
+    /// Events refused (an object that cannot be read).
     pub events_invalid: AtomicU64,
+    /// Objects a resync found different and repaired.
     pub resync_repairs: AtomicU64,
+    /// Assumed placements whose binding was not confirmed in time.
     pub assumed_expired: AtomicU64,
+    /// Bindings that failed.
     pub binds_failed: AtomicU64,
+    /// Pods placed.
     pub scheduled: AtomicU64,
+    /// Attempts that found no node.
     pub unschedulable: AtomicU64,
     /// Preemptions carried out (victims evicted, the pod nominated).
     pub preemptions: AtomicU64,
@@ -61,15 +68,12 @@ struct Assumed {
 /// Where a pod stands, as far as the scheduler knows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PodState {
+    /// Waiting in the queue (or out of it, gated).
     Pending(PendingStatus),
     /// Placed by the scheduler, binding not yet confirmed.
-    Assumed {
-        node: String,
-    },
+    Assumed { node: String },
     /// Running on (bound to) a node.
-    Bound {
-        node: String,
-    },
+    Bound { node: String },
 }
 
 /// The scheduler core.
@@ -85,6 +89,7 @@ pub struct Service {
     /// The last applied version of every object, for resync.
     objects: HashMap<ObjectKey, (u64, Object)>,
     explain: bool,
+    /// Its counters.
     pub stats: Arc<ServiceStats>,
     binding_failures: BindingFailures,
     /// Pending pods of this scheduler whose spec cannot be read (a request that is not a
@@ -939,7 +944,9 @@ impl Service {
 /// [`Service::explain`]'s answer.
 #[derive(Debug, Clone)]
 pub struct Explanation {
+    /// Where the pod waits and why.
     pub status: PendingStatus,
+    /// What a cycle would decide for it now, every examined node explained.
     pub outcome: Outcome,
 }
 
@@ -980,6 +987,7 @@ impl std::fmt::Display for ExplainError {
 pub struct Sequencer(AtomicU64);
 
 impl Sequencer {
+    /// The upsert of `object`, at the next version.
     pub fn upsert(&self, object: Object) -> Event {
         Event::with_version(
             Action::Upsert,
@@ -988,6 +996,7 @@ impl Sequencer {
         )
     }
 
+    /// The deletion of `object`, at the next version.
     pub fn delete(&self, object: Object) -> Event {
         Event::with_version(
             Action::Delete,

@@ -71,6 +71,7 @@ impl Scenario {
         Scenario::VolumeBinding,
     ];
 
+    /// The scenario's name on the command line.
     pub fn name(self) -> &'static str {
         match self {
             Scenario::Basic => "basic",
@@ -134,12 +135,17 @@ const INSTANCE_TYPES: [&str; 4] = ["m5.2xlarge", "m5.4xlarge", "c5.4xlarge", "r5
 
 /// A generated cluster: nodes and the pods to schedule.
 pub struct Synthetic {
+    /// The nodes.
     pub nodes: Vec<sdk::NodeInfo>,
     /// Pods running before the first is scheduled, with their node's name.
     pub running: Vec<(sdk::Pod, String)>,
+    /// The pods to schedule, in order.
     pub pods: Vec<sdk::Pod>,
+    /// PersistentVolumes.
     pub volumes: Vec<core::PersistentVolume>,
+    /// PersistentVolumeClaims.
     pub claims: Vec<core::PersistentVolumeClaim>,
+    /// StorageClasses.
     pub classes: Vec<StorageClass>,
     /// Services and controllers (the ReplicaSets of the topology-spread scenario).
     pub selectors: Vec<Object>,

@@ -20,8 +20,11 @@ use anyhow::Context as _;
 /// A kind of access, weakest first: a token granting one grants those before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Access {
+    /// Reading cluster objects and status.
     Read,
+    /// Changing cluster objects.
     Write,
+    /// Plugins and configuration.
     Admin,
 }
 
@@ -54,7 +57,9 @@ pub struct Tokens {
 /// Why a request may not go on: the HTTP status and the message.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Refusal {
+    /// The HTTP status to answer with.
     pub status: u16,
+    /// Why, for the caller.
     pub message: String,
 }
 

@@ -22,6 +22,7 @@ pub struct Connection {
         default_value = "http://127.0.0.1:7878",
         global = true
     )]
+    /// The server's base URL.
     pub server: String,
     /// A file holding the bearer token to send: admin, write or read, as the command needs
     /// (else $WASCHED_TOKEN, else $WASCHED_ADMIN_TOKEN).
@@ -38,7 +39,9 @@ pub struct Client {
 
 /// A response: status and body.
 pub struct Reply {
+    /// The HTTP status.
     pub status: u16,
+    /// The body, as text.
     pub body: String,
 }
 

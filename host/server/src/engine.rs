@@ -117,13 +117,16 @@ pub struct EngineMetrics {
     attempts: Mutex<BTreeMap<(String, &'static str), Arc<Histogram>>>,
     /// Pods in the active, backoff and unschedulable queues.
     pub pending: [AtomicU64; 4],
+    /// Profile changes put in place (hot swaps).
     pub hot_swaps: AtomicU64,
     /// How long the scheduling thread spent putting new profiles in place.
     pub swap_pause: SwapPause,
+    /// Results written to the store or the API server.
     pub status_writes: AtomicU64,
     /// Writes the API server refused or did not answer (Kubernetes mode), by what was written;
     /// a pod whose binding failed is scheduled again.
     pub api_write_failures: ApiWriteFailures,
+    /// Transactions (or batches of API writes) those results took.
     pub status_write_batches: AtomicU64,
     /// Results not written because the pod was deleted or bound by someone else meanwhile.
     pub results_discarded: AtomicU64,

@@ -5,6 +5,8 @@
 //! compilation and profile building for a hot load run on tokio's blocking pool, so a cycle never
 //! waits for them. Changes to the policy (plugins, configuration) are serialized by one lock.
 
+#![warn(missing_docs)]
+
 pub mod auth;
 pub mod client;
 pub mod engine;
@@ -117,6 +119,7 @@ pub struct ServeArgs {
     /// besides the server's own page. Repeatable.
     #[arg(long = "allowed-origin", value_name = "ORIGIN")]
     pub allowed_origins: Vec<String>,
+    /// Kubernetes mode: the API server, its client limits, leader election, the shared policy.
     #[command(flatten)]
     pub kube: kubernetes::KubeArgs,
 }
@@ -124,7 +127,9 @@ pub struct ServeArgs {
 /// How logs are written.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
+    /// Human-readable lines.
     Text,
+    /// One JSON object per line.
     Json,
 }
 
@@ -154,9 +159,13 @@ pub enum ConfigSource {
 /// The plugin policy: the configuration and the uploaded components. Changed only under the
 /// server's policy lock.
 pub struct Policy {
+    /// Where the configuration came from.
     pub source: ConfigSource,
+    /// The configuration's text, TOML or KubeSchedulerConfiguration YAML.
     pub text: String,
+    /// Uploaded components by plugin name.
     pub uploaded: BTreeMap<String, Arc<Vec<u8>>>,
+    /// What is known of each uploaded plugin (name, sha256, size, load state).
     pub records: BTreeMap<String, PluginRecord>,
     /// Plugin name -> the profiles using it.
     pub usage: BTreeMap<String, Vec<String>>,
@@ -187,21 +196,35 @@ impl Policy {
 
 /// Everything the handlers share.
 pub struct Server {
+    /// The embedded store (objects, plugins, configuration).
     pub store: Store,
+    /// Where object changes go to reach the scheduling thread.
     pub pipeline: Arc<EventPipeline>,
+    /// What watchers of `/v1/watch` are sent.
     pub watch: Arc<WatchLog>,
+    /// The scheduling thread and the status writer.
     pub engine: Engine,
+    /// The engine's counters, for `/metrics`.
     pub engine_metrics: Arc<EngineMetrics>,
+    /// The service's counters, for `/metrics`.
     pub service_stats: Arc<wasched_core::service::ServiceStats>,
+    /// Each plugin's call times and failures.
     pub plugin_stats: Arc<PluginStatsRegistry>,
+    /// The configuration and uploaded components, changed under this lock.
     pub policy: Arc<tokio::sync::Mutex<Policy>>,
+    /// The tokens requests are checked against.
     pub tokens: Tokens,
     /// The hosts and origins requests may come from ([`http::site`]).
     pub(crate) sites: http::site::Sites,
+    /// The command line it was started with.
     pub args: ServeArgs,
+    /// The scheduler's clock.
     pub clock: Arc<dyn Clock>,
+    /// Plugin loads through the admin API: succeeded, failed.
     pub plugin_loads: [std::sync::atomic::AtomicU64; 2],
+    /// Draws the uids of objects created without one.
     pub uids: std::sync::Mutex<wasched_core::util::Rng>,
+    /// Set to true to stop the server (open watches end).
     pub shutdown: tokio::sync::watch::Sender<bool>,
     /// Counts changes of the plugins or the configuration, so that open status pages refresh.
     pub policy_changes: tokio::sync::watch::Sender<u64>,
@@ -243,7 +266,9 @@ pub struct LoadedPlugin {
 /// A refused policy change: the HTTP status and why.
 #[derive(Debug)]
 pub struct PolicyError {
+    /// The HTTP status to answer with.
     pub status: StatusCode,
+    /// Why, for the caller.
     pub message: String,
 }
 

@@ -73,8 +73,10 @@ pub type Components = BTreeMap<String, Arc<Vec<u8>>>;
 /// An uploaded component as the index lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IndexedComponent {
+    /// What is known of it besides its bytes.
     #[serde(flatten)]
     pub record: PluginRecord,
+    /// How many ConfigMaps its bytes are split into.
     pub chunks: u32,
 }
 
@@ -170,9 +172,13 @@ impl IndexedComponent {
 /// Counters of the shared policy, for `/metrics`.
 #[derive(Default)]
 pub struct SharedPolicyStats {
+    /// Indexes taken in.
     pub adopted: AtomicU64,
+    /// Indexes that could not be taken in (invalid, or their components failed to load).
     pub adopt_failures: AtomicU64,
+    /// Changes this replica wrote to the index.
     pub writes: AtomicU64,
+    /// Writes that lost to another replica's and were retried.
     pub write_conflicts: AtomicU64,
 }
 
@@ -209,11 +215,14 @@ impl SharedPolicyStats {
 /// The policy's ConfigMaps in one namespace.
 pub struct SharedPolicy {
     maps: Api<ConfigMap>,
+    /// Their namespace.
     pub namespace: String,
+    /// The index ConfigMap's name; component chunks are named after it.
     pub name: String,
     runtime: tokio::runtime::Handle,
     /// The largest component an index may list (`--max-component-bytes`).
     max_component_bytes: usize,
+    /// Its counters, for `/metrics`.
     pub stats: SharedPolicyStats,
 }
 

@@ -39,8 +39,11 @@ fn err(e: impl std::fmt::Display) -> StoreError {
 /// What is known of an uploaded component besides its bytes.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct PluginRecord {
+    /// The plugin name it was uploaded under.
     pub name: String,
+    /// The sha256 of its bytes, as hex.
     pub sha256: String,
+    /// Its size in bytes.
     pub size: usize,
     /// The version the plugin reports in its descriptor.
     pub version: String,
@@ -100,7 +103,9 @@ pub enum WriteMode {
 /// A stored object as written.
 #[derive(Debug)]
 pub struct Written {
+    /// The object as stored, with its new resourceVersion.
     pub object: Object,
+    /// The store's version after the write.
     pub version: u64,
     /// It did not exist before.
     pub created: bool,

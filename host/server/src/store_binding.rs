@@ -21,7 +21,9 @@ use crate::watch::WatchLog;
 
 /// Records results in the embedded store, many pods per transaction.
 pub struct StoreSink {
+    /// Where bindings and conditions are written.
     pub store: Store,
+    /// Where the written pods go back to the scheduler as updates.
     pub pipeline: Arc<EventPipeline>,
     /// Where written (or failed) bindings are reported, which starts (or undoes) their
     /// assumptions.

@@ -20,13 +20,17 @@ pub struct WatchEvent {
     /// `Scheduled` or `FailedScheduling` (the reasons of kube-scheduler's events).
     #[serde(rename = "type")]
     pub kind: &'static str,
+    /// The event's version: a watch resumes after it.
     pub resource_version: u64,
     /// `namespace/name`.
     pub pod: String,
+    /// The node the pod was bound to (`Scheduled`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// The FitError or error (`FailedScheduling`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Scheduling attempts of the pod so far.
     pub attempts: u32,
     /// When the result was recorded, in milliseconds since the Unix epoch.
     pub time_millis: u64,
@@ -50,6 +54,7 @@ pub struct WatchLog {
 /// A watch that starts before what the log holds.
 #[derive(Debug, PartialEq, Eq)]
 pub struct TooOld {
+    /// The oldest version the log can resume after.
     pub oldest_available: u64,
 }
 

@@ -110,28 +110,41 @@ pub struct Run {
     pub label: String,
     /// The configuration file, when there was one.
     pub config: Option<PathBuf>,
+    /// What the replay found.
     pub summary: Summary,
 }
 
 /// A node row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceNode {
+    /// The node's name.
     pub name: String,
+    /// CPU, in millicores.
     pub cpu_milli: i64,
+    /// Memory, in MiB.
     pub memory_mib: i64,
+    /// Whole GPUs.
     pub gpu: i64,
+    /// The GPU model, when the trace names one.
     pub model: Option<String>,
 }
 
 /// A pod row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TracePod {
+    /// The pod's name.
     pub name: String,
+    /// CPU requested, in millicores.
     pub cpu_milli: i64,
+    /// Memory requested, in MiB.
     pub memory_mib: i64,
+    /// GPUs requested.
     pub num_gpu: i64,
+    /// The share of each GPU requested, in thousandths.
     pub gpu_milli: i64,
+    /// GPU models the pod accepts (any when empty).
     pub gpu_spec: Vec<String>,
+    /// Seconds from the trace's start to the pod's creation.
     pub creation: u64,
     /// `None` for a list without `deletion_time`: the pod stays until the replay ends.
     pub deletion: Option<u64>,
@@ -161,8 +174,11 @@ impl TracePod {
 /// A row that could not be converted.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct SkippedRow {
+    /// The file.
     pub file: String,
+    /// The 1-based line.
     pub line: usize,
+    /// Why it was skipped.
     pub reason: String,
 }
 
@@ -447,26 +463,34 @@ pub struct Sample {
     pub time: u64,
     /// Requested / allocatable, cluster-wide.
     pub cpu: f64,
+    /// Requested / allocatable memory.
     pub memory: f64,
+    /// Requested / allocatable GPUs.
     pub gpu: f64,
     /// Pods created and not placed yet.
     pub pending: usize,
+    /// Pods placed and not deleted.
     pub running: usize,
     /// Pods created so far, and deleted so far (`pending + running + deleted = created`).
     pub created: usize,
+    /// Pods deleted so far.
     pub deleted: usize,
     /// Expected GPUs that the trace's GPU workload cannot use (the FGD paper's fragmentation).
     pub gpu_fragmentation: f64,
     /// Free GPUs on nodes where the typical GPU request does not fit.
     pub gpu_free_unusable_by_typical: f64,
+    /// Free GPUs.
     pub gpu_free: f64,
 }
 
 /// Latency in microseconds.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Latency {
+    /// Median.
     pub p50: f64,
+    /// 99th percentile.
     pub p99: f64,
+    /// Slowest.
     pub max: f64,
 }
 
@@ -474,7 +498,9 @@ pub struct Latency {
 /// bucket also holds anything slower.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct LatencyBucket {
+    /// The bucket's upper bound (µs).
     pub le_us: f64,
+    /// Cycles in it.
     pub count: u64,
 }
 
@@ -505,9 +531,13 @@ fn latency_histogram(sorted_ns: &[u64]) -> Vec<LatencyBucket> {
 /// What a replay found.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Summary {
+    /// Nodes in the trace.
     pub nodes: usize,
+    /// GPUs in the trace.
     pub gpus: i64,
+    /// Pods in the trace.
     pub pods: usize,
+    /// Rows that could not be converted.
     pub skipped_rows: Vec<SkippedRow>,
     /// Pods placed at some point.
     pub placed: usize,
@@ -515,6 +545,7 @@ pub struct Summary {
     pub never_placed: usize,
     /// For pods never placed: how many had each reason in their last FitError message.
     pub never_placed_reasons: BTreeMap<String, usize>,
+    /// Scheduling cycles run.
     pub cycles: u64,
     /// Cycles no node fitted.
     pub unschedulable_attempts: u64,
@@ -522,13 +553,18 @@ pub struct Summary {
     /// between two runs of the same trace that placements alone would not explain.
     #[serde(default)]
     pub plugin_errors: u64,
+    /// Cycle latency.
     pub latency_us: Latency,
+    /// Cycle latency by bucket.
     pub latency_histogram: Vec<LatencyBucket>,
+    /// Cycles per second of wall time.
     pub decisions_per_second: f64,
+    /// Wall time of the replay.
     pub wall_seconds: f64,
     /// The typical GPU request (`num_gpu` x `gpu_milli`), the one used for the simple
     /// fragmentation figure.
     pub typical_gpu_request: String,
+    /// The cluster sampled over the trace's time.
     pub series: Vec<Sample>,
     /// The largest share of any node's capacity ever requested (must stay <= 1).
     pub max_node_commitment: f64,

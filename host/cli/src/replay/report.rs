@@ -9,10 +9,15 @@ use super::{Run, Sample};
 
 /// What the report says about where its runs came from.
 pub struct Context {
+    /// The node list's path.
     pub nodes: String,
+    /// The pod list's path.
     pub pods: String,
+    /// The seed.
     pub seed: u64,
+    /// Pods kept their place past their deletion time.
     pub ignore_deletions: bool,
+    /// Only the first this many pods were replayed.
     pub limit: Option<usize>,
 }
 

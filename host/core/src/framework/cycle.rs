@@ -63,7 +63,9 @@ pub fn feasible_nodes_to_find(percentage: u32, nodes: usize) -> usize {
 /// What `--explain` shows for one node the cycle looked at.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeReport {
+    /// The node's name.
     pub node: String,
+    /// It passed every filter.
     pub feasible: bool,
     /// Why the node was ruled out (empty when feasible).
     pub reasons: Vec<String>,
@@ -106,8 +108,11 @@ impl serde::Serialize for NodeReport {
 /// feasible nodes it was chosen from (with one, nothing is scored, as in kube-scheduler).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Choice {
+    /// Normalized score per score plugin, times its weight.
     pub scores: Vec<(String, i64)>,
+    /// The weighted total.
     pub total: i64,
+    /// How many feasible nodes it was chosen from.
     pub feasible_nodes: usize,
 }
 

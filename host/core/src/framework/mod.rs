@@ -51,6 +51,7 @@ pub enum OnFailure {
 /// How a plugin's failures are handled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FailurePolicy {
+    /// Whether a failure ends the pod's cycle or leaves the plugin out of it.
     pub on_failure: OnFailure,
     /// Consecutive failures that quarantine the plugin (0: never).
     pub quarantine_after: u32,
@@ -79,9 +80,11 @@ impl Default for FailurePolicy {
 pub struct PluginSpec {
     /// The name profiles refer to it by.
     pub name: String,
+    /// Makes its instances.
     pub factory: Arc<dyn PluginFactory>,
     /// The plugin's configuration as JSON.
     pub config: String,
+    /// How its failures are handled.
     pub policy: FailurePolicy,
     /// Where the instances' call times are recorded.
     pub stats: Arc<PluginCallStats>,
@@ -129,12 +132,17 @@ impl IdleWhen {
 /// A plugin's health, for operators.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PluginHealth {
+    /// The profile's scheduler name.
     pub profile: String,
+    /// The plugin's name.
     pub plugin: String,
+    /// Failures recorded since it was loaded.
     pub failures: u64,
+    /// Failures in a row, up to now.
     pub consecutive_failures: u32,
     /// Until when (on the scheduler's clock) the plugin is quarantined.
     pub quarantined_until: Option<Duration>,
+    /// The last failure's message.
     pub last_error: Option<String>,
 }
 
@@ -145,15 +153,18 @@ pub enum Phase {
     Snapshot,
     /// Every plugin's `set-pod` (PreFilter and PreScore).
     PreFilter,
+    /// The filters over the sampled nodes.
     Filter,
     /// Scoring, normalizing and weighting.
     Score,
+    /// The best total, ties broken at random.
     Select,
     /// Recording the placement in the cache.
     Assume,
 }
 
 impl Phase {
+    /// Every phase, in cycle order.
     pub const ALL: [Phase; 6] = [
         Phase::Snapshot,
         Phase::PreFilter,
@@ -163,6 +174,7 @@ impl Phase {
         Phase::Assume,
     ];
 
+    /// The phase's name in `wasched bench`'s output.
     pub fn name(self) -> &'static str {
         match self {
             Phase::Snapshot => "snapshot",
@@ -189,6 +201,7 @@ impl PhaseTimes {
         *mark = now;
     }
 
+    /// The time spent in `phase`.
     pub fn get(&self, phase: Phase) -> Duration {
         Duration::from_nanos(self.nanos[phase as usize])
     }
@@ -203,6 +216,7 @@ impl PhaseTimes {
 /// One profile: which plugins filter and score pods of one scheduler name.
 #[derive(Clone)]
 pub struct ProfileSpec {
+    /// The `schedulerName` of the pods it serves.
     pub scheduler_name: String,
     /// Filter plugins, in the order they run.
     pub filters: Vec<PluginSpec>,
@@ -359,6 +373,7 @@ impl Slot {
 
 /// A profile with its live plugin instances.
 pub struct Profile {
+    /// The `schedulerName` of the pods it serves.
     pub scheduler_name: String,
     slots: Vec<Slot>,
     /// Indexes into `slots`, in filter order.

@@ -53,7 +53,9 @@ impl PreemptionSettings {
 pub struct Victim {
     /// `namespace/name`.
     pub pod: String,
+    /// Its `metadata.uid` (the eviction's precondition).
     pub uid: String,
+    /// Its priority.
     pub priority: i32,
     /// Already terminating: nothing is sent for it.
     pub terminating: bool,
@@ -63,6 +65,7 @@ pub struct Victim {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Preemption {
+    /// The node the pod is nominated to.
     pub node: String,
     /// Most important first.
     pub victims: Vec<Victim>,

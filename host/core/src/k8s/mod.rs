@@ -20,7 +20,9 @@ use wasched_sdk::{resource, Labels, Resources};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {message}")]
 pub struct FieldError {
+    /// The field's path (`spec.containers[0].resources.requests.cpu`).
     pub field: String,
+    /// What is wrong with it.
     pub message: String,
 }
 

@@ -7,6 +7,7 @@ use wasched_sdk as sdk;
 
 use super::labels;
 
+/// A Kubernetes label selector as the plugins read it.
 pub fn selector(s: &meta::LabelSelector) -> sdk::LabelSelector {
     sdk::LabelSelector {
         match_labels: labels(&s.match_labels),

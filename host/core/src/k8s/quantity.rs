@@ -6,7 +6,9 @@ use std::fmt;
 /// A quantity that could not be parsed, with the text it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QuantityError {
+    /// The text.
     pub text: String,
+    /// Why it is not a quantity.
     pub why: &'static str,
 }
 

@@ -31,6 +31,7 @@ pub enum FailureKind {
 }
 
 impl FailureKind {
+    /// Every kind, in the order metrics list them.
     pub const ALL: [FailureKind; 5] = [
         FailureKind::Trap,
         FailureKind::Deadline,
@@ -59,6 +60,7 @@ pub struct CallError {
     pub call: &'static str,
     /// What went wrong: the trap, the deadline, or what was invalid about the result.
     pub message: String,
+    /// What kind of failure it was.
     pub kind: FailureKind,
 }
 
@@ -68,6 +70,7 @@ impl CallError {
         Self::of_kind(FailureKind::InvalidResult, call, message)
     }
 
+    /// A call that failed in the way `kind` says.
     pub fn of_kind(kind: FailureKind, call: &'static str, message: impl Into<String>) -> Self {
         CallError {
             call,

@@ -59,8 +59,10 @@ pub struct KubeArgs {
     /// default 100).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub kube_api_burst: u32,
+    /// Leader election on a Lease.
     #[command(flatten)]
     pub leader: crate::leader::LeaderArgs,
+    /// Where the replicas share plugins and configuration.
     #[command(flatten)]
     pub policy: crate::shared_policy::SharedPolicyArgs,
 }
