@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 /// A monotonic clock: the time elapsed since some fixed start.
 pub trait Clock: Send + Sync {
+    /// The time elapsed since the clock's start.
     fn now(&self) -> Duration;
 }
 

@@ -71,9 +71,15 @@ pub enum PodState {
     /// Waiting in the queue (or out of it, gated).
     Pending(PendingStatus),
     /// Placed by the scheduler, binding not yet confirmed.
-    Assumed { node: String },
+    Assumed {
+        /// The node.
+        node: String,
+    },
     /// Running on (bound to) a node.
-    Bound { node: String },
+    Bound {
+        /// The node.
+        node: String,
+    },
 }
 
 /// The scheduler core.
@@ -956,9 +962,15 @@ pub enum ExplainError {
     /// The scheduler does not know the pod.
     Unknown,
     /// The pod is placed (assumed or bound) on `node`.
-    Placed { node: String },
+    Placed {
+        /// The node.
+        node: String,
+    },
     /// No profile has the pod's scheduler name: another scheduler's pod.
-    NoProfile { scheduler_name: String },
+    NoProfile {
+        /// The pod's `spec.schedulerName`.
+        scheduler_name: String,
+    },
     /// The asked replica does not schedule (yet): a standby, or one still listing the cluster.
     NotScheduling,
 }

@@ -90,12 +90,16 @@ impl StartGate {
 pub enum Control {
     /// Put these profiles in place; the old ones are sent back to be dropped elsewhere.
     Swap {
+        /// The new profiles.
         profiles: Vec<Profile>,
+        /// Where the old ones go.
         done: mpsc::Sender<Vec<Profile>>,
     },
     /// Answer why the pending pod `key` waits ([`Service::explain`]).
     Explain {
+        /// The pod, `namespace/name`.
         key: String,
+        /// Where the answer goes.
         reply: mpsc::Sender<Result<Explanation, ExplainError>>,
     },
     /// Run this read of the scheduler's state (its cache and queue) between two cycles; `None`

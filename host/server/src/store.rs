@@ -115,9 +115,17 @@ pub struct Written {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Rejection {
     /// Object `index` exists and the mode was [`WriteMode::Create`].
-    Exists { index: usize },
+    Exists {
+        /// The object's position in the write.
+        index: usize,
+    },
     /// `merge` refused object `index`.
-    Refused { index: usize, reason: String },
+    Refused {
+        /// The object's position in the write.
+        index: usize,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// The objects inside one write transaction ([`Store::transaction`]): reads see the writes made
