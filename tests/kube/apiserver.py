@@ -86,7 +86,11 @@ class ApiServer(kmock.KubernetesEmulator):
         self.revision = 0
         self.history: list[tuple[int, object, dict]] = []  # (rv, resource, event)
         self.oldest_kept = 1
-        self.changed = asyncio.Condition()
+        # Set, then replaced, on every change. A watch waits on the Event it saw with a timeout;
+        # cancelling an Event's wait is safe, while cancelling a Condition's wait (as
+        # `asyncio.wait_for` does on its timeout) can leave the Condition's lock released under
+        # its holder, which then raises "Lock is not acquired" and wedges every later writer.
+        self.changed = asyncio.Event()
         self.watch_generation = 0
         self.watches_blocked = False
         self.binding_failures: list[int] = []
@@ -114,8 +118,11 @@ class ApiServer(kmock.KubernetesEmulator):
             dropped = self.history[: len(self.history) - KEPT_EVENTS]
             self.history = self.history[len(dropped):]
             self.oldest_kept = dropped[-1][0] + 1
-        async with self.changed:
-            self.changed.notify_all()
+        self._notify_watches()
+
+    def _notify_watches(self):
+        self.changed.set()
+        self.changed = asyncio.Event()
 
     def _stored(self, request):
         key = (request.resource, request.namespace, request.name)
@@ -280,6 +287,8 @@ class ApiServer(kmock.KubernetesEmulator):
             return
         position = 0
         while True:
+            # Taken before the history is read, so a change made meanwhile wakes the wait below.
+            changed = self.changed
             while position < len(self.history) and self.history[position][0] <= since:
                 position += 1
             while position < len(self.history):
@@ -294,11 +303,10 @@ class ApiServer(kmock.KubernetesEmulator):
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining <= 0 or generation != self.watch_generation:
                 return
-            async with self.changed:
-                try:
-                    await asyncio.wait_for(self.changed.wait(), timeout=min(remaining, 1.0))
-                except asyncio.TimeoutError:
-                    pass
+            try:
+                await asyncio.wait_for(changed.wait(), timeout=min(remaining, 1.0))
+            except asyncio.TimeoutError:
+                pass
             if generation != self.watch_generation:
                 return
 
@@ -307,14 +315,12 @@ class ApiServer(kmock.KubernetesEmulator):
         if path in ('/_test/drop-watches', '/_test/block-watches', '/_test/unblock-watches'):
             self.watches_blocked = path == '/_test/block-watches'
             self.watch_generation += 1
-            async with self.changed:
-                self.changed.notify_all()
+            self._notify_watches()
         elif path == '/_test/compact':
             self.history = []
             self.oldest_kept = self.revision + 1
             self.watch_generation += 1
-            async with self.changed:
-                self.changed.notify_all()
+            self._notify_watches()
         elif path == '/_test/fail-bindings':
             data = request.data or {}
             self.binding_failures.extend([int(data.get('status', 500))] * int(data.get('count', 1)))
