@@ -67,6 +67,10 @@ impl Default for SharedPolicyArgs {
     }
 }
 
+/// Longest a change of the shared policy (its chunks, the index, retries after conflicts) may
+/// wait on the API server before the admin call that made it fails with 503.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Components' bytes by plugin name.
 pub type Components = BTreeMap<String, Arc<Vec<u8>>>;
 
@@ -504,6 +508,27 @@ impl SharedPolicy {
         self.runtime.block_on(future)
     }
 
+    /// Runs a change of the shared policy (blocking), given up after [`WRITE_TIMEOUT`]: an API
+    /// server that takes the connection and never answers must not hold an admin call, and the
+    /// policy lock with it, for as long as the client waits.
+    fn write_bounded<T>(
+        &self,
+        change: impl std::future::Future<Output = Result<T, String>>,
+    ) -> Result<T, String> {
+        self.block_on(async {
+            tokio::time::timeout(WRITE_TIMEOUT, change)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(format!(
+                        "no answer from the API server within {}s while changing ConfigMap {}; \
+                         the change may or may not have been made: read the policy back",
+                        WRITE_TIMEOUT.as_secs(),
+                        self.location()
+                    ))
+                })
+        })
+    }
+
     /// Keeps an uploaded component in the cluster (blocking: call off the async runtime);
     /// returns the index's new resourceVersion.
     ///
@@ -511,7 +536,7 @@ impl SharedPolicy {
     /// The API server refused or could not be reached: the cluster's policy is unchanged but
     /// for chunks no index names.
     pub fn put_plugin(&self, record: &PluginRecord, bytes: &[u8]) -> Result<u64, String> {
-        self.block_on(async {
+        self.write_bounded(async {
             let chunks = self.put_chunks(&record.sha256, bytes).await?;
             let entry = IndexedComponent {
                 record: record.clone(),
@@ -530,7 +555,7 @@ impl SharedPolicy {
     /// # Errors
     /// As [`SharedPolicy::put_plugin`].
     pub fn remove_plugin(&self, name: &str) -> Result<u64, String> {
-        self.block_on(async {
+        self.write_bounded(async {
             let (current, version, replaced) = self
                 .update(|index| index.plugins.retain(|p| p.record.name != name))
                 .await?;
@@ -545,7 +570,7 @@ impl SharedPolicy {
     /// # Errors
     /// As [`SharedPolicy::put_plugin`].
     pub fn set_config(&self, text: &str) -> Result<u64, String> {
-        self.block_on(async {
+        self.write_bounded(async {
             self.update(|index| index.config = Some(text.to_string()))
                 .await
                 .map(|(_, version, _)| version)
