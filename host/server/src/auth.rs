@@ -16,6 +16,7 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use anyhow::Context as _;
+use axum::http::StatusCode;
 
 /// A kind of access, weakest first: a token granting one grants those before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -58,7 +59,7 @@ pub struct Tokens {
 #[derive(Debug, PartialEq, Eq)]
 pub struct Refusal {
     /// The HTTP status to answer with.
-    pub status: u16,
+    pub status: StatusCode,
     /// Why, for the caller.
     pub message: String,
 }
@@ -171,7 +172,7 @@ impl Tokens {
             .map(|(_, token)| token);
         let Some(given) = bearer else {
             return Err(Refusal {
-                status: 401,
+                status: StatusCode::UNAUTHORIZED,
                 message: format!(
                     "{} needs a bearer token: Authorization: Bearer <token>",
                     access.what()
@@ -180,11 +181,11 @@ impl Tokens {
         };
         match self.grant(given.trim()) {
             None => Err(Refusal {
-                status: 403,
+                status: StatusCode::FORBIDDEN,
                 message: "wrong bearer token".to_string(),
             }),
             Some(granted) if granted < access => Err(Refusal {
-                status: 403,
+                status: StatusCode::FORBIDDEN,
                 message: format!(
                     "this token does not allow {}: it is a {} token",
                     access.what(),
@@ -216,7 +217,7 @@ mod tests {
         let header = bearer.map(|t| format!("Bearer {t}"));
         match tokens.check(access, header.as_deref()) {
             Ok(()) => 200,
-            Err(refusal) => refusal.status,
+            Err(refusal) => refusal.status.as_u16(),
         }
     }
 

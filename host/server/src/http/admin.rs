@@ -140,7 +140,7 @@ async fn load(
 ) -> Result<Response, ApiError> {
     if bytes.is_empty() {
         return Err(ApiError::new(
-            400,
+            StatusCode::BAD_REQUEST,
             "the upload is empty: send the component's bytes",
         ));
     }
@@ -154,7 +154,7 @@ async fn load(
         s.load_plugin(&mut policy, &name, bytes, sha256.as_deref())
     })
     .await
-    .map_err(|e| ApiError::new(500, e.to_string()))??;
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
     let status = if replaced {
         StatusCode::OK
     } else {
@@ -186,9 +186,8 @@ async fn upload_multipart(
 ) -> Result<Response, ApiError> {
     let (mut name, mut sha256, mut component) = (None, None, None);
     let bad = |e: axum::extract::multipart::MultipartError| {
-        let status = e.status().as_u16();
         ApiError::new(
-            status,
+            e.status(),
             format!("reading the multipart body: {}", e.body_text()),
         )
     };
@@ -199,15 +198,16 @@ async fn upload_multipart(
             "component" => component = Some(field.bytes().await.map_err(bad)?.to_vec()),
             other => {
                 return Err(ApiError::new(
-                    400,
+                    StatusCode::BAD_REQUEST,
                     format!("unexpected form field {other:?} (expected name, sha256, component)"),
                 ))
             }
         }
     }
-    let name = name.ok_or_else(|| ApiError::new(400, "missing form field `name`"))?;
-    let component =
-        component.ok_or_else(|| ApiError::new(400, "missing form field `component`"))?;
+    let name =
+        name.ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "missing form field `name`"))?;
+    let component = component
+        .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "missing form field `component`"))?;
     load(server, name, component, sha256.filter(|s| !s.is_empty())).await
 }
 
@@ -220,7 +220,7 @@ async fn remove_plugin(
     let removed = name.clone();
     tokio::task::spawn_blocking(move || s.remove_plugin(&mut policy, &removed))
         .await
-        .map_err(|e| ApiError::new(500, e.to_string()))??;
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
     Ok(Json(json!({ "removed": name })).into_response())
 }
 
@@ -270,11 +270,11 @@ async fn put_config(
 ) -> Result<Response, ApiError> {
     let body = body?;
     let text = String::from_utf8(body.to_vec())
-        .map_err(|_| ApiError::new(400, "the configuration is not UTF-8"))?;
+        .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "the configuration is not UTF-8"))?;
     let mut policy = server.policy.clone().lock_owned().await;
     let s = server.clone();
     tokio::task::spawn_blocking(move || s.apply_config(&mut policy, text, true))
         .await
-        .map_err(|e| ApiError::new(500, e.to_string()))??;
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
     Ok(Json(json!({ "applied": true })).into_response())
 }

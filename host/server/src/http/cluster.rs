@@ -160,12 +160,17 @@ async fn explain_pod(
     let asked = key.clone();
     let answer = tokio::task::spawn_blocking(move || s.engine.explain(asked))
         .await
-        .map_err(|e| ApiError::new(500, e.to_string()))?
-        .map_err(|e| ApiError::new(503, e))?;
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e))?;
     let explanation = answer.map_err(|e| match e {
-        ExplainError::Unknown => ApiError::new(404, format!("pod {key:?} is not pending: {e}")),
-        ExplainError::NotScheduling => ApiError::new(503, e.to_string()),
-        _ => ApiError::new(409, format!("pod {key:?}: {e}")),
+        ExplainError::Unknown => ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("pod {key:?} is not pending: {e}"),
+        ),
+        ExplainError::NotScheduling => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+        }
+        _ => ApiError::new(StatusCode::CONFLICT, format!("pod {key:?}: {e}")),
     })?;
     let status = explanation.status;
     let outcome = explanation.outcome;
@@ -187,10 +192,13 @@ async fn explain_pod(
 /// Parses a request body (JSON, or YAML by `Content-Type` or by its first character).
 fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Vec<Value>, ApiError> {
     let text = std::str::from_utf8(body)
-        .map_err(|_| ApiError::new(400, "the request body is not UTF-8"))?;
+        .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "the request body is not UTF-8"))?;
     let text = input::without_bom(text);
     if text.trim().is_empty() {
-        return Err(ApiError::new(400, "the request body is empty"));
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "the request body is empty",
+        ));
     }
     let content_type = headers
         .get(header::CONTENT_TYPE)
@@ -205,10 +213,11 @@ fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Vec<Value>, ApiError> 
     };
     if json {
         let value: Value = serde_json::from_str(text)
-            .map_err(|e| ApiError::new(400, format!("invalid JSON: {e}")))?;
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("invalid JSON: {e}")))?;
         return Ok(vec![value]);
     }
-    let documents = input::yaml_documents(text).map_err(|e| ApiError::new(400, e))?;
+    let documents =
+        input::yaml_documents(text).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;
     Ok(documents.into_iter().filter(|d| !d.is_null()).collect())
 }
 
@@ -217,13 +226,17 @@ fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Vec<Value>, ApiError> 
 /// skips them too. A request with nothing but such kinds is refused, since it changes nothing.
 fn objects_of(documents: Vec<Value>) -> Result<(Vec<Object>, BTreeMap<String, usize>), ApiError> {
     let text = json!({"kind": "List", "apiVersion": "v1", "items": documents}).to_string();
-    let mut cluster = input::parse_text(&text, true, FsPath::new("request body"))
-        .map_err(|e| ApiError::new(400, e.to_string().replace("request body: document 1, ", "")))?;
+    let mut cluster = input::parse_text(&text, true, FsPath::new("request body")).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            e.to_string().replace("request body: document 1, ", ""),
+        )
+    })?;
     let skipped = std::mem::take(&mut cluster.skipped);
     if cluster.kept_objects() == 0 && !skipped.is_empty() {
         let kinds: Vec<&str> = skipped.keys().map(String::as_str).collect();
         return Err(ApiError::new(
-            400,
+            StatusCode::BAD_REQUEST,
             format!(
                 "unsupported kind(s) {}: wasched serves {}",
                 kinds.join(", "),
@@ -257,7 +270,7 @@ fn one_object(
     let mut documents = parse_body(headers, body)?;
     if documents.len() != 1 {
         return Err(ApiError::new(
-            400,
+            StatusCode::BAD_REQUEST,
             format!(
                 "expected one {} object, got {} documents (POST /v1/objects takes many)",
                 kind_name(kind),
@@ -267,7 +280,10 @@ fn one_object(
     }
     let value = &mut documents[0];
     let Some(map) = value.as_object_mut() else {
-        return Err(ApiError::new(400, "the body is not an object"));
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "the body is not an object",
+        ));
     };
     match map.get("kind").and_then(Value::as_str) {
         None => {
@@ -276,7 +292,7 @@ fn one_object(
         Some(k) if k == kind_name(kind) => {}
         Some(k) => {
             return Err(ApiError::new(
-                400,
+                StatusCode::BAD_REQUEST,
                 format!("a {k} was sent to the {} endpoint", kind_name(kind)),
             ))
         }
@@ -285,7 +301,7 @@ fn one_object(
         .entry("metadata")
         .or_insert_with(|| json!({}))
         .as_object_mut()
-        .ok_or_else(|| ApiError::new(400, "metadata is not an object"))?;
+        .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "metadata is not an object"))?;
     for (field, wanted) in [("namespace", namespace), ("name", name)] {
         let Some(wanted) = wanted else { continue };
         match metadata.get(field).and_then(Value::as_str) {
@@ -295,7 +311,7 @@ fn one_object(
             Some(given) if given == wanted => {}
             Some(given) => {
                 return Err(ApiError::new(
-                    400,
+                    StatusCode::BAD_REQUEST,
                     format!("metadata.{field} {given:?} does not match the URL's {wanted:?}"),
                 ))
             }
@@ -531,7 +547,7 @@ async fn write(
             })
     })
     .await
-    .map_err(|e| ApiError::new(500, e.to_string()))??;
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
     let describe = |index: usize| {
         let key = &keys[index];
         if key.namespace.is_empty() {
@@ -546,12 +562,13 @@ async fn write(
             Ok(written)
         }
         Err(Rejection::Exists { index }) => Err(ApiError::new(
-            409,
+            StatusCode::CONFLICT,
             format!("{} already exists (PUT replaces it)", describe(index)),
         )),
-        Err(Rejection::Refused { index, reason }) => {
-            Err(ApiError::new(422, format!("{}: {reason}", describe(index))))
-        }
+        Err(Rejection::Refused { index, reason }) => Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("{}: {reason}", describe(index)),
+        )),
     }
 }
 
@@ -563,7 +580,7 @@ async fn off_the_workers<T: Send + 'static>(
 ) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(parse)
         .await
-        .map_err(|e| ApiError::new(500, e.to_string()))?
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
 }
 
 async fn create(
@@ -673,12 +690,12 @@ async fn get_one(
 fn not_found(key: &ObjectKey) -> ApiError {
     if key.namespace.is_empty() {
         ApiError::new(
-            404,
+            StatusCode::NOT_FOUND,
             format!("{} {:?} not found", kind_name(key.kind), key.name),
         )
     } else {
         ApiError::new(
-            404,
+            StatusCode::NOT_FOUND,
             format!(
                 "{} {:?} not found in namespace {:?}",
                 kind_name(key.kind),
@@ -700,7 +717,7 @@ async fn delete(
     let k = key.clone();
     let deleted = tokio::task::spawn_blocking(move || s.store.delete_object(&k))
         .await
-        .map_err(|e| ApiError::new(500, e.to_string()))??;
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
     let Some((version, object)) = deleted else {
         return Err(not_found(&key));
     };
@@ -753,14 +770,17 @@ async fn watch_events(
     });
     let from = match requested.as_deref() {
         None | Some("") => server.watch.newest(),
-        Some(text) => text
-            .parse::<u64>()
-            .map_err(|_| ApiError::new(400, format!("resourceVersion {text:?} is not a number")))?,
+        Some(text) => text.parse::<u64>().map_err(|_| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("resourceVersion {text:?} is not a number"),
+            )
+        })?,
     };
     let changed = server.watch.subscribe();
     let first = server.watch.since(from).map_err(|too_old| {
         ApiError::new(
-            410,
+            StatusCode::GONE,
             format!(
                 "too old resource version: {from} (the oldest available is {}); list again and watch from the list's resourceVersion",
                 too_old.oldest_available

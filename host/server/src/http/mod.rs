@@ -36,9 +36,9 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: u16, message: impl Into<String>) -> Self {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
         ApiError {
-            status: StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            status,
             message: message.into(),
         }
     }
@@ -55,7 +55,7 @@ impl From<PolicyError> for ApiError {
 
 impl From<super::store::StoreError> for ApiError {
     fn from(e: super::store::StoreError) -> Self {
-        ApiError::new(500, e.to_string())
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
     }
 }
 
@@ -119,10 +119,15 @@ pub fn router(server: Shared) -> Router {
         .merge(admin::routes(&server))
         .merge(operations::routes(&server))
         .merge(status::routes(&server))
-        .fallback(|| async { ApiError::new(404, "no such endpoint (see /openapi.json)") })
+        .fallback(|| async {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "no such endpoint (see /openapi.json)",
+            )
+        })
         .method_not_allowed_fallback(|| async {
             ApiError::new(
-                405,
+                StatusCode::METHOD_NOT_ALLOWED,
                 "method not allowed on this endpoint (see /openapi.json)",
             )
         })
@@ -219,7 +224,7 @@ async fn refuse_oversized(limit: usize, request: Request, next: Next) -> Respons
     };
     drain_body(request).await;
     ApiError::new(
-        413,
+        StatusCode::PAYLOAD_TOO_LARGE,
         format!(
             "request body too large: {length} bytes, at most {limit} (see --max-request-bytes / --max-component-bytes)"
         ),

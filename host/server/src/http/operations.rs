@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
 use axum::extract::State;
-use axum::http::{header, Method};
+use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -31,7 +31,7 @@ async fn healthz(State(server): State<Shared>) -> Response {
         .map_or(0, |d| d.as_secs());
     if now.saturating_sub(beat) > 30 {
         return ApiError::new(
-            503,
+            StatusCode::SERVICE_UNAVAILABLE,
             format!("the scheduling thread has not looped for {}s", now - beat),
         )
         .into_response();
@@ -45,7 +45,11 @@ async fn readyz(State(server): State<Shared>) -> Response {
     if synced || server.engine.ready.load(Ordering::Acquire) {
         "ok".into_response()
     } else {
-        ApiError::new(503, "loading the stored objects and syncing the plugins").into_response()
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "loading the stored objects and syncing the plugins",
+        )
+        .into_response()
     }
 }
 

@@ -20,7 +20,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, Method};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -184,7 +184,7 @@ fn check_media(method: &Method, path: &str, headers: &HeaderMap) -> Result<(), A
         format!("Content-Type {given:?}")
     };
     Err(ApiError::new(
-        415,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
         format!("{what} is not accepted here: send {say}"),
     ))
 }
@@ -198,7 +198,7 @@ fn check_uri_length(uri: &axum::http::Uri) -> Result<(), ApiError> {
     let length = uri.path_and_query().map_or(0, |p| p.as_str().len());
     if length > MAX_URI_BYTES {
         return Err(ApiError::new(
-            414,
+            StatusCode::URI_TOO_LONG,
             format!("the request target is {length} bytes, more than the {MAX_URI_BYTES} this server reads"),
         ));
     }
@@ -216,7 +216,7 @@ pub(super) async fn guard_site(
             server
                 .sites
                 .check(request.headers())
-                .map_err(|message| ApiError::new(403, message))
+                .map_err(|message| ApiError::new(StatusCode::FORBIDDEN, message))
         })
         .and_then(|()| check_media(request.method(), request.uri().path(), request.headers()));
     let mut response = match refused {

@@ -11,7 +11,7 @@
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, Method};
+use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -63,8 +63,8 @@ async fn inspect<T: Send + 'static>(
     let s = server.clone();
     tokio::task::spawn_blocking(move || s.engine.inspect(read))
         .await
-        .map_err(|e| ApiError::new(500, e.to_string()))?
-        .map_err(|e| ApiError::new(503, e))
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e))
 }
 
 /// A node's resources by their Kubernetes names: cpu in millicores, memory and storage in bytes.
@@ -163,7 +163,8 @@ async fn node_labels(
         }))
     })
     .await?;
-    let body = body.ok_or_else(|| ApiError::new(404, format!("no node named {name:?}")))?;
+    let body = body
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no node named {name:?}")))?;
     Ok(Json(body).into_response())
 }
 
@@ -206,7 +207,7 @@ async fn pending(
     let sort = query.sort.clone().unwrap_or_else(|| "name".into());
     if !["name", "waiting", "attempts"].contains(&sort.as_str()) {
         return Err(ApiError::new(
-            400,
+            StatusCode::BAD_REQUEST,
             format!("sort {sort:?} is not one of name, waiting, attempts"),
         ));
     }
@@ -279,7 +280,7 @@ async fn placement(
     let key = format!("{namespace}/{name}");
     let placement = placement_of(&server, namespace, name)?.ok_or_else(|| {
         ApiError::new(
-            404,
+            StatusCode::NOT_FOUND,
             format!("no placement of pod {key:?} is known: it is not placed, or was placed by another scheduler, or before this server recorded choices"),
         )
     })?;
