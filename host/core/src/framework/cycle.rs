@@ -1995,6 +1995,24 @@ mod stage_tests {
 
     type Log = Arc<std::sync::Mutex<Vec<String>>>;
 
+    /// A scheduler over `nodes` nodes whose two filters reserve: `First` binds `data` to
+    /// `pv-1`, `Second` answers `second`.
+    fn two_reserving(
+        nodes: usize,
+        second: Result<sdk::PodVolumes, sdk::Failure>,
+        log: &Log,
+    ) -> Scheduler {
+        let first = reserving(Ok(binding("data", "pv-1")), log);
+        scheduler(
+            nodes,
+            vec![
+                plugin("First", first, OnFailure::Fail),
+                plugin("Second", reserving(second, log), OnFailure::Fail),
+            ],
+            vec![],
+        )
+    }
+
     fn binding(claim: &str, volume: &str) -> sdk::PodVolumes {
         sdk::PodVolumes {
             static_bindings: vec![(claim.into(), volume.into())],
@@ -2009,18 +2027,7 @@ mod stage_tests {
             provisions: vec!["logs".into()],
             ..sdk::PodVolumes::default()
         };
-        let mut scheduler = scheduler(
-            1,
-            vec![
-                plugin(
-                    "First",
-                    reserving(Ok(binding("data", "pv-1")), &log),
-                    OnFailure::Fail,
-                ),
-                plugin("Second", reserving(Ok(provision), &log), OnFailure::Fail),
-            ],
-            vec![],
-        );
+        let mut scheduler = two_reserving(1, Ok(provision), &log);
         let pod = claiming(&["data", "logs"]);
         let outcome = scheduler.schedule(&pod, false).expect("profile");
         assert_eq!(outcome.node.as_deref(), Some("n1"));
@@ -2044,18 +2051,7 @@ mod stage_tests {
     fn a_reserve_rejection_unreserves_the_plugins_before_it_and_leaves_the_pod_unschedulable() {
         let log = Log::default();
         let full = sdk::Failure::unschedulable("node(s) had no room for the volume");
-        let mut scheduler = scheduler(
-            2,
-            vec![
-                plugin(
-                    "First",
-                    reserving(Ok(binding("data", "pv-1")), &log),
-                    OnFailure::Fail,
-                ),
-                plugin("Second", reserving(Err(full), &log), OnFailure::Fail),
-            ],
-            vec![],
-        );
+        let mut scheduler = two_reserving(2, Err(full), &log);
         let outcome = scheduler
             .schedule(&claiming(&["data"]), false)
             .expect("profile");
