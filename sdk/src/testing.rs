@@ -41,8 +41,8 @@
 use crate::helpers::default_normalize;
 use crate::{
     Code, Driver, ExistingPod, ExistingPodParts, Exported, Failure, FilterPlan, FilterResults,
-    HostPort, Labels, NodeId, NodeInfo, NodeSelectorRequirement, NodeSelectorTerm, Normalize, Pod,
-    PodId, PodParts, PodPlan, Resources, Taint, Toleration, VolumeInfo,
+    HostPort, IdleWhen, Labels, NodeId, NodeInfo, NodeSelectorRequirement, NodeSelectorTerm,
+    Normalize, Pod, PodId, PodPlan, Resources, Taint, Toleration, VolumeInfo,
 };
 
 /// One gibibyte.
@@ -543,16 +543,12 @@ pub fn answers<P: Exported>(case: &Case) -> Answers {
 /// (the parts a plugin does not read are empty in the pod it is sent, so only the parts it reads
 /// count).
 fn idle_for<P: Exported>(case: &Case) -> bool {
-    let without = P::IDLE_WITHOUT;
-    let placed_affinity = without.contains(PodParts::POD_AFFINITY)
-        && P::READS_EXISTING_PODS.contains(ExistingPodParts::POD_AFFINITY);
-    without != PodParts::NONE
-        && case.pod.lacks_parts(without)
-        && !(placed_affinity
-            && case
-                .existing
-                .iter()
-                .any(|(_, p)| !p.pod_affinity.is_empty()))
+    let placed_affinity = case
+        .existing
+        .iter()
+        .any(|(_, p)| !p.pod_affinity.is_empty());
+    IdleWhen::declared(P::IDLE_WITHOUT, P::READS_EXISTING_PODS)
+        .is_some_and(|idle| idle.holds(&case.pod, placed_affinity))
 }
 
 /// The filter's verdicts on every node of `case`, in two batches, checked against the plugin's

@@ -646,6 +646,39 @@ impl PodVolumes {
     }
 }
 
+/// Pods a plugin has no opinion on, by what it declares ([`crate::Plugin::IDLE_WITHOUT`]): the
+/// host leaves the plugin out of such a pod's cycle, and `sdk::testing` checks the plugin's plan
+/// agrees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IdleWhen {
+    /// The pod lacks every one of these parts.
+    pub without: PodParts,
+    /// ... and no placed pod has a pod (anti-)affinity term: the plugin reads placed pods'
+    /// affinity and is idle without the pod's own.
+    pub nor_placed_affinity: bool,
+}
+
+impl IdleWhen {
+    /// What a plugin declaring `without` (its `IDLE_WITHOUT`) and reading `existing` of placed
+    /// pods promises; `None` when it promises nothing.
+    pub const fn declared(without: PodParts, existing: ExistingPodParts) -> Option<IdleWhen> {
+        if without.bits() == PodParts::NONE.bits() {
+            return None;
+        }
+        Some(IdleWhen {
+            without,
+            nor_placed_affinity: without.contains(PodParts::POD_AFFINITY)
+                && existing.contains(ExistingPodParts::POD_AFFINITY),
+        })
+    }
+
+    /// Whether the plugin has no opinion on `pod`, `placed_affinity` saying whether any placed
+    /// pod has a pod (anti-)affinity term.
+    pub fn holds(self, pod: &Pod, placed_affinity: bool) -> bool {
+        pod.lacks_parts(self.without) && !(self.nor_placed_affinity && placed_affinity)
+    }
+}
+
 /// What a Reserve plugin sets aside for a pod on the node chosen for it, for the host to write
 /// before the binding (kube-scheduler's Reserve, with the PreBind work it implies).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -413,7 +413,10 @@ impl Profile {
                 .map(|(i, slot)| {
                     // A one-node check scores nothing: score-only plugins sit it out.
                     (only_node.is_some() && !self.filters.contains(&i))
-                        || slot.spec.idle_when.is_some_and(|w| w.holds(pod, cache))
+                        || slot
+                            .spec
+                            .idle_when
+                            .is_some_and(|w| w.holds(pod, cache.pods_with_pod_affinity() > 0))
                 })
                 .collect(),
         };
