@@ -227,7 +227,7 @@ fn a_pod_waits_at_permit_until_its_gang_is_reserved_and_one_whose_gang_never_fil
 
     let first = s.schedule_one().unwrap();
     assert_eq!(
-        (first.pod.as_str(), first.node.as_deref()),
+        (first.pod.as_str(), first.outcome.node.as_deref()),
         ("default/a-1", None)
     );
     assert_eq!(first.waiting_on, ["Gang"]);
@@ -240,12 +240,12 @@ fn a_pod_waits_at_permit_until_its_gang_is_reserved_and_one_whose_gang_never_fil
 
     let second = s.schedule_one().unwrap();
     assert_eq!(
-        (second.pod.as_str(), second.node.as_deref()),
+        (second.pod.as_str(), second.outcome.node.as_deref()),
         ("default/a-2", Some("n1"))
     );
     let released = s.schedule_one().unwrap();
     assert_eq!(
-        (released.pod.as_str(), released.node.as_deref()),
+        (released.pod.as_str(), released.outcome.node.as_deref()),
         ("default/a-1", Some("n1"))
     );
     assert!(released.waiting_on.is_empty());
@@ -273,9 +273,9 @@ fn a_pod_waits_at_permit_until_its_gang_is_reserved_and_one_whose_gang_never_fil
     clock.advance(Duration::from_millis(1));
     let timed_out = s.schedule_one().unwrap();
     assert_eq!(timed_out.pod, "default/alone");
-    assert_eq!(timed_out.node, None);
+    assert_eq!(timed_out.outcome.node, None);
     assert_eq!(
-        timed_out.message.as_deref(),
+        timed_out.outcome.message.as_deref(),
         Some("rejected due to timeout after waiting 10s at plugin Gang")
     );
     let cache = s.scheduler().cache();

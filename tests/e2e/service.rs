@@ -107,9 +107,9 @@ fn an_unconfirmed_binding_expires_frees_the_node_and_the_pod_is_scheduled_again(
     pipeline.submit(seq.upsert(pod_obj("first", "800m", None)));
     pipeline.submit(seq.upsert(pod_obj("second", "800m", None)));
     let results = s.run_until_idle();
-    assert_eq!(results[0].node.as_deref(), Some("n1"));
+    assert_eq!(results[0].outcome.node.as_deref(), Some("n1"));
     assert_eq!(
-        results[1].message.as_deref(),
+        results[1].outcome.message.as_deref(),
         Some("0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."),
         "the assumed pod holds its cpu"
     );
@@ -134,7 +134,7 @@ fn an_unconfirmed_binding_expires_frees_the_node_and_the_pod_is_scheduled_again(
     // The expiry freed n1, which also woke the unschedulable pod; one of the two gets it.
     let placed: Vec<&str> = results
         .iter()
-        .filter(|r| r.node.is_some())
+        .filter(|r| r.outcome.node.is_some())
         .map(|r| r.pod.as_str())
         .collect();
     assert_eq!(placed.len(), 1, "{results:?}");
@@ -148,7 +148,7 @@ fn the_assume_ttl_of_a_queued_binding_starts_when_the_binding_completed() {
     let pipeline = s.pipeline();
     pipeline.submit(seq.upsert(node_obj("n1", "1", &[])));
     pipeline.submit(seq.upsert(pod_obj("p", "600m", None)));
-    assert_eq!(s.run_until_idle()[0].node.as_deref(), Some("n1"));
+    assert_eq!(s.run_until_idle()[0].outcome.node.as_deref(), Some("n1"));
     // A slow API server: the binding is still waiting to be sent long after the TTL.
     clock.advance(Duration::from_secs(120));
     assert!(s.run_until_idle().is_empty());
@@ -182,7 +182,7 @@ fn a_confirmed_binding_is_counted_once() {
     let pipeline = s.pipeline();
     pipeline.submit(seq.upsert(node_obj("n1", "1", &[])));
     pipeline.submit(seq.upsert(pod_obj("p", "600m", None)));
-    assert_eq!(s.run_until_idle()[0].node.as_deref(), Some("n1"));
+    assert_eq!(s.run_until_idle()[0].outcome.node.as_deref(), Some("n1"));
     // The API server reports the binding.
     pipeline.submit(seq.upsert(Object::Pod(Box::new(bound_pod(
         &pod_k8s("p", "600m", None),
@@ -279,7 +279,7 @@ fn a_pending_pod_shows_its_fit_error_and_attempts_and_a_new_node_wakes_it() {
     assert!(results.is_empty(), "still inside its 1s backoff");
     _clock.advance(Duration::from_secs(1));
     let results = s.run_until_idle();
-    assert_eq!(results[0].node.as_deref(), Some("big-node"));
+    assert_eq!(results[0].outcome.node.as_deref(), Some("big-node"));
 }
 
 #[test]
@@ -548,7 +548,7 @@ fn many_threads_feed_events_while_cycles_run() {
         placed += s
             .run_until_idle()
             .iter()
-            .filter(|r| r.node.is_some())
+            .filter(|r| r.outcome.node.is_some())
             .count();
         clock.advance(Duration::from_secs(2));
         // Without a pause an idle loop turns thousands of times while slow producers run (the
@@ -563,7 +563,7 @@ fn many_threads_feed_events_while_cycles_run() {
         placed += s
             .run_until_idle()
             .iter()
-            .filter(|r| r.node.is_some())
+            .filter(|r| r.outcome.node.is_some())
             .count();
         clock.advance(Duration::from_secs(11));
     }
@@ -624,7 +624,7 @@ fn a_gated_pod_is_never_attempted_and_enters_the_queue_at_once_when_its_last_gat
     assert_eq!(gated.len(), 1);
     assert_eq!(gated[0].pod, "default/quota");
     assert_eq!(
-        gated[0].message.as_deref(),
+        gated[0].outcome.message.as_deref(),
         Some("waiting for scheduling gates: [example.com/quota example.com/gpu]")
     );
     assert_eq!(gated[0].attempts, 0);
@@ -656,6 +656,6 @@ fn a_gated_pod_is_never_attempted_and_enters_the_queue_at_once_when_its_last_gat
     pipeline.submit(seq.upsert(gated_pod("quota", &[])));
     let results = s.run_until_idle();
     assert_eq!(results.len(), 1);
-    assert!(results[0].node.is_some() && results[0].gated.is_none());
+    assert!(results[0].outcome.node.is_some() && results[0].gated.is_none());
     assert_eq!(binds.lock().unwrap().len(), 2);
 }

@@ -131,7 +131,7 @@ pub fn simulate(
         // Only a preemption (whose victims' deletion sends its pod back) is worth waiting out a
         // backoff for; a pod that failed for another reason is tried once, as before, and never
         // in a loop (a plugin that always fails would otherwise be retried forever).
-        let preempted = tried.iter().any(|d| d.preemption.is_some());
+        let preempted = tried.iter().any(|d| d.outcome.preemption.is_some());
         decisions.extend(tried);
         // A pod waiting at Permit is let go by another pod or rejected when its wait runs out:
         // time moves to that moment when nothing else is left to do.
@@ -155,13 +155,14 @@ pub fn print(decisions: &[Decision], options: Options, out: &mut dyn Write) -> s
             for d in decisions {
                 let json = JsonDecision {
                     pod: &d.pod,
-                    node: d.node.as_deref(),
-                    message: d.message.as_deref(),
+                    node: d.outcome.node.as_deref(),
+                    message: d.outcome.message.as_deref(),
                     gated: d.gated.is_some(),
-                    nodes: options.explain.then_some(&d.nodes[..]),
-                    preemption: d.preemption.as_ref(),
-                    preemption_candidates: (options.explain && !d.preemption_candidates.is_empty())
-                        .then_some(&d.preemption_candidates[..]),
+                    nodes: options.explain.then_some(&d.outcome.nodes[..]),
+                    preemption: d.outcome.preemption.as_deref(),
+                    preemption_candidates: (options.explain
+                        && !d.outcome.preemption_candidates.is_empty())
+                    .then_some(&d.outcome.preemption_candidates[..]),
                 };
                 serde_json::to_writer(&mut *out, &json)?;
                 writeln!(out)?;
@@ -174,7 +175,7 @@ pub fn print(decisions: &[Decision], options: Options, out: &mut dyn Write) -> s
 
 /// The node column: the node, or why there is none.
 fn node_column(d: &Decision) -> String {
-    match (&d.node, &d.gated) {
+    match (&d.outcome.node, &d.gated) {
         (Some(node), _) => node.clone(),
         (None, Some(_)) => "<gated>".to_string(),
         (None, None) => "<none>".to_string(),
@@ -198,7 +199,7 @@ fn print_table(decisions: &[Decision], explain: bool, out: &mut dyn Write) -> st
         .max(4);
     writeln!(out, "{:pod_width$}  {:node_width$}  MESSAGE", "POD", "NODE")?;
     for d in decisions {
-        let preempting = d.preemption.as_ref().map_or(String::new(), |p| {
+        let preempting = d.outcome.preemption.as_ref().map_or(String::new(), |p| {
             let victims: Vec<&str> = p.victims.iter().map(|v| v.pod.as_str()).collect();
             format!(
                 " (nominated to {}, evicting {})",
@@ -211,7 +212,7 @@ fn print_table(decisions: &[Decision], explain: bool, out: &mut dyn Write) -> st
             "{:pod_width$}  {:node_width$}  {}{preempting}",
             d.pod,
             node_column(d),
-            d.message.as_deref().unwrap_or("")
+            d.outcome.message.as_deref().unwrap_or("")
         )?;
         if explain {
             print_explained(d, out)?;
@@ -222,7 +223,7 @@ fn print_table(decisions: &[Decision], explain: bool, out: &mut dyn Write) -> st
 
 /// A pod's examined nodes (scores, or why infeasible) and preemption candidates, indented.
 fn print_explained(d: &Decision, out: &mut dyn Write) -> std::io::Result<()> {
-    for n in &d.nodes {
+    for n in &d.outcome.nodes {
         if n.feasible {
             let scores: Vec<String> = n.scores.iter().map(|(p, s)| format!("{p}={s}")).collect();
             writeln!(
@@ -241,7 +242,7 @@ fn print_explained(d: &Decision, out: &mut dyn Write) -> std::io::Result<()> {
             )?;
         }
     }
-    for c in &d.preemption_candidates {
+    for c in &d.outcome.preemption_candidates {
         let victims: Vec<String> = c
             .victims
             .iter()

@@ -105,8 +105,8 @@ pub fn carry_out(backend: &mut dyn Backend, result: &CycleResult) -> Carried {
         }
         None => {}
     }
-    if let Some(node) = &result.node {
-        if !result.volumes.is_empty() {
+    if let Some(node) = &result.outcome.node {
+        if !result.outcome.volumes.is_empty() {
             if let Err(e) = backend.bind_volumes(result, node) {
                 return Carried::BindingFailed(prebind_failure(&e));
             }
@@ -116,7 +116,7 @@ pub fn carry_out(backend: &mut dyn Backend, result: &CycleResult) -> Carried {
             Err(e) => Carried::BindingFailed(e),
         };
     }
-    if let Some(preemption) = &result.preemption {
+    if let Some(preemption) = &result.outcome.preemption {
         for victim in preemption.victims.iter().filter(|v| !v.terminating) {
             if let Err(e) = backend.evict(result, victim) {
                 tracing::warn!(victim = %victim.pod, preemptor = %result.pod, "evicting the victim failed: {e}");
@@ -188,7 +188,7 @@ impl Backend for MemoryBackend {
     fn bind_volumes(&mut self, result: &CycleResult, node: &str) -> Result<(), String> {
         let namespace = result.namespace();
         let mut updates = Vec::new();
-        for (claim_name, volume_name) in &result.volumes.static_bindings {
+        for (claim_name, volume_name) in &result.outcome.volumes.static_bindings {
             let claim = self.claim(namespace, claim_name)?;
             let volume = self
                 .volumes
@@ -197,7 +197,7 @@ impl Backend for MemoryBackend {
             let (volume, claim) = k8s::bound_volume_and_claim(volume, claim);
             updates.push((Some(volume), claim));
         }
-        for claim_name in &result.volumes.provisions {
+        for claim_name in &result.outcome.volumes.provisions {
             let claim = self.claim(namespace, claim_name)?;
             updates.push((None, k8s::claim_with_selected_node(claim, node)));
         }
@@ -265,11 +265,11 @@ pub fn pod_scheduled_false(pod: &mut core::Pod, result: &CycleResult) -> bool {
     };
     let status = set_pod_scheduled(pod, condition);
     status.phase.get_or_insert_with(|| "Pending".into());
-    if let Some(preemption) = &result.preemption {
+    if let Some(preemption) = &result.outcome.preemption {
         status.nominated_node_name = Some(preemption.node.clone());
         return true;
     }
-    if result.clears_nomination {
+    if result.outcome.clears_nomination {
         status.nominated_node_name = None;
     }
     false
@@ -295,7 +295,7 @@ pub const SCHEDULING_GATED_MESSAGE: &str =
 pub fn condition_message(result: &CycleResult) -> Option<String> {
     match result.gated {
         Some(_) => Some(SCHEDULING_GATED_MESSAGE.to_string()),
-        None => result.message.clone(),
+        None => result.outcome.message.clone(),
     }
 }
 
@@ -305,7 +305,7 @@ pub fn condition_message(result: &CycleResult) -> Option<String> {
 pub fn condition_reason(result: &CycleResult) -> &'static str {
     if result.gated.is_some() {
         "SchedulingGated"
-    } else if result.error {
+    } else if result.outcome.error {
         "SchedulerError"
     } else {
         "Unschedulable"

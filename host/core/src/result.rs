@@ -4,47 +4,29 @@
 use crate::cache::PodVolumes;
 use crate::framework::{Choice, NodeReport, Preemption};
 
-/// The result of one scheduling cycle.
+/// The result of one scheduling cycle, as the service returns it: which pod, and what its cycle
+/// and what followed (Reserve, Permit, the binding cycle) made of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CycleResult {
     /// `namespace/name`.
     pub pod: String,
-    /// The node the pod was reserved on, for its binding cycle.
-    pub node: Option<String>,
-    /// Why not.
-    pub message: Option<String>,
-    /// Every examined node, when the service explains its cycles.
-    pub nodes: Vec<NodeReport>,
     /// The pod's scheduler name (its profile).
     pub scheduler_name: String,
     /// Scheduling attempts of the pod so far, this one included.
     pub attempts: u32,
-    /// The cycle failed with an error (a plugin failed, a binding failed) rather than finding no
-    /// node: kube-scheduler's `error` result.
-    pub error: bool,
     /// No profile serves the pod's scheduler name: the pod is another scheduler's and was left
     /// alone.
     pub no_profile: bool,
-    /// Why the node was chosen, when the pod was placed.
-    pub choice: Option<Choice>,
-    /// The node the pod was nominated to and the pods evicted there, when it fit nowhere and
-    /// preemption made room.
-    pub preemption: Option<Preemption>,
-    /// When the service explains its cycles and preemption ran: every candidate node it found,
-    /// with the victims it would evict there.
-    pub preemption_candidates: Vec<Preemption>,
-    /// Preemption found no room for a pod that had a `status.nominatedNodeName`: the
-    /// nomination is cleared where the pod is recorded.
-    pub clears_nomination: bool,
-    /// With `node`: the claims bound to volumes and the claims to provision for it there
-    /// (VolumeBinding), bound together with the pod.
-    pub volumes: PodVolumes,
     /// The Permit plugins the pod waits at, reserved on its node but not yet bound: nothing is
     /// written for such a result. Its binding (or its rejection) comes as a later result.
     pub waiting_on: Vec<String>,
-    /// A PreEnqueue plugin keeps the pod out of the queue (its message in `message`): no cycle
-    /// ran, and none will until the pod changes.
+    /// A PreEnqueue plugin keeps the pod out of the queue (its message in `outcome.message`): no
+    /// cycle ran, and none will until the pod changes.
     pub gated: Option<Gated>,
+    /// What the cycle decided, as the service left it: `node` is the node the pod was reserved
+    /// on for its binding cycle, cleared when Permit or the binding undid that; `error` also
+    /// covers a binding that failed.
+    pub outcome: Outcome,
 }
 
 /// Why a pod is kept out of the queue, as far as what is written for it goes.
@@ -63,20 +45,12 @@ impl CycleResult {
     pub(crate) fn attempt(pod: String, scheduler_name: String, attempts: u32) -> CycleResult {
         CycleResult {
             pod,
-            node: None,
-            message: None,
-            nodes: Vec::new(),
             scheduler_name,
             attempts,
-            error: false,
             no_profile: false,
-            choice: None,
-            preemption: None,
-            preemption_candidates: Vec::new(),
-            clears_nomination: false,
-            volumes: PodVolumes::default(),
             waiting_on: Vec::new(),
             gated: None,
+            outcome: Outcome::default(),
         }
     }
 
@@ -85,5 +59,50 @@ impl CycleResult {
         self.pod
             .split_once('/')
             .map_or("", |(namespace, _)| namespace)
+    }
+}
+
+/// The result of one cycle.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// The chosen node.
+    pub node: Option<String>,
+    /// Why the pod was not placed: the FitError message, or the plugin error.
+    pub message: Option<String>,
+    /// True when a plugin failed, as opposed to no node fitting.
+    pub error: bool,
+    /// Filled only when the cycle was asked to explain itself.
+    pub nodes: Vec<NodeReport>,
+    /// Why the chosen node won, when a node was chosen.
+    pub choice: Option<Box<Choice>>,
+    /// When the pod fits nowhere and preemption found room for it: the node it is nominated to
+    /// and the pods to evict there.
+    pub preemption: Option<Box<Preemption>>,
+    /// Filled only when the cycle was asked to explain itself and preemption ran: every
+    /// candidate node the search found, with the victims it would evict there, in search order.
+    pub preemption_candidates: Vec<Preemption>,
+    /// Preemption looked for room and found none: the pod's `status.nominatedNodeName` is to be
+    /// cleared (set only when it had one).
+    pub clears_nomination: bool,
+    /// When a node was chosen and the profile binds volumes: the volumes VolumeBinding chose for
+    /// the pod there, to reserve and bind with it.
+    pub volumes: PodVolumes,
+}
+
+impl Outcome {
+    pub(crate) fn unschedulable(message: String, nodes: Vec<NodeReport>) -> Outcome {
+        Outcome {
+            message: Some(message),
+            nodes,
+            ..Outcome::default()
+        }
+    }
+
+    pub(crate) fn error(message: String) -> Outcome {
+        Outcome {
+            message: Some(message),
+            error: true,
+            ..Outcome::default()
+        }
     }
 }

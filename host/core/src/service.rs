@@ -355,8 +355,8 @@ impl Service {
         }
         self.told_unreadable.insert(key.clone(), message.clone());
         let mut result = CycleResult::attempt(key, scheduler_name, 1);
-        result.error = true;
-        result.message = Some(message);
+        result.outcome.error = true;
+        result.outcome.message = Some(message);
         self.unreadable.retain(|r| r.pod != result.pod);
         self.unreadable.push_back(result);
     }
@@ -427,7 +427,7 @@ impl Service {
         // Reported once per gating: the pod's own update (its condition written back) asks again.
         if self.told_gated.insert(key.clone()) {
             let mut result = CycleResult::attempt(key, pod.scheduler_name.clone(), 0);
-            result.message = Some(gate.message.clone());
+            result.outcome.message = Some(gate.message.clone());
             result.gated = Some(if pod.scheduling_gates.is_empty() {
                 Gated::Plugin(gate.plugin)
             } else {
@@ -651,32 +651,27 @@ impl Service {
         let key = pod.key();
         let attempts = self.queue.status(&key).map_or(1, |s| s.attempts);
         let mut result = CycleResult::attempt(key.clone(), pod.scheduler_name.clone(), attempts);
-        let Some(outcome) = self.scheduler.schedule(&pod, self.explain) else {
+        let Some(mut outcome) = self.scheduler.schedule(&pod, self.explain) else {
             // No profile for its scheduler name: another scheduler's pod.
             self.queue.delete(&key);
             result.no_profile = true;
-            result.message = Some(format!(
+            result.outcome.message = Some(format!(
                 "no profile for schedulerName {:?}; kube-scheduler would leave this pod to that scheduler",
                 pod.scheduler_name
             ));
             return Some(result);
         };
-        result.nodes = outcome.nodes;
-        result.preemption_candidates = outcome.preemption_candidates;
-        match outcome.node {
+        let chosen = outcome.node.take();
+        result.outcome = outcome;
+        match chosen {
             Some(node) => {
-                result.volumes = outcome.volumes;
-                result.choice = outcome.choice.map(|c| *c);
                 self.reserve(&pod, &node, &mut result);
                 if self.permit(&pod, &node, &mut result) {
                     self.bind(pod, node, &mut result);
                 }
             }
             None => {
-                result.error = outcome.error;
-                result.message = Some(outcome.message.unwrap_or_default());
-                result.clears_nomination = outcome.clears_nomination;
-                result.preemption = outcome.preemption.map(|p| *p);
+                result.outcome.message.get_or_insert_default();
                 self.not_placed(&pod, &result);
                 self.write(&result);
             }
@@ -690,21 +685,21 @@ impl Service {
     /// back yet), or none; and queues it as unschedulable or failed.
     fn not_placed(&mut self, pod: &sdk::Pod, result: &CycleResult) {
         let key = &result.pod;
-        if result.clears_nomination {
+        if result.outcome.clears_nomination {
             // It no longer holds room on that node for pods of lower priority, nor tries it
             // first.
             self.scheduler.cache_mut().clear_nomination(key);
             self.queue.set_nomination(key, "");
         }
-        if let Some(preemption) = &result.preemption {
+        if let Some(preemption) = &result.outcome.preemption {
             self.stats.preemptions.fetch_add(1, Ordering::Relaxed);
             let mut nominated = pod.clone();
             nominated.nominated_node_name.clone_from(&preemption.node);
             self.scheduler.cache_mut().nominate(&nominated);
             self.queue.set_nomination(key, &preemption.node);
         }
-        let message = result.message.clone().unwrap_or_default();
-        if result.error {
+        let message = result.outcome.message.clone().unwrap_or_default();
+        if result.outcome.error {
             self.queue.failed(key, message);
         } else {
             self.stats.unschedulable.fetch_add(1, Ordering::Relaxed);
@@ -727,10 +722,10 @@ impl Service {
     fn reserve(&mut self, pod: &sdk::Pod, node: &str, result: &mut CycleResult) {
         let key = result.pod.clone();
         self.scheduler.assume(pod, node);
-        if !result.volumes.is_empty() {
+        if !result.outcome.volumes.is_empty() {
             self.scheduler
                 .cache_mut()
-                .reserve_volumes(pod, node, &result.volumes);
+                .reserve_volumes(pod, node, &result.outcome.volumes);
         }
         self.scheduler.cache_mut().clear_nomination(&key);
         self.queue.done(&key);
@@ -743,7 +738,7 @@ impl Service {
                 attempts: result.attempts,
             },
         );
-        result.node = Some(node.to_string());
+        result.outcome.node = Some(node.to_string());
     }
 
     /// The binding cycle of a reserved pod, when the service has a backend of its own (else the
@@ -765,10 +760,10 @@ impl Service {
                 self.stats.binds_failed.fetch_add(1, Ordering::Relaxed);
                 let message = format!("binding to {node} failed: {e}");
                 self.queue.requeue(pod, result.attempts, message.clone());
-                result.node = None;
-                result.choice = None;
-                result.message = Some(message);
-                result.error = true;
+                result.outcome.node = None;
+                result.outcome.choice = None;
+                result.outcome.message = Some(message);
+                result.outcome.error = true;
             }
             _ => {
                 let deadline = self.clock.now() + self.assume_ttl;
@@ -816,12 +811,12 @@ impl Service {
             waits: waits.clone(),
         });
         result.waiting_on = waits.into_iter().map(|(p, _, _)| p).collect();
-        result.message = Some(format!(
+        result.outcome.message = Some(format!(
             "waiting on node {node} for Permit plugin(s) {}",
             result.waiting_on.join(", ")
         ));
-        result.node = None;
-        result.choice = None;
+        result.outcome.node = None;
+        result.outcome.choice = None;
         false
     }
 
@@ -870,11 +865,11 @@ impl Service {
         if !error {
             self.stats.unschedulable.fetch_add(1, Ordering::Relaxed);
         }
-        result.node = None;
-        result.choice = None;
-        result.volumes = PodVolumes::default();
-        result.error = error;
-        result.message = Some(message);
+        result.outcome.node = None;
+        result.outcome.choice = None;
+        result.outcome.volumes = PodVolumes::default();
+        result.outcome.error = error;
+        result.outcome.message = Some(message);
     }
 
     /// The reserved pods Permit plugins hold back.

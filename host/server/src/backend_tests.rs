@@ -181,7 +181,7 @@ fn the_memory_and_store_backends_make_the_same_writes_in_the_same_order() {
     let placed = |results: &[CycleResult]| -> Vec<(String, Option<String>)> {
         results
             .iter()
-            .map(|r| (r.pod.clone(), r.node.clone()))
+            .map(|r| (r.pod.clone(), r.outcome.node.clone()))
             .collect()
     };
     assert_eq!(

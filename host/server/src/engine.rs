@@ -147,9 +147,9 @@ impl Default for SwapPause {
 
 impl EngineMetrics {
     fn attempt(&self, result: &CycleResult, elapsed: Duration) {
-        let label = if result.node.is_some() {
+        let label = if result.outcome.node.is_some() {
             "scheduled"
-        } else if result.error {
+        } else if result.outcome.error {
             "error"
         } else {
             "unschedulable"
@@ -510,7 +510,7 @@ impl SchedulingLoop {
             }
             Some(result) if result.gated.is_some() => {
                 // Not an attempt: only its condition is written.
-                tracing::debug!(pod = %result.pod, message = ?result.message, "gated");
+                tracing::debug!(pod = %result.pod, message = ?result.outcome.message, "gated");
                 return self.results.send(result).is_ok();
             }
             Some(result) if !result.waiting_on.is_empty() => {
@@ -599,18 +599,18 @@ fn write_results(
 /// What `/v1/watch` says about one result.
 pub fn watch_event(result: CycleResult, resource_version: u64) -> WatchEvent {
     WatchEvent {
-        kind: if result.node.is_some() {
+        kind: if result.outcome.node.is_some() {
             "Scheduled"
         } else {
             "FailedScheduling"
         },
         resource_version,
         pod: result.pod,
-        node: result.node,
-        message: result.message,
+        node: result.outcome.node,
+        message: result.outcome.message,
         attempts: result.attempts,
         time_millis: unix_millis(),
-        choice: result.choice,
+        choice: result.outcome.choice.map(|c| *c),
     }
 }
 

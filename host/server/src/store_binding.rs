@@ -59,7 +59,7 @@ impl ResultSink for StoreSink {
             Err(e) => {
                 // The placements are undone and the pods scheduled again.
                 tracing::error!("recording {count} scheduling results failed: {e}");
-                for result in batch.iter().filter(|r| r.node.is_some()) {
+                for result in batch.iter().filter(|r| r.outcome.node.is_some()) {
                     self.bindings.report(result.pod.clone(), e.to_string());
                 }
                 return;
@@ -147,7 +147,7 @@ impl Backend for StoreBackend<'_, '_> {
         };
         binding::set_pod_scheduled(&mut pod, scheduled).nominated_node_name = None;
         let annotations = annotate(&mut pod, result);
-        if let Some(choice) = &result.choice {
+        if let Some(choice) = &result.outcome.choice {
             let mut kept = serde_json::to_value(choice).expect("a choice serializes");
             kept["timeMillis"] = unix_millis().into();
             annotations.insert(CHOICE_ANNOTATION.into(), kept.to_string());
@@ -223,7 +223,7 @@ fn bound_volumes_and_claims(
         _ => Err(format!("persistentvolumeclaim \"{name}\" not found")),
     };
     let mut objects = Vec::new();
-    for (claim_name, volume_name) in &result.volumes.static_bindings {
+    for (claim_name, volume_name) in &result.outcome.volumes.static_bindings {
         let claim = claim(claim_name)?;
         let volume = match read(&ObjectKey {
             kind: Kind::PersistentVolume,
@@ -250,7 +250,7 @@ fn bound_volumes_and_claims(
         objects.push(Object::PersistentVolume(Box::new(volume)));
         objects.push(Object::PersistentVolumeClaim(Box::new(claim)));
     }
-    for claim_name in &result.volumes.provisions {
+    for claim_name in &result.outcome.volumes.provisions {
         let claim = claim(claim_name)?;
         objects.push(Object::PersistentVolumeClaim(Box::new(
             k8s::claim_with_selected_node(&claim, node),

@@ -925,9 +925,9 @@ impl Driven {
             let Some(&i) = pod_index.get(&result.pod) else {
                 continue;
             };
-            match &result.node {
+            match &result.outcome.node {
                 Some(node) => record.placed(i, node_index[node.as_str()], &result.pod),
-                None => record.not_placed(i, result.error, result.message.clone()),
+                None => record.not_placed(i, result.outcome.error, result.outcome.message.clone()),
             }
         }
     }

@@ -29,6 +29,7 @@ use super::reasons;
 use super::threads::{filter_part, FailingTable, PartVerdicts};
 use super::{OnFailure, Phase, Profile, Slot};
 use crate::cache::Cache;
+use crate::result::Outcome;
 use crate::runtime::{CallError, PluginInstance};
 
 /// A plugin instance place: a slot's (the scheduling thread's) or a worker's, emptied when the
@@ -127,33 +128,6 @@ impl serde::Serialize for Choice {
     }
 }
 
-/// The result of one cycle.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Outcome {
-    /// The chosen node.
-    pub node: Option<String>,
-    /// Why the pod was not placed: the FitError message, or the plugin error.
-    pub message: Option<String>,
-    /// True when a plugin failed, as opposed to no node fitting.
-    pub error: bool,
-    /// Filled only when the cycle was asked to explain itself.
-    pub nodes: Vec<NodeReport>,
-    /// Why the chosen node won, when a node was chosen.
-    pub choice: Option<Box<Choice>>,
-    /// When the pod fits nowhere and preemption found room for it: the node it is nominated to
-    /// and the pods to evict there.
-    pub preemption: Option<Box<super::preemption::Preemption>>,
-    /// Filled only when the cycle was asked to explain itself and preemption ran: every
-    /// candidate node the search found, with the victims it would evict there, in search order.
-    pub preemption_candidates: Vec<super::preemption::Preemption>,
-    /// Preemption looked for room and found none: the pod's `status.nominatedNodeName` is to be
-    /// cleared (set only when it had one).
-    pub clears_nomination: bool,
-    /// When a node was chosen and the profile binds volumes: the volumes VolumeBinding chose for
-    /// the pod there, to reserve and bind with it.
-    pub volumes: sdk::PodVolumes,
-}
-
 /// Refuses volumes reserved for claims the pod does not have: the host writes these bindings to
 /// the API server, so a plugin must not name another pod's claims.
 fn own_claims(pod: &sdk::Pod, volumes: &sdk::PodVolumes) -> Result<(), String> {
@@ -194,24 +168,6 @@ pub(super) struct Diagnosis {
     /// A node was found, but a Reserve plugin rejected the pod there: the cycle ends without
     /// PostFilter (kube-scheduler runs no preemption after Reserve) and clears any nomination.
     pub reserve_rejected: bool,
-}
-
-impl Outcome {
-    fn unschedulable(message: String, nodes: Vec<NodeReport>) -> Outcome {
-        Outcome {
-            message: Some(message),
-            nodes,
-            ..Outcome::default()
-        }
-    }
-
-    pub(super) fn error(message: String) -> Outcome {
-        Outcome {
-            message: Some(message),
-            error: true,
-            ..Outcome::default()
-        }
-    }
 }
 
 /// What one cycle carries from stage to stage besides the profile.

@@ -33,7 +33,8 @@ use crate::metrics::PluginCallStats;
 use crate::runtime::{CallError, FailureKind, LoadError, PluginFactory, PluginInstance};
 use crate::util::Rng;
 
-pub use cycle::{Choice, NodeReport, Outcome};
+pub use crate::result::Outcome;
+pub use cycle::{Choice, NodeReport};
 pub use preemption::{Preemption, PreemptionSettings, Victim};
 pub use stages::{Gate, PermitOutcome, PermitRejection};
 

@@ -238,8 +238,8 @@ impl Backend for ApiBackend {
 
     /// As kube-scheduler: the same condition again is not written again.
     fn record_condition(&mut self, result: &CycleResult) -> Result<bool, String> {
-        if result.preemption.is_none()
-            && !result.clears_nomination
+        if result.outcome.preemption.is_none()
+            && !result.outcome.clears_nomination
             && self.recorder.condition_written(result)
         {
             return Ok(true);
@@ -252,9 +252,9 @@ impl Backend for ApiBackend {
             "message": binding::condition_message(result),
             "lastTransitionTime": now_rfc3339(),
         }]}});
-        if let Some(preemption) = &result.preemption {
+        if let Some(preemption) = &result.outcome.preemption {
             condition["status"]["nominatedNodeName"] = preemption.node.clone().into();
-        } else if result.clears_nomination {
+        } else if result.outcome.clears_nomination {
             // A strategic merge patch removes a field set to null.
             condition["status"]["nominatedNodeName"] = serde_json::Value::Null;
         }
@@ -311,7 +311,7 @@ async fn bind_volumes(
     let volumes: Api<core::PersistentVolume> = Api::all(client.clone());
     let claims: Api<core::PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
     let failed = |e: kube::Error| e.to_string();
-    for (claim_name, volume_name) in &result.volumes.static_bindings {
+    for (claim_name, volume_name) in &result.outcome.volumes.static_bindings {
         rate.acquire().await;
         let claim = bounded(claims.get(claim_name)).await.map_err(failed)?;
         rate.acquire().await;
@@ -322,7 +322,7 @@ async fn bind_volumes(
             .await
             .map_err(failed)?;
     }
-    for claim_name in &result.volumes.provisions {
+    for claim_name in &result.outcome.volumes.provisions {
         rate.acquire().await;
         let claim = bounded(claims.get(claim_name)).await.map_err(failed)?;
         let claim = k8s::claim_with_selected_node(&claim, node);
@@ -334,7 +334,7 @@ async fn bind_volumes(
     let deadline = std::time::Instant::now() + timeout;
     loop {
         let mut all_bound = true;
-        for (claim_name, volume_name) in &result.volumes.static_bindings {
+        for (claim_name, volume_name) in &result.outcome.volumes.static_bindings {
             rate.acquire().await;
             let volume = bounded(volumes.get(volume_name)).await.map_err(failed)?;
             let reserved = volume
@@ -349,7 +349,7 @@ async fn bind_volumes(
             let claim = bounded(claims.get(claim_name)).await.map_err(failed)?;
             all_bound &= k8s::claim_info(&claim).is_fully_bound();
         }
-        for claim_name in &result.volumes.provisions {
+        for claim_name in &result.outcome.volumes.provisions {
             rate.acquire().await;
             let claim = bounded(claims.get(claim_name)).await.map_err(failed)?;
             let claim = k8s::claim_info(&claim);

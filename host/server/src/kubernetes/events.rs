@@ -55,8 +55,8 @@ impl Recorder {
         conditions
             .get(&result.pod)
             .is_some_and(|(error, message, at)| {
-                *error == result.error
-                    && Some(message) == result.message.as_ref()
+                *error == result.outcome.error
+                    && Some(message) == result.outcome.message.as_ref()
                     && at.elapsed() < Self::SERIES_WINDOW
             })
     }
@@ -67,8 +67,8 @@ impl Recorder {
         conditions.insert(
             result.pod.clone(),
             (
-                result.error,
-                result.message.clone().unwrap_or_default(),
+                result.outcome.error,
+                result.outcome.message.clone().unwrap_or_default(),
                 std::time::Instant::now(),
             ),
         );
@@ -203,7 +203,7 @@ struct EventText {
 
 impl EventText {
     fn of(result: &CycleResult) -> Self {
-        match &result.node {
+        match &result.outcome.node {
             Some(node) => EventText {
                 reason: "Scheduled",
                 kind: "Normal",
@@ -215,7 +215,7 @@ impl EventText {
                 reason: "FailedScheduling",
                 kind: "Warning",
                 action: "Scheduling",
-                note: truncate_note(result.message.as_deref().unwrap_or_default()),
+                note: truncate_note(result.outcome.message.as_deref().unwrap_or_default()),
             },
         }
     }
