@@ -6,16 +6,16 @@ use std::path::Path;
 
 use wasched::bench;
 use wasched::config::{Config, DefaultPluginRuntime};
-use wasched::framework::{Outcome, Scheduler};
+use wasched::framework::{Decider, Outcome};
 use wasched::synthetic::{self, Scenario};
 use wasched_sdk::{NodeAffinity, NodeSelectorTerm};
 
 use crate::support::*;
 
-fn scheduler(toml: &str, runtime: DefaultPluginRuntime, seed: u64) -> Scheduler {
+fn decider(toml: &str, runtime: DefaultPluginRuntime, seed: u64) -> Decider {
     let mut config = Config::parse("test.toml", Path::new("."), toml.to_string()).unwrap();
     config.default_plugins = runtime;
-    Scheduler::new(&config.profiles().unwrap(), seed).unwrap()
+    Decider::new(&config.profiles().unwrap(), seed).unwrap()
 }
 
 fn examined(outcome: &Outcome) -> Vec<String> {
@@ -27,7 +27,7 @@ fn sampling_stops_at_the_percentage_and_the_next_cycle_starts_where_it_stopped()
     // Only filters, and NodeResourcesFit to score, so every node is feasible and equally good.
     let toml = "[[profiles]]\npercentage_of_nodes_to_score = 40\nfilters = [\"NodeResourcesFit\"]\nscores = [{ plugin = \"NodeResourcesFit\" }]\n";
     for runtime in [DefaultPluginRuntime::Wasm, DefaultPluginRuntime::Native] {
-        let mut s = scheduler(toml, runtime, 1);
+        let mut s = decider(toml, runtime, 1);
         for i in 0..300 {
             s.cache_mut().upsert_node(node(&format!("n{i:03}")));
         }
@@ -53,7 +53,7 @@ fn sampling_stops_at_the_percentage_and_the_next_cycle_starts_where_it_stopped()
 #[test]
 fn an_explained_cycle_does_not_move_where_the_next_one_starts() {
     let toml = "[[profiles]]\npercentage_of_nodes_to_score = 40\nfilters = [\"NodeResourcesFit\"]\nscores = [{ plugin = \"NodeResourcesFit\" }]\n";
-    let mut s = scheduler(toml, DefaultPluginRuntime::Native, 1);
+    let mut s = decider(toml, DefaultPluginRuntime::Native, 1);
     for i in 0..300 {
         s.cache_mut().upsert_node(node(&format!("n{i:03}")));
     }
@@ -73,7 +73,7 @@ fn an_explained_cycle_does_not_move_where_the_next_one_starts() {
 #[test]
 fn without_score_plugins_the_first_feasible_node_wins() {
     let toml = "[[profiles]]\nfilters = [\"NodeResourcesFit\"]\nscores = []\n";
-    let mut s = scheduler(toml, DefaultPluginRuntime::Wasm, 1);
+    let mut s = decider(toml, DefaultPluginRuntime::Wasm, 1);
     s.cache_mut()
         .upsert_node(NodeInfoBuilder::cpu("small", 500));
     s.cache_mut()
@@ -101,7 +101,7 @@ impl NodeInfoBuilder {
 
 #[test]
 fn each_placement_takes_its_resources_before_the_next_pod() {
-    let mut s = scheduler("", DefaultPluginRuntime::Wasm, 1);
+    let mut s = decider("", DefaultPluginRuntime::Wasm, 1);
     s.cache_mut()
         .upsert_node(NodeInfoBuilder::cpu("only", 4000));
     let first = schedule_and_assume(&mut s, &cpu_pod("a", 3000), false);
@@ -123,7 +123,7 @@ fn each_placement_takes_its_resources_before_the_next_pod() {
 
 #[test]
 fn nodes_outside_a_prefilter_result_are_counted_in_the_message() {
-    let mut s = scheduler("", DefaultPluginRuntime::Wasm, 1);
+    let mut s = decider("", DefaultPluginRuntime::Wasm, 1);
     for name in ["a", "b", "c"] {
         s.cache_mut().upsert_node(NodeInfoBuilder::cpu(name, 1000));
     }
@@ -145,7 +145,7 @@ fn nodes_outside_a_prefilter_result_are_counted_in_the_message() {
 #[test]
 fn ties_are_broken_at_random_and_reproducibly() {
     let chosen = |seed: u64| -> Vec<String> {
-        let mut s = scheduler("", DefaultPluginRuntime::Native, seed);
+        let mut s = decider("", DefaultPluginRuntime::Native, seed);
         for i in 0..20 {
             s.cache_mut().upsert_node(node(&format!("n{i:02}")));
         }
@@ -172,7 +172,7 @@ fn ties_are_broken_at_random_and_reproducibly() {
 fn wasm_and_native_place_a_synthetic_cluster_identically() {
     let cluster = synthetic::cluster(Scenario::Mixed, 400, 600, 7);
     let place = |runtime| -> Vec<(Option<String>, Option<String>)> {
-        let mut s = scheduler("", runtime, 3);
+        let mut s = decider("", runtime, 3);
         cluster.load_into(s.cache_mut());
         cluster
             .pods
@@ -353,13 +353,13 @@ fn two_filter_and_score_threads_place_pods_exactly_like_one() {
     let run =
         |runtime: DefaultPluginRuntime, threads: usize| -> Vec<(Option<String>, Option<String>)> {
             let toml = format!("[runtime]\nparallelism = {threads}\n");
-            let mut scheduler = scheduler(&toml, runtime, 11);
-            cluster.load_into(scheduler.cache_mut());
+            let mut decider = decider(&toml, runtime, 11);
+            cluster.load_into(decider.cache_mut());
             cluster
                 .pods
                 .iter()
                 .map(|pod| {
-                    let outcome = schedule_and_assume(&mut scheduler, pod, false);
+                    let outcome = schedule_and_assume(&mut decider, pod, false);
                     assert!(!outcome.error, "{:?}", outcome.message);
                     (outcome.node, outcome.message)
                 })

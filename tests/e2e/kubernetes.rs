@@ -119,19 +119,19 @@ impl Drop for ApiServer {
 }
 
 /// A running `wasched serve --kubernetes`, killed when dropped.
-struct Scheduler {
+struct Decider {
     child: Child,
     url: String,
     _dir: PathBuf,
 }
 
-impl Scheduler {
-    fn start(api: &ApiServer, name: &str, extra: &[&str]) -> Scheduler {
-        Scheduler::start_at(&api.url, name, extra)
+impl Decider {
+    fn start(api: &ApiServer, name: &str, extra: &[&str]) -> Decider {
+        Decider::start_at(&api.url, name, extra)
     }
 
     /// A replica reaching the API server at `url` (the emulator, or a proxy in front of it).
-    fn start_at(url: &str, name: &str, extra: &[&str]) -> Scheduler {
+    fn start_at(url: &str, name: &str, extra: &[&str]) -> Decider {
         let dir = std::env::temp_dir().join(format!("wasched-kube-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -150,15 +150,15 @@ impl Scheduler {
             .spawn()
             .expect("start wasched serve --kubernetes");
         let url = first_line(&mut child, "wasched listening on ");
-        let scheduler = Scheduler {
+        let decider = Decider {
             child,
             url,
             _dir: dir,
         };
         wait_for("the scheduler to be ready", || {
-            scheduler.get("/readyz").0 == 200
+            decider.get("/readyz").0 == 200
         });
-        scheduler
+        decider
     }
 
     fn get(&self, path: &str) -> (u16, String) {
@@ -209,7 +209,7 @@ impl Scheduler {
     }
 }
 
-impl Scheduler {
+impl Decider {
     fn kill9(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
@@ -220,7 +220,7 @@ impl Scheduler {
     }
 }
 
-impl Drop for Scheduler {
+impl Drop for Decider {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -314,7 +314,7 @@ fn pods_are_bound_where_simulate_places_them_and_other_schedulers_pods_are_left_
     for n in &nodes {
         api.create(n);
     }
-    let scheduler = Scheduler::start(&api, "bind", &[]);
+    let decider = Decider::start(&api, "bind", &[]);
     // One at a time, so each placement is decided against the ones before it, as simulate does.
     let pods: Vec<Value> = (0..6)
         .map(|i| pod(&format!("web-{i}"), "1500m", json!({})))
@@ -341,17 +341,14 @@ fn pods_are_bound_where_simulate_places_them_and_other_schedulers_pods_are_left_
     assert!(batch["spec"]["nodeName"].is_null(), "{batch}");
     assert!(batch["status"]["conditions"].is_null(), "{batch}");
     assert_eq!(api.counts()["POST pods/binding"], json!(6));
-    assert_eq!(
-        scheduler.metric_total("wasched_api_write_failures_total"),
-        0
-    );
+    assert_eq!(decider.metric_total("wasched_api_write_failures_total"), 0);
 }
 
 #[test]
 fn an_unschedulable_pod_gets_the_fit_error_and_is_placed_when_a_node_arrives() {
     let api = ApiServer::start();
     api.create(&node("small", "zone-a", "2"));
-    let _scheduler = Scheduler::start(&api, "fit", &[]);
+    let _scheduler = Decider::start(&api, "fit", &[]);
     api.create(&pod("large", "6", json!({})));
     wait_for("the PodScheduled condition", || {
         !api.pods()["large"]["status"]["conditions"].is_null()
@@ -414,7 +411,7 @@ fn a_critical_pod_evicts_the_victim_no_disruption_budget_guards_through_the_api(
     api.create(&node("guarded-node", "zone-a", "2"));
     api.create(&node("free-node", "zone-a", "2"));
     // Preemption is on in the default profile: no configuration.
-    let _scheduler = Scheduler::start(&api, "preempt", &[]);
+    let _scheduler = Decider::start(&api, "preempt", &[]);
     // The budget arrives through the PodDisruptionBudget watch, before the pods it guards are
     // even bound; evicting "guarded" would break it, so the other node is the one to take.
     api.create(
@@ -454,7 +451,7 @@ fn dropped_watches_and_410_gone_lose_nothing_and_bind_nothing_twice() {
     api.create(&node("n1", "zone-a", "64"));
     api.create(&node("n2", "zone-b", "64"));
     api.create(&node("doomed", "zone-b", "64"));
-    let scheduler = Scheduler::start(&api, "relist", &[]);
+    let decider = Decider::start(&api, "relist", &[]);
     for i in 0..5 {
         api.create(&pod(&format!("before-{i}"), "1", json!({})));
     }
@@ -473,7 +470,7 @@ fn dropped_watches_and_410_gone_lose_nothing_and_bind_nothing_twice() {
     api.call("POST", "/_test/compact", Some(json!({})));
     api.call("POST", "/_test/unblock-watches", Some(json!({})));
     wait_for("the deleted node to be repaired", || {
-        scheduler.metric("wasched_kube_repaired_total") >= 1
+        decider.metric("wasched_kube_repaired_total") >= 1
     });
     for i in 0..5 {
         api.create(&pod(&format!("after-{i}"), "1", json!({})));
@@ -491,8 +488,8 @@ fn dropped_watches_and_410_gone_lose_nothing_and_bind_nothing_twice() {
     }
     // One binding per pod: none repeated, none refused as already bound.
     assert_eq!(api.counts()["POST pods/binding"], json!(15));
-    assert!(scheduler.metric("wasched_kube_lists_total") > 5);
-    assert_eq!(scheduler.metric("wasched_kube_repaired_total"), 1);
+    assert!(decider.metric("wasched_kube_lists_total") > 5);
+    assert_eq!(decider.metric("wasched_kube_repaired_total"), 1);
 }
 
 #[test]
@@ -501,7 +498,7 @@ fn refused_bindings_are_retried_with_backoff_without_waiting_for_the_assume_ttl(
     api.create(&node("n1", "zone-a", "8"));
     // The default assume TTL (30 s) is longer than this test waits for the binding: only the
     // refusal itself can queue the pod again.
-    let scheduler = Scheduler::start(&api, "retry", &[]);
+    let decider = Decider::start(&api, "retry", &[]);
     api.call(
         "POST",
         "/_test/fail-bindings",
@@ -515,7 +512,7 @@ fn refused_bindings_are_retried_with_backoff_without_waiting_for_the_assume_ttl(
     assert_eq!(api.counts()["POST pods/binding"], json!(3));
     assert!(took >= Duration::from_secs(1), "no backoff: {took:?}");
     assert_eq!(
-        scheduler.metric("wasched_api_write_failures_total{kind=\"binding\"}"),
+        decider.metric("wasched_api_write_failures_total{kind=\"binding\"}"),
         2
     );
 }
@@ -524,7 +521,7 @@ fn refused_bindings_are_retried_with_backoff_without_waiting_for_the_assume_ttl(
 fn a_slow_binding_holds_up_only_its_own_pod() {
     let api = ApiServer::start();
     api.create(&node("n1", "zone-a", "64"));
-    let _scheduler = Scheduler::start(&api, "slow", &[]);
+    let _scheduler = Decider::start(&api, "slow", &[]);
     api.call(
         "POST",
         "/_test/slow-bindings",
@@ -555,7 +552,7 @@ fn a_slow_binding_holds_up_only_its_own_pod() {
 fn a_node_relabelled_many_times_ends_as_the_api_server_has_it() {
     let api = ApiServer::start();
     api.create(&node("flip", "zone-a", "64"));
-    let _scheduler = Scheduler::start(&api, "flip", &[]);
+    let _scheduler = Decider::start(&api, "flip", &[]);
     // The label changes faster than the scheduler applies them: every version must be applied in
     // resourceVersion order, so the cache ends with the last one however the events interleave.
     for i in 0..1000 {
@@ -612,8 +609,8 @@ const FAST_LEASE: [&str; 6] = [
 fn only_the_leader_binds_and_a_standby_takes_over_when_it_is_killed() {
     let api = ApiServer::start();
     api.create(&node("n1", "zone-a", "64"));
-    let a = Scheduler::start(&api, "ha-a", &FAST_LEASE);
-    let b = Scheduler::start(&api, "ha-b", &FAST_LEASE);
+    let a = Decider::start(&api, "ha-a", &FAST_LEASE);
+    let b = Decider::start(&api, "ha-b", &FAST_LEASE);
     wait_for("one leader", || {
         u8::from(a.leads()) + u8::from(b.leads()) == 1
     });
@@ -654,9 +651,9 @@ fn only_the_leader_binds_and_a_standby_takes_over_when_it_is_killed() {
 fn a_pod_retried_many_times_gets_one_failed_scheduling_event_then_a_scheduled_one() {
     let api = ApiServer::start();
     api.create(&node("small", "zone-a", "1"));
-    let scheduler = Scheduler::start(&api, "events", &[]);
+    let decider = Decider::start(&api, "events", &[]);
     let failed_attempts = || {
-        scheduler.metric(
+        decider.metric(
             "scheduler_schedule_attempts_total{result=\"unschedulable\",profile=\"default-scheduler\"}",
         )
     };
@@ -774,8 +771,8 @@ fn a_plugin_and_configuration_loaded_through_one_replica_reach_every_replica_and
     let api = ApiServer::start();
     api.create(&pool_node("blue-1", "blue"));
     api.create(&pool_node("green-1", "green"));
-    let a = Scheduler::start(&api, "policy-a", &FAST_LEASE);
-    let b = Scheduler::start(&api, "policy-b", &FAST_LEASE);
+    let a = Decider::start(&api, "policy-a", &FAST_LEASE);
+    let b = Decider::start(&api, "policy-b", &FAST_LEASE);
     wait_for("one leader", || {
         u8::from(a.leads()) + u8::from(b.leads()) == 1
     });
@@ -833,7 +830,7 @@ fn a_plugin_and_configuration_loaded_through_one_replica_reach_every_replica_and
     }
 
     // A replica started now loads the policy from the cluster.
-    let late = Scheduler::start(&api, "policy-c", &FAST_LEASE);
+    let late = Decider::start(&api, "policy-c", &FAST_LEASE);
     assert_eq!(
         late.uploaded_sha256("PoolPreference").as_deref(),
         Some(sha256.as_str())
@@ -897,7 +894,7 @@ fn a_pod_with_a_waiting_claim_is_bound_once_the_pv_controller_bound_the_volume_i
         "1",
         json!({"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]}),
     ));
-    let _scheduler = Scheduler::start(&api, "volume-binding", &[]);
+    let _scheduler = Decider::start(&api, "volume-binding", &[]);
     let claim_uid = api
         .call(
             "GET",
@@ -942,7 +939,7 @@ fn a_pod_with_a_waiting_claim_is_bound_once_the_pv_controller_bound_the_volume_i
     assert_eq!(api.node_of("db").as_deref(), Some("n2"));
 }
 
-impl Scheduler {
+impl Decider {
     /// Whether the replica says it leads; false when it does not answer (it stopped).
     fn leads_now(&self) -> bool {
         let Ok(client) = Client::new(&Connection {
@@ -1035,9 +1032,9 @@ fn a_leader_whose_api_server_hangs_stops_leading_before_a_standby_takes_over() {
         "--leader-elect-retry-period",
         "1s",
     ];
-    let a = Scheduler::start_at(&proxy.url, "hang-a", &timing);
+    let a = Decider::start_at(&proxy.url, "hang-a", &timing);
     wait_for("the replica behind the proxy to lead", || a.leads_now());
-    let b = Scheduler::start(&api, "hang-b", &timing);
+    let b = Decider::start(&api, "hang-b", &timing);
     std::thread::sleep(Duration::from_millis(1500));
     assert!(!b.leads_now(), "b stands by while a renews");
 
@@ -1087,13 +1084,13 @@ fn a_policy_index_that_lies_is_refused_and_every_replica_stays_up_and_schedules(
         )),
     );
     assert!(status < 300, "{status} {body}");
-    let scheduler = Scheduler::start(&api, "bad-index", &FAST_LEASE);
-    assert!(scheduler.metric("wasched_policy_adopt_failures_total") >= 1);
+    let decider = Decider::start(&api, "bad-index", &FAST_LEASE);
+    assert!(decider.metric("wasched_policy_adopt_failures_total") >= 1);
     api.create(&pod("first", "1", json!({})));
     wait_for("a pod to be bound", || api.node_of("first").is_some());
 
     // Rewritten while it runs: a path as a name and as a digest.
-    let failures = scheduler.metric("wasched_policy_adopt_failures_total");
+    let failures = decider.metric("wasched_policy_adopt_failures_total");
     let (status, body) = api.call(
         "PATCH",
         "/api/v1/namespaces/default/configmaps/wasched-policy",
@@ -1103,16 +1100,16 @@ fn a_policy_index_that_lies_is_refused_and_every_replica_stays_up_and_schedules(
     );
     assert!(status < 300, "{status} {body}");
     wait_for("the change to be refused", || {
-        scheduler.metric("wasched_policy_adopt_failures_total") > failures
+        decider.metric("wasched_policy_adopt_failures_total") > failures
     });
-    let (_, plugins) = scheduler.get("/admin/plugins");
+    let (_, plugins) = decider.get("/admin/plugins");
     assert!(!plugins.contains("passwd"), "{plugins}");
     let (_, maps) = api.call("GET", "/api/v1/namespaces/default/configmaps", None);
     assert_eq!(maps["items"].as_array().unwrap().len(), 1, "{maps}");
 
     // A replica started now (every restart of the old ones too) comes up and schedules.
-    drop(scheduler);
-    let restarted = Scheduler::start(&api, "bad-index-again", &FAST_LEASE);
+    drop(decider);
+    let restarted = Decider::start(&api, "bad-index-again", &FAST_LEASE);
     assert!(restarted.metric("wasched_policy_adopt_failures_total") >= 1);
     api.create(&pod("second", "1", json!({})));
     wait_for("a pod to be bound after the restart", || {
@@ -1131,7 +1128,7 @@ fn a_fit_error_longer_than_an_event_holds_is_cut_in_the_event_and_kept_whole_in_
             "effect": "NoSchedule"}]});
         api.create(&tainted);
     }
-    let scheduler = Scheduler::start(&api, "long-events", &[]);
+    let decider = Decider::start(&api, "long-events", &[]);
     api.create(&pod("unwelcome", "1", json!({})));
     let failed_event = || {
         api.events()
@@ -1151,10 +1148,7 @@ fn a_fit_error_longer_than_an_event_holds_is_cut_in_the_event_and_kept_whole_in_
     assert!(note.len() <= 1024, "{} bytes", note.len());
     assert!(note.ends_with(" ..."), "{note}");
     assert!(condition.starts_with(&note[..note.len() - 4]));
-    assert_eq!(
-        scheduler.metric_total("wasched_api_write_failures_total"),
-        0
-    );
+    assert_eq!(decider.metric_total("wasched_api_write_failures_total"), 0);
 }
 
 #[test]
@@ -1168,7 +1162,7 @@ fn a_pod_that_cannot_be_read_is_told_why_and_the_others_are_scheduled() {
     api.create(&shapeless);
     api.create(&pod("lots", "lots", json!({})));
     api.create(&pod("fine-0", "1", json!({})));
-    let scheduler = Scheduler::start(&api, "unreadable", &[]);
+    let decider = Decider::start(&api, "unreadable", &[]);
     wait_for("the readable pod to be bound", || {
         api.node_of("fine-0").is_some()
     });
@@ -1213,14 +1207,14 @@ fn a_pod_that_cannot_be_read_is_told_why_and_the_others_are_scheduled() {
     wait_for("a later pod to be bound", || {
         api.node_of("fine-1").is_some()
     });
-    assert_eq!(scheduler.get("/readyz").0, 200);
+    assert_eq!(decider.get("/readyz").0, 200);
 }
 
 #[test]
 fn a_binding_the_api_server_never_answers_is_given_up_after_the_request_timeout_and_sent_again() {
     let api = ApiServer::start();
     api.create(&node("n1", "zone-a", "64"));
-    let scheduler = Scheduler::start(&api, "hung-binding", &[]);
+    let decider = Decider::start(&api, "hung-binding", &[]);
     // The first binding is answered in an hour: as good as never.
     api.call(
         "POST",
@@ -1240,7 +1234,7 @@ fn a_binding_the_api_server_never_answers_is_given_up_after_the_request_timeout_
     );
     wait_for("the pod to be bound", || api.node_of("stuck").is_some());
     assert_eq!(
-        scheduler.metric("wasched_api_write_failures_total{kind=\"binding\"}"),
+        decider.metric("wasched_api_write_failures_total{kind=\"binding\"}"),
         1
     );
 }
@@ -1307,7 +1301,7 @@ fn the_api_server_backend_makes_the_writes_the_memory_and_store_backends_make_in
         json!({"priority": 0, "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}),
     ));
     let test_agent = api.call("GET", "/_test/writes", None).1[0]["userAgent"].clone();
-    let _scheduler = Scheduler::start(&api, "backends", &[]);
+    let _scheduler = Decider::start(&api, "backends", &[]);
     let claim_path = "/api/v1/namespaces/default/persistentvolumeclaims/data";
 
     // The provisioner and the PV controller, played by the test: the claim marked with its node
@@ -1367,7 +1361,7 @@ fn a_gated_pod_keeps_its_scheduling_gated_condition_while_others_bind_and_binds_
     }
     // Without leader election: the emulator is one Python process, and with 200 writes queued
     // (a binding and an Event per pod) it answers a Lease renewal later than the renew deadline.
-    let scheduler = Scheduler::start(&api, "gates", &["--leader-elect", "false"]);
+    let decider = Decider::start(&api, "gates", &["--leader-elect", "false"]);
     // Polled gently: the emulator is one Python process, and listing 101 pods every 50 ms
     // starves the scheduler's Lease renewals.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -1419,7 +1413,7 @@ fn a_gated_pod_keeps_its_scheduling_gated_condition_while_others_bind_and_binds_
         "{:?}",
         api.events()
     );
-    let (_, metrics) = scheduler.get("/metrics");
+    let (_, metrics) = decider.get("/metrics");
     assert!(
         metrics.contains("scheduler_pending_pods{queue=\"gated\"} 1"),
         "{metrics}"

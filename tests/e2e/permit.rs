@@ -11,7 +11,7 @@ use wasched::binding::Backend;
 use wasched::clock::FakeClock;
 use wasched::config::{Config, DefaultPluginRuntime};
 use wasched::events::Object;
-use wasched::framework::{FailurePolicy, PluginSpec, Scheduler, Victim};
+use wasched::framework::{Decider, FailurePolicy, PluginSpec, Victim};
 use wasched::runtime::{CallError, LoadError, Permit, PermitAnswer, PluginFactory, PluginInstance};
 use wasched::service::{CycleResult, PodState, Sequencer, Service};
 use wasched_sdk as sdk;
@@ -197,12 +197,8 @@ fn a_pod_waits_at_permit_until_its_gang_is_reserved_and_one_whose_gang_never_fil
     });
     let clock = FakeClock::default();
     let bindings = Bindings::default();
-    let scheduler = Scheduler::with_clock(&profiles, 1, Arc::new(clock.clone())).unwrap();
-    let mut s = Service::new(
-        scheduler,
-        Box::new(bindings.clone()),
-        Arc::new(clock.clone()),
-    );
+    let decider = Decider::with_clock(&profiles, 1, Arc::new(clock.clone())).unwrap();
+    let mut s = Service::new(decider, Box::new(bindings.clone()), Arc::new(clock.clone()));
     let seq = Sequencer::default();
     for o in [
         object(
@@ -257,7 +253,7 @@ fn a_pod_waits_at_permit_until_its_gang_is_reserved_and_one_whose_gang_never_fil
         (third.pod.as_str(), third.waiting_on.as_slice()),
         ("default/alone", &["Gang".to_string()][..])
     );
-    let cache = s.scheduler().cache();
+    let cache = s.decider().cache();
     assert_eq!(cache.pod_node("default/alone"), Some("n1"));
     assert_eq!(
         cache
@@ -278,7 +274,7 @@ fn a_pod_waits_at_permit_until_its_gang_is_reserved_and_one_whose_gang_never_fil
         timed_out.outcome.message.as_deref(),
         Some("rejected due to timeout after waiting 10s at plugin Gang")
     );
-    let cache = s.scheduler().cache();
+    let cache = s.decider().cache();
     assert_eq!(
         cache.pod_node("default/alone"),
         None,

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use wasched::cache::DisruptionBudget;
 use wasched::config::{Config, DefaultPluginRuntime};
-use wasched::framework::{Outcome, Scheduler};
+use wasched::framework::{Decider, Outcome};
 use wasched_sdk::{LabelSelector, NodeInfo, Pod};
 
 use crate::support::*;
@@ -71,7 +71,7 @@ fn preempt(cluster: &Cluster, pod: &Pod) -> Answer {
         .map(|runtime| {
             let mut config = Config::parse("test.toml", Path::new("."), profile(filters)).unwrap();
             config.default_plugins = runtime;
-            let mut s = Scheduler::new(&config.profiles().unwrap(), 1).unwrap();
+            let mut s = Decider::new(&config.profiles().unwrap(), 1).unwrap();
             for node in &cluster.nodes {
                 s.cache_mut().upsert_node(node.clone());
             }

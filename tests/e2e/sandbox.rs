@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use wasched::clock::FakeClock;
 use wasched::config::{Config, DefaultPluginRuntime};
-use wasched::framework::{Outcome, Scheduler};
+use wasched::framework::{Decider, Outcome};
 use wasched_sdk::{NodeInfo, Pod};
 
 use crate::support::*;
@@ -43,17 +43,17 @@ fn config(plugin: &str, file: &str, as_filter: bool, extra: &str) -> Config {
     config
 }
 
-fn cluster(scheduler: &mut Scheduler) {
+fn cluster(decider: &mut Decider) {
     for (name, cpu) in [("small", 1000), ("big", 8000)] {
         let mut n = node(name);
         n.allocatable.milli_cpu = cpu;
-        scheduler.cache_mut().upsert_node(n);
+        decider.cache_mut().upsert_node(n);
     }
 }
 
-fn timed(scheduler: &mut Scheduler, pod: &Pod) -> Outcome {
+fn timed(decider: &mut Decider, pod: &Pod) -> Outcome {
     let start = Instant::now();
-    let outcome = schedule_and_assume(scheduler, pod, false);
+    let outcome = schedule_and_assume(decider, pod, false);
     assert!(
         start.elapsed() < Duration::from_secs(2),
         "a cycle took {:?}",
@@ -96,16 +96,16 @@ fn each_hostile_plugin_fails_its_cycle_with_its_name_and_failure() {
     ];
     for (plugin, file, as_filter, extra, expected) in cases {
         let profiles = config(plugin, file, as_filter, extra).profiles().unwrap();
-        let mut scheduler = Scheduler::new(&profiles, 1).unwrap();
-        cluster(&mut scheduler);
+        let mut decider = Decider::new(&profiles, 1).unwrap();
+        cluster(&mut decider);
         let mut boom = node("boom");
         boom.labels = labels(&[("explode", "true")]);
-        scheduler.cache_mut().upsert_node(boom);
-        let outcome = timed(&mut scheduler, &cpu_pod("p", 500));
+        decider.cache_mut().upsert_node(boom);
+        let outcome = timed(&mut decider, &cpu_pod("p", 500));
         assert!(outcome.error, "{plugin}: {outcome:?}");
         let message = outcome.message.unwrap_or_default();
         assert!(message.contains(expected), "{plugin}: {message}");
-        let health = scheduler.plugin_health();
+        let health = decider.plugin_health();
         let h = health.iter().find(|h| h.plugin == plugin).unwrap();
         assert_eq!((h.failures, h.consecutive_failures), (1, 1), "{plugin}");
     }
@@ -116,16 +116,16 @@ fn a_fresh_instance_takes_over_once_the_cause_is_gone() {
     let profiles = config("TrapSome", "trap_some", true, "")
         .profiles()
         .unwrap();
-    let mut scheduler = Scheduler::new(&profiles, 1).unwrap();
-    cluster(&mut scheduler);
+    let mut decider = Decider::new(&profiles, 1).unwrap();
+    cluster(&mut decider);
     let mut boom = node("boom");
     boom.labels = labels(&[("explode", "true")]);
-    scheduler.cache_mut().upsert_node(boom);
-    assert!(timed(&mut scheduler, &cpu_pod("p", 500)).error);
-    scheduler.cache_mut().remove_node("boom");
-    let outcome = timed(&mut scheduler, &cpu_pod("p", 500));
+    decider.cache_mut().upsert_node(boom);
+    assert!(timed(&mut decider, &cpu_pod("p", 500)).error);
+    decider.cache_mut().remove_node("boom");
+    let outcome = timed(&mut decider, &cpu_pod("p", 500));
     assert_eq!(outcome.node.as_deref(), Some("big"), "{outcome:?}");
-    let health = scheduler.plugin_health();
+    let health = decider.plugin_health();
     assert_eq!(
         health
             .iter()
@@ -141,7 +141,7 @@ fn with_the_ignore_policy_the_other_plugins_decide_as_if_it_were_absent() {
     let reference = {
         let mut c = Config::parse("ref.toml", Path::new("."), "[[profiles]]\nfilters = [\"NodeResourcesFit\"]\nscores = [{ plugin = \"NodeResourcesFit\" }]\n".into()).unwrap();
         c.default_plugins = DefaultPluginRuntime::Native;
-        let mut s = Scheduler::new(&c.profiles().unwrap(), 1).unwrap();
+        let mut s = Decider::new(&c.profiles().unwrap(), 1).unwrap();
         cluster(&mut s);
         (0..4)
             .map(|i| schedule_and_assume(&mut s, &cpu_pod(&format!("p{i}"), 900), false).node)
@@ -154,7 +154,7 @@ fn with_the_ignore_policy_the_other_plugins_decide_as_if_it_were_absent() {
             as_filter,
             "failure_policy = \"ignore\"\nquarantine_after = 0",
         );
-        let mut s = Scheduler::new(&c.profiles().unwrap(), 1).unwrap();
+        let mut s = Decider::new(&c.profiles().unwrap(), 1).unwrap();
         cluster(&mut s);
         let placed: Vec<Option<String>> = (0..4)
             .map(|i| {
@@ -182,7 +182,7 @@ fn repeated_failures_quarantine_the_plugin_until_it_is_tried_again() {
         "quarantine_after = 2\nquarantine_seconds = 30",
     );
     let clock = FakeClock::default();
-    let mut s = Scheduler::with_clock(&c.profiles().unwrap(), 1, Arc::new(clock.clone())).unwrap();
+    let mut s = Decider::with_clock(&c.profiles().unwrap(), 1, Arc::new(clock.clone())).unwrap();
     cluster(&mut s);
     let mut boom = node("boom");
     boom.labels = labels(&[("explode", "true")]);
@@ -228,7 +228,7 @@ fn a_thousand_cycles_with_the_leaking_plugin_keep_memory_bounded() {
         true,
         "memory_limit_mib = 8\nfailure_policy = \"ignore\"\nquarantine_after = 0",
     );
-    let mut s = Scheduler::new(&c.profiles().unwrap(), 1).unwrap();
+    let mut s = Decider::new(&c.profiles().unwrap(), 1).unwrap();
     for i in 0..50 {
         let mut n: NodeInfo = node(&format!("n{i}"));
         n.allocatable.pods = 10_000;
@@ -351,7 +351,7 @@ fn a_component_importing_a_forbidden_interface_is_refused_at_load_with_the_impor
 #[test]
 fn a_plugin_flooding_its_output_is_rate_limited_and_keeps_working() {
     let c = config("Flood", "flood", true, "");
-    let mut s = Scheduler::new(&c.profiles().unwrap(), 1).unwrap();
+    let mut s = Decider::new(&c.profiles().unwrap(), 1).unwrap();
     cluster(&mut s);
     let start = Instant::now();
     for i in 0..20 {
@@ -382,13 +382,13 @@ fn a_hot_swap_keeps_the_instance_and_health_of_an_unchanged_plugin_only() {
     );
     let clock = FakeClock::default();
     let clock_arc: Arc<FakeClock> = Arc::new(clock.clone());
-    let mut s = Scheduler::with_clock(&c.profiles().unwrap(), 1, clock_arc.clone()).unwrap();
+    let mut s = Decider::with_clock(&c.profiles().unwrap(), 1, clock_arc.clone()).unwrap();
     cluster(&mut s);
     let mut boom = node("boom");
     boom.labels = labels(&[("explode", "true")]);
     s.cache_mut().upsert_node(boom);
     timed(&mut s, &cpu_pod("p", 500));
-    let health = |s: &Scheduler| {
+    let health = |s: &Decider| {
         s.plugin_health()
             .into_iter()
             .find(|h| h.plugin == "TrapSome")
@@ -410,7 +410,7 @@ fn a_hot_swap_keeps_the_instance_and_health_of_an_unchanged_plugin_only() {
     let mut same = Config::parse("sandbox.toml", Path::new("."), reweighted).unwrap();
     same.default_plugins = DefaultPluginRuntime::Native;
     let profiles =
-        Scheduler::build_profiles(&same.profiles().unwrap(), 1, clock_arc.clone()).unwrap();
+        Decider::build_profiles(&same.profiles().unwrap(), 1, clock_arc.clone()).unwrap();
     drop(s.swap_profiles(profiles));
     assert_eq!(
         health(&s).quarantined_until,
@@ -425,7 +425,7 @@ fn a_hot_swap_keeps_the_instance_and_health_of_an_unchanged_plugin_only() {
         true,
         "quarantine_after = 1\nquarantine_seconds = 60",
     );
-    let profiles = Scheduler::build_profiles(&changed.profiles().unwrap(), 1, clock_arc).unwrap();
+    let profiles = Decider::build_profiles(&changed.profiles().unwrap(), 1, clock_arc).unwrap();
     drop(s.swap_profiles(profiles));
     let fresh = health(&s);
     assert_eq!((fresh.failures, fresh.quarantined_until), (0, None));

@@ -12,7 +12,7 @@ use wasched::binding::Backend;
 use wasched::clock::FakeClock;
 use wasched::config::{Config, DefaultPluginRuntime};
 use wasched::events::{Action, Event, Object, Submitted};
-use wasched::framework::Scheduler;
+use wasched::framework::Decider;
 use wasched::framework::Victim;
 use wasched::queue::QueueName;
 use wasched::service::{bound_pod, CycleResult, PodState, Sequencer, Service};
@@ -76,25 +76,22 @@ impl Backend for RecordingBinder {
     }
 }
 
-fn scheduler() -> Scheduler {
+fn decider() -> Decider {
     let mut config = Config::parse("t.toml", Path::new("."), String::new()).unwrap();
     config.default_plugins = DefaultPluginRuntime::Native;
-    Scheduler::new(&config.profiles().unwrap(), 1).unwrap()
+    Decider::new(&config.profiles().unwrap(), 1).unwrap()
 }
 
 fn service(binder: RecordingBinder) -> (Service, FakeClock) {
     let clock = FakeClock::default();
-    let service = Service::new(scheduler(), Box::new(binder), Arc::new(clock.clone()));
+    let service = Service::new(decider(), Box::new(binder), Arc::new(clock.clone()));
     (service, clock)
 }
 
 /// A service whose bindings are sent later by the caller, as the server's status writer does.
 fn deferred_service() -> (Service, FakeClock) {
     let clock = FakeClock::default();
-    (
-        Service::deferred(scheduler(), Arc::new(clock.clone())),
-        clock,
-    )
+    (Service::deferred(decider(), Arc::new(clock.clone())), clock)
 }
 
 #[test]
@@ -202,8 +199,8 @@ fn a_confirmed_binding_is_counted_once() {
         0,
         "confirmed: never expires"
     );
-    let id = s.scheduler().cache().node_id("n1").unwrap();
-    let usage = &s.scheduler().cache().node(id).unwrap().info.usage;
+    let id = s.decider().cache().node_id("n1").unwrap();
+    let usage = &s.decider().cache().node(id).unwrap().info.usage;
     assert_eq!(
         (usage.requested.milli_cpu, usage.pod_count),
         (600, 1),
@@ -235,9 +232,9 @@ fn a_failed_binding_frees_the_node_and_retries_after_backoff() {
         status.message.as_deref(),
         Some("binding to n1 failed: the API server said no")
     );
-    let id = s.scheduler().cache().node_id("n1").unwrap();
+    let id = s.decider().cache().node_id("n1").unwrap();
     assert_eq!(
-        s.scheduler().cache().node(id).unwrap().info.usage.pod_count,
+        s.decider().cache().node(id).unwrap().info.usage.pod_count,
         0,
         "un-assumed"
     );
@@ -337,7 +334,7 @@ fn stale_and_late_events_are_dropped() {
         "an update older than the delete does not resurrect the node"
     );
     s.apply_events();
-    assert_eq!(s.scheduler().cache().node_count(), 0);
+    assert_eq!(s.decider().cache().node_count(), 0);
 }
 
 #[test]
@@ -357,7 +354,7 @@ fn resync_repairs_drift_and_counts_it() {
     ];
     assert_eq!(s.resync(truth.clone()), 3);
     let names: Vec<String> = s
-        .scheduler()
+        .decider()
         .cache()
         .nodes()
         .map(|(_, n)| n.info.name.clone())
@@ -365,9 +362,9 @@ fn resync_repairs_drift_and_counts_it() {
     let mut sorted = names.clone();
     sorted.sort();
     assert_eq!(sorted, vec!["changed", "kept", "missed"]);
-    let id = s.scheduler().cache().node_id("changed").unwrap();
+    let id = s.decider().cache().node_id("changed").unwrap();
     assert_eq!(
-        s.scheduler()
+        s.decider()
             .cache()
             .node(id)
             .unwrap()
@@ -427,7 +424,7 @@ type NodeState = BTreeMap<String, (String, u32, i64)>;
 /// Nodes with their label and usage, and every pod's state.
 fn final_state(s: &Service, objects: usize) -> (NodeState, Vec<Option<PodState>>) {
     let nodes = s
-        .scheduler()
+        .decider()
         .cache()
         .nodes()
         .map(|(_, n)| {
@@ -447,7 +444,7 @@ fn final_state(s: &Service, objects: usize) -> (NodeState, Vec<Option<PodState>>
 }
 
 fn final_nodes(s: &Service) -> BTreeMap<String, String> {
-    s.scheduler()
+    s.decider()
         .cache()
         .nodes()
         .map(|(_, n)| {
@@ -497,8 +494,8 @@ proptest! {
         }
         actual.apply_events();
         prop_assert_eq!(final_state(&actual, streams.len()), final_state(&expected, streams.len()));
-        let mut scheduler = actual.into_scheduler();
-        let cache = scheduler.cache_mut();
+        let mut decider = actual.into_decider();
+        let cache = decider.cache_mut();
         cache.refresh_listing();
         prop_assert_eq!(cache.listing().len(), cache.node_count());
     }
@@ -580,9 +577,9 @@ fn many_threads_feed_events_while_cycles_run() {
             .all(|(_, round)| round == "4"),
         "last round wins"
     );
-    let mut scheduler = s.into_scheduler();
-    scheduler.cache_mut().refresh_listing();
-    let mut listing = scheduler.cache().listing().to_vec();
+    let mut decider = s.into_decider();
+    decider.cache_mut().refresh_listing();
+    let mut listing = decider.cache().listing().to_vec();
     listing.sort_unstable();
     listing.dedup();
     assert_eq!(listing.len(), nodes.len(), "every node listed exactly once");

@@ -20,15 +20,15 @@ pub fn repo_root() -> std::path::PathBuf {
 /// One cycle and what the service does after a placement: the pod's requests held on its node
 /// (assumed; there is no binder here to confirm it).
 pub fn schedule_and_assume(
-    scheduler: &mut wasched::framework::Scheduler,
+    decider: &mut wasched::framework::Decider,
     pod: &Pod,
     explain: bool,
 ) -> wasched::framework::Outcome {
-    let outcome = scheduler
+    let outcome = decider
         .schedule(pod, explain)
         .expect("the pod's scheduler name has a profile");
     if let Some(node) = &outcome.node {
-        scheduler.assume(pod, node);
+        decider.assume(pod, node);
     }
     outcome
 }

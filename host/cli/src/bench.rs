@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1 as core;
 use serde::Serialize;
 
 use crate::config::{Config, DefaultPluginRuntime, MAX_PARALLELISM};
-use crate::framework::{Phase, Scheduler};
+use crate::framework::{Decider, Phase};
 use crate::metrics::{ExtensionPoint, PluginStatsRegistry};
 use crate::synthetic::{self, Scenario, Synthetic};
 use crate::util::Rng;
@@ -164,10 +164,10 @@ pub fn run_once(
             profile.preemption.enabled = true;
         }
     }
-    let mut scheduler = Scheduler::new(&profiles, seed)?;
-    cluster.load_into(scheduler.cache_mut());
+    let mut decider = Decider::new(&profiles, seed)?;
+    cluster.load_into(decider.cache_mut());
     let setup = Instant::now();
-    scheduler.warm_up()?;
+    decider.warm_up()?;
     let setup = setup.elapsed();
     let stats = config.stats().clone();
     let before: Vec<(String, Vec<Duration>)> = plugin_totals(&stats);
@@ -177,10 +177,10 @@ pub fn run_once(
     let start = Instant::now();
     for (i, pod) in cluster.pods.iter().enumerate() {
         if scenario == Scenario::Churn && i > 0 {
-            churn.between_cycles(i, &mut scheduler, cluster);
+            churn.between_cycles(i, &mut decider, cluster);
         }
         let cycle = Instant::now();
-        let outcome = place(&mut scheduler, pod, &mut tally, cycle);
+        let outcome = place(&mut decider, pod, &mut tally, cycle);
         tally.latencies.push(cycle.elapsed());
         match (&outcome.node, outcome.error) {
             (Some(_), _) => {
@@ -195,7 +195,7 @@ pub fn run_once(
     }
     let elapsed = start.elapsed();
     let per_pod = |d: Duration| d.as_secs_f64() * 1e6 / cluster.pods.len().max(1) as f64;
-    let phases = scheduler.phase_times();
+    let phases = decider.phase_times();
     let peak = peak_rss_mb();
     let (p50_cycle_us, p99_cycle_us) = tally.percentiles();
     Ok(RunReport {
@@ -289,19 +289,19 @@ impl Churn {
     }
 
     /// Before cycle `i`, as the event pipeline applies changes in the service.
-    fn between_cycles(&mut self, i: usize, scheduler: &mut Scheduler, cluster: &Synthetic) {
+    fn between_cycles(&mut self, i: usize, decider: &mut Decider, cluster: &Synthetic) {
         if i.is_multiple_of(10) && !self.placed.is_empty() {
             let at = self.rng.below(self.placed.len() as u64) as usize;
             let victim = self.placed.swap_remove(at);
-            scheduler.cache_mut().remove_pod(&victim);
+            decider.cache_mut().remove_pod(&victim);
         }
         if i.is_multiple_of(100) && !cluster.nodes.is_empty() {
             let gone = &cluster.nodes[self.rng.below(cluster.nodes.len() as u64) as usize];
-            scheduler.cache_mut().remove_node(&gone.name);
+            decider.cache_mut().remove_node(&gone.name);
             let mut fresh = gone.clone();
             fresh.name = format!("node-{:05}", self.next_node);
             self.next_node += 1;
-            scheduler.cache_mut().upsert_node(fresh);
+            decider.cache_mut().upsert_node(fresh);
         }
     }
 }
@@ -310,30 +310,30 @@ impl Churn {
 /// deletion and the pod's cycle on its nominated node; for a placed pod, its assumption and
 /// volumes (no binder here, so the pod stays assumed).
 fn place(
-    scheduler: &mut Scheduler,
+    decider: &mut Decider,
     pod: &wasched_sdk::Pod,
     tally: &mut Tally,
     cycle: Instant,
 ) -> crate::framework::Outcome {
-    let mut outcome = scheduler
+    let mut outcome = decider
         .schedule(pod, false)
         .expect("bench pods use the default profile");
     if let Some(preemption) = outcome.preemption.take() {
         tally.preemption_time += cycle.elapsed();
         tally.preemptions += 1;
         for victim in &preemption.victims {
-            scheduler.cache_mut().remove_pod(&victim.pod);
+            decider.cache_mut().remove_pod(&victim.pod);
         }
         let mut nominated = pod.clone();
         nominated.nominated_node_name = preemption.node.clone();
-        outcome = scheduler
+        outcome = decider
             .schedule(&nominated, false)
             .expect("bench pods use the default profile");
     }
     if let Some(node) = &outcome.node {
-        scheduler.assume(pod, node);
+        decider.assume(pod, node);
         if !outcome.volumes.is_empty() {
-            scheduler
+            decider
                 .cache_mut()
                 .reserve_volumes(pod, node, &outcome.volumes);
         }
@@ -392,10 +392,10 @@ pub fn event_throughput(cluster: &Synthetic, count: usize) -> anyhow::Result<f64
     }
     let mut config = Config::default();
     config.default_plugins = DefaultPluginRuntime::Native;
-    let scheduler = Scheduler::new(&config.profiles()?, 1)?;
+    let decider = Decider::new(&config.profiles()?, 1)?;
     // Nothing is scheduled: only events are applied.
     let clock = std::sync::Arc::new(crate::clock::SystemClock::default());
-    let mut service = Service::deferred(scheduler, clock);
+    let mut service = Service::deferred(decider, clock);
     let pipeline = service.pipeline();
     // Objects are built before the clock starts: four label revisions per node, cycled.
     const REVISIONS: usize = 4;
@@ -521,7 +521,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             );
         } else {
             println!(
-                "event pipeline: {events_per_second:.0} node-update events/s submitted by one thread and applied by the scheduler thread ({nodes} nodes)"
+                "event pipeline: {events_per_second:.0} node-update events/s submitted by one thread and applied by the scheduling thread ({nodes} nodes)"
             );
         }
     }

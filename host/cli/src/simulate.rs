@@ -13,7 +13,7 @@ use crate::binding::MemoryBackend;
 use crate::clock::{Clock, FakeClock};
 use crate::config::Config;
 use crate::events::{EventPipeline, Object};
-use crate::framework::{NodeReport, Preemption, Scheduler};
+use crate::framework::{Decider, NodeReport, Preemption};
 use crate::input::Cluster;
 use crate::k8s;
 use crate::service::{CycleResult, Sequencer, Service};
@@ -78,7 +78,7 @@ pub fn simulate(
     options: Options,
 ) -> anyhow::Result<Vec<Decision>> {
     let profiles = config.profiles()?;
-    let scheduler = Scheduler::new(&profiles, options.seed)?;
+    let decider = Decider::new(&profiles, options.seed)?;
     let sequence = Arc::new(Sequencer::default());
     let pipeline = Arc::new(EventPipeline::default());
     let backend = MemoryBackend::new(pipeline.clone(), sequence.clone(), cluster.pods.clone())
@@ -88,7 +88,7 @@ pub fn simulate(
     // the simulation waiting for it.
     let clock = FakeClock::default();
     let mut service = Service::with_pipeline(
-        scheduler,
+        decider,
         Some(Box::new(backend)),
         Arc::new(clock.clone()),
         pipeline.clone(),

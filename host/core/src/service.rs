@@ -1,6 +1,6 @@
 //! The long-running scheduler core: events in, placements out.
 //!
-//! [`Service`] owns the [`Scheduler`] (cache + profiles), the [`SchedulingQueue`] and the assumed
+//! [`Service`] owns the [`Decider`] (cache + profiles), the [`SchedulingQueue`] and the assumed
 //! pods, and is driven by one thread: [`Service::apply_events`] drains the [`EventPipeline`]
 //! (which any thread may feed), [`Service::schedule_one`] runs one cycle and reserves the pod on
 //! its node at once (Reserve). The binding cycle ([`crate::binding::carry_out`]) then runs on
@@ -25,7 +25,7 @@ use crate::binding::{self, Backend, Carried};
 use crate::cache::PodVolumes;
 use crate::clock::Clock;
 use crate::events::{Action, Event, EventPipeline, Kind, Object, ObjectKey};
-use crate::framework::{Outcome, Profile, Scheduler};
+use crate::framework::{Decider, Outcome, Profile};
 use crate::k8s;
 use crate::queue::{ClusterEvent, PendingStatus, QueueName, SchedulingQueue};
 pub use crate::result::{CycleResult, Gated};
@@ -82,9 +82,10 @@ pub enum PodState {
     },
 }
 
-/// The scheduler core.
+/// The scheduling loop: events into the cache and the queue, a cycle per pod, Reserve, Permit
+/// and the binding cycle.
 pub struct Service {
-    scheduler: Scheduler,
+    decider: Decider,
     queue: SchedulingQueue,
     pipeline: Arc<EventPipeline>,
     /// Where the binding cycle writes; `None` when the caller carries out each result.
@@ -176,28 +177,24 @@ impl BindingFailures {
 
 impl Service {
     /// A service that carries out each result through `backend` as soon as its cycle ends.
-    pub fn new(
-        scheduler: Scheduler,
-        backend: Box<dyn Backend + Send>,
-        clock: Arc<dyn Clock>,
-    ) -> Self {
+    pub fn new(decider: Decider, backend: Box<dyn Backend + Send>, clock: Arc<dyn Clock>) -> Self {
         let pipeline = Arc::new(EventPipeline::default());
-        Self::with_pipeline(scheduler, Some(backend), clock, pipeline)
+        Self::with_pipeline(decider, Some(backend), clock, pipeline)
     }
 
     /// A service whose results the caller carries out ([`binding::carry_out`], on another
     /// thread), reporting each binding through [`Service::binding_failures`]: the assume TTL
     /// starts when the binding completed, so a slow API server does not expire placements still
     /// waiting to be sent.
-    pub fn deferred(scheduler: Scheduler, clock: Arc<dyn Clock>) -> Self {
+    pub fn deferred(decider: Decider, clock: Arc<dyn Clock>) -> Self {
         let pipeline = Arc::new(EventPipeline::default());
-        Self::with_pipeline(scheduler, None, clock, pipeline)
+        Self::with_pipeline(decider, None, clock, pipeline)
     }
 
     /// A service draining an existing pipeline (one its backend may also feed), carrying out
     /// results through `backend`, or leaving them to the caller with `None`.
     pub fn with_pipeline(
-        scheduler: Scheduler,
+        decider: Decider,
         backend: Option<Box<dyn Backend + Send>>,
         clock: Arc<dyn Clock>,
         pipeline: Arc<EventPipeline>,
@@ -208,7 +205,7 @@ impl Service {
                 completed: Default::default(),
                 pipeline: pipeline.clone(),
             },
-            scheduler,
+            decider,
             queue: SchedulingQueue::new(clock.clone()),
             pipeline,
             backend,
@@ -245,27 +242,27 @@ impl Service {
     }
 
     /// The scheduler: its cache and profiles, to read.
-    pub fn scheduler(&self) -> &Scheduler {
-        &self.scheduler
+    pub fn decider(&self) -> &Decider {
+        &self.decider
     }
 
     /// Stops being a service: the scheduler, with the cache as the applied events left it.
-    pub fn into_scheduler(self) -> Scheduler {
-        self.scheduler
+    pub fn into_decider(self) -> Decider {
+        self.decider
     }
 
     /// Brings every plugin instance up to date with the cluster before it is needed (see
-    /// [`Scheduler::warm_up`]).
+    /// [`Decider::warm_up`]).
     ///
     /// # Errors
     /// The first plugin that failed, by name.
     pub fn warm_up(&mut self) -> Result<(), LoadError> {
-        self.scheduler.warm_up()
+        self.decider.warm_up()
     }
 
-    /// Puts new profiles in place and returns the old ones (see [`Scheduler::swap_profiles`]).
+    /// Puts new profiles in place and returns the old ones (see [`Decider::swap_profiles`]).
     pub fn swap_profiles(&mut self, profiles: Vec<Profile>) -> Vec<Profile> {
-        let old = self.scheduler.swap_profiles(profiles);
+        let old = self.decider.swap_profiles(profiles);
         // The new profiles' PreEnqueue plugins may let in pods the old ones kept out.
         let gated: Vec<sdk::Pod> = self
             .queue
@@ -346,7 +343,7 @@ impl Service {
         let scheduler_name = spec
             .and_then(|s| s.scheduler_name.clone())
             .unwrap_or_else(|| crate::DEFAULT_SCHEDULER_NAME.to_string());
-        if bound || k8s::is_terminated(pod) || !self.scheduler.serves(&scheduler_name) {
+        if bound || k8s::is_terminated(pod) || !self.decider.serves(&scheduler_name) {
             return;
         }
         let message = format!("the pod cannot be read: {error}");
@@ -363,7 +360,7 @@ impl Service {
 
     /// A node added or changed: the queue hears whether the change could help pending pods.
     fn apply_node(&mut self, node: &core::Node) -> Result<(), k8s::FieldError> {
-        let cache = self.scheduler.cache_mut();
+        let cache = self.decider.cache_mut();
         let info = k8s::node_info(node)?;
         let change = match cache.node_id(&info.name).and_then(|id| cache.node(id)) {
             None => ClusterEvent::NodeAdded,
@@ -388,7 +385,7 @@ impl Service {
     /// A pod added or changed: bound (by us, confirming the assumption, or by someone else),
     /// finished, or pending (queued, with what it held released).
     fn apply_pod(&mut self, pod: &core::Pod) -> Result<(), k8s::FieldError> {
-        let cache = self.scheduler.cache_mut();
+        let cache = self.decider.cache_mut();
         let model = k8s::pod(pod)?;
         let key = model.key();
         if k8s::is_terminated(pod) {
@@ -419,7 +416,7 @@ impl Service {
     /// (gated) until it changes; any other enters it, a gated one at once.
     fn enqueue(&mut self, pod: sdk::Pod) {
         let key = pod.key();
-        let Some(gate) = self.scheduler.pre_enqueue(&pod) else {
+        let Some(gate) = self.decider.pre_enqueue(&pod) else {
             self.told_gated.remove(&key);
             self.queue.add(pod);
             return;
@@ -439,7 +436,7 @@ impl Service {
     }
 
     fn apply_upsert(&mut self, object: &Object) -> Result<(), k8s::FieldError> {
-        let cache = self.scheduler.cache_mut();
+        let cache = self.decider.cache_mut();
         match object {
             Object::Node(node) => self.apply_node(node)?,
             Object::Pod(pod) => self.apply_pod(pod)?,
@@ -481,21 +478,20 @@ impl Service {
         self.told_gated.remove(key);
         self.newly_gated.retain(|r| r.pod != key);
         if let Some(waiting) = self.waiting.remove(key) {
-            self.scheduler
-                .unreserve_plugins(&waiting.pod, &waiting.node);
+            self.decider.unreserve_plugins(&waiting.pod, &waiting.node);
         }
         if self.assumed.remove(key).is_some() {
-            self.scheduler.cache_mut().unreserve_volumes(key);
+            self.decider.cache_mut().unreserve_volumes(key);
         }
         self.queue.delete(key);
-        self.scheduler.cache_mut().clear_nomination(key);
-        if self.scheduler.cache_mut().remove_pod(key) {
+        self.decider.cache_mut().clear_nomination(key);
+        if self.decider.cache_mut().remove_pod(key) {
             self.queue.on_event(ClusterEvent::AssignedPodDeleted);
         }
     }
 
     fn apply_delete(&mut self, key: &ObjectKey) {
-        let cache = self.scheduler.cache_mut();
+        let cache = self.decider.cache_mut();
         match key.kind {
             Kind::Node => {
                 if cache.remove_node(&key.name) {
@@ -651,7 +647,7 @@ impl Service {
         let key = pod.key();
         let attempts = self.queue.status(&key).map_or(1, |s| s.attempts);
         let mut result = CycleResult::attempt(key.clone(), pod.scheduler_name.clone(), attempts);
-        let Some(mut outcome) = self.scheduler.schedule(&pod, self.explain) else {
+        let Some(mut outcome) = self.decider.schedule(&pod, self.explain) else {
             // No profile for its scheduler name: another scheduler's pod.
             self.queue.delete(&key);
             result.no_profile = true;
@@ -688,14 +684,14 @@ impl Service {
         if result.outcome.clears_nomination {
             // It no longer holds room on that node for pods of lower priority, nor tries it
             // first.
-            self.scheduler.cache_mut().clear_nomination(key);
+            self.decider.cache_mut().clear_nomination(key);
             self.queue.set_nomination(key, "");
         }
         if let Some(preemption) = &result.outcome.preemption {
             self.stats.preemptions.fetch_add(1, Ordering::Relaxed);
             let mut nominated = pod.clone();
             nominated.nominated_node_name.clone_from(&preemption.node);
-            self.scheduler.cache_mut().nominate(&nominated);
+            self.decider.cache_mut().nominate(&nominated);
             self.queue.set_nomination(key, &preemption.node);
         }
         let message = result.outcome.message.clone().unwrap_or_default();
@@ -721,13 +717,13 @@ impl Service {
     /// there, until its binding is confirmed or undone.
     fn reserve(&mut self, pod: &sdk::Pod, node: &str, result: &mut CycleResult) {
         let key = result.pod.clone();
-        self.scheduler.assume(pod, node);
+        self.decider.assume(pod, node);
         if !result.outcome.volumes.is_empty() {
-            self.scheduler
+            self.decider
                 .cache_mut()
                 .reserve_volumes(pod, node, &result.outcome.volumes);
         }
-        self.scheduler.cache_mut().clear_nomination(&key);
+        self.decider.cache_mut().clear_nomination(&key);
         self.queue.done(&key);
         self.assumed.insert(
             key,
@@ -779,9 +775,9 @@ impl Service {
     /// its volumes) and tells the Permit plugins. True when the pod's requests were still held.
     fn unreserve(&mut self, pod: &sdk::Pod, node: &str) -> bool {
         let key = pod.key();
-        self.scheduler.cache_mut().unreserve_volumes(&key);
-        self.scheduler.unreserve_plugins(pod, node);
-        self.scheduler.forget(&key)
+        self.decider.cache_mut().unreserve_volumes(&key);
+        self.decider.unreserve_plugins(pod, node);
+        self.decider.forget(&key)
     }
 
     /// Permit: true when the reserved pod may be bound now. A pod the plugins hold back waits,
@@ -789,7 +785,7 @@ impl Service {
     /// unreserved and retried after backoff, its result carrying why. The waiting pods the
     /// plugins let go are released either way.
     fn permit(&mut self, pod: &sdk::Pod, node: &str, result: &mut CycleResult) -> bool {
-        let outcome = self.scheduler.permit(pod, node);
+        let outcome = self.decider.permit(pod, node);
         for (plugin, key) in &outcome.allowed {
             self.release(plugin, key);
         }
@@ -893,7 +889,7 @@ impl Service {
                 node: a.node.clone(),
             });
         }
-        self.scheduler
+        self.decider
             .cache()
             .pod_node(key)
             .map(|node| PodState::Bound {
@@ -923,7 +919,7 @@ impl Service {
             .pod(key)
             .expect("a queued pod has an entry")
             .clone();
-        match self.scheduler.explain(&pod) {
+        match self.decider.explain(&pod) {
             Some(outcome) => Ok(Explanation { status, outcome }),
             None => Err(ExplainError::NoProfile {
                 scheduler_name: pod.scheduler_name,

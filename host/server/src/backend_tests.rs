@@ -10,7 +10,7 @@ use std::sync::Arc;
 use wasched_core::binding::MemoryBackend;
 use wasched_core::clock::FakeClock;
 use wasched_core::events::{Action, Event, EventPipeline, Object};
-use wasched_core::framework::Scheduler;
+use wasched_core::framework::Decider;
 use wasched_core::input::{parse_text, Cluster};
 use wasched_core::service::{CycleResult, Sequencer, Service};
 use wasched_wasm::config::{Config, DefaultPluginRuntime};
@@ -68,10 +68,10 @@ fn cluster() -> Cluster {
     parse_text(CLUSTER, false, Path::new("backends.yaml")).unwrap()
 }
 
-fn scheduler() -> Scheduler {
+fn decider() -> Decider {
     let mut config = Config::parse("t.toml", Path::new("."), String::new()).unwrap();
     config.default_plugins = DefaultPluginRuntime::Native;
-    Scheduler::new(&config.profiles().unwrap(), 1).unwrap()
+    Decider::new(&config.profiles().unwrap(), 1).unwrap()
 }
 
 /// One write as the scheduler sees it come back, in words both backends share.
@@ -136,7 +136,7 @@ fn through_memory() -> (Vec<CycleResult>, Vec<String>) {
     let backend = MemoryBackend::new(written.clone(), sequence.clone(), cluster.pods.clone())
         .with_storage(&cluster.volumes, &cluster.claims);
     let service = Service::with_pipeline(
-        scheduler(),
+        decider(),
         Some(Box::new(backend)),
         Arc::new(FakeClock::default()),
         Arc::new(EventPipeline::default()),
@@ -154,7 +154,7 @@ fn through_store(dir: &Path) -> (Vec<CycleResult>, Vec<String>) {
         )
         .unwrap()
         .unwrap();
-    let service = Service::deferred(scheduler(), Arc::new(FakeClock::default()));
+    let service = Service::deferred(decider(), Arc::new(FakeClock::default()));
     let written = Arc::new(EventPipeline::default());
     let mut sink = StoreSink {
         store,

@@ -35,7 +35,7 @@ use store::{PluginRecord, Store};
 use store_binding::StoreSink;
 use wasched_core::clock::{Clock, SystemClock};
 use wasched_core::events::{Event, EventPipeline, Kind};
-use wasched_core::framework::{Profile, ProfileSpec, Scheduler};
+use wasched_core::framework::{Decider, Profile, ProfileSpec};
 use wasched_core::metrics::PluginStatsRegistry;
 use wasched_core::service::Service;
 use wasched_wasm::component::{sha256_hex, Limits, WasmRuntime};
@@ -343,7 +343,7 @@ impl Server {
         let (label, dir) = config_location(source, &self.args.data_dir);
         let (config, specs) =
             parse_and_load(&label, &dir, text, uploaded, &self.plugin_stats, &self.args)?;
-        let profiles = Scheduler::build_profiles(&specs, self.args.seed, self.clock.clone())
+        let profiles = Decider::build_profiles(&specs, self.args.seed, self.clock.clone())
             .map_err(|e| ConfigError {
                 file: label,
                 line: None,
@@ -683,9 +683,9 @@ impl Server {
             starting_policy(&args, &store, shared_policy.as_deref(), &plugin_stats)?;
 
         let clock: Arc<dyn Clock> = Arc::new(SystemClock::default());
-        let scheduler = Scheduler::with_clock(&specs, args.seed, clock.clone())
+        let decider = Decider::with_clock(&specs, args.seed, clock.clone())
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let service = Service::deferred(scheduler, clock.clone())
+        let service = Service::deferred(decider, clock.clone())
             .with_assume_ttl(Duration::from_secs(args.assume_ttl_seconds));
         let pipeline = service.pipeline();
         let service_stats = service.stats.clone();

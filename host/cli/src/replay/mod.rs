@@ -32,7 +32,7 @@ use crate::binding::MemoryBackend;
 use crate::clock::FakeClock;
 use crate::config::Config;
 use crate::events::{EventPipeline, Object};
-use crate::framework::Scheduler;
+use crate::framework::Decider;
 use crate::service::{Sequencer, Service};
 
 pub mod report;
@@ -883,7 +883,7 @@ impl Driven {
         seed: u64,
     ) -> anyhow::Result<Driven> {
         let clock = FakeClock::default();
-        let scheduler = Scheduler::with_clock(&config.profiles()?, seed, Arc::new(clock.clone()))?;
+        let decider = Decider::with_clock(&config.profiles()?, seed, Arc::new(clock.clone()))?;
         let pipeline = Arc::new(EventPipeline::default());
         let sequence = Arc::new(Sequencer::default());
         let backend = MemoryBackend::new(
@@ -892,7 +892,7 @@ impl Driven {
             pods.iter().map(pod_object),
         );
         let service = Service::with_pipeline(
-            scheduler,
+            decider,
             Some(Box::new(backend)),
             Arc::new(clock.clone()),
             pipeline.clone(),
@@ -964,7 +964,7 @@ pub fn replay(
     for group in events.chunk_by(|a, b| a.0 == b.0) {
         let time = group[0].0;
         if taken < samples && sample_time(taken) <= time {
-            let cache = driven.service.scheduler().cache();
+            let cache = driven.service.decider().cache();
             mismatches += cache_mismatches(cache, pods, nodes, &record.placed_on);
         }
         while taken < samples && sample_time(taken) <= time {
@@ -988,7 +988,7 @@ pub fn replay(
         }
         driven.schedule_ready(&mut record, &node_index, &pod_index, &mut latencies);
     }
-    let cache = driven.service.scheduler().cache();
+    let cache = driven.service.decider().cache();
     mismatches += cache_mismatches(cache, pods, nodes, &record.placed_on);
     series.push(sampler.sample(end, &record));
     let wall = started.elapsed().as_secs_f64();

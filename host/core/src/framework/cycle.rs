@@ -1207,7 +1207,7 @@ mod stage_tests {
     use std::sync::Arc;
 
     use super::super::threads::MIN_NODES_PER_WORKER;
-    use super::super::{FailurePolicy, PluginSpec, ProfileSpec, Scheduler};
+    use super::super::{Decider, FailurePolicy, PluginSpec, ProfileSpec};
     use super::*;
     use crate::runtime::{LoadError, PluginFactory};
 
@@ -1386,20 +1386,16 @@ mod stage_tests {
     }
 
     /// A scheduler with one profile over nodes `n1`..`n{nodes}`.
-    fn scheduler(
-        nodes: usize,
-        filters: Vec<PluginSpec>,
-        scores: Vec<(PluginSpec, i64)>,
-    ) -> Scheduler {
-        threaded_scheduler(nodes, filters, scores, 1)
+    fn decider(nodes: usize, filters: Vec<PluginSpec>, scores: Vec<(PluginSpec, i64)>) -> Decider {
+        threaded_decider(nodes, filters, scores, 1)
     }
 
-    fn threaded_scheduler(
+    fn threaded_decider(
         nodes: usize,
         filters: Vec<PluginSpec>,
         scores: Vec<(PluginSpec, i64)>,
         parallelism: usize,
-    ) -> Scheduler {
+    ) -> Decider {
         let profile = ProfileSpec {
             scheduler_name: "default-scheduler".into(),
             filters,
@@ -1411,14 +1407,14 @@ mod stage_tests {
             preemption: Default::default(),
         };
         let clock = Arc::new(crate::clock::FakeClock::default());
-        let mut scheduler = Scheduler::with_clock(&[profile], 7, clock).expect("profile");
+        let mut decider = Decider::with_clock(&[profile], 7, clock).expect("profile");
         for k in 1..=nodes {
-            scheduler.cache_mut().upsert_node(sdk::NodeInfo {
+            decider.cache_mut().upsert_node(sdk::NodeInfo {
                 name: format!("n{k}"),
                 ..sdk::NodeInfo::default()
             });
         }
-        scheduler
+        decider
     }
 
     fn pod() -> sdk::Pod {
@@ -1457,7 +1453,7 @@ mod stage_tests {
         for (kind, normalize_calls) in [(Normalize::Custom, 1), (Normalize::InScore, 0)] {
             let whole = script(kind);
             let shared = script(Normalize::None);
-            let mut scheduler = threaded_scheduler(
+            let mut decider = threaded_decider(
                 nodes,
                 vec![],
                 vec![
@@ -1466,7 +1462,7 @@ mod stage_tests {
                 ],
                 2,
             );
-            let outcome = scheduler.schedule(&pod(), false).expect("profile");
+            let outcome = decider.schedule(&pod(), false).expect("profile");
             assert!(outcome.node.is_some());
             assert_eq!(*whole.score_batches.lock().unwrap(), [nodes], "{kind:?}");
             let called = whole
@@ -1482,7 +1478,7 @@ mod stage_tests {
     #[test]
     fn a_plugin_failing_under_ignore_is_left_out_and_the_other_filters_decide() {
         for call in ["set-pod", "filter"] {
-            let mut scheduler = scheduler(
+            let mut decider = decider(
                 2,
                 vec![
                     plugin("Broken", failing_in(call), OnFailure::Ignore),
@@ -1490,9 +1486,9 @@ mod stage_tests {
                 ],
                 vec![],
             );
-            let outcome = scheduler.schedule(&pod(), false).expect("profile");
+            let outcome = decider.schedule(&pod(), false).expect("profile");
             assert_eq!(outcome.node.as_deref(), Some("n2"), "failing in {call}");
-            let health = scheduler.plugin_health();
+            let health = decider.plugin_health();
             assert_eq!(
                 (health[0].plugin.as_str(), health[0].failures),
                 ("Broken", 1)
@@ -1505,8 +1501,8 @@ mod stage_tests {
     fn a_plugin_failing_under_fail_ends_the_cycle_with_its_error() {
         for call in ["set-pod", "filter", "score"] {
             let broken = plugin("Broken", failing_in(call), OnFailure::Fail);
-            let mut scheduler = scheduler(3, vec![broken.clone()], vec![(broken, 1)]);
-            let outcome = scheduler.schedule(&pod(), false).expect("profile");
+            let mut decider = decider(3, vec![broken.clone()], vec![(broken, 1)]);
+            let outcome = decider.schedule(&pod(), false).expect("profile");
             assert!(outcome.error, "failing in {call}");
             assert_eq!(outcome.node, None);
             assert_eq!(
@@ -1519,7 +1515,7 @@ mod stage_tests {
     #[test]
     fn a_quarantined_plugin_ends_every_cycle_under_fail_and_is_left_out_under_ignore() {
         let policy = |on_failure| plugin("Broken", failing_in("filter"), on_failure);
-        let mut failing = scheduler(2, vec![policy(OnFailure::Fail)], vec![]);
+        let mut failing = decider(2, vec![policy(OnFailure::Fail)], vec![]);
         let numbered = |k: u32| sdk::Pod {
             name: format!("p{k}"),
             ..pod()
@@ -1533,7 +1529,7 @@ mod stage_tests {
             message,
             "plugin Broken is quarantined for 60s more after 5 consecutive failures (last: filter: boom)"
         );
-        let mut ignoring = scheduler(2, vec![policy(OnFailure::Ignore)], vec![]);
+        let mut ignoring = decider(2, vec![policy(OnFailure::Ignore)], vec![]);
         for k in 0..=super::super::DEFAULT_QUARANTINE_AFTER {
             let outcome = ignoring.schedule(&numbered(k), false).expect("profile");
             assert!(outcome.node.is_some());
@@ -1552,32 +1548,29 @@ mod stage_tests {
                 fails_as: Some(named_call),
                 ..failing_in("set-pod")
             };
-            let mut scheduler =
-                scheduler(2, vec![plugin("Broken", script, OnFailure::Fail)], vec![]);
+            let mut decider = decider(2, vec![plugin("Broken", script, OnFailure::Fail)], vec![]);
             let named = |name: &str| sdk::Pod {
                 name: name.into(),
                 ..pod()
             };
             for _ in 0..10 {
-                let outcome = scheduler
-                    .schedule(&named("hostile"), false)
-                    .expect("profile");
+                let outcome = decider.schedule(&named("hostile"), false).expect("profile");
                 assert_eq!(
                     outcome.message,
                     Some(format!("plugin Broken failed in {named_call}: boom")),
                     "the pod's own cycle fails, the plugin is not quarantined"
                 );
             }
-            let health = &scheduler.plugin_health()[0];
+            let health = &decider.plugin_health()[0];
             assert_eq!(
                 (health.failures, health.consecutive_failures),
                 (10, 1),
                 "{named_call}"
             );
             for k in 1..super::super::DEFAULT_QUARANTINE_AFTER {
-                scheduler.schedule(&named(&format!("other-{k}")), false);
+                decider.schedule(&named(&format!("other-{k}")), false);
             }
-            let health = &scheduler.plugin_health()[0];
+            let health = &decider.plugin_health()[0];
             assert!(
                 health.quarantined_until.is_some(),
                 "failing for five different pods in a row is the plugin's failure"
@@ -1591,7 +1584,7 @@ mod stage_tests {
             plan: FilterPlan::OnlyNodes(names.iter().map(|n| n.to_string()).collect()),
             ..Script::default()
         };
-        let mut scheduler = scheduler(
+        let mut decider = decider(
             4,
             vec![
                 plugin("B", only(&["n1", "n2", "n3"]), OnFailure::Fail),
@@ -1604,7 +1597,7 @@ mod stage_tests {
             ],
             vec![],
         );
-        let outcome = scheduler.schedule(&pod(), true).expect("profile");
+        let outcome = decider.schedule(&pod(), true).expect("profile");
         assert_eq!(
             outcome.message.as_deref(),
             Some("0/4 nodes are available: 2 Insufficient cpu, 2 node(s) didn't satisfy plugin(s) [A B]. preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling.")
@@ -1643,9 +1636,9 @@ mod stage_tests {
             sdk::PodParts::POD_AFFINITY,
             sdk::ExistingPodParts::POD_AFFINITY,
         );
-        let mut scheduler = scheduler(2, vec![gated], vec![]);
+        let mut decider = decider(2, vec![gated], vec![]);
         let plain = pod();
-        assert!(scheduler
+        assert!(decider
             .schedule(&plain, false)
             .expect("profile")
             .node
@@ -1656,16 +1649,16 @@ mod stage_tests {
             .pod_affinity
             .required_anti_affinity
             .push(sdk::PodAffinityTerm::default());
-        let asked = scheduler.schedule(&with_terms, false).expect("profile");
+        let asked = decider.schedule(&with_terms, false).expect("profile");
         assert_eq!(
             asked.message.as_deref(),
             Some("0/2 nodes are available: asked. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
         );
-        scheduler.cache_mut().add_pod(&with_terms, "n1");
-        let after = scheduler.schedule(&plain, false).expect("profile");
+        decider.cache_mut().add_pod(&with_terms, "n1");
+        let after = decider.schedule(&plain, false).expect("profile");
         assert!(after.node.is_none(), "a placed pod with terms wakes it");
-        scheduler.cache_mut().remove_pod(&with_terms.key());
-        assert!(scheduler
+        decider.cache_mut().remove_pod(&with_terms.key());
+        assert!(decider
             .schedule(&plain, false)
             .expect("profile")
             .node
@@ -1676,17 +1669,17 @@ mod stage_tests {
     /// a nomination is cleared.
     #[test]
     fn with_no_nodes_the_pod_is_unschedulable_without_preemption_and_loses_its_nomination() {
-        let mut scheduler = scheduler(0, vec![], vec![]);
+        let mut decider = decider(0, vec![], vec![]);
         let mut nominated = pod();
         nominated.nominated_node_name = "gone".into();
-        let outcome = scheduler.schedule(&nominated, false).expect("profile");
+        let outcome = decider.schedule(&nominated, false).expect("profile");
         assert_eq!(
             outcome.message.as_deref(),
             Some(reasons::NO_NODES_AVAILABLE)
         );
         assert!(!outcome.error && outcome.preemption.is_none());
         assert!(outcome.clears_nomination);
-        let plain = scheduler.schedule(&pod(), false).expect("profile");
+        let plain = decider.schedule(&pod(), false).expect("profile");
         assert!(!plain.clears_nomination, "nothing to clear");
     }
 
@@ -1696,7 +1689,7 @@ mod stage_tests {
             plan: FilterPlan::OnlyNodes(vec![name.to_string()]),
             ..Script::default()
         };
-        let mut both = scheduler(
+        let mut both = decider(
             2,
             vec![
                 plugin("NodeName", only("n1"), OnFailure::Fail),
@@ -1718,7 +1711,7 @@ mod stage_tests {
             plan: FilterPlan::OnlyNodes(Vec::new()),
             ..Script::default()
         };
-        let mut one = scheduler(2, vec![plugin("NodeName", none, OnFailure::Fail)], vec![]);
+        let mut one = decider(2, vec![plugin("NodeName", none, OnFailure::Fail)], vec![]);
         assert_eq!(
             one.schedule(&pod(), false)
                 .expect("profile")
@@ -1726,7 +1719,7 @@ mod stage_tests {
                 .as_deref(),
             Some("0/2 nodes are available: node(s) didn't satisfy plugin NodeName. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
         );
-        let mut absent = scheduler(
+        let mut absent = decider(
             2,
             vec![plugin("NodeName", only("n9"), OnFailure::Fail)],
             vec![],
@@ -1748,7 +1741,7 @@ mod stage_tests {
             rejects: [("n1", sdk::Failure::error("claim lookup failed"))].into(),
             ..Script::default()
         };
-        let mut filtering = scheduler(
+        let mut filtering = decider(
             1,
             vec![plugin("Volumes", filter_error, OnFailure::Fail)],
             vec![],
@@ -1763,7 +1756,7 @@ mod stage_tests {
             plan: FilterPlan::Reject(sdk::Failure::error("no such claim")),
             ..Script::default()
         };
-        let mut planning = scheduler(
+        let mut planning = decider(
             1,
             vec![plugin("Volumes", plan_error, OnFailure::Fail)],
             vec![],
@@ -1782,8 +1775,8 @@ mod stage_tests {
             plan: FilterPlan::Reject(sdk::Failure::unresolvable("pod has unbound claims")),
             ..Script::default()
         };
-        let mut scheduler = scheduler(3, vec![plugin("Volumes", reject, OnFailure::Fail)], vec![]);
-        let outcome = scheduler.schedule(&pod(), true).expect("profile");
+        let mut decider = decider(3, vec![plugin("Volumes", reject, OnFailure::Fail)], vec![]);
+        let outcome = decider.schedule(&pod(), true).expect("profile");
         assert!(!outcome.error);
         assert_eq!(
             outcome.message.as_deref(),
@@ -1802,7 +1795,7 @@ mod stage_tests {
             scores: pairs.iter().copied().collect(),
             ..Script::default()
         };
-        let mut scheduler = scheduler(
+        let mut decider = decider(
             3,
             vec![plugin(
                 "Fit",
@@ -1820,7 +1813,7 @@ mod stage_tests {
                 ),
             ],
         );
-        let outcome = scheduler.schedule(&pod(), true).expect("profile");
+        let outcome = decider.schedule(&pod(), true).expect("profile");
         assert_eq!(
             outcome.node.as_deref(),
             Some("n2"),
@@ -1849,8 +1842,8 @@ mod stage_tests {
             scores: [("n1", 101)].into(),
             ..Script::default()
         };
-        let mut scheduler = scheduler(2, vec![], vec![(plugin("Wild", wild, OnFailure::Fail), 1)]);
-        let outcome = scheduler.schedule(&pod(), false).expect("profile");
+        let mut decider = decider(2, vec![], vec![(plugin("Wild", wild, OnFailure::Fail), 1)]);
+        let outcome = decider.schedule(&pod(), false).expect("profile");
         assert_eq!(
             outcome.message.as_deref(),
             Some("plugin Wild failed in score: returned 101 for node #0 of 2, outside 0..=100 after normalizing")
@@ -1859,8 +1852,8 @@ mod stage_tests {
 
     #[test]
     fn ties_are_broken_uniformly_among_the_best_totals_only() {
-        let mut scheduler = scheduler(1, vec![], vec![]);
-        let profile = &mut scheduler.profiles[0];
+        let mut decider = decider(1, vec![], vec![]);
+        let profile = &mut decider.profiles[0];
         let totals = [5, 7, 7, 3, 7];
         let mut chosen = [0usize; 5];
         for _ in 0..3000 {
@@ -1903,26 +1896,26 @@ mod stage_tests {
                 preemption: Default::default(),
             };
             let clock = Arc::new(crate::clock::FakeClock::default());
-            let mut scheduler = Scheduler::with_clock(&[profile], 7, clock).expect("profile");
+            let mut decider = Decider::with_clock(&[profile], 7, clock).expect("profile");
             for k in 1..=(2 * MIN_NODES_PER_WORKER) {
-                scheduler.cache_mut().upsert_node(sdk::NodeInfo {
+                decider.cache_mut().upsert_node(sdk::NodeInfo {
                     name: format!("n{k}"),
                     ..sdk::NodeInfo::default()
                 });
             }
-            scheduler.warm_up().expect("warm-up");
+            decider.warm_up().expect("warm-up");
             // The gate's mirror calls would fail the cycle: none is made.
-            let outcome = scheduler.schedule(&pod(), false).unwrap();
+            let outcome = decider.schedule(&pod(), false).unwrap();
             assert!(
                 !outcome.error && outcome.node.is_some(),
                 "{call}: {outcome:?}"
             );
-            assert_eq!(scheduler.pre_enqueue(&pod()), None, "{call}");
+            assert_eq!(decider.pre_enqueue(&pod()), None, "{call}");
             let gated = sdk::Pod {
                 name: "gated".into(),
                 ..pod()
             };
-            let gate = scheduler.pre_enqueue(&gated).expect("gated");
+            let gate = decider.pre_enqueue(&gated).expect("gated");
             assert_eq!(
                 (gate.plugin.as_str(), gate.message.as_str()),
                 ("Gate", "held")
@@ -1960,9 +1953,9 @@ mod stage_tests {
         nodes: usize,
         second: Result<sdk::PodVolumes, sdk::Failure>,
         log: &Log,
-    ) -> Scheduler {
+    ) -> Decider {
         let first = reserving(Ok(binding("data", "pv-1")), log);
-        scheduler(
+        decider(
             nodes,
             vec![
                 plugin("First", first, OnFailure::Fail),
@@ -1986,9 +1979,9 @@ mod stage_tests {
             provisions: vec!["logs".into()],
             ..sdk::PodVolumes::default()
         };
-        let mut scheduler = two_reserving(1, Ok(provision), &log);
+        let mut decider = two_reserving(1, Ok(provision), &log);
         let pod = claiming(&["data", "logs"]);
-        let outcome = scheduler.schedule(&pod, false).expect("profile");
+        let outcome = decider.schedule(&pod, false).expect("profile");
         assert_eq!(outcome.node.as_deref(), Some("n1"));
         assert_eq!(
             outcome.volumes,
@@ -2000,7 +1993,7 @@ mod stage_tests {
         assert_eq!(*log.lock().unwrap(), ["reserve n1", "reserve n1"]);
 
         log.lock().unwrap().clear();
-        let explained = scheduler.explain(&pod).expect("profile");
+        let explained = decider.explain(&pod).expect("profile");
         assert_eq!(explained.node.as_deref(), Some("n1"));
         assert!(explained.volumes.is_empty(), "a dry run reserves nothing");
         assert!(log.lock().unwrap().is_empty());
@@ -2010,8 +2003,8 @@ mod stage_tests {
     fn a_reserve_rejection_unreserves_the_plugins_before_it_and_leaves_the_pod_unschedulable() {
         let log = Log::default();
         let full = sdk::Failure::unschedulable("node(s) had no room for the volume");
-        let mut scheduler = two_reserving(2, Err(full), &log);
-        let outcome = scheduler
+        let mut decider = two_reserving(2, Err(full), &log);
+        let outcome = decider
             .schedule(&claiming(&["data"]), false)
             .expect("profile");
         assert_eq!(outcome.node, None);
@@ -2036,7 +2029,7 @@ mod stage_tests {
             nominated_node_name: "n2".into(),
             ..claiming(&["data"])
         };
-        let outcome = scheduler.schedule(&nominated, false).expect("profile");
+        let outcome = decider.schedule(&nominated, false).expect("profile");
         assert_eq!(outcome.node, None);
         assert!(outcome.clears_nomination);
         assert_eq!(
@@ -2059,9 +2052,9 @@ mod stage_tests {
     fn scheduler_with_reserve(
         answer: Result<sdk::PodVolumes, sdk::Failure>,
         on_failure: OnFailure,
-    ) -> Scheduler {
+    ) -> Decider {
         let log = Log::default();
-        scheduler(
+        decider(
             1,
             vec![plugin("Volumes", reserving(answer, &log), on_failure)],
             vec![],
@@ -2105,12 +2098,12 @@ mod stage_tests {
             sdk::PodParts::VOLUME_CLAIMS,
             sdk::ExistingPodParts::NONE,
         );
-        let mut scheduler = scheduler(1, vec![volumes], vec![]);
-        let outcome = scheduler.schedule(&pod(), false).expect("profile");
+        let mut decider = decider(1, vec![volumes], vec![]);
+        let outcome = decider.schedule(&pod(), false).expect("profile");
         assert_eq!(outcome.node.as_deref(), Some("n1"));
         assert!(outcome.volumes.is_empty());
         assert!(log.lock().unwrap().is_empty());
-        let outcome = scheduler
+        let outcome = decider
             .schedule(&claiming(&["data"]), false)
             .expect("profile");
         assert_eq!(outcome.volumes, binding("data", "pv-1"));

@@ -1,6 +1,6 @@
 //! Profiles and the scheduling cycle.
 //!
-//! A [`Scheduler`] owns the [`Cache`] and one [`Profile`] per scheduler name. A profile owns one
+//! A [`Decider`] owns the [`Cache`] and one [`Profile`] per scheduler name. A profile owns one
 //! instance of each plugin it uses; before every cycle each instance is brought up to date with the
 //! cache's change log (only the nodes that changed are sent, `sync.rs`), then [`cycle`] runs the
 //! pod through the filters and scores. Every instance is wrapped to time its calls and leave out
@@ -476,12 +476,12 @@ impl Profile {
     }
 }
 
-/// The cache and the profiles: everything needed to place pods.
+/// The cache and the profiles: decides where each pod goes, one cycle at a time.
 ///
-/// [`Scheduler::schedule`] only decides; the caller owns what follows: [`Scheduler::assume`] to
-/// hold the pod's requests on the chosen node while it binds, [`Scheduler::forget`] when the
+/// [`Decider::schedule`] only decides; the caller owns what follows: [`Decider::assume`] to
+/// hold the pod's requests on the chosen node while it binds, [`Decider::forget`] when the
 /// binding fails. [`crate::service::Service`] does both, and feeds the cache from events.
-pub struct Scheduler {
+pub struct Decider {
     cache: Cache,
     profiles: Vec<Profile>,
 }
@@ -491,16 +491,16 @@ pub struct Scheduler {
 const MAX_LOG_PER_NODE: usize = 4;
 const MIN_LOG_BEFORE_TRIM: usize = 4096;
 
-impl Scheduler {
+impl Decider {
     /// Builds every profile.
     ///
     /// # Errors
     /// As [`Profile::new`].
-    pub fn new(profiles: &[ProfileSpec], seed: u64) -> Result<Scheduler, LoadError> {
+    pub fn new(profiles: &[ProfileSpec], seed: u64) -> Result<Decider, LoadError> {
         Self::with_clock(profiles, seed, Arc::new(SystemClock::default()))
     }
 
-    /// As [`Scheduler::new`], with the clock that times quarantines.
+    /// As [`Decider::new`], with the clock that times quarantines.
     ///
     /// # Errors
     /// As [`Profile::new`].
@@ -508,16 +508,16 @@ impl Scheduler {
         profiles: &[ProfileSpec],
         seed: u64,
         clock: Arc<dyn Clock>,
-    ) -> Result<Scheduler, LoadError> {
+    ) -> Result<Decider, LoadError> {
         let profiles = Self::build_profiles(profiles, seed, clock)?;
-        Ok(Scheduler {
+        Ok(Decider {
             cache: Cache::default(),
             profiles,
         })
     }
 
     /// Builds the profiles of `specs` without touching the running ones (so it can run off the
-    /// scheduling thread); [`Scheduler::swap_profiles`] then puts them in place.
+    /// scheduling thread); [`Decider::swap_profiles`] then puts them in place.
     ///
     /// # Errors
     /// As [`Profile::new`].
@@ -624,7 +624,7 @@ impl Scheduler {
     }
 
     /// Chooses a node for one pod with the profile of its scheduler name, changing nothing in the
-    /// cache (see [`Scheduler::assume`]). Returns `None` when no profile serves the pod's
+    /// cache (see [`Decider::assume`]). Returns `None` when no profile serves the pod's
     /// scheduler name.
     pub fn schedule(&mut self, pod: &sdk::Pod, explain: bool) -> Option<Outcome> {
         self.cycle(pod, |profile, cache, pod| {
@@ -633,7 +633,7 @@ impl Scheduler {
     }
 
     /// What a cycle for `pod` would decide now, with every examined node's verdict and scores
-    /// (as [`Scheduler::schedule`] with `explain`), without placing the pod or changing where
+    /// (as [`Decider::schedule`] with `explain`), without placing the pod or changing where
     /// later cycles start their search and how they break ties. `None` when no profile has the
     /// pod's scheduler name.
     pub fn explain(&mut self, pod: &sdk::Pod) -> Option<Outcome> {
@@ -674,7 +674,7 @@ impl Scheduler {
     }
 
     /// Holds `pod`'s requests on `node` until its binding is seen (an observed pod on that node
-    /// confirms it) or [`Scheduler::forget`] releases it.
+    /// confirms it) or [`Decider::forget`] releases it.
     pub fn assume(&mut self, pod: &sdk::Pod, node: &str) {
         let mut mark = Instant::now();
         self.cache.assume_pod(pod, node);

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use wasched_sdk as sdk;
 
-use super::{OnFailure, Profile, Scheduler};
+use super::{Decider, OnFailure, Profile};
 use crate::runtime::Permit;
 
 /// What the Permit plugins of a pod's profile decided for it.
@@ -52,7 +52,7 @@ pub struct PermitRejection {
     pub error: bool,
 }
 
-impl Scheduler {
+impl Decider {
     /// Runs the PreEnqueue plugins of `pod`'s profile: the first that keeps the pod out of the
     /// queue, or `None` (also for a pod no profile serves, which the cycle turns away). A plugin
     /// failing under `on_failure = "ignore"` is left out; under `"fail"` it gates the pod with its

@@ -87,7 +87,7 @@ fn resources(r: &sdk::Resources, pods: i64) -> Map<String, Value> {
 /// count, taints and cordon, as the scheduler's cache holds them.
 async fn nodes(State(server): State<Shared>) -> Result<Response, ApiError> {
     let body = inspect(&server, |service| {
-        let cache = service.scheduler().cache();
+        let cache = service.decider().cache();
         let mut nodes: Vec<Value> = cache
             .nodes()
             .map(|(_, entry)| {
@@ -148,7 +148,7 @@ async fn node_labels(
 ) -> Result<Response, ApiError> {
     let asked = name.clone();
     let body = inspect(&server, move |service| {
-        let cache = service.scheduler().cache();
+        let cache = service.decider().cache();
         let entry = cache.node_id(&asked).and_then(|id| cache.node(id))?;
         let pairs = |labels: &sdk::Labels| -> Map<String, Value> {
             labels
