@@ -18,7 +18,7 @@ mod sync;
 mod threads;
 
 #[cfg(test)]
-use instance::{PlanReuse, SETTLED_PLANS};
+use instance::{FrameworkInstance, SETTLED_PLANS};
 use sync::{catch_up, Reads, Synced};
 
 use std::sync::Arc;
@@ -841,9 +841,13 @@ mod tests {
         }
     }
 
-    /// A [`PlanReuse`] over a [`CountingInstance`] that reads only tolerations and usage.
-    fn counting_reuse(settling: bool, fail_next: Arc<std::sync::atomic::AtomicBool>) -> PlanReuse {
-        PlanReuse {
+    /// A [`FrameworkInstance`] over a [`CountingInstance`] that reads only tolerations and usage.
+    fn counting_reuse(
+        settling: bool,
+        fail_next: Arc<std::sync::atomic::AtomicBool>,
+    ) -> FrameworkInstance {
+        FrameworkInstance {
+            stats: Arc::default(),
             inner: Box::new(CountingInstance {
                 descriptor: sdk::Descriptor {
                     name: "counting".into(),
@@ -926,8 +930,9 @@ mod tests {
         let fail_next = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut reuse = counting_reuse(false, fail_next.clone());
         let pod = tolerating;
-        let set_pod =
-            |reuse: &mut PlanReuse, pod: &sdk::Pod| call_of(&reuse.set_pod(pod).expect("set-pod"));
+        let set_pod = |reuse: &mut FrameworkInstance, pod: &sdk::Pod| {
+            call_of(&reuse.set_pod(pod).expect("set-pod"))
+        };
         assert_eq!(set_pod(&mut reuse, &pod("a", "gpu")), "call 1");
         assert_eq!(
             set_pod(&mut reuse, &pod("b", "gpu")),
