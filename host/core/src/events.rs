@@ -20,8 +20,9 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// Defines [`Kind`], [`Object`] and everything that differs between kinds only by the kind's
-/// name, type and path, from one table: a new kind is one line of [`object_kinds!`]'s call (and
-/// what the cache and the watches do with it).
+/// name, type and path, from one table: a new kind is one line of [`object_kinds!`]'s call and one
+/// entry of [`Kind::ALL`] (and what the cache does with it; Kubernetes mode watches every kind
+/// through [`Kind::visit_all`]).
 macro_rules! object_kinds {
     ($($kind:ident($ty:ty): $api_version:literal, $resource:literal, namespaced: $namespaced:literal;)+) => {
         /// The kinds of object the scheduler follows.
@@ -112,6 +113,13 @@ macro_rules! object_kinds {
             }
         }
 
+        impl Kind {
+            /// Calls `visitor` once per kind, with the kind's object type.
+            pub fn visit_all(visitor: &mut impl KindVisitor) {
+                $(visitor.visit::<$ty>(Kind::$kind);)+
+            }
+        }
+
         $(impl From<$ty> for Object {
             fn from(object: $ty) -> Object {
                 Object::$kind(Box::new(object))
@@ -132,6 +140,24 @@ object_kinds! {
     ReplicaSet(apps::ReplicaSet): "apps/v1", "replicasets", namespaced: true;
     StatefulSet(apps::StatefulSet): "apps/v1", "statefulsets", namespaced: true;
     PodDisruptionBudget(policy::PodDisruptionBudget): "policy/v1", "poddisruptionbudgets", namespaced: true;
+}
+
+/// Work done once per kind with the kind's object type ([`Kind::visit_all`]): how code that
+/// needs each kind's Rust type (a typed watch per kind, in Kubernetes mode) follows the table
+/// instead of naming every kind.
+pub trait KindVisitor {
+    /// Called with `kind`, whose objects are `K`.
+    fn visit<K>(&mut self, kind: Kind)
+    where
+        K: k8s_openapi::Resource
+            + k8s_openapi::Metadata<Ty = ObjectMeta>
+            + serde::de::DeserializeOwned
+            + Clone
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+        Object: From<K>;
 }
 
 impl Kind {
@@ -375,6 +401,44 @@ mod tests {
         let node: core::Node =
             serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
         Event::with_version(Action::Upsert, Object::Node(Box::new(node)), version)
+    }
+
+    /// Records the kinds it visits, and checks that each type's objects are of its kind.
+    struct Visited(Vec<Kind>);
+
+    impl KindVisitor for Visited {
+        fn visit<K>(&mut self, kind: Kind)
+        where
+            K: k8s_openapi::Resource
+                + k8s_openapi::Metadata<Ty = ObjectMeta>
+                + serde::de::DeserializeOwned
+                + Clone
+                + std::fmt::Debug
+                + Send
+                + Sync
+                + 'static,
+            Object: From<K>,
+        {
+            assert_eq!(K::KIND, kind.name());
+            assert_eq!(K::API_VERSION, kind.api_version());
+            assert_eq!(K::URL_PATH_SEGMENT, kind.resource());
+            let bare: K = serde_json::from_value(serde_json::json!({"metadata": {}})).unwrap();
+            assert_eq!(Object::from(bare).kind(), kind);
+            self.0.push(kind);
+        }
+    }
+
+    /// Kubernetes mode starts one watch per visited kind and is ready once `Kind::ALL.len()` of
+    /// them listed: a kind in one list and not the other would keep it unready (or ready early).
+    #[test]
+    fn every_kind_is_visited_once_with_its_own_type() {
+        let mut visited = Visited(Vec::new());
+        Kind::visit_all(&mut visited);
+        let mut visited = visited.0;
+        visited.sort();
+        let mut all = Kind::ALL.to_vec();
+        all.sort();
+        assert_eq!(visited, all);
     }
 
     #[test]

@@ -11,17 +11,13 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use futures_util::StreamExt;
-use k8s_openapi::api::apps::v1 as apps;
-use k8s_openapi::api::core::v1 as core;
-use k8s_openapi::api::policy::v1 as policy;
-use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher;
 use kube::runtime::WatchStreamExt as _;
 use kube::{Api, Client, Config};
 use serde::de::DeserializeOwned;
-use wasched_core::events::{Action, Event, EventPipeline, Kind, Object, ObjectKey};
+use wasched_core::events::{Action, Event, EventPipeline, Kind, KindVisitor, Object, ObjectKey};
 use wasched_core::k8s;
 
 use crate::engine::StartGate;
@@ -142,75 +138,58 @@ pub fn watch_cluster(
     gates: &[Arc<StartGate>],
     stats: &Arc<WatchStats>,
 ) {
-    let unlisted = Arc::new(AtomicUsize::new(11));
-    let feed = |kind| Feed {
-        kind,
-        pipeline: pipeline.clone(),
-        gates: gates.to_vec(),
-        unlisted: unlisted.clone(),
-        stats: stats.clone(),
-    };
-    tokio::spawn(watch_kind(
-        Api::<core::Node>::all(client.clone()),
-        feed(Kind::Node),
-        |node| Some(Object::Node(Box::new(node))),
-    ));
-    tokio::spawn(watch_kind(
-        Api::<core::Pod>::all(client.clone()),
-        feed(Kind::Pod),
-        // Finished pods hold nothing on their nodes: to the cache they are gone.
-        |pod| {
-            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-            (!matches!(phase, Some("Succeeded" | "Failed"))).then(|| Object::Pod(Box::new(pod)))
-        },
-    ));
-    tokio::spawn(watch_kind(
-        Api::<core::PersistentVolume>::all(client.clone()),
-        feed(Kind::PersistentVolume),
-        |volume| Some(Object::PersistentVolume(Box::new(volume))),
-    ));
-    tokio::spawn(watch_kind(
-        Api::<core::PersistentVolumeClaim>::all(client.clone()),
-        feed(Kind::PersistentVolumeClaim),
-        |claim| Some(Object::PersistentVolumeClaim(Box::new(claim))),
-    ));
-    tokio::spawn(watch_kind(
-        Api::<StorageClass>::all(client.clone()),
-        feed(Kind::StorageClass),
-        |class| Some(Object::StorageClass(Box::new(class))),
-    ));
-    tokio::spawn(watch_kind(
-        Api::<core::Namespace>::all(client.clone()),
-        feed(Kind::Namespace),
-        |namespace| Some(Object::Namespace(Box::new(namespace))),
-    ));
-    // What kube-scheduler's default topology spreading selects a pod's peers by.
-    tokio::spawn(watch_kind(
-        Api::<core::Service>::all(client.clone()),
-        feed(Kind::Service),
-        |service| Some(Object::Service(Box::new(service))),
-    ));
-    tokio::spawn(watch_kind(
-        Api::<core::ReplicationController>::all(client.clone()),
-        feed(Kind::ReplicationController),
-        |controller| Some(Object::ReplicationController(Box::new(controller))),
-    ));
-    tokio::spawn(watch_kind(
-        Api::<apps::ReplicaSet>::all(client.clone()),
-        feed(Kind::ReplicaSet),
-        |set| Some(Object::ReplicaSet(Box::new(set))),
-    ));
-    tokio::spawn(watch_kind(
-        Api::<apps::StatefulSet>::all(client.clone()),
-        feed(Kind::StatefulSet),
-        |set| Some(Object::StatefulSet(Box::new(set))),
-    ));
-    // What preemption must not disrupt past its allowance.
-    tokio::spawn(watch_kind(
-        Api::<policy::PodDisruptionBudget>::all(client.clone()),
-        feed(Kind::PodDisruptionBudget),
-        |budget| Some(Object::PodDisruptionBudget(Box::new(budget))),
-    ));
+    Kind::visit_all(&mut WatchEveryKind {
+        client,
+        pipeline,
+        gates,
+        stats,
+        unlisted: Arc::new(AtomicUsize::new(Kind::ALL.len())),
+    });
+}
+
+/// Spawns the watch of each kind it visits.
+struct WatchEveryKind<'a> {
+    client: &'a Client,
+    pipeline: &'a Arc<EventPipeline>,
+    gates: &'a [Arc<StartGate>],
+    stats: &'a Arc<WatchStats>,
+    unlisted: Arc<AtomicUsize>,
+}
+
+impl KindVisitor for WatchEveryKind<'_> {
+    fn visit<K>(&mut self, kind: Kind)
+    where
+        K: k8s_openapi::Resource
+            + k8s_openapi::Metadata<Ty = ObjectMeta>
+            + DeserializeOwned
+            + Clone
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+        Object: From<K>,
+    {
+        let feed = Feed {
+            kind,
+            pipeline: self.pipeline.clone(),
+            gates: self.gates.to_vec(),
+            unlisted: self.unlisted.clone(),
+            stats: self.stats.clone(),
+        };
+        tokio::spawn(watch_kind(Api::<K>::all(self.client.clone()), feed));
+    }
+}
+
+/// What the cache is told of a watched object: finished pods hold nothing on their nodes, so to
+/// the cache they are gone.
+fn kept(object: Object) -> Option<Object> {
+    if let Object::Pod(pod) = &object {
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        if matches!(phase, Some("Succeeded" | "Failed")) {
+            return None;
+        }
+    }
+    Some(object)
 }
 
 /// Where one kind's watch sends what it sees.
@@ -247,7 +226,7 @@ fn undecodable_pod(object: &Undecodable) -> Option<Object> {
 /// Lists and watches one kind for as long as the server runs. Events carry the objects'
 /// resourceVersions, so the pipeline applies each object's changes in order whatever order the
 /// watches deliver them in.
-async fn watch_kind<K>(api: Api<K>, feed: Feed, keep: fn(K) -> Option<Object>)
+async fn watch_kind<K>(api: Api<K>, feed: Feed)
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -255,6 +234,7 @@ where
         + std::fmt::Debug
         + Send
         + 'static,
+    Object: From<K>,
 {
     let on_undecodable: OnUndecodable = if feed.kind == Kind::Pod {
         undecodable_pod
@@ -264,7 +244,7 @@ where
     let api: Api<Lenient<K>> = Api::all(api.into_client());
     let kind = feed.kind;
     let keep = move |object: Lenient<K>| match object.decoded {
-        Ok(object) => keep(object),
+        Ok(object) => kept(Object::from(object)),
         Err(undecodable) => {
             tracing::warn!(
                 ?kind,
