@@ -1,4 +1,6 @@
-//! PreEnqueue, Permit and Unreserve: the plugins' say outside the cycle.
+//! What the service asks of the [`Decider`] for one pod, in the order it asks: PreEnqueue, the
+//! cycle (in [`super::cycle`]; Reserve is its last stage), assuming the pod on its node, Permit,
+//! and Unreserve or forgetting the pod when its reservation is undone.
 //!
 //! Before a pending pod enters the scheduling queue, every plugin of its profile whose descriptor
 //! sets `pre_enqueue` is asked, in profile order, whether it may (kube-scheduler's
@@ -12,11 +14,12 @@
 //! pods it lets go are returned for the service to release. Unreserve runs on the same plugins,
 //! and on the cycle's Reserve plugins, in reverse order when a reservation is undone.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use wasched_sdk as sdk;
 
-use super::{Decider, OnFailure, Profile};
+use super::{Decider, OnFailure, Outcome, Phase, Profile};
+use crate::cache::Cache;
 use crate::runtime::Permit;
 
 /// What the Permit plugins of a pod's profile decided for it.
@@ -53,6 +56,76 @@ pub struct PermitRejection {
 }
 
 impl Decider {
+    /// Chooses a node for one pod with the profile of its scheduler name, changing nothing in the
+    /// cache (see [`Decider::assume`]). Returns `None` when no profile serves the pod's
+    /// scheduler name.
+    pub fn schedule(&mut self, pod: &sdk::Pod, explain: bool) -> Option<Outcome> {
+        self.cycle(pod, |profile, cache, pod| {
+            profile.schedule(cache, pod, explain, true)
+        })
+    }
+
+    /// What a cycle for `pod` would decide now, with every examined node's verdict and scores
+    /// (as [`Decider::schedule`] with `explain`), without placing the pod or changing where
+    /// later cycles start their search and how they break ties. `None` when no profile has the
+    /// pod's scheduler name.
+    pub fn explain(&mut self, pod: &sdk::Pod) -> Option<Outcome> {
+        self.cycle(pod, Profile::dry_run)
+    }
+
+    /// Whether a profile serves pods of `scheduler_name`.
+    pub fn serves(&self, scheduler_name: &str) -> bool {
+        self.profiles
+            .iter()
+            .any(|p| p.scheduler_name == scheduler_name)
+    }
+
+    fn cycle(
+        &mut self,
+        pod: &sdk::Pod,
+        run: impl FnOnce(&mut Profile, &mut Cache, &sdk::Pod) -> Outcome,
+    ) -> Option<Outcome> {
+        let index = self
+            .profiles
+            .iter()
+            .position(|p| p.scheduler_name == pod.scheduler_name)?;
+        let mut pod = pod.clone();
+        self.cache.resolve_claims(&mut pod);
+        self.cache.resolve_spread_selector(&mut pod);
+        // Pods nominated by a preemption hold their node against pods that do not outrank them
+        // while their victims leave; they count as placed there for this cycle only.
+        let nominees = self.cache.nominees_before(&pod);
+        for nominee in &nominees {
+            self.cache.assume_pod(nominee, &nominee.nominated_node_name);
+        }
+        let outcome = run(&mut self.profiles[index], &mut self.cache, &pod);
+        for nominee in &nominees {
+            self.cache.remove_pod(&nominee.key());
+        }
+        self.trim_log();
+        Some(outcome)
+    }
+
+    /// Holds `pod`'s requests on `node` until its binding is seen (an observed pod on that node
+    /// confirms it) or [`Decider::forget`] releases it.
+    pub fn assume(&mut self, pod: &sdk::Pod, node: &str) {
+        let mut mark = Instant::now();
+        self.cache.assume_pod(pod, node);
+        if let Some(profile) = self
+            .profiles
+            .iter_mut()
+            .find(|p| p.scheduler_name == pod.scheduler_name)
+        {
+            profile.phases.lap(Phase::Assume, &mut mark);
+        }
+    }
+
+    /// Releases an assumed pod whose binding failed or was not confirmed in time. Returns false
+    /// when there is nothing to release (never assumed, or seen bound since).
+    pub fn forget(&mut self, key: &str) -> bool {
+        self.cache.forget_pod(key)
+    }
+
     /// Runs the PreEnqueue plugins of `pod`'s profile: the first that keeps the pod out of the
     /// queue, or `None` (also for a pod no profile serves, which the cycle turns away). A plugin
     /// failing under `on_failure = "ignore"` is left out; under `"fail"` it gates the pod with its
