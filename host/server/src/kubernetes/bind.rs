@@ -9,6 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use wasched_core::binding::{self, Backend};
+use wasched_core::cache::PodVolumes;
 use wasched_core::framework::Victim;
 use wasched_core::k8s;
 use wasched_core::service::{BindingFailures, CycleResult};
@@ -308,35 +309,71 @@ async fn bind_volumes(
     timeout: std::time::Duration,
 ) -> Result<(), String> {
     let namespace = result.pod.split_once('/').map_or("default", |(ns, _)| ns);
-    let volumes: Api<core::PersistentVolume> = Api::all(client.clone());
-    let claims: Api<core::PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
-    let failed = |e: kube::Error| e.to_string();
-    for (claim_name, volume_name) in &result.outcome.volumes.static_bindings {
-        rate.acquire().await;
-        let claim = bounded(claims.get(claim_name)).await.map_err(failed)?;
-        rate.acquire().await;
-        let volume = bounded(volumes.get(volume_name)).await.map_err(failed)?;
-        let volume = k8s::volume_reserved_for(&volume, &claim);
-        rate.acquire().await;
-        bounded(volumes.replace(volume_name, &PostParams::default(), &volume))
-            .await
-            .map_err(failed)?;
-    }
-    for claim_name in &result.outcome.volumes.provisions {
-        rate.acquire().await;
-        let claim = bounded(claims.get(claim_name)).await.map_err(failed)?;
-        let claim = k8s::claim_with_selected_node(&claim, node);
-        rate.acquire().await;
-        bounded(claims.replace(claim_name, &PostParams::default(), &claim))
-            .await
-            .map_err(failed)?;
-    }
+    let apis = VolumeApis {
+        volumes: Api::all(client.clone()),
+        claims: Api::namespaced(client.clone(), namespace),
+        rate,
+    };
+    let volumes = &result.outcome.volumes;
+    apis.request_bindings(volumes, node).await?;
     let deadline = std::time::Instant::now() + timeout;
-    loop {
+    while !apis.all_bound(volumes, node).await? {
+        if std::time::Instant::now() >= deadline {
+            return Err("context deadline exceeded".into());
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+    Ok(())
+}
+
+/// The volumes and the pod's claims, read and written at the client's rate.
+struct VolumeApis<'a> {
+    volumes: Api<core::PersistentVolume>,
+    claims: Api<core::PersistentVolumeClaim>,
+    rate: &'a RateLimiter,
+}
+
+impl VolumeApis<'_> {
+    async fn volume(&self, name: &str) -> Result<core::PersistentVolume, String> {
+        self.rate.acquire().await;
+        bounded(self.volumes.get(name))
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn claim(&self, name: &str) -> Result<core::PersistentVolumeClaim, String> {
+        self.rate.acquire().await;
+        bounded(self.claims.get(name))
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// Reserves each chosen volume for its claim and marks each claim to provision with `node`.
+    async fn request_bindings(&self, volumes: &PodVolumes, node: &str) -> Result<(), String> {
+        let failed = |e: kube::Error| e.to_string();
+        let params = PostParams::default();
+        for (claim_name, volume_name) in &volumes.static_bindings {
+            let claim = self.claim(claim_name).await?;
+            let volume = k8s::volume_reserved_for(&self.volume(volume_name).await?, &claim);
+            self.rate.acquire().await;
+            let replace = self.volumes.replace(volume_name, &params, &volume);
+            bounded(replace).await.map_err(failed)?;
+        }
+        for claim_name in &volumes.provisions {
+            let claim = k8s::claim_with_selected_node(&self.claim(claim_name).await?, node);
+            self.rate.acquire().await;
+            let replace = self.claims.replace(claim_name, &params, &claim);
+            bounded(replace).await.map_err(failed)?;
+        }
+        Ok(())
+    }
+
+    /// One poll: whether the PV controller has bound every claim; an error when a reservation
+    /// was reset or provisioning failed, as kube-scheduler's `checkBindings`.
+    async fn all_bound(&self, volumes: &PodVolumes, node: &str) -> Result<bool, String> {
         let mut all_bound = true;
-        for (claim_name, volume_name) in &result.outcome.volumes.static_bindings {
-            rate.acquire().await;
-            let volume = bounded(volumes.get(volume_name)).await.map_err(failed)?;
+        for (claim_name, volume_name) in &volumes.static_bindings {
+            let volume = self.volume(volume_name).await?;
             let reserved = volume
                 .spec
                 .as_ref()
@@ -345,26 +382,16 @@ async fn bind_volumes(
             if !reserved {
                 return Err(format!("ClaimRef got reset for pv \"{volume_name}\""));
             }
-            rate.acquire().await;
-            let claim = bounded(claims.get(claim_name)).await.map_err(failed)?;
-            all_bound &= k8s::claim_info(&claim).is_fully_bound();
+            all_bound &= k8s::claim_info(&self.claim(claim_name).await?).is_fully_bound();
         }
-        for claim_name in &result.outcome.volumes.provisions {
-            rate.acquire().await;
-            let claim = bounded(claims.get(claim_name)).await.map_err(failed)?;
-            let claim = k8s::claim_info(&claim);
+        for claim_name in &volumes.provisions {
+            let claim = k8s::claim_info(&self.claim(claim_name).await?);
             if claim.selected_node.as_deref() != Some(node) {
                 // The provisioner removes the annotation when it cannot provision.
                 return Err(format!("provisioning failed for PVC \"{claim_name}\""));
             }
             all_bound &= claim.is_fully_bound();
         }
-        if all_bound {
-            return Ok(());
-        }
-        if std::time::Instant::now() >= deadline {
-            return Err("context deadline exceeded".into());
-        }
-        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        Ok(all_bound)
     }
 }

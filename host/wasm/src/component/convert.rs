@@ -127,35 +127,8 @@ pub(super) fn wit_pod(p: &sdk::Pod, parts: sdk::PodParts) -> wit::Pod {
         labels: part(sdk::PodParts::LABELS).then(|| pairs(&p.labels)),
         annotations: part(sdk::PodParts::ANNOTATIONS).then(|| pairs(&p.annotations)),
         node_name: part(sdk::PodParts::NODE_NAME).then(|| p.node_name.clone()),
-        node_selection: part(sdk::PodParts::NODE_SELECTION).then(|| wit::NodeSelection {
-            node_selector: pairs(&p.node_selector),
-            node_affinity: p.node_affinity.as_ref().map(|a| wit::NodeAffinity {
-                required: a
-                    .required
-                    .as_ref()
-                    .map(|terms| terms.iter().map(term).collect()),
-                preferred: a
-                    .preferred
-                    .iter()
-                    .map(|p| wit::PreferredSchedulingTerm {
-                        weight: p.weight,
-                        preference: term(&p.preference),
-                    })
-                    .collect(),
-            }),
-        }),
-        tolerations: part(sdk::PodParts::TOLERATIONS).then(|| {
-            p.tolerations
-                .iter()
-                .map(|t| wit::Toleration {
-                    key: t.key.clone(),
-                    operator: t.operator.clone(),
-                    value: t.value.clone(),
-                    effect: t.effect.clone(),
-                    toleration_seconds: t.toleration_seconds,
-                })
-                .collect()
-        }),
+        node_selection: part(sdk::PodParts::NODE_SELECTION).then(|| node_selection(p)),
+        tolerations: part(sdk::PodParts::TOLERATIONS).then(|| tolerations(&p.tolerations)),
         requests: part(sdk::PodParts::REQUESTS).then(|| wit::PodRequests {
             requests: resources(&p.requests),
             non_zero_requests: resources(&p.non_zero_requests),
@@ -173,23 +146,60 @@ pub(super) fn wit_pod(p: &sdk::Pod, parts: sdk::PodParts) -> wit::Pod {
         }),
         pod_affinity: part(sdk::PodParts::POD_AFFINITY).then(|| pod_affinity(&p.pod_affinity)),
         host_ports: part(sdk::PodParts::HOST_PORTS).then(|| host_ports(&p.host_ports)),
-        topology_spread: part(sdk::PodParts::TOPOLOGY_SPREAD).then(|| wit::TopologySpread {
-            constraints: p
-                .topology_spread_constraints
+        topology_spread: part(sdk::PodParts::TOPOLOGY_SPREAD).then(|| topology_spread(p)),
+    }
+}
+
+fn node_selection(p: &sdk::Pod) -> wit::NodeSelection {
+    wit::NodeSelection {
+        node_selector: pairs(&p.node_selector),
+        node_affinity: p.node_affinity.as_ref().map(|a| wit::NodeAffinity {
+            required: a
+                .required
+                .as_ref()
+                .map(|terms| terms.iter().map(term).collect()),
+            preferred: a
+                .preferred
                 .iter()
-                .map(|c| wit::TopologySpreadConstraint {
-                    max_skew: c.max_skew,
-                    topology_key: c.topology_key.clone(),
-                    when_unsatisfiable: c.when_unsatisfiable.clone(),
-                    label_selector: c.label_selector.as_ref().map(label_selector),
-                    min_domains: c.min_domains,
-                    node_affinity_policy: c.node_affinity_policy.clone(),
-                    node_taints_policy: c.node_taints_policy.clone(),
-                    match_label_keys: c.match_label_keys.clone(),
+                .map(|p| wit::PreferredSchedulingTerm {
+                    weight: p.weight,
+                    preference: term(&p.preference),
                 })
                 .collect(),
-            default_selector: p.default_spread_selector.as_ref().map(label_selector),
         }),
+    }
+}
+
+fn tolerations(tolerations: &[sdk::Toleration]) -> Vec<wit::Toleration> {
+    tolerations
+        .iter()
+        .map(|t| wit::Toleration {
+            key: t.key.clone(),
+            operator: t.operator.clone(),
+            value: t.value.clone(),
+            effect: t.effect.clone(),
+            toleration_seconds: t.toleration_seconds,
+        })
+        .collect()
+}
+
+fn topology_spread(p: &sdk::Pod) -> wit::TopologySpread {
+    wit::TopologySpread {
+        constraints: p
+            .topology_spread_constraints
+            .iter()
+            .map(|c| wit::TopologySpreadConstraint {
+                max_skew: c.max_skew,
+                topology_key: c.topology_key.clone(),
+                when_unsatisfiable: c.when_unsatisfiable.clone(),
+                label_selector: c.label_selector.as_ref().map(label_selector),
+                min_domains: c.min_domains,
+                node_affinity_policy: c.node_affinity_policy.clone(),
+                node_taints_policy: c.node_taints_policy.clone(),
+                match_label_keys: c.match_label_keys.clone(),
+            })
+            .collect(),
+        default_selector: p.default_spread_selector.as_ref().map(label_selector),
     }
 }
 
