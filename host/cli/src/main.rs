@@ -4,7 +4,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use wasched::config::{Config, DefaultPluginRuntime};
 use wasched::server::client::{self, Client, Connection};
 use wasched::server::{LogFormat, ServeArgs};
@@ -157,7 +158,15 @@ enum PluginCommand {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let (Command::Serve(args), Some(("serve", serve))) = (&mut cli.command, matches.subcommand())
+    {
+        // The flags given win over the same settings in a KubeSchedulerConfiguration file.
+        let given = serve.ids().map(|id| id.as_str());
+        let given = given.filter(|id| serve.value_source(id) == Some(ValueSource::CommandLine));
+        args.given_flags = given.map(str::to_string).collect();
+    }
     // A server logs what it does; one-shot commands only warn.
     let (default_level, json) = match &cli.command {
         Command::Serve(args) => ("info", args.log_format == LogFormat::Json),

@@ -12,6 +12,7 @@
 //! dropped in silence.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -65,8 +66,8 @@ struct KubeSchedulerConfiguration {
     #[allow(dead_code)]
     kind: String,
     parallelism: Option<i64>,
-    leader_election: Option<Value>,
-    client_connection: Option<Value>,
+    leader_election: Option<LeaderElection>,
+    client_connection: Option<ClientConnection>,
     healthz_bind_address: Option<String>,
     metrics_bind_address: Option<String>,
     enable_profiling: Option<bool>,
@@ -79,6 +80,30 @@ struct KubeSchedulerConfiguration {
     #[serde(default)]
     extenders: Vec<Value>,
     delay_cache_until_active: Option<bool>,
+}
+
+/// `clientConnection` (componentbaseconfig's ClientConnectionConfiguration).
+#[derive(Deserialize, Default, Clone)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ClientConnection {
+    kubeconfig: Option<String>,
+    accept_content_types: Option<String>,
+    content_type: Option<String>,
+    qps: Option<f64>,
+    burst: Option<i64>,
+}
+
+/// `leaderElection` (componentbaseconfig's LeaderElectionConfiguration).
+#[derive(Deserialize, Default, Clone)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct LeaderElection {
+    leader_elect: Option<bool>,
+    lease_duration: Option<String>,
+    renew_deadline: Option<String>,
+    retry_period: Option<String>,
+    resource_lock: Option<String>,
+    resource_name: Option<String>,
+    resource_namespace: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -293,12 +318,8 @@ fn expand(
         .collect())
 }
 
-/// Reads a KubeSchedulerConfiguration and writes the TOML configuration it amounts to.
-///
-/// # Errors
-/// Not YAML or JSON of the v1 schema (with the line), or a setting wasched cannot honour (naming
-/// the field).
-pub fn to_toml(text: &str) -> Result<Converted, Refused> {
+/// The file as the v1 schema, refused with the line of a syntax or type error.
+fn parse(text: &str) -> Result<KubeSchedulerConfiguration, Refused> {
     let config: KubeSchedulerConfiguration = yaml_serde::from_str(text).map_err(|e| Refused {
         line: e.location().map(|l| l.line()),
         message: e.to_string(),
@@ -310,6 +331,126 @@ pub fn to_toml(text: &str) -> Result<Converted, Refused> {
             config.api_version
         )));
     }
+    Ok(config)
+}
+
+/// What a KubeSchedulerConfiguration says about Kubernetes mode's connection and leader
+/// election (`clientConnection`, `leaderElection`): settings of the process, read once at start
+/// from `serve --config FILE`, as kube-scheduler reads them from its file. `None` where the file
+/// is silent.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StartSettings {
+    /// `clientConnection.kubeconfig`.
+    pub kubeconfig: Option<String>,
+    /// `clientConnection.qps`: requests a second to the API server.
+    pub qps: Option<f64>,
+    /// `clientConnection.burst`.
+    pub burst: Option<u32>,
+    /// `leaderElection.leaderElect`.
+    pub leader_elect: Option<bool>,
+    /// `leaderElection.leaseDuration`.
+    pub lease_duration: Option<Duration>,
+    /// `leaderElection.renewDeadline`.
+    pub renew_deadline: Option<Duration>,
+    /// `leaderElection.retryPeriod`.
+    pub retry_period: Option<Duration>,
+    /// `leaderElection.resourceName`: the Lease's name.
+    pub resource_name: Option<String>,
+    /// `leaderElection.resourceNamespace`: the Lease's namespace.
+    pub resource_namespace: Option<String>,
+}
+
+/// Reads the start-up settings of a KubeSchedulerConfiguration ([`StartSettings`]).
+///
+/// # Errors
+/// As [`to_toml`] for the file; a qps that is not a positive number, a burst outside
+/// 1..=10000, a duration that is not Go's (`15s`, `1m30s`), or a `resourceLock` other than
+/// `leases` (the only lock Kubernetes 1.34 has), naming the field.
+pub fn start_settings(text: &str) -> Result<StartSettings, Refused> {
+    let config = parse(text)?;
+    let client = config.client_connection.unwrap_or_default();
+    let leader = config.leader_election.unwrap_or_default();
+    if let Some(qps) = client.qps {
+        if !(qps > 0.0 && qps.is_finite()) {
+            return Err(refused(format!(
+                "clientConnection.qps: {qps} is not a positive number of requests a second"
+            )));
+        }
+    }
+    let burst = match client.burst {
+        Some(b) if (1..=10_000).contains(&b) => Some(b as u32),
+        Some(b) => {
+            return Err(refused(format!(
+                "clientConnection.burst: {b} is not within 1..=10000"
+            )))
+        }
+        None => None,
+    };
+    if let Some(lock) = leader.resource_lock.as_deref() {
+        if lock != "leases" {
+            return Err(refused(format!(
+                "leaderElection.resourceLock: {lock:?} is not supported; only \"leases\" is"
+            )));
+        }
+    }
+    let duration = |field: &str, text: &Option<String>| match text {
+        Some(t) => go_duration(t)
+            .map(Some)
+            .map_err(|e| refused(format!("leaderElection.{field}: {e}"))),
+        None => Ok(None),
+    };
+    Ok(StartSettings {
+        kubeconfig: client.kubeconfig.filter(|k| !k.is_empty()),
+        qps: client.qps,
+        burst,
+        leader_elect: leader.leader_elect,
+        lease_duration: duration("leaseDuration", &leader.lease_duration)?,
+        renew_deadline: duration("renewDeadline", &leader.renew_deadline)?,
+        retry_period: duration("retryPeriod", &leader.retry_period)?,
+        resource_name: leader.resource_name.filter(|n| !n.is_empty()),
+        resource_namespace: leader.resource_namespace.filter(|n| !n.is_empty()),
+    })
+}
+
+/// A duration as Go writes and `metav1.Duration` reads it: `15s`, `1m30s`, `500ms`, `1.5h`.
+fn go_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("{text:?} is not a duration like 15s, 1m30s or 500ms");
+    let mut rest = text;
+    let mut seconds = 0.0;
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let number_end = rest
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .ok_or_else(bad)?;
+        let value: f64 = rest[..number_end].parse().map_err(|_| bad())?;
+        rest = &rest[number_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_end] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" => 1e-6,
+            "ns" => 1e-9,
+            _ => return Err(bad()),
+        };
+        seconds += value * scale;
+        rest = &rest[unit_end..];
+    }
+    Duration::try_from_secs_f64(seconds).map_err(|_| bad())
+}
+
+/// Reads a KubeSchedulerConfiguration and writes the TOML configuration it amounts to.
+///
+/// # Errors
+/// Not YAML or JSON of the v1 schema (with the line), or a setting wasched cannot honour (naming
+/// the field).
+pub fn to_toml(text: &str) -> Result<Converted, Refused> {
+    let config = parse(text)?;
     if !config.extenders.is_empty() {
         return Err(refused(
             "extenders: scheduler extenders are not supported; write the extender's logic as a \
@@ -374,20 +515,27 @@ fn percentage(value: i64, field: &str) -> Result<i64, Refused> {
 /// The top-level settings wasched reads but takes from elsewhere, or does not have.
 fn top_level_warnings(config: &KubeSchedulerConfiguration) -> Result<Vec<String>, Refused> {
     let mut warnings = Vec::new();
+    if config.client_connection.is_some() || config.leader_election.is_some() {
+        warnings.push(
+            "clientConnection, leaderElection: read only at start, from `serve --kubernetes \
+             --config FILE` (a flag given on the command line wins); a configuration put \
+             through the admin API or the policy ConfigMap does not change them"
+                .into(),
+        );
+    }
     let mut elsewhere = |field: &str, set: bool, instead: &str| {
         if set {
             warnings.push(format!("{field}: not read from this file; {instead}"));
         }
     };
+    let content_types = config
+        .client_connection
+        .as_ref()
+        .is_some_and(|c| c.content_type.is_some() || c.accept_content_types.is_some());
     elsewhere(
-        "clientConnection",
-        config.client_connection.is_some(),
-        "in Kubernetes mode set `serve --kube-api-qps/--kube-api-burst`",
-    );
-    elsewhere(
-        "leaderElection",
-        config.leader_election.is_some(),
-        "in Kubernetes mode set `serve --leader-elect*`",
+        "clientConnection.contentType/acceptContentTypes",
+        content_types,
+        "wasched's client speaks JSON",
     );
     elsewhere(
         "parallelism",

@@ -342,3 +342,91 @@ fn only_a_kube_scheduler_configuration_is_taken_for_one() {
     ));
     assert!(!is_kube_scheduler_configuration(""));
 }
+
+#[test]
+fn client_connection_and_leader_election_are_read_as_start_settings() {
+    let text = yaml(
+        "clientConnection:
+  kubeconfig: /etc/kubernetes/scheduler.conf
+  qps: 200
+  burst: 400
+  contentType: application/vnd.kubernetes.protobuf
+leaderElection:
+  leaderElect: true
+  leaseDuration: 1m30s
+  renewDeadline: 45s
+  retryPeriod: 2500ms
+  resourceLock: leases
+  resourceName: kube-scheduler
+  resourceNamespace: kube-system
+",
+    );
+    let settings = start_settings(&text).unwrap();
+    assert_eq!(
+        settings,
+        StartSettings {
+            kubeconfig: Some("/etc/kubernetes/scheduler.conf".into()),
+            qps: Some(200.0),
+            burst: Some(400),
+            leader_elect: Some(true),
+            lease_duration: Some(Duration::from_secs(90)),
+            renew_deadline: Some(Duration::from_secs(45)),
+            retry_period: Some(Duration::from_millis(2500)),
+            resource_name: Some("kube-scheduler".into()),
+            resource_namespace: Some("kube-system".into()),
+        }
+    );
+    let warnings = converted(&text).warnings;
+    assert!(
+        warnings.iter().any(|w| w.contains("contentType")),
+        "the protobuf content type is not spoken: {warnings:?}"
+    );
+    assert_eq!(start_settings(HEADER).unwrap(), StartSettings::default());
+}
+
+#[test]
+fn start_settings_wasched_cannot_honour_are_refused_by_field() {
+    for (body, field) in [
+        ("clientConnection:\n  qps: 0\n", "clientConnection.qps"),
+        ("clientConnection:\n  qps: -5\n", "clientConnection.qps"),
+        ("clientConnection:\n  burst: 0\n", "clientConnection.burst"),
+        ("clientConnection:\n  qps: fast\n", "qps"),
+        (
+            "leaderElection:\n  resourceLock: endpointsleases\n",
+            "leaderElection.resourceLock",
+        ),
+        (
+            "leaderElection:\n  leaseDuration: 15\n",
+            "leaderElection.leaseDuration",
+        ),
+        (
+            "leaderElection:\n  retryPeriod: 2 s\n",
+            "leaderElection.retryPeriod",
+        ),
+        ("leaderElection:\n  leaderElects: true\n", "leaderElects"),
+    ] {
+        let refused = start_settings(&yaml(body)).expect_err(body);
+        assert!(
+            refused.message.contains(field),
+            "{body}: {}",
+            refused.message
+        );
+    }
+}
+
+#[test]
+fn go_durations_add_their_parts() {
+    for (text, want) in [
+        ("15s", Duration::from_secs(15)),
+        ("1m0s", Duration::from_secs(60)),
+        ("1h2m3s", Duration::from_secs(3723)),
+        ("1.5s", Duration::from_millis(1500)),
+        ("250ms", Duration::from_millis(250)),
+        ("10us", Duration::from_micros(10)),
+    ] {
+        assert_eq!(go_duration(text), Ok(want), "{text}");
+    }
+    for bad in ["", "15", "s", "1d", "1m-3s"] {
+        assert!(go_duration(bad).is_err(), "{bad:?}");
+    }
+}
