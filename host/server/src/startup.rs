@@ -71,14 +71,7 @@ impl Server {
         let plugin_stats = Arc::new(PluginStatsRegistry::default());
 
         let kube = kube_connection(&args)?;
-        let shared_policy = kube.as_ref().map(|(client, runtime)| {
-            Arc::new(shared_policy::SharedPolicy::new(
-                client.clone(),
-                &args.kube.policy,
-                runtime.clone(),
-                args.max_component_bytes,
-            ))
-        });
+        let shared_policy = kube.as_ref().map(|kube| shared_policy_of(kube, &args));
         let (policy, specs) =
             starting_policy(&args, &store, shared_policy.as_deref(), &plugin_stats)?;
 
@@ -143,6 +136,19 @@ impl Server {
 
         Ok((server, restored))
     }
+}
+
+/// Where Kubernetes mode's replicas share uploaded plugins and the admin configuration.
+fn shared_policy_of(
+    (client, runtime): &(kube::Client, tokio::runtime::Handle),
+    args: &ServeArgs,
+) -> Arc<shared_policy::SharedPolicy> {
+    Arc::new(shared_policy::SharedPolicy::new(
+        client.clone(),
+        &args.kube.policy,
+        runtime.clone(),
+        args.max_component_bytes,
+    ))
 }
 
 /// Says which parts of the HTTP API need no token.
