@@ -124,6 +124,9 @@ struct RawProfile {
     pre_enqueue: Option<Vec<Spanned<String>>>,
     permit: Option<Vec<Spanned<String>>>,
     preemption: Option<Spanned<RawPreemption>>,
+    /// This profile's own `config` of some plugins, in place of `[plugins.NAME] config`.
+    #[serde(default)]
+    plugin_config: BTreeMap<String, Spanned<toml::Table>>,
 }
 
 /// `preemption = { enabled = true, ... }`: kube-scheduler's DefaultPreemption and its arguments.
@@ -176,6 +179,8 @@ struct ResolvedProfile {
     scores: Vec<(Spanned<String>, i64)>,
     pre_enqueue: Vec<Spanned<String>>,
     permit: Vec<Spanned<String>>,
+    /// The profile's own plugin configurations, as JSON by plugin name.
+    plugin_config: BTreeMap<String, String>,
 }
 
 impl ResolvedProfile {
@@ -607,6 +612,9 @@ impl Config {
                 ));
             }
         }
+        for (name, table) in &p.plugin_config {
+            self.check_known(&Spanned::new(table.span(), name.clone()))?;
+        }
         for name in p.filters.iter().flatten() {
             self.check_known(name)?;
         }
@@ -686,6 +694,7 @@ impl Config {
             pre_enqueue: None,
             permit: None,
             preemption: None,
+            plugin_config: BTreeMap::new(),
         };
         let profiles: Vec<&RawProfile> = if self.raw.profiles.is_empty() {
             vec![&default_profile]
@@ -696,6 +705,11 @@ impl Config {
             .into_iter()
             .map(|profile| ResolvedProfile {
                 scheduler_name: profile.scheduler_name.get_ref().clone(),
+                plugin_config: profile
+                    .plugin_config
+                    .iter()
+                    .map(|(name, table)| (name.clone(), config_json(table.get_ref())))
+                    .collect(),
                 preemption: profile
                     .preemption
                     .as_ref()
@@ -789,20 +803,21 @@ impl Config {
                 parallelism: self.parallelism,
                 preemption: profile.preemption,
             };
+            let own = &profile.plugin_config;
             for name in &profile.filters {
-                let plugin = self.plugin(&mut loaded, name, Point::Filter)?;
+                let plugin = self.plugin(&mut loaded, name, Point::Filter, own)?;
                 spec.filters.push(plugin);
             }
             for (name, weight) in &profile.scores {
-                let plugin = self.plugin(&mut loaded, name, Point::Score)?;
+                let plugin = self.plugin(&mut loaded, name, Point::Score, own)?;
                 spec.scores.push((plugin, *weight));
             }
             for name in &profile.pre_enqueue {
-                let plugin = self.plugin(&mut loaded, name, Point::PreEnqueue)?;
+                let plugin = self.plugin(&mut loaded, name, Point::PreEnqueue, own)?;
                 spec.pre_enqueue.push(plugin);
             }
             for name in &profile.permit {
-                let plugin = self.plugin(&mut loaded, name, Point::Permit)?;
+                let plugin = self.plugin(&mut loaded, name, Point::Permit, own)?;
                 spec.permit.push(plugin);
             }
             specs.push(spec);
@@ -810,19 +825,24 @@ impl Config {
         Ok(specs)
     }
 
-    /// Loads (once) the plugin called `name` and checks it implements the filter or score.
+    /// Loads (once) the plugin called `name`, with the profile's own configuration of it if
+    /// it has one (`own`), and checks it implements `point`.
     fn plugin(
         &self,
         loaded: &mut BTreeMap<String, PluginSpec>,
         name: &Spanned<String>,
         point: Point,
+        own: &BTreeMap<String, String>,
     ) -> Result<PluginSpec, ConfigError> {
         let n = name.get_ref();
         if !loaded.contains_key(n) {
             let spec = self.load_plugin(n)?;
             loaded.insert(n.clone(), spec);
         }
-        let spec = loaded[n].clone();
+        let mut spec = loaded[n].clone();
+        if let Some(config) = own.get(n) {
+            spec.config.clone_from(config);
+        }
         // One throw-away instance validates the configuration and tells what the plugin does.
         let instance = spec
             .factory
@@ -869,8 +889,7 @@ impl Config {
         let config_json = raw
             .as_ref()
             .and_then(|r| r.config.as_ref())
-            .map(|table| serde_json::to_string(table).expect("TOML values are JSON-representable"))
-            .unwrap_or_else(|| "{}".to_string());
+            .map_or_else(|| "{}".to_string(), config_json);
         let policy = raw
             .as_ref()
             .map_or_else(FailurePolicy::default, failure_policy);
@@ -936,6 +955,11 @@ impl Config {
             idle_when,
         })
     }
+}
+
+/// A plugin's `config` table as the JSON its `init` receives.
+fn config_json(table: &toml::Table) -> String {
+    serde_json::to_string(table).expect("TOML values are JSON-representable")
 }
 
 /// What a plugin's failures do, from its table.

@@ -575,8 +575,8 @@ fn top_level_warnings(config: &KubeSchedulerConfiguration) -> Result<Vec<String>
     Ok(warnings)
 }
 
-/// One profile as a TOML table, its plugins' args added to `plugin_tables` (one configuration per
-/// plugin name across profiles).
+/// One profile as a TOML table with its plugins' args (`plugin_config`), the out-of-tree plugins
+/// it names added to `plugin_tables` (one definition per plugin name across profiles).
 fn profile_table(
     profile: &Profile,
     scheduler_name: &str,
@@ -618,6 +618,7 @@ fn profile_table(
     let preemption = preemption_enabled(&multi_point, &plugins.post_filter);
     let mut preemption_table = toml::Table::new();
     preemption_table.insert("enabled".into(), preemption.into());
+    let mut own_configs = toml::Table::new();
     for config in &profile.plugin_config {
         let field = format!("{at}.pluginConfig[{:?}]", config.name);
         let args = strip_type_meta(config.args.clone().unwrap_or(Value::Null));
@@ -625,9 +626,20 @@ fn profile_table(
             preemption_args(&args, &field, &mut preemption_table)?;
             continue;
         }
-        if let Some(entry) = plugin_entry(&config.name, args, &field, &mut warnings)? {
-            keep_one_configuration(plugin_tables, &config.name, scheduler_name, entry, &field)?;
+        if let Some(mut entry) = plugin_entry(&config.name, args, &field, &mut warnings)? {
+            // Args are each profile's own, as kube-scheduler gives each profile its own plugin
+            // instances; what names the component is shared by every profile.
+            if let Some(args) = entry.remove("config") {
+                own_configs.insert(config.name.clone(), args);
+            }
+            if !entry.is_empty() {
+                share_definition(plugin_tables, &config.name, scheduler_name, entry)
+                    .map_err(|why| refused(format!("{field}: {why}")))?;
+            }
         }
+    }
+    if !own_configs.is_empty() {
+        table.insert("plugin_config".into(), toml::Value::Table(own_configs));
     }
     table.insert("preemption".into(), toml::Value::Table(preemption_table));
     Ok((table, warnings))
@@ -681,21 +693,20 @@ fn point_list(
     })
 }
 
-/// Adds a plugin's `[plugins.NAME]` table, refusing a second profile that configures the same
-/// plugin otherwise: the TOML keeps one configuration per plugin name.
-fn keep_one_configuration(
+/// Adds an out-of-tree plugin's `[plugins.NAME]` table (its component, pin and limits) for the
+/// first profile that names it; a later profile naming another component or other limits under
+/// the same name is refused: one name is one component.
+fn share_definition(
     plugin_tables: &mut BTreeMap<String, (String, toml::Table)>,
     name: &str,
     scheduler_name: &str,
     entry: toml::Table,
-    field: &str,
-) -> Result<(), Refused> {
+) -> Result<(), String> {
     match plugin_tables.get(name) {
-        Some((first, earlier)) if *earlier != entry => Err(refused(format!(
-            "{field}: profiles {first:?} and {scheduler_name:?} configure {name} differently; \
-             wasched keeps one configuration per plugin name (give one of them another name \
-             through an out-of-tree entry)"
-        ))),
+        Some((first, earlier)) if *earlier != entry => Err(format!(
+            "profiles {first:?} and {scheduler_name:?} name {name} as different components \
+             or with different limits; give one of them another name"
+        )),
         Some(_) => Ok(()),
         None => {
             plugin_tables.insert(name.to_string(), (scheduler_name.to_string(), entry));
@@ -840,8 +851,14 @@ fn plugin_entry(
                 | "NodeResourcesBalancedAllocation"
                 | "PodTopologySpread"
                 | "InterPodAffinity"
+                | "NodeAffinity"
         );
-        if empty {
+        // A null is an unset field to kube-scheduler (`addedAffinity: null`); TOML has none.
+        let mut args = args;
+        if let Value::Object(fields) = &mut args {
+            fields.retain(|_, value| !value.is_null());
+        }
+        if empty || args.as_object().is_some_and(|fields| fields.is_empty()) {
             return Ok(None);
         }
         if !reads_args {
@@ -894,13 +911,12 @@ fn args_not_read(
     warnings: &mut Vec<String>,
 ) -> Result<(), Refused> {
     let object = args.as_object().cloned().unwrap_or_default();
-    for (key, value) in &object {
+    for key in object.keys() {
         let harmless = match (name, key.as_str()) {
             // The PV controller's wait, which the binding cycle here bounds itself.
             ("VolumeBinding", "bindTimeoutSeconds") => true,
             // Storage capacity scoring, off by default (StorageCapacityScoring).
             ("VolumeBinding", "shape") => true,
-            ("NodeAffinity", "addedAffinity") => value.is_null(),
             _ => false,
         };
         if !harmless {

@@ -1,7 +1,10 @@
 //! NodeAffinity: `spec.nodeSelector` and required node affinity must both hold; preferred node
-//! affinity terms add their weights to a node's score.
+//! affinity terms add their weights to a node's score. The profile may add affinity of its own
+//! to every pod (`addedAffinity`, [`args`]).
 
 #![warn(missing_docs)]
+
+pub mod args;
 
 use wasched_sdk::node_selector::{
     parse_term, CompiledNodeAffinity, CompiledTerm, RequiredNodeAffinity, Term,
@@ -15,13 +18,16 @@ use wasched_sdk::{
 pub const NAME: &str = "NodeAffinity";
 /// kube-scheduler's reason for a node that fails the selector or required affinity.
 pub const REASON: &str = "node(s) didn't match Pod's node affinity/selector";
+/// kube-scheduler's reason for a node that fails the profile's `addedAffinity`.
+pub const REASON_ENFORCED: &str = "node(s) didn't match scheduler-enforced node affinity";
 /// kube-scheduler's reason when every term names nodes by `metadata.name` and no name is common.
 pub const REASON_CONFLICT: &str = "pod affinity terms conflict";
 pub use wasched_sdk::node_selector::NAME_FIELD;
 
-/// The plugin; holds the current pod's parsed selector and terms.
+/// The plugin; holds the profile's added affinity and the current pod's parsed selector and terms.
 #[derive(Default)]
 pub struct NodeAffinity {
+    added: args::Args,
     required: RequiredNodeAffinity,
     preferred: Vec<(i64, Term)>,
     /// The above as label tests against the mirror, made at the pod's first batch, with the
@@ -32,23 +38,46 @@ pub struct NodeAffinity {
 /// The current pod's selector and terms as label tests: one table lookup per node and label.
 struct Compiled {
     required: CompiledNodeAffinity,
+    /// The pod's preferred terms, then the profile's added ones: a node's score is the sum of
+    /// the weights of those it matches.
     preferred: Vec<(i64, CompiledTerm)>,
+    added_required: Option<Vec<CompiledTerm>>,
 }
 
 impl Compiled {
     fn new(plugin: &NodeAffinity, nodes: &Nodes) -> Self {
+        let compile = |terms: &[(i64, Term)]| {
+            let compiled = terms
+                .iter()
+                .map(|(weight, term)| (*weight, term.compile(nodes)));
+            compiled.collect::<Vec<_>>()
+        };
+        let mut preferred = compile(&plugin.preferred);
+        preferred.extend(compile(&plugin.added.preferred));
         Compiled {
             required: plugin.required.compile(nodes),
-            preferred: plugin
-                .preferred
-                .iter()
-                .map(|(weight, term)| (*weight, term.compile(nodes)))
-                .collect(),
+            preferred,
+            added_required: plugin
+                .added
+                .required
+                .as_ref()
+                .map(|terms| terms.iter().map(|term| term.compile(nodes)).collect()),
         }
     }
 
     fn filter(&self, nodes: &Nodes, id: u32) -> bool {
         self.required.matches(nodes, id)
+    }
+
+    /// The verdict with the profile's added affinity, checked first as kube-scheduler does.
+    fn enforced_filter(&self, nodes: &Nodes, id: u32, added: &[CompiledTerm]) -> Verdict {
+        if !added.iter().any(|term| term.matches(nodes, id)) {
+            Err(Failure::unresolvable(REASON_ENFORCED))
+        } else if !self.required.matches(nodes, id) {
+            Err(Failure::unresolvable(REASON))
+        } else {
+            Ok(())
+        }
     }
 
     fn score(&self, nodes: &Nodes, id: u32) -> i64 {
@@ -74,8 +103,11 @@ impl Plugin for NodeAffinity {
     const READS_POD: PodParts = PodParts::NODE_SELECTION;
     const INDEXES_LABELS: bool = true;
 
-    fn new(_config: &str) -> Result<Self, String> {
-        Ok(Self::default())
+    fn new(config: &str) -> Result<Self, String> {
+        Ok(NodeAffinity {
+            added: args::Args::parse(config)?,
+            ..NodeAffinity::default()
+        })
     }
 
     fn prepare(&mut self, pod: &Pod, _nodes: &Nodes) -> PodPlan {
@@ -103,14 +135,14 @@ impl Plugin for NodeAffinity {
             FilterPlan::Reject(Failure::error(format!(
                 "invalid preferred node affinity: {error}"
             )))
-        } else if self.required.is_empty() {
+        } else if self.required.is_empty() && self.added.required.is_none() {
             FilterPlan::Skip
         } else {
             required_terms.map_or(FilterPlan::Run, |terms| plan_by_node_name(terms))
         };
         PodPlan {
             filter,
-            score: !self.preferred.is_empty(),
+            score: !self.preferred.is_empty() || !self.added.preferred.is_empty(),
         }
     }
 }
@@ -156,6 +188,11 @@ fn plan_by_node_name(terms: &[wasched_sdk::NodeSelectorTerm]) -> FilterPlan {
 
 impl FilterPlugin for NodeAffinity {
     fn filter(&self, _pod: &Pod, node: &NodeInfo) -> Verdict {
+        if let Some(added) = &self.added.required {
+            if !added.iter().any(|term| term.matches(node)) {
+                return Err(Failure::unresolvable(REASON_ENFORCED));
+            }
+        }
         if self.required.matches(node) {
             Ok(())
         } else {
@@ -165,6 +202,15 @@ impl FilterPlugin for NodeAffinity {
 
     fn filter_batch(&mut self, _pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut FilterResults) {
         let compiled = self.compiled(nodes);
+        if let Some(added) = &compiled.added_required {
+            for &id in ids {
+                out.push(match nodes.contains(id) {
+                    true => compiled.enforced_filter(nodes, id, added),
+                    false => Err(Nodes::unknown(id)),
+                });
+            }
+            return;
+        }
         out.push_each(
             nodes,
             ids,
@@ -180,6 +226,7 @@ impl ScorePlugin for NodeAffinity {
     fn score(&self, _pod: &Pod, node: &NodeInfo) -> i64 {
         self.preferred
             .iter()
+            .chain(&self.added.preferred)
             .filter(|(_, term)| term.matches(node))
             .map(|(weight, _)| weight)
             .sum()
@@ -374,16 +421,90 @@ pub fn cases() -> Vec<wasched_sdk::testing::Case> {
         Case::score(
             "no preferred terms: no opinion, no scores",
             pod("plain"),
-            preference_nodes,
+            preference_nodes.clone(),
             vec![],
         ),
+        Case::filter(
+            "addedAffinity is checked before the pod's own affinity, with its own reason",
+            requiring(vec![term(vec![requirement("zone", "In", &["b"])])]),
+            vec![zone("a"), zone("b"), with_labels(node("small"), &[("zone", "b")])],
+            vec![
+                unresolvable(reason),
+                pass(),
+                unresolvable(REASON_ENFORCED),
+            ],
+        )
+        .with_config(ADDED_CORES)
+        .with_plan(FilterPlan::Run),
+        Case::filter(
+            "addedAffinity filters a pod without any affinity of its own",
+            pod("plain"),
+            vec![zone("a"), bare()],
+            vec![pass(), unresolvable(REASON_ENFORCED)],
+        )
+        .with_config(ADDED_CORES)
+        .with_plan(FilterPlan::Run),
+        Case::score(
+            "added preferred terms score a pod without preferences of its own",
+            pod("plain"),
+            vec![zone("a"), zone("b")],
+            vec![100, 0],
+        )
+        .with_config(ADDED_ZONE_A_PREFERRED)
+        .with_plan(FilterPlan::Skip),
+        Case::score(
+            "added preferred weights add to the pod's (60, 30, 30, 0) before scaling",
+            preferring,
+            preference_nodes,
+            vec![100, 50, 50, 0],
+        )
+        .with_config(ADDED_ZONE_A_PREFERRED),
     ]
 }
+
+/// `addedAffinity` requiring 8 cores.
+#[cfg(not(target_arch = "wasm32"))]
+const ADDED_CORES: &str = r#"{"addedAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+    {"nodeSelectorTerms": [{"matchExpressions": [{"key": "cores", "operator": "In", "values": ["8"]}]}]}}}"#;
+
+/// `addedAffinity` preferring zone a with weight 20.
+#[cfg(not(target_arch = "wasm32"))]
+const ADDED_ZONE_A_PREFERRED: &str = r#"{"addedAffinity": {"preferredDuringSchedulingIgnoredDuringExecution":
+    [{"weight": 20, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}}]}}"#;
 
 #[cfg(test)]
 mod table_tests {
     #[test]
     fn answers_as_kube_scheduler() {
         wasched_sdk::testing::check::<super::NodeAffinity>(&super::cases());
+    }
+
+    #[test]
+    fn added_affinity_is_validated_as_kube_scheduler_validates_it() {
+        use wasched_sdk::Plugin;
+        let refused = |config: &str| match super::NodeAffinity::new(config) {
+            Ok(_) => panic!("accepted {config}"),
+            Err(e) => e,
+        };
+        let required = |terms: &str| {
+            format!(
+                r#"{{"addedAffinity": {{"requiredDuringSchedulingIgnoredDuringExecution": {{"nodeSelectorTerms": {terms}}}}}}}"#
+            )
+        };
+        let preferred = |weight: i32| {
+            format!(
+                r#"{{"addedAffinity": {{"preferredDuringSchedulingIgnoredDuringExecution": [{{"weight": {weight}, "preference": {{"matchExpressions": [{{"key": "a", "operator": "Exists"}}]}}}}]}}}}"#
+            )
+        };
+        assert!(refused(&required("[]")).contains("must have at least one node selector term"));
+        assert!(refused(&required(
+            r#"[{"matchExpressions": [{"key": "a", "operator": "Near", "values": ["b"]}]}]"#
+        ))
+        .contains("nodeSelectorTerms[0]"));
+        assert!(refused(&preferred(0)).contains("weight: Invalid value: 0"));
+        assert!(refused(&preferred(101)).contains("must be in the range 1-100"));
+        assert!(refused(r#"{"addedAffinities": {}}"#).contains("unknown field"));
+        assert!(super::NodeAffinity::new(&preferred(100)).is_ok());
+        assert!(super::NodeAffinity::new("{}").is_ok());
     }
 }

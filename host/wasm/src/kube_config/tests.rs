@@ -91,12 +91,11 @@ fn a_disabled_default_score_is_dropped_and_args_reach_the_plugin() {
     );
     let toml = converted(&text).toml;
     let table: toml::Table = toml.parse().unwrap();
-    let strategy = &table["plugins"]["NodeResourcesFit"]["config"]["scoringStrategy"];
+    let args = &table["profiles"][0]["plugin_config"]["NodeResourcesFit"];
+    let strategy = &args["scoringStrategy"];
     assert_eq!(strategy["type"].as_str(), Some("MostAllocated"));
     assert_eq!(strategy["resources"][0]["weight"].as_integer(), Some(5));
-    assert!(table["plugins"]["NodeResourcesFit"]["config"]
-        .get("kind")
-        .is_none());
+    assert!(args.get("kind").is_none());
 }
 
 #[test]
@@ -271,11 +270,11 @@ fn an_out_of_tree_component_is_named_with_its_args() {
     let plugin = &table["plugins"]["GpuModel"];
     assert_eq!(plugin["component"].as_str(), Some("plugins/gpu_model.wasm"));
     assert_eq!(plugin["failure_policy"].as_str(), Some("ignore"));
+    let profile = &table["profiles"][0];
     assert_eq!(
-        plugin["config"]["annotation"].as_str(),
+        profile["plugin_config"]["GpuModel"]["annotation"].as_str(),
         Some("example.com/gpu-model")
     );
-    let profile = &table["profiles"][0];
     let filters = profile["filters"].as_array().unwrap();
     assert_eq!(filters.last().unwrap().as_str(), Some("GpuModel"));
     let scores = profile["scores"].as_array().unwrap();
@@ -298,10 +297,6 @@ fn what_wasched_cannot_honour_is_refused_by_field() {
             "podMaxBackoffSeconds: only kube-scheduler's default (10)",
         ),
         (
-            "profiles:\n- pluginConfig:\n  - name: NodeAffinity\n    args:\n      addedAffinity:\n        requiredDuringSchedulingIgnoredDuringExecution: {}\n",
-            "profiles[0].pluginConfig[\"NodeAffinity\"].args.addedAffinity: not implemented for NodeAffinity",
-        ),
-        (
             "profiles:\n- plugins:\n    queueSort:\n      enabled:\n      - name: Coscheduling\n",
             "profiles[0].plugins.queueSort.enabled: \"Coscheduling\" is not supported",
         ),
@@ -314,8 +309,8 @@ fn what_wasched_cannot_honour_is_refused_by_field() {
             "profiles[1].schedulerName: \"a\" names two profiles",
         ),
         (
-            "profiles:\n- schedulerName: a\n  pluginConfig:\n  - name: InterPodAffinity\n    args: {hardPodAffinityWeight: 2}\n- schedulerName: b\n  pluginConfig:\n  - name: InterPodAffinity\n    args: {hardPodAffinityWeight: 3}\n",
-            "profiles \"a\" and \"b\" configure InterPodAffinity differently",
+            "profiles:\n- schedulerName: a\n  plugins:\n    filter:\n      enabled:\n      - name: GpuModel\n  pluginConfig:\n  - name: GpuModel\n    args: {component: a.wasm}\n- schedulerName: b\n  plugins:\n    filter:\n      enabled:\n      - name: GpuModel\n  pluginConfig:\n  - name: GpuModel\n    args: {component: b.wasm}\n",
+            "profiles \"a\" and \"b\" name GpuModel as different components",
         ),
     ] {
         let error = to_toml(&yaml(body)).expect_err(body);
@@ -429,4 +424,63 @@ fn go_durations_add_their_parts() {
     for bad in ["", "15", "s", "1d", "1m-3s"] {
         assert!(go_duration(bad).is_err(), "{bad:?}");
     }
+}
+
+#[test]
+fn each_profile_keeps_its_own_args_of_a_default_plugin() {
+    let text = yaml(
+        "profiles:
+- schedulerName: default-scheduler
+- schedulerName: bin-packing
+  pluginConfig:
+  - name: NodeResourcesFit
+    args:
+      scoringStrategy:
+        type: MostAllocated
+- schedulerName: spreading
+  pluginConfig:
+  - name: NodeResourcesFit
+    args:
+      scoringStrategy:
+        type: LeastAllocated
+        resources: [{name: cpu, weight: 2}, {name: memory, weight: 1}]
+  - name: InterPodAffinity
+    args: {hardPodAffinityWeight: 5}
+  - name: NodeAffinity
+    args:
+      addedAffinity:
+        requiredDuringSchedulingIgnoredDuringExecution:
+          nodeSelectorTerms:
+          - matchExpressions: [{key: pool, operator: In, values: [spread]}]
+",
+    );
+    let toml = converted(&text).toml;
+    let mut config = Config::parse("k.toml", Path::new("."), toml.clone())
+        .unwrap_or_else(|e| panic!("{e}\n{toml}"));
+    config.default_plugins = crate::config::DefaultPluginRuntime::Native;
+    let profiles = config.profiles().unwrap();
+    let config_of = |profile: usize, plugin: &str| {
+        let spec = profiles[profile]
+            .filters
+            .iter()
+            .chain(profiles[profile].scores.iter().map(|(spec, _)| spec))
+            .find(|spec| spec.name == plugin)
+            .unwrap_or_else(|| panic!("{plugin} in profile {profile}"));
+        serde_json::from_str::<Value>(&spec.config).unwrap()
+    };
+    let strategy = |profile| config_of(profile, "NodeResourcesFit")["scoringStrategy"].clone();
+    assert_eq!(
+        strategy(0),
+        Value::Null,
+        "the default profile has kube's defaults"
+    );
+    assert_eq!(strategy(1)["type"], "MostAllocated");
+    assert_eq!(strategy(2)["type"], "LeastAllocated");
+    assert_eq!(strategy(2)["resources"][0]["weight"], 2);
+    assert_eq!(config_of(2, "InterPodAffinity")["hardPodAffinityWeight"], 5);
+    assert_eq!(config_of(1, "InterPodAffinity"), serde_json::json!({}));
+    let added = &config_of(2, "NodeAffinity")["addedAffinity"];
+    let terms = &added["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
+    assert_eq!(terms[0]["matchExpressions"][0]["values"][0], "spread");
+    assert_eq!(config_of(0, "NodeAffinity"), serde_json::json!({}));
 }
