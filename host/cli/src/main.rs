@@ -485,9 +485,9 @@ fn config_check(file: &std::path::Path) -> anyhow::Result<()> {
             .collect();
         println!("  score:      {}", list(&scores));
         println!("  permit:     {}", list(&chain.permit));
-    }
-    for (plugin, args) in config.plugin_configs() {
-        println!("args {plugin}: {args}");
+        for (plugin, args) in &chain.args {
+            println!("  args {plugin}: {args}");
+        }
     }
     // The warnings of a KubeSchedulerConfiguration were logged as it was read.
     Ok(())

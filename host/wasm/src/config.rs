@@ -231,6 +231,9 @@ pub struct ProfileChain {
     pub pre_enqueue: Vec<String>,
     /// Plugins listed for Permit.
     pub permit: Vec<String>,
+    /// The configuration (JSON) of each plugin the profile lists that has one: the profile's own
+    /// (`plugin_config`), else the plugin's `[plugins.NAME] config`.
+    pub args: BTreeMap<String, String>,
 }
 
 /// A score plugin of a chain with its weight.
@@ -763,9 +766,18 @@ impl Config {
 
     /// Each profile's plugin chains by name, with the score weights.
     pub fn chains(&self) -> Vec<ProfileChain> {
+        let shared = self.plugin_configs();
         self.resolved()
             .into_iter()
             .map(|p| ProfileChain {
+                args: p
+                    .names()
+                    .filter_map(|name| {
+                        let name = name.get_ref();
+                        let own = p.plugin_config.get(name).or(shared.get(name))?;
+                        Some((name.clone(), own.clone()))
+                    })
+                    .collect(),
                 scheduler_name: p.scheduler_name,
                 percentage_of_nodes_to_score: p.percentage_of_nodes_to_score,
                 filters: p.filters.into_iter().map(Spanned::into_inner).collect(),
