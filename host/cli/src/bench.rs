@@ -27,7 +27,7 @@ pub struct Args {
     #[arg(long, default_value_t = 5000, value_parser = crate::flags::bench_pods)]
     pub pods: usize,
     /// Workloads to run, comma-separated (basic, node-affinity, taints, volume-zones, mixed, churn,
-    /// pod-anti-affinity, pod-affinity, topology-spread, preemption),
+    /// pod-anti-affinity, pod-affinity, topology-spread, preemption, volume-binding, gated),
     /// or `all` (mirroring kube-scheduler's scheduler_perf).
     #[arg(long, value_delimiter = ',', default_value = "mixed")]
     pub scenario: Vec<Scenario>,
@@ -94,6 +94,9 @@ pub struct RunReport {
     /// Mean time of a cycle that ended in a preemption: the failed search, then the dry runs
     /// on candidate nodes (µs).
     pub preemption_attempt_us: Option<f64>,
+    /// In the gated scenario: the same pods per second through a service without the gated
+    /// pods (`pods_per_second` is with them).
+    pub without_gated_pods_per_second: Option<f64>,
 }
 
 /// Mean time per pod one plugin spent at one extension point.
@@ -170,30 +173,16 @@ pub fn run_once(
     decider.warm_up()?;
     let setup = setup.elapsed();
     let stats = config.stats().clone();
+    let without_gated_pods_per_second = match scenario {
+        Scenario::Gated => Some(without_gated(&profiles, cluster, seed)?),
+        _ => None,
+    };
     let before: Vec<(String, Vec<Duration>)> = plugin_totals(&stats);
-
     let mut tally = Tally::default();
-    let mut churn = Churn::new(seed, cluster.nodes.len());
-    let start = Instant::now();
-    for (i, pod) in cluster.pods.iter().enumerate() {
-        if scenario == Scenario::Churn && i > 0 {
-            churn.between_cycles(i, &mut decider, cluster);
-        }
-        let cycle = Instant::now();
-        let outcome = place(&mut decider, pod, &mut tally, cycle);
-        tally.latencies.push(cycle.elapsed());
-        match (&outcome.node, outcome.error) {
-            (Some(_), _) => {
-                tally.scheduled += 1;
-                if scenario == Scenario::Churn {
-                    churn.placed.push(pod.key());
-                }
-            }
-            (None, true) => tally.errors += 1,
-            (None, false) => tally.unschedulable += 1,
-        }
-    }
-    let elapsed = start.elapsed();
+    let (decider, elapsed) = match scenario {
+        Scenario::Gated => through_service(decider, cluster, synthetic::GATED_PODS, &mut tally),
+        _ => place_each(decider, cluster, scenario, seed, &mut tally),
+    };
     let per_pod = |d: Duration| d.as_secs_f64() * 1e6 / cluster.pods.len().max(1) as f64;
     let phases = decider.phase_times();
     let peak = peak_rss_mb();
@@ -222,7 +211,96 @@ pub fn run_once(
         preemptions: tally.preemptions,
         preemption_attempt_us: (tally.preemptions > 0)
             .then(|| tally.preemption_time.as_secs_f64() * 1e6 / tally.preemptions as f64),
+        without_gated_pods_per_second,
     })
+}
+
+/// The gated scenario's pods per second through a service of their own without the gated pods:
+/// what the gated pods cost is the difference.
+fn without_gated(
+    profiles: &[crate::framework::ProfileSpec],
+    cluster: &Synthetic,
+    seed: u64,
+) -> anyhow::Result<f64> {
+    let mut decider = Decider::new(profiles, seed)?;
+    cluster.load_into(decider.cache_mut());
+    decider.warm_up()?;
+    let (_, elapsed) = through_service(decider, cluster, 0, &mut Tally::default());
+    Ok(cluster.pods.len() as f64 / elapsed.as_secs_f64())
+}
+
+/// Places each pod of `cluster` with the decider alone, as the service would (see [`place`]),
+/// with the churn scenario's changes between cycles; returns the decider and the time taken.
+fn place_each(
+    mut decider: Decider,
+    cluster: &Synthetic,
+    scenario: Scenario,
+    seed: u64,
+    tally: &mut Tally,
+) -> (Decider, Duration) {
+    let mut churn = Churn::new(seed, cluster.nodes.len());
+    let start = Instant::now();
+    for (i, pod) in cluster.pods.iter().enumerate() {
+        if scenario == Scenario::Churn && i > 0 {
+            churn.between_cycles(i, &mut decider, cluster);
+        }
+        let cycle = Instant::now();
+        let outcome = place(&mut decider, pod, tally, cycle);
+        tally.latencies.push(cycle.elapsed());
+        tally.count(&outcome);
+        if scenario == Scenario::Churn && outcome.node.is_some() {
+            churn.placed.push(pod.key());
+        }
+    }
+    (decider, start.elapsed())
+}
+
+/// Schedules `cluster`'s pods through a service, beside `gated` pods held by scheduling gates
+/// that arrived first: each pod's event applied, its cycle run, its binding written to an
+/// in-memory cluster and confirmed by the event that write sends back. The clock runs from the
+/// first measured pod's event to the last binding; returns the decider and that time.
+fn through_service(
+    decider: Decider,
+    cluster: &Synthetic,
+    gated: usize,
+    tally: &mut Tally,
+) -> (Decider, Duration) {
+    use crate::binding::MemoryBackend;
+    use crate::events::{EventPipeline, Object};
+    use crate::service::{Sequencer, Service};
+    use std::sync::Arc;
+
+    let measured: Vec<core::Pod> = cluster.pods.iter().map(synthetic::pod_object).collect();
+    let gated = synthetic::gated_pod_objects(gated);
+    let sequence = Arc::new(Sequencer::default());
+    let pipeline = Arc::new(EventPipeline::default());
+    let every_pod = gated.iter().chain(&measured).cloned();
+    let backend = MemoryBackend::new(pipeline.clone(), sequence.clone(), every_pod);
+    let clock = Arc::new(crate::clock::SystemClock::default());
+    let mut service =
+        Service::with_pipeline(decider, Some(Box::new(backend)), clock, pipeline.clone());
+    let submit = |pods: Vec<core::Pod>| {
+        for pod in pods {
+            pipeline.submit(sequence.upsert(Object::Pod(Box::new(pod))));
+        }
+    };
+    submit(gated);
+    let held = service.run_until_idle();
+    debug_assert!(held.iter().all(|r| r.gated.is_some()));
+    let start = Instant::now();
+    submit(measured);
+    loop {
+        let cycle = Instant::now();
+        let Some(result) = service.schedule_one() else {
+            break;
+        };
+        tally.latencies.push(cycle.elapsed());
+        tally.count(&result.outcome);
+    }
+    // The last bindings' own events, which confirm them.
+    service.apply_events();
+    let elapsed = start.elapsed();
+    (service.into_decider(), elapsed)
 }
 
 /// The configuration a run uses: the file's, or the default, with the run's runtime, deadlines
@@ -255,6 +333,15 @@ struct Tally {
 }
 
 impl Tally {
+    /// Counts one cycle's outcome.
+    fn count(&mut self, outcome: &crate::framework::Outcome) {
+        match (&outcome.node, outcome.error) {
+            (Some(_), _) => self.scheduled += 1,
+            (None, true) => self.errors += 1,
+            (None, false) => self.unschedulable += 1,
+        }
+    }
+
     /// The median and 99th percentile cycle latencies (µs).
     fn percentiles(&mut self) -> (f64, f64) {
         let latencies = &mut self.latencies;
@@ -646,7 +733,7 @@ fn print_table(r: &Report) {
     print_phases_and_plugins(r);
 }
 
-/// The lines comparing runs: rounds, deadlines, preemption, threads.
+/// The lines comparing runs: rounds, deadlines, preemption, gated pods, threads.
 fn print_comparisons(r: &Report) {
     if r.rounds.len() > 1 {
         let list = |figures: Vec<String>| figures.join(", ");
@@ -678,6 +765,20 @@ fn print_comparisons(r: &Report) {
             native,
             1e6 / wasm,
             1e6 / native
+        );
+    }
+    if let (Some(wasm), Some(native)) = (
+        r.wasm.without_gated_pods_per_second,
+        r.native.without_gated_pods_per_second,
+    ) {
+        println!(
+            "beside {} gated pods: {:.0} | {:.0} pods/s (wasm | native); without them {wasm:.0} | \
+             {native:.0}: with/without {} | {}",
+            synthetic::GATED_PODS,
+            r.wasm.pods_per_second,
+            r.native.pods_per_second,
+            or_na(ratio(r.wasm.pods_per_second, wasm), 2),
+            or_na(ratio(r.native.pods_per_second, native), 2),
         );
     }
     if let (Some(wasm), Some(native)) = (
@@ -746,7 +847,28 @@ mod tests {
             plugins_us: Vec::new(),
             preemptions: 0,
             preemption_attempt_us: None,
+            without_gated_pods_per_second: None,
         }
+    }
+
+    #[test]
+    fn the_gated_scenario_schedules_only_its_measured_pods() {
+        let cluster = synthetic::cluster(Scenario::Gated, 20, 30, 1);
+        let config = bench_config(None, DefaultPluginRuntime::Native, true, 1).unwrap();
+        let mut loaded = Decider::new(&config.profiles().unwrap(), 1).unwrap();
+        cluster.load_into(loaded.cache_mut());
+        let mut tally = Tally::default();
+        let (decider, _) = through_service(loaded, &cluster, 50, &mut tally);
+        assert_eq!(tally.scheduled, 30);
+        assert_eq!(tally.latencies.len(), 30, "no gated pod was attempted");
+        let cache = decider.cache();
+        let placed: usize = cache.nodes().map(|(_, node)| node.pod_count()).sum();
+        assert_eq!(placed, 30, "each measured pod bound once, no gated pod");
+        assert!(cluster
+            .pods
+            .iter()
+            .all(|p| cache.pod_node(&p.key()).is_some()));
+        assert_eq!(cache.pod_node("bench/gated-000000"), None);
     }
 
     #[test]

@@ -51,13 +51,22 @@ pub enum Scenario {
     /// some for a volume provisioned in zone a or b, a few for both. Volumes are reserved as pods
     /// are placed, so later pods find fewer.
     VolumeBinding,
+    /// Basic's nodes and pods, scheduled through the service (their events applied, their
+    /// bindings written back) while [`GATED_PODS`] pods held by scheduling gates wait beside
+    /// them: kube-scheduler's SchedulingWhileGated. The bench also runs the same pods without
+    /// the gated ones, so the two rates show what the gated pods cost.
+    Gated,
     /// Every scenario above.
     All,
 }
 
+/// How many gated pods wait beside the measured ones in [`Scenario::Gated`], as in
+/// kube-scheduler's SchedulingWhileGated workload.
+pub const GATED_PODS: usize = 10_000;
+
 impl Scenario {
     /// Every scenario but [`Scenario::All`].
-    pub const EACH: [Scenario; 11] = [
+    pub const EACH: [Scenario; 12] = [
         Scenario::Basic,
         Scenario::NodeAffinity,
         Scenario::Taints,
@@ -69,6 +78,7 @@ impl Scenario {
         Scenario::TopologySpread,
         Scenario::Preemption,
         Scenario::VolumeBinding,
+        Scenario::Gated,
     ];
 
     /// The scenario's name on the command line.
@@ -85,6 +95,7 @@ impl Scenario {
             Scenario::TopologySpread => "topology-spread",
             Scenario::Preemption => "preemption",
             Scenario::VolumeBinding => "volume-binding",
+            Scenario::Gated => "gated",
             Scenario::All => "all",
         }
     }
@@ -719,6 +730,53 @@ fn pod_affinity(scenario: Scenario, pod: &mut sdk::Pod, nodes: usize, rng: &mut 
         }
         _ => {}
     }
+}
+
+/// A pod of [`Scenario::Gated`] (requests only, as Basic's) as the Kubernetes object the service
+/// reads from its events.
+pub fn pod_object(pod: &sdk::Pod) -> core::Pod {
+    let requests = &pod.requests;
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": format!("uid-{}", pod.name)},
+        "spec": {
+            "schedulerName": pod.scheduler_name,
+            "priority": pod.priority,
+            "containers": [{
+                "name": "main",
+                "image": "registry.example/app:1",
+                "resources": {"requests": {
+                    "cpu": format!("{}m", requests.milli_cpu),
+                    "memory": requests.memory.to_string(),
+                }},
+            }],
+        },
+    }))
+    .expect("valid Pod")
+}
+
+/// `count` pods held by a scheduling gate (`example.com/quota`, as a queueing controller such
+/// as Kueue sets it), which the service keeps out of its queue.
+pub fn gated_pod_objects(count: usize) -> Vec<core::Pod> {
+    (0..count)
+        .map(|i| {
+            let mut pod = pod_object(&sdk::Pod {
+                namespace: "bench".into(),
+                name: format!("gated-{i:06}"),
+                scheduler_name: crate::DEFAULT_SCHEDULER_NAME.into(),
+                requests: Resources {
+                    milli_cpu: 100,
+                    memory: 128 << 20,
+                    ..Resources::default()
+                },
+                ..sdk::Pod::default()
+            });
+            let spec = pod.spec.as_mut().expect("pod_object sets a spec");
+            spec.scheduling_gates = Some(vec![core::PodSchedulingGate {
+                name: "example.com/quota".into(),
+            }]);
+            pod
+        })
+        .collect()
 }
 
 #[cfg(test)]
