@@ -462,12 +462,12 @@ fn config_convert(file: &std::path::Path) -> anyhow::Result<()> {
 /// `config check`: loads every plugin of the configuration and prints each profile's chains.
 fn config_check(file: &std::path::Path) -> anyhow::Result<()> {
     let config = wasched::config::Config::load(file)?;
-    config.profiles()?;
+    let profiles = config.profiles()?;
     let list = |names: &[String]| match names.is_empty() {
         true => "-".to_string(),
         false => names.join(", "),
     };
-    for chain in config.chains() {
+    for chain in profiles.iter().map(wasched::config::ProfileChain::of) {
         let percentage = chain
             .percentage_of_nodes_to_score
             .filter(|p| *p != 0)

@@ -13,7 +13,7 @@ use crate::{shared_policy, ConfigSource, KubeMode, Mode, ServeArgs, Server};
 use wasched_core::framework::{Decider, Profile, ProfileSpec};
 use wasched_core::metrics::PluginStatsRegistry;
 use wasched_wasm::component::{sha256_hex, Limits, WasmRuntime};
-use wasched_wasm::config::{Config, ConfigError};
+use wasched_wasm::config::{Config, ConfigError, ProfileChain};
 
 /// The plugin policy: the configuration and the uploaded components. Changed only under the
 /// server's policy lock.
@@ -51,6 +51,14 @@ impl Policy {
         };
         same_components && same_config
     }
+}
+
+/// A configuration built off the scheduling thread, ready to swap in.
+struct Built {
+    config: Config,
+    profiles: Vec<Profile>,
+    /// What its profiles run, for the status page.
+    chains: Vec<ProfileChain>,
 }
 
 /// A plugin [`Server::load_plugin`] put in place.
@@ -140,17 +148,22 @@ impl Server {
         source: &ConfigSource,
         text: &str,
         uploaded: &BTreeMap<String, Arc<Vec<u8>>>,
-    ) -> Result<(Config, Vec<Profile>), ConfigError> {
+    ) -> Result<Built, ConfigError> {
         let (label, dir) = config_location(source, &self.args.data_dir);
         let (config, specs) =
             parse_and_load(&label, &dir, text, uploaded, &self.plugin_stats, &self.args)?;
+        let chains = specs.iter().map(ProfileChain::of).collect();
         let profiles = Decider::build_profiles(&specs, self.args.seed, self.clock.clone())
             .map_err(|e| ConfigError {
                 file: label,
                 line: None,
                 message: e.0,
             })?;
-        Ok((config, profiles))
+        Ok(Built {
+            config,
+            profiles,
+            chains,
+        })
     }
 
     /// Checks, stores and swaps in an uploaded component (blocking: run off the async runtime).
@@ -202,7 +215,7 @@ impl Server {
         uploaded.insert(name.to_string(), bytes.clone());
         let in_use = policy.usage.contains_key(name);
         let rebuilt = if in_use {
-            let (_, profiles) = self
+            let built = self
                 .build(&policy.source, &policy.text, &uploaded)
                 .map_err(|e| {
                     PolicyError::new(
@@ -210,7 +223,7 @@ impl Server {
                         format!("the active configuration cannot use this component: {e}"),
                     )
                 })?;
-            Some(profiles)
+            Some(built)
         } else {
             None
         };
@@ -228,10 +241,11 @@ impl Server {
         let replaced = policy.records.contains_key(name);
         policy.uploaded = uploaded;
         policy.records.insert(name.to_string(), record.clone());
-        if let Some(profiles) = rebuilt {
+        if let Some(built) = rebuilt {
             self.engine
-                .swap(profiles)
+                .swap(built.profiles)
                 .map_err(|e| PolicyError::new(StatusCode::SERVICE_UNAVAILABLE, e))?;
+            policy.chains = built.chains;
         }
         tracing::info!(plugin = name, sha256 = %record.sha256, replaced, active = in_use, "plugin loaded");
         Ok(LoadedPlugin {
@@ -300,7 +314,11 @@ impl Server {
             (Some(shared), _) => ConfigSource::Cluster(shared.location()),
             (None, _) => ConfigSource::Store,
         };
-        let (config, profiles) = self
+        let Built {
+            config,
+            profiles,
+            chains,
+        } = self
             .build(&source, &text, &policy.uploaded)
             .map_err(|e| PolicyError::new(StatusCode::BAD_REQUEST, e.to_string()))?;
         if persist {
@@ -327,7 +345,7 @@ impl Server {
             .swap(profiles)
             .map_err(|e| PolicyError::new(StatusCode::SERVICE_UNAVAILABLE, e))?;
         policy.usage = config.usage();
-        policy.chains = config.chains();
+        policy.chains = chains;
         policy.text = text;
         policy.source = source;
         tracing::info!("configuration applied");
@@ -369,7 +387,11 @@ impl Server {
                 None => (ConfigSource::Default, String::new()),
             },
         };
-        let (config, profiles) = self
+        let Built {
+            config,
+            profiles,
+            chains,
+        } = self
             .build(&source, &text, &components)
             .map_err(|e| PolicyError::new(StatusCode::BAD_REQUEST, e.to_string()))?;
         self.engine
@@ -382,7 +404,7 @@ impl Server {
             .collect();
         policy.uploaded = components;
         policy.usage = config.usage();
-        policy.chains = config.chains();
+        policy.chains = chains;
         policy.text = text;
         policy.source = source;
         policy.shared_version = version;

@@ -23,6 +23,7 @@ use wasched_core::events::{Event, EventPipeline, Kind};
 use wasched_core::framework::{Decider, ProfileSpec};
 use wasched_core::metrics::PluginStatsRegistry;
 use wasched_core::service::Service;
+use wasched_wasm::config::ProfileChain;
 
 fn read_tokens(args: &ServeArgs) -> anyhow::Result<Tokens> {
     Tokens::new(
@@ -215,7 +216,7 @@ fn starting_policy(
         (Err(e), _) => anyhow::bail!("{e}"),
     };
     policy.usage = config.usage();
-    policy.chains = config.chains();
+    policy.chains = specs.iter().map(ProfileChain::of).collect();
     Ok((policy, specs))
 }
 

@@ -127,6 +127,10 @@ struct RawProfile {
     /// This profile's own `config` of some plugins, in place of `[plugins.NAME] config`.
     #[serde(default)]
     plugin_config: BTreeMap<String, Spanned<toml::Table>>,
+    /// Plugins listed at points they may not implement, left out of those where they do not
+    /// (kube-scheduler's `multiPoint` for a plugin known only once loaded).
+    #[serde(default)]
+    where_implemented: Vec<Spanned<String>>,
 }
 
 /// `preemption = { enabled = true, ... }`: kube-scheduler's DefaultPreemption and its arguments.
@@ -181,6 +185,8 @@ struct ResolvedProfile {
     permit: Vec<Spanned<String>>,
     /// The profile's own plugin configurations, as JSON by plugin name.
     plugin_config: BTreeMap<String, String>,
+    /// Plugins left out of the points they do not implement instead of refused there.
+    where_implemented: Vec<String>,
 }
 
 impl ResolvedProfile {
@@ -234,6 +240,38 @@ pub struct ProfileChain {
     /// The configuration (JSON) of each plugin the profile lists that has one: the profile's own
     /// (`plugin_config`), else the plugin's `[plugins.NAME] config`.
     pub args: BTreeMap<String, String>,
+}
+
+impl ProfileChain {
+    /// The chains of a loaded profile: what runs, after plugins listed `where_implemented` were
+    /// left out of the points they do not implement.
+    pub fn of(spec: &wasched_core::framework::ProfileSpec) -> ProfileChain {
+        let names = |specs: &[PluginSpec]| specs.iter().map(|p| p.name.clone()).collect();
+        let every = spec
+            .filters
+            .iter()
+            .chain(spec.scores.iter().map(|(p, _)| p));
+        let every = every.chain(&spec.pre_enqueue).chain(&spec.permit);
+        ProfileChain {
+            scheduler_name: spec.scheduler_name.clone(),
+            percentage_of_nodes_to_score: spec.percentage_of_nodes_to_score,
+            filters: names(&spec.filters),
+            scores: spec
+                .scores
+                .iter()
+                .map(|(p, weight)| WeightedScore {
+                    plugin: p.name.clone(),
+                    weight: *weight,
+                })
+                .collect(),
+            pre_enqueue: names(&spec.pre_enqueue),
+            permit: names(&spec.permit),
+            args: every
+                .filter(|p| p.config != "{}")
+                .map(|p| (p.name.clone(), p.config.clone()))
+                .collect(),
+        }
+    }
 }
 
 /// A score plugin of a chain with its weight.
@@ -618,6 +656,9 @@ impl Config {
         for (name, table) in &p.plugin_config {
             self.check_known(&Spanned::new(table.span(), name.clone()))?;
         }
+        for name in &p.where_implemented {
+            self.check_known(name)?;
+        }
         for name in p.filters.iter().flatten() {
             self.check_known(name)?;
         }
@@ -698,6 +739,7 @@ impl Config {
             permit: None,
             preemption: None,
             plugin_config: BTreeMap::new(),
+            where_implemented: Vec::new(),
         };
         let profiles: Vec<&RawProfile> = if self.raw.profiles.is_empty() {
             vec![&default_profile]
@@ -712,6 +754,11 @@ impl Config {
                     .plugin_config
                     .iter()
                     .map(|(name, table)| (name.clone(), config_json(table.get_ref())))
+                    .collect(),
+                where_implemented: profile
+                    .where_implemented
+                    .iter()
+                    .map(|name| name.get_ref().clone())
                     .collect(),
                 preemption: profile
                     .preemption
@@ -806,7 +853,7 @@ impl Config {
         let mut specs = Vec::new();
         for profile in self.resolved() {
             let mut spec = ProfileSpec {
-                scheduler_name: profile.scheduler_name,
+                scheduler_name: profile.scheduler_name.clone(),
                 filters: Vec::new(),
                 scores: Vec::new(),
                 pre_enqueue: Vec::new(),
@@ -815,22 +862,20 @@ impl Config {
                 parallelism: self.parallelism,
                 preemption: profile.preemption,
             };
-            let own = &profile.plugin_config;
+            let mut plugin =
+                |name: &Spanned<String>, point| self.plugin(&mut loaded, name, point, &profile);
             for name in &profile.filters {
-                let plugin = self.plugin(&mut loaded, name, Point::Filter, own)?;
-                spec.filters.push(plugin);
+                spec.filters.extend(plugin(name, Point::Filter)?);
             }
             for (name, weight) in &profile.scores {
-                let plugin = self.plugin(&mut loaded, name, Point::Score, own)?;
-                spec.scores.push((plugin, *weight));
+                let scores = plugin(name, Point::Score)?.map(|p| (p, *weight));
+                spec.scores.extend(scores);
             }
             for name in &profile.pre_enqueue {
-                let plugin = self.plugin(&mut loaded, name, Point::PreEnqueue, own)?;
-                spec.pre_enqueue.push(plugin);
+                spec.pre_enqueue.extend(plugin(name, Point::PreEnqueue)?);
             }
             for name in &profile.permit {
-                let plugin = self.plugin(&mut loaded, name, Point::Permit, own)?;
-                spec.permit.push(plugin);
+                spec.permit.extend(plugin(name, Point::Permit)?);
             }
             specs.push(spec);
         }
@@ -838,21 +883,22 @@ impl Config {
     }
 
     /// Loads (once) the plugin called `name`, with the profile's own configuration of it if
-    /// it has one (`own`), and checks it implements `point`.
+    /// it has one, and checks it implements `point`: `None` for a plugin the profile lists
+    /// `where_implemented` that does not.
     fn plugin(
         &self,
         loaded: &mut BTreeMap<String, PluginSpec>,
         name: &Spanned<String>,
         point: Point,
-        own: &BTreeMap<String, String>,
-    ) -> Result<PluginSpec, ConfigError> {
+        profile: &ResolvedProfile,
+    ) -> Result<Option<PluginSpec>, ConfigError> {
         let n = name.get_ref();
         if !loaded.contains_key(n) {
             let spec = self.load_plugin(n)?;
             loaded.insert(n.clone(), spec);
         }
         let mut spec = loaded[n].clone();
-        if let Some(config) = own.get(n) {
+        if let Some(config) = profile.plugin_config.get(n) {
             spec.config.clone_from(config);
         }
         // One throw-away instance validates the configuration and tells what the plugin does.
@@ -862,12 +908,15 @@ impl Config {
             .map_err(|e| self.error(self.definition_span(n, name), e.0))?;
         let (point, implements) = point.check(instance.descriptor());
         if !implements {
+            if profile.where_implemented.contains(n) {
+                return Ok(None);
+            }
             return Err(self.error(
                 name.span(),
                 format!("plugin {n} is listed as a {point} plugin but does not implement {point}"),
             ));
         }
-        Ok(spec)
+        Ok(Some(spec))
     }
 
     fn definition_span(&self, name: &str, usage: &Spanned<String>) -> std::ops::Range<usize> {
@@ -1137,6 +1186,36 @@ mod tests {
             "{error}"
         );
         assert_eq!(error.line, Some(4));
+    }
+
+    #[test]
+    fn a_plugin_listed_where_implemented_is_left_out_of_the_points_it_lacks() {
+        let profile = "[runtime]\ndefault_plugins = \"native\"\n[[profiles]]\n\
+            filters = [\"NodeName\", \"NodeResourcesBalancedAllocation\"]\n\
+            scores = [{ plugin = \"NodeName\", weight = 4 }, \
+            { plugin = \"NodeResourcesBalancedAllocation\", weight = 4 }]\n\
+            permit = [\"NodeName\"]\n";
+        let config = parse(&format!(
+            "{profile}where_implemented = [\"NodeName\", \"NodeResourcesBalancedAllocation\"]\n"
+        ))
+        .unwrap();
+        let chain = ProfileChain::of(&config.profiles().unwrap()[0]);
+        assert_eq!(chain.filters, ["NodeName"]);
+        assert_eq!(chain.scores.len(), 1);
+        assert_eq!(chain.scores[0].plugin, "NodeResourcesBalancedAllocation");
+        assert_eq!(chain.scores[0].weight, 4);
+        assert!(chain.permit.is_empty());
+        let refused = parse(profile).unwrap().profiles().err().expect("refused");
+        assert!(
+            refused.message.contains("does not implement filter"),
+            "{refused}"
+        );
+        let unknown = parse(&format!("{profile}where_implemented = [\"Nope\"]\n"));
+        assert!(unknown
+            .err()
+            .expect("refused")
+            .message
+            .contains("unknown plugin"));
     }
 
     #[test]

@@ -281,17 +281,9 @@ fn expand(
     let mut overriding = Vec::new();
     let mut from_multi_point: Vec<Plugin> = Vec::new();
     for plugin in multi_point {
-        let takes_part = match point.known(&plugin.name) {
-            Some(takes_part) => takes_part,
-            None => {
-                return Err(refused(format!(
-                "{at}.multiPoint: plugin {:?} is not one of kube-scheduler's: list it under the \
-                     extension points it takes part in (filter, score, preEnqueue, permit), since \
-                     wasched cannot tell them before loading it",
-                plugin.name
-            )))
-            }
-        };
+        // An out-of-tree plugin is listed at every point; the profile's `where_implemented`
+        // leaves it out, once loaded, of those it does not implement.
+        let takes_part = point.known(&plugin.name).unwrap_or(true);
         if !takes_part || disabled.contains(&plugin.name.as_str()) {
             continue;
         }
@@ -612,6 +604,14 @@ fn profile_table(
     for (point, specific) in lists {
         let (key, value) = point_list(point, &multi_point, specific, at)?;
         table.insert(key.into(), value);
+    }
+    let out_of_tree = multi_point
+        .iter()
+        .filter(|p| Point::Filter.known(&p.name).is_none())
+        .map(|p| toml::Value::from(p.name.clone()));
+    let out_of_tree: Vec<toml::Value> = out_of_tree.collect();
+    if !out_of_tree.is_empty() {
+        table.insert("where_implemented".into(), toml::Value::Array(out_of_tree));
     }
     warnings.extend(not_implemented(&multi_point, at));
     check_fixed_points(plugins, &multi_point, at, &mut warnings)?;

@@ -301,10 +301,6 @@ fn what_wasched_cannot_honour_is_refused_by_field() {
             "profiles[0].plugins.queueSort.enabled: \"Coscheduling\" is not supported",
         ),
         (
-            "profiles:\n- plugins:\n    multiPoint:\n      enabled:\n      - name: GpuModel\n",
-            "profiles[0].plugins.multiPoint: plugin \"GpuModel\" is not one of kube-scheduler's",
-        ),
-        (
             "profiles:\n- schedulerName: a\n- schedulerName: a\n",
             "profiles[1].schedulerName: \"a\" names two profiles",
         ),
@@ -483,4 +479,44 @@ fn each_profile_keeps_its_own_args_of_a_default_plugin() {
     let terms = &added["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
     assert_eq!(terms[0]["matchExpressions"][0]["values"][0], "spread");
     assert_eq!(config_of(0, "NodeAffinity"), serde_json::json!({}));
+}
+
+#[test]
+fn an_out_of_tree_multi_point_plugin_is_listed_where_it_may_take_part() {
+    let text = yaml(
+        "profiles:
+- plugins:
+    multiPoint:
+      enabled:
+      - name: GpuModel
+        weight: 5
+    permit:
+      disabled:
+      - name: GpuModel
+  pluginConfig:
+  - name: GpuModel
+    args:
+      component: plugins/gpu_model.wasm
+",
+    );
+    let table: toml::Table = converted(&text).toml.parse().unwrap();
+    let profile = &table["profiles"][0];
+    let names = |key: &str| -> Vec<String> {
+        let list = profile[key].as_array().unwrap();
+        list.iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(names("where_implemented"), ["GpuModel"]);
+    assert_eq!(
+        names("filters").last().map(String::as_str),
+        Some("GpuModel")
+    );
+    assert!(names("pre_enqueue").contains(&"GpuModel".to_string()));
+    assert!(names("permit").is_empty(), "disabled at permit");
+    let scores = profile["scores"].as_array().unwrap();
+    let gpu = scores
+        .iter()
+        .find(|s| s["plugin"].as_str() == Some("GpuModel"));
+    assert_eq!(gpu.unwrap()["weight"].as_integer(), Some(5));
 }
