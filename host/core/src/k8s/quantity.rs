@@ -58,39 +58,43 @@ fn parse(text: &str) -> Result<Exact, QuantityError> {
             .and_then(|m| m.checked_add(u128::from(digit - b'0')))
             .ok_or_else(|| err("too many digits"))?;
     }
-    let mut exp10 = -(fraction.len() as i32);
-    let mut exp2 = 0;
-    match suffix {
-        "" => {}
-        "n" => exp10 -= 9,
-        "u" => exp10 -= 6,
-        "m" => exp10 -= 3,
-        "k" => exp10 += 3,
-        "M" => exp10 += 6,
-        "G" => exp10 += 9,
-        "T" => exp10 += 12,
-        "P" => exp10 += 15,
-        "E" => exp10 += 18,
-        "Ki" => exp2 = 10,
-        "Mi" => exp2 = 20,
-        "Gi" => exp2 = 30,
-        "Ti" => exp2 = 40,
-        "Pi" => exp2 = 50,
-        "Ei" => exp2 = 60,
-        _ if suffix.starts_with(['e', 'E']) => {
-            let exponent: i32 = suffix[1..].parse().map_err(|_| err("bad exponent"))?;
-            if !(-30..=30).contains(&exponent) {
-                return Err(err("exponent out of range"));
-            }
-            exp10 += exponent;
-        }
-        _ => return Err(err("unknown suffix")),
-    }
+    let (suffix_exp10, exp2) = suffix_exponents(suffix).map_err(err)?;
+    let exp10 = suffix_exp10 - fraction.len() as i32;
     Ok(Exact {
         negative,
         mantissa,
         exp10,
         exp2,
+    })
+}
+
+/// A suffix's power of ten and power of two (`Ki`: 2^10, `m`: 10^-3, `e3`: 10^3).
+fn suffix_exponents(suffix: &str) -> Result<(i32, u32), &'static str> {
+    Ok(match suffix {
+        "" => (0, 0),
+        "n" => (-9, 0),
+        "u" => (-6, 0),
+        "m" => (-3, 0),
+        "k" => (3, 0),
+        "M" => (6, 0),
+        "G" => (9, 0),
+        "T" => (12, 0),
+        "P" => (15, 0),
+        "E" => (18, 0),
+        "Ki" => (0, 10),
+        "Mi" => (0, 20),
+        "Gi" => (0, 30),
+        "Ti" => (0, 40),
+        "Pi" => (0, 50),
+        "Ei" => (0, 60),
+        _ if suffix.starts_with(['e', 'E']) => {
+            let exponent: i32 = suffix[1..].parse().map_err(|_| "bad exponent")?;
+            if !(-30..=30).contains(&exponent) {
+                return Err("exponent out of range");
+            }
+            (exponent, 0)
+        }
+        _ => return Err("unknown suffix"),
     })
 }
 
