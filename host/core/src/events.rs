@@ -147,17 +147,40 @@ object_kinds! {
 /// instead of naming every kind.
 pub trait KindVisitor {
     /// Called with `kind`, whose objects are `K`.
-    fn visit<K>(&mut self, kind: Kind)
-    where
-        K: k8s_openapi::Resource
-            + k8s_openapi::Metadata<Ty = ObjectMeta>
-            + serde::de::DeserializeOwned
-            + Clone
-            + std::fmt::Debug
-            + Send
-            + Sync
-            + 'static,
-        Object: From<K>;
+    fn visit<K: KindType>(&mut self, kind: Kind);
+}
+
+/// The Rust type of a kind's objects, as [`KindVisitor::visit`] gets it: a Kubernetes resource
+/// that decodes from JSON and becomes an [`Object`].
+pub trait KindType:
+    k8s_openapi::Resource
+    + k8s_openapi::Metadata<Ty = ObjectMeta>
+    + serde::de::DeserializeOwned
+    + Clone
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+    /// The object as the pipeline carries it.
+    fn into_object(self) -> Object;
+}
+
+impl<K> KindType for K
+where
+    K: k8s_openapi::Resource
+        + k8s_openapi::Metadata<Ty = ObjectMeta>
+        + serde::de::DeserializeOwned
+        + Clone
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    Object: From<K>,
+{
+    fn into_object(self) -> Object {
+        Object::from(self)
+    }
 }
 
 impl Kind {
@@ -407,23 +430,12 @@ mod tests {
     struct Visited(Vec<Kind>);
 
     impl KindVisitor for Visited {
-        fn visit<K>(&mut self, kind: Kind)
-        where
-            K: k8s_openapi::Resource
-                + k8s_openapi::Metadata<Ty = ObjectMeta>
-                + serde::de::DeserializeOwned
-                + Clone
-                + std::fmt::Debug
-                + Send
-                + Sync
-                + 'static,
-            Object: From<K>,
-        {
+        fn visit<K: KindType>(&mut self, kind: Kind) {
             assert_eq!(K::KIND, kind.name());
             assert_eq!(K::API_VERSION, kind.api_version());
             assert_eq!(K::URL_PATH_SEGMENT, kind.resource());
             let bare: K = serde_json::from_value(serde_json::json!({"metadata": {}})).unwrap();
-            assert_eq!(Object::from(bare).kind(), kind);
+            assert_eq!(bare.into_object().kind(), kind);
             self.0.push(kind);
         }
     }

@@ -16,8 +16,9 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher;
 use kube::runtime::WatchStreamExt as _;
 use kube::{Api, Client, Config};
-use serde::de::DeserializeOwned;
-use wasched_core::events::{Action, Event, EventPipeline, Kind, KindVisitor, Object, ObjectKey};
+use wasched_core::events::{
+    Action, Event, EventPipeline, Kind, KindType, KindVisitor, Object, ObjectKey,
+};
 use wasched_core::k8s;
 
 use crate::engine::StartGate;
@@ -157,18 +158,7 @@ struct WatchEveryKind<'a> {
 }
 
 impl KindVisitor for WatchEveryKind<'_> {
-    fn visit<K>(&mut self, kind: Kind)
-    where
-        K: k8s_openapi::Resource
-            + k8s_openapi::Metadata<Ty = ObjectMeta>
-            + DeserializeOwned
-            + Clone
-            + std::fmt::Debug
-            + Send
-            + Sync
-            + 'static,
-        Object: From<K>,
-    {
+    fn visit<K: KindType>(&mut self, kind: Kind) {
         let feed = Feed {
             kind,
             pipeline: self.pipeline.clone(),
@@ -226,16 +216,7 @@ fn undecodable_pod(object: &Undecodable) -> Option<Object> {
 /// Lists and watches one kind for as long as the server runs. Events carry the objects'
 /// resourceVersions, so the pipeline applies each object's changes in order whatever order the
 /// watches deliver them in.
-async fn watch_kind<K>(api: Api<K>, feed: Feed)
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + 'static,
-    Object: From<K>,
-{
+async fn watch_kind<K: KindType>(api: Api<K>, feed: Feed) {
     let on_undecodable: OnUndecodable = if feed.kind == Kind::Pod {
         undecodable_pod
     } else {
@@ -244,7 +225,7 @@ where
     let api: Api<Lenient<K>> = Api::all(api.into_client());
     let kind = feed.kind;
     let keep = move |object: Lenient<K>| match object.decoded {
-        Ok(object) => kept(Object::from(object)),
+        Ok(object) => kept(object.into_object()),
         Err(undecodable) => {
             tracing::warn!(
                 ?kind,
