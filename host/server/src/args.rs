@@ -119,41 +119,65 @@ impl ServeArgs {
         }
         let settings = kube_config::start_settings(&text)
             .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.message))?;
-        let free = |id: &str| !self.given_flags.contains(id);
+        let given = &self.given_flags;
         let kube = &mut self.kube;
+        let kubeconfig = settings.kubeconfig.map(|file| Some(PathBuf::from(file)));
+        unless_given(given, "kubeconfig", &mut kube.kubeconfig, kubeconfig);
+        unless_given(given, "kube_api_qps", &mut kube.kube_api_qps, settings.qps);
+        unless_given(
+            given,
+            "kube_api_burst",
+            &mut kube.kube_api_burst,
+            settings.burst,
+        );
         let leader = &mut kube.leader;
-        if let (Some(file), true) = (settings.kubeconfig, free("kubeconfig")) {
-            kube.kubeconfig = Some(PathBuf::from(file));
+        for (id, field, value) in [
+            (
+                "leader_elect_lease_duration",
+                &mut leader.leader_elect_lease_duration,
+                settings.lease_duration,
+            ),
+            (
+                "leader_elect_renew_deadline",
+                &mut leader.leader_elect_renew_deadline,
+                settings.renew_deadline,
+            ),
+            (
+                "leader_elect_retry_period",
+                &mut leader.leader_elect_retry_period,
+                settings.retry_period,
+            ),
+        ] {
+            unless_given(given, id, field, value);
         }
-        if let (Some(qps), true) = (settings.qps, free("kube_api_qps")) {
-            kube.kube_api_qps = qps;
+        for (id, field, value) in [
+            (
+                "leader_elect_resource_name",
+                &mut leader.leader_elect_resource_name,
+                settings.resource_name,
+            ),
+            (
+                "leader_elect_resource_namespace",
+                &mut leader.leader_elect_resource_namespace,
+                settings.resource_namespace,
+            ),
+        ] {
+            unless_given(given, id, field, value);
         }
-        if let (Some(burst), true) = (settings.burst, free("kube_api_burst")) {
-            kube.kube_api_burst = burst;
-        }
-        if let (Some(elect), true) = (settings.leader_elect, free("leader_elect")) {
-            leader.leader_elect = elect;
-        }
-        let lease = settings.lease_duration;
-        if let (Some(d), true) = (lease, free("leader_elect_lease_duration")) {
-            leader.leader_elect_lease_duration = d;
-        }
-        let renew = settings.renew_deadline;
-        if let (Some(d), true) = (renew, free("leader_elect_renew_deadline")) {
-            leader.leader_elect_renew_deadline = d;
-        }
-        if let (Some(d), true) = (settings.retry_period, free("leader_elect_retry_period")) {
-            leader.leader_elect_retry_period = d;
-        }
-        let name = settings.resource_name;
-        if let (Some(n), true) = (name, free("leader_elect_resource_name")) {
-            leader.leader_elect_resource_name = n;
-        }
-        let namespace = settings.resource_namespace;
-        if let (Some(n), true) = (namespace, free("leader_elect_resource_namespace")) {
-            leader.leader_elect_resource_namespace = n;
-        }
+        unless_given(
+            given,
+            "leader_elect",
+            &mut leader.leader_elect,
+            settings.leader_elect,
+        );
         Ok(self)
+    }
+}
+
+/// Puts the file's `value`, if it has one, in `field`, unless the flag `id` was given.
+fn unless_given<T>(given: &BTreeSet<String>, id: &str, field: &mut T, value: Option<T>) {
+    if let (Some(value), false) = (value, given.contains(id)) {
+        *field = value;
     }
 }
 
