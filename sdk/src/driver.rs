@@ -48,6 +48,7 @@ impl<P: Exported> Driver<P> {
             reads_existing_pods: P::READS_EXISTING_PODS,
             reads_namespaces: P::READS_NAMESPACES,
             reads_volumes: P::READS_VOLUMES,
+            reads_node_images: P::READS_NODE_IMAGES,
             pre_enqueue: P::PRE_ENQUEUE,
             permit: P::PERMIT,
             reserve: P::RESERVE,

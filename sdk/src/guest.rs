@@ -164,7 +164,7 @@ impl<P: Exported> bindings::exports::wasched::plugin::encoded::Guest for Compone
 
     fn upsert_nodes(nodes: Vec<u8>) {
         let mut reader = crate::wire::Reader::new(&nodes);
-        let nodes = decoded(reader.nodes());
+        let nodes = decoded(reader.nodes(P::READS_NODE_IMAGES));
         decoded(reader.finish());
         driver::<P>().upsert_nodes(nodes);
     }
@@ -204,6 +204,21 @@ impl<P: Exported> stages::Guest for Component<P> {
 
     fn unreserve(pod: stages::StagedPod, node: String) {
         driver::<P>().unreserve(&staged_pod(pod), &node);
+    }
+}
+
+use bindings::exports::wasched::plugin::details;
+
+impl<P: Exported> details::Guest for Component<P> {
+    fn reads() -> details::DetailParts {
+        let mut parts = details::DetailParts::empty();
+        if P::READS_NODE_IMAGES {
+            parts = parts | details::DetailParts::NODE_IMAGES;
+        }
+        if P::READS_POD.contains(sdk::PodParts::IMAGES) {
+            parts = parts | details::DetailParts::POD_IMAGES;
+        }
+        parts
     }
 }
 
@@ -541,6 +556,7 @@ impl From<wit::NodeInfo> for sdk::NodeInfo {
             unschedulable: n.unschedulable,
             allocatable: n.allocatable.into(),
             usage: n.usage.into(),
+            images: Vec::new(),
         }
     }
 }
@@ -602,7 +618,10 @@ impl From<sdk::Descriptor> for wit::Descriptor {
             },
             reads_usage: d.reads_usage,
             // The canonical ABI numbers flags in the order the WIT declares them, as `PodParts` does.
-            reads_pod: wit::PodParts::from_bits_retain(d.reads_pod.bits()),
+            // Parts past the WIT flags are declared through the `details` interface instead.
+            reads_pod: wit::PodParts::from_bits_retain(
+                d.reads_pod.bits() & sdk::PodParts::IN_RECORD.bits(),
+            ),
             reads_existing_pods: wit::ExistingPodParts::from_bits_retain(
                 d.reads_existing_pods.bits(),
             ),

@@ -95,6 +95,10 @@ pub trait Plugin: Sized + 'static {
     /// [`Nodes::class_volumes`] (WIT 0.2).
     const READS_VOLUMES: bool = false;
 
+    /// True when the plugin reads [`NodeInfo::images`] (each node's `status.images`; WIT 0.2's
+    /// `details` interface). The default, false, keeps image lists out of the mirror.
+    const READS_NODE_IMAGES: bool = false;
+
     /// True when the plugin uses [`Nodes::label_test`] in its batch methods: the mirror then keeps
     /// an index of every node's labels (about 4 bytes per node per label key, plus each distinct
     /// value once).

@@ -562,6 +562,9 @@ pub struct Pod {
     pub volume_claims: Vec<VolumeClaim>,
     /// `spec.containers` (names and images).
     pub containers: Vec<Container>,
+    /// The images of `spec.initContainers`, then of `spec.containers`, as written in the pod
+    /// (the `images` part, sent through the `details` interface of `wit/plugin.wit`).
+    pub images: Vec<String>,
     /// `spec.affinity.podAffinity` and `podAntiAffinity`.
     pub pod_affinity: PodAffinity,
     /// The host ports of its containers and restartable init containers, sorted, each once.
@@ -795,6 +798,9 @@ pod_parts! {
     HOST_PORTS = 10, "host-ports" => [host_ports];
     /// `topology_spread_constraints` and `default_spread_selector` (WIT 0.2).
     TOPOLOGY_SPREAD = 11, "topology-spread" => [topology_spread_constraints, default_spread_selector];
+    /// `images`: not in the WIT `pod-parts` flags, so a component declares it through the
+    /// `details` interface and gets it only in the `encoded` form, as bit 12.
+    IMAGES = 12, "images" => [images];
 }
 
 /// The parts of a [`Pod`] a plugin reads (`reads-pod` in `wit/plugin.wit`). The host sends a WASM
@@ -805,6 +811,10 @@ pub struct PodParts(u16);
 impl PodParts {
     /// Nothing but the priority.
     pub const NONE: PodParts = PodParts(0);
+
+    /// The parts the WIT `pod-parts` flags (and so a `pod` record) have: every part but
+    /// [`PodParts::IMAGES`], which a component asks for through the `details` interface.
+    pub const IN_RECORD: PodParts = PodParts(PodParts::ALL.0 & !PodParts::IMAGES.0);
 
     /// Every part in `self` or `other` (usable in a `const`).
     pub const fn union(self, other: PodParts) -> PodParts {
@@ -878,6 +888,38 @@ pub struct NodeInfo {
     pub allocatable: Resources,
     /// What the pods placed on it request (only kept current for plugins that set `READS_USAGE`).
     pub usage: NodeUsage,
+    /// `status.images`: the images the node holds (only sent to plugins that set
+    /// [`crate::Plugin::READS_NODE_IMAGES`]; the `details` interface of `wit/plugin.wit`).
+    pub images: Vec<NodeImage>,
+}
+
+impl NodeInfo {
+    /// A copy as a plugin is sent it: with its images only when the plugin reads them.
+    pub fn sent(&self, images: bool) -> NodeInfo {
+        NodeInfo {
+            name: self.name.clone(),
+            labels: self.labels.clone(),
+            annotations: self.annotations.clone(),
+            taints: self.taints.clone(),
+            unschedulable: self.unschedulable,
+            allocatable: self.allocatable.clone(),
+            usage: self.usage.clone(),
+            images: if images {
+                self.images.clone()
+            } else {
+                Vec::new()
+            },
+        }
+    }
+}
+
+/// An image a node holds (`status.images[]`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NodeImage {
+    /// `names`: the references the image is known by, as the container runtime reports them.
+    pub names: Vec<String>,
+    /// `sizeBytes`.
+    pub size_bytes: i64,
 }
 
 /// Kubernetes' filter status codes.
@@ -1015,6 +1057,9 @@ pub struct Descriptor {
     pub reads_namespaces: bool,
     /// [`crate::Plugin::READS_VOLUMES`].
     pub reads_volumes: bool,
+    /// [`crate::Plugin::READS_NODE_IMAGES`] (for a component: it exports the `details`
+    /// interface and says so).
+    pub reads_node_images: bool,
     /// [`crate::Plugin::PRE_ENQUEUE`]: it takes part in PreEnqueue (for a component: it exports
     /// the `stages` interface and says so).
     pub pre_enqueue: bool,
@@ -1365,6 +1410,7 @@ mod tests {
             host_ports: vec![HostPort::default()],
             topology_spread_constraints: vec![TopologySpreadConstraint::default()],
             default_spread_selector: Some(LabelSelector::default()),
+            images: vec!["app:1".into()],
             // The host's own: in no part, so no plugin's copy of the pod carries them.
             terminating: false,
             controller: None,
@@ -1395,6 +1441,7 @@ mod tests {
             !pod.pod_affinity.is_empty(),
             !pod.host_ports.is_empty(),
             !pod.topology_spread_constraints.is_empty() || pod.default_spread_selector.is_some(),
+            !pod.images.is_empty(),
         ];
         present
             .iter()
@@ -1407,7 +1454,7 @@ mod tests {
         let full = full_pod();
         assert_eq!(parts_present(&full), PodParts::ALL.bits());
         assert_eq!(full.with_parts(PodParts::ALL), full);
-        for bit in 0..12 {
+        for bit in 0..13 {
             let part = PodParts::from_bits(1 << bit);
             let only = full.with_parts(part);
             assert_eq!(parts_present(&only), part.bits(), "part bit {bit}");
@@ -1428,7 +1475,7 @@ mod tests {
             (PodParts::REQUESTS | PodParts::LABELS).names(),
             ["labels", "requests"]
         );
-        assert_eq!(PodParts::ALL.names().len(), 12);
+        assert_eq!(PodParts::ALL.names().len(), 13);
         assert!(PodParts::NONE.names().is_empty());
     }
 
@@ -1436,7 +1483,7 @@ mod tests {
     fn pods_differing_in_one_part_are_the_same_only_to_plugins_that_do_not_read_it() {
         let full = full_pod();
         assert!(full.same_parts(&full.clone(), PodParts::ALL));
-        for bit in 0..12 {
+        for bit in 0..13 {
             let part = PodParts::from_bits(1 << bit);
             let without = full.with_parts(PodParts::from_bits(PodParts::ALL.bits() & !part.bits()));
             assert!(!full.same_parts(&without, part), "part bit {bit}");

@@ -326,6 +326,16 @@ impl Writer<'_> {
             self.list(&p.topology_spread_constraints, Self::spread_constraint);
             self.option(p.default_spread_selector.as_ref(), Self::label_selector);
         }
+        if part(PodParts::IMAGES) {
+            self.strs(&p.images);
+        }
+    }
+
+    fn images(&mut self, images: &[NodeImage]) {
+        self.list(images, |w, image| {
+            w.strs(&image.names);
+            w.i64(image.size_bytes);
+        });
     }
 }
 
@@ -405,13 +415,18 @@ pub fn write_pod(out: &mut Vec<u8>, pod: &Pod, parts: PodParts) {
     Writer(out).pod(pod, parts);
 }
 
-/// Appends `nodes` to `out` as the input of `upsert-nodes`: a `list<tuple<node-id, node-info>>`.
-pub fn write_nodes(out: &mut Vec<u8>, nodes: &[(NodeId, &NodeInfo)]) {
+/// Appends `nodes` to `out` as the input of `upsert-nodes`: a `list<tuple<node-id, node-info>>`,
+/// each node followed by its images when `images` (a plugin that reads them: the `details`
+/// interface's `node-images`).
+pub fn write_nodes(out: &mut Vec<u8>, nodes: &[(NodeId, &NodeInfo)], images: bool) {
     let mut w = Writer(out);
     w.len(nodes.len());
     for (id, node) in nodes {
         w.u32(*id);
         w.node(node);
+        if images {
+            w.images(&node.images);
+        }
     }
 }
 
@@ -560,8 +575,8 @@ impl<'a> Reader<'a> {
         })
     }
 
-    /// A `list<tuple<node-id, node-info>>`, as [`write_nodes`] wrote it.
-    pub fn nodes(&mut self) -> Decoded<Vec<(NodeId, NodeInfo)>> {
+    /// A `list<tuple<node-id, node-info>>`, as [`write_nodes`] wrote it with `images`.
+    pub fn nodes(&mut self, images: bool) -> Decoded<Vec<(NodeId, NodeInfo)>> {
         self.list(|r| {
             let id = r.u32()?;
             let node = NodeInfo {
@@ -578,6 +593,7 @@ impl<'a> Reader<'a> {
                 unschedulable: r.bool()?,
                 allocatable: r.resources()?,
                 usage: r.usage()?,
+                images: if images { r.images()? } else { Vec::new() },
             };
             Ok((id, node))
         })
@@ -826,7 +842,19 @@ impl<'a> Reader<'a> {
             pod.topology_spread_constraints = self.list(Self::spread_constraint)?;
             pod.default_spread_selector = self.option(Self::label_selector)?;
         }
+        if part(PodParts::IMAGES) {
+            pod.images = self.strings()?;
+        }
         Ok(pod)
+    }
+
+    fn images(&mut self) -> Decoded<Vec<NodeImage>> {
+        self.list(|r| {
+            Ok(NodeImage {
+                names: r.strings()?,
+                size_bytes: r.i64()?,
+            })
+        })
     }
 }
 
@@ -997,6 +1025,7 @@ mod tests {
                 match_label_keys: vec!["pod-template-hash".into()],
             }],
             default_spread_selector: Some(selector("svc")),
+            images: vec!["busybox".into(), "nginx:1".into()],
             terminating: true,
             nominated_node_name: "n9".into(),
             ..Pod::default()
@@ -1090,15 +1119,31 @@ mod tests {
                 non_zero_requested: resources(6),
                 pod_count: 7,
             },
+            images: vec![NodeImage {
+                names: vec!["registry.example/app:v1".into(), "app@sha256:ab".into()],
+                size_bytes: 123_456_789,
+            }],
         };
         let empty = NodeInfo::default();
-        let mut out = Vec::new();
-        write_nodes(&mut out, &[(3, &node), (0, &empty)]);
-        let mut reader = Reader::new(&out);
-        assert_eq!(reader.nodes().unwrap(), vec![(3, node), (0, empty)]);
-        reader.finish().unwrap();
-        for end in 0..out.len() {
-            assert!(Reader::new(&out[..end]).nodes().is_err(), "cut at {end}");
+        for images in [true, false] {
+            let mut out = Vec::new();
+            write_nodes(&mut out, &[(3, &node), (0, &empty)], images);
+            let mut reader = Reader::new(&out);
+            let mut sent = node.clone();
+            if !images {
+                sent.images.clear();
+            }
+            assert_eq!(
+                reader.nodes(images).unwrap(),
+                vec![(3, sent), (0, empty.clone())]
+            );
+            reader.finish().unwrap();
+            for end in 0..out.len() {
+                assert!(
+                    Reader::new(&out[..end]).nodes(images).is_err(),
+                    "cut at {end}"
+                );
+            }
         }
     }
 

@@ -122,6 +122,7 @@ impl PluginFactory for GangFactory {
                 pre_enqueue: false,
                 permit: true,
                 reserve: false,
+                reads_node_images: false,
             },
             reserved: HashMap::new(),
             unreserved: self.unreserved.clone(),

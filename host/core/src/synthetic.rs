@@ -241,6 +241,7 @@ fn synthetic_node(rng: &mut Rng, i: usize, taints_on: bool) -> sdk::NodeInfo {
             resources(32_000, 128, 110)
         },
         usage: sdk::NodeUsage::default(),
+        images: Vec::new(),
     }
 }
 

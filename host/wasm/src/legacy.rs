@@ -98,6 +98,7 @@ impl From<DescriptorV01> for sdk::Descriptor {
             pre_enqueue: false,
             permit: false,
             reserve: false,
+            reads_node_images: false,
         }
     }
 }

@@ -1359,6 +1359,7 @@ mod stage_tests {
                     pre_enqueue: self.0.pre_enqueue_only,
                     permit: false,
                     reserve: self.0.reserve.is_some(),
+                    reads_node_images: false,
                 },
                 names: HashMap::new(),
             }))

@@ -793,6 +793,7 @@ mod tests {
                     pre_enqueue: false,
                     permit: false,
                     reserve: false,
+                    reads_node_images: false,
                 },
                 set_pods: 0,
                 fail_next,
@@ -1029,6 +1030,7 @@ mod tests {
                     pre_enqueue: false,
                     permit: false,
                     reserve: false,
+                    reads_node_images: false,
                 },
                 sent: self.sent.clone(),
             }))

@@ -205,6 +205,15 @@ pub fn node_info(node: &core::Node) -> Result<sdk::NodeInfo, FieldError> {
         unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
         allocatable,
         usage: sdk::NodeUsage::default(),
+        images: status
+            .and_then(|s| s.images.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|image| sdk::NodeImage {
+                names: image.names.clone().unwrap_or_default(),
+                size_bytes: image.size_bytes.unwrap_or(0),
+            })
+            .collect(),
     })
 }
 
@@ -285,6 +294,7 @@ pub fn pod(pod: &core::Pod) -> Result<sdk::Pod, FieldError> {
         non_zero_requests: pod_requests(spec, true)?,
         volume_claims: volume_claims(pod, spec),
         containers: containers(spec),
+        images: images(spec),
         pod_affinity: placement::pod_affinity(spec, &pod_labels),
         host_ports: placement::host_ports(spec),
         topology_spread_constraints: placement::topology_spread_constraints(spec),
@@ -313,6 +323,14 @@ fn containers(spec: &core::PodSpec) -> Vec<sdk::Container> {
             name: c.name.clone(),
             image: c.image.clone().unwrap_or_default(),
         })
+        .collect()
+}
+
+/// The images of `spec.initContainers`, then of `spec.containers` (what ImageLocality scores).
+fn images(spec: &core::PodSpec) -> Vec<String> {
+    let init = spec.init_containers.iter().flatten();
+    init.chain(&spec.containers)
+        .map(|c| c.image.clone().unwrap_or_default())
         .collect()
 }
 

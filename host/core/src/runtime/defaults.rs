@@ -63,6 +63,7 @@ pub static DEFAULT_PLUGINS: &[DefaultPlugin] = &[
     default_plugin!(wasched_pod_topology_spread::PodTopologySpread),
     default_plugin!(wasched_inter_pod_affinity::InterPodAffinity),
     default_plugin!(wasched_balanced_allocation::BalancedAllocation),
+    default_plugin!(wasched_image_locality::ImageLocality),
     default_plugin!(wasched_scheduling_gates::SchedulingGates),
 ];
 
@@ -88,8 +89,7 @@ pub const DEFAULT_FILTERS: &[&str] = &[
 /// kube-scheduler's default PreEnqueue plugins, restricted to the plugins wasched has.
 pub const DEFAULT_PRE_ENQUEUE: &[&str] = &[wasched_scheduling_gates::NAME];
 
-/// kube-scheduler's default score plugins and weights, restricted to the plugins wasched has
-/// (ImageLocality 1 is not implemented yet).
+/// kube-scheduler's default score plugins and weights.
 pub const DEFAULT_SCORES: &[(&str, i64)] = &[
     (wasched_taint_toleration::NAME, 3),
     (wasched_node_affinity::NAME, 2),
@@ -97,6 +97,7 @@ pub const DEFAULT_SCORES: &[(&str, i64)] = &[
     (wasched_pod_topology_spread::NAME, 2),
     (wasched_inter_pod_affinity::NAME, 2),
     (wasched_balanced_allocation::NAME, 1),
+    (wasched_image_locality::NAME, 1),
 ];
 
 #[cfg(test)]

@@ -50,8 +50,9 @@ impl<P: Exported + Send> PluginInstance for NativeInstance<P> {
     }
 
     fn upsert_nodes(&mut self, nodes: &[(u32, &NodeInfo)]) -> Result<(), CallError> {
+        let images = self.descriptor.reads_node_images;
         self.driver
-            .upsert_nodes(nodes.iter().map(|(id, node)| (*id, (*node).clone())));
+            .upsert_nodes(nodes.iter().map(|(id, node)| (*id, node.sent(images))));
         Ok(())
     }
 

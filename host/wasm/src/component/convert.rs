@@ -407,6 +407,7 @@ impl From<wit::Descriptor> for sdk::Descriptor {
             pre_enqueue: false,
             permit: false,
             reserve: false,
+            reads_node_images: false,
         }
     }
 }

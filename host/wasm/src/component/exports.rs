@@ -1,5 +1,5 @@
 //! The optional interfaces a component may export beside the `plugin` world (`batched`,
-//! `encoded`, `stages`, `reserve`): their names, how they are found and type-checked when an
+//! `encoded`, `stages`, `reserve`, `details`): their names, how they are found and type-checked when an
 //! instance starts, and what the host asks of them once.
 
 use super::*;
@@ -158,6 +158,47 @@ pub(super) fn declare_stages(
     }
     if let Some(reserve) = reserve {
         (descriptor.reserve,) = reserve.reserves.call(&mut *store, ())?;
+    }
+    Ok(())
+}
+
+/// The interface through which a component asks for what the `types` records lack.
+pub const DETAILS_INTERFACE: &str = "wasched:plugin/details@0.2.0";
+
+/// `reads` of [`DETAILS_INTERFACE`].
+pub(super) type DetailsFunc = TypedFunc<(), (wit_details::DetailParts,)>;
+
+/// `reads` of [`DETAILS_INTERFACE`] of `instance`, if it exports it.
+pub(super) fn details_export(
+    store: &mut Store<StoreState>,
+    instance: &Instance,
+) -> wasmtime::Result<Option<DetailsFunc>> {
+    let Some([reads]) = interface_funcs(store, instance, DETAILS_INTERFACE, ["reads"])? else {
+        return Ok(None);
+    };
+    reads.typed(&*store).map(Some)
+}
+
+/// Asks the component which details it reads (once, after `init`) and puts the answer into
+/// `descriptor`. Details travel only in the encoded form, so a component that asks for any
+/// without exporting [`ENCODED_INTERFACE`] is refused.
+pub(super) fn declare_details(
+    store: &mut Store<StoreState>,
+    reads: &DetailsFunc,
+    encoded: bool,
+    descriptor: &mut sdk::Descriptor,
+) -> wasmtime::Result<()> {
+    let (parts,) = reads
+        .call(&mut *store, ())
+        .map_err(|e| e.context("trapped saying which details it reads"))?;
+    if parts != wit_details::DetailParts::empty() && !encoded {
+        return Err(wasmtime::Error::msg(format!(
+            "reads details ({parts:?}) but does not export {ENCODED_INTERFACE}, the only way they are sent"
+        )));
+    }
+    descriptor.reads_node_images = parts.contains(wit_details::DetailParts::NODE_IMAGES);
+    if parts.contains(wit_details::DetailParts::POD_IMAGES) {
+        descriptor.reads_pod = descriptor.reads_pod | sdk::PodParts::IMAGES;
     }
     Ok(())
 }

@@ -236,7 +236,8 @@ impl PluginInstance for ComponentInstance {
         );
         if let Some(encoded) = self.encoded {
             self.input.clear();
-            wire::write_nodes(&mut self.input, nodes);
+            let images = self.descriptor.reads_node_images;
+            wire::write_nodes(&mut self.input, nodes, images);
             return encoded
                 .upsert_nodes()
                 .call(&mut self.store, (&self.input,))

@@ -43,6 +43,7 @@ mod staged_bindings {
 }
 
 use bindings::{Plugin as PluginWorld, PluginPre};
+use staged_bindings::exports::wasched::plugin::details as wit_details;
 use staged_bindings::exports::wasched::plugin::reserve as wit_reserve;
 use staged_bindings::exports::wasched::plugin::stages as wit_stages;
 
@@ -57,7 +58,9 @@ mod tests;
 
 use convert::*;
 use exports::*;
-pub use exports::{BATCHED_INTERFACE, ENCODED_INTERFACE, RESERVE_INTERFACE, STAGES_INTERFACE};
+pub use exports::{
+    BATCHED_INTERFACE, DETAILS_INTERFACE, ENCODED_INTERFACE, RESERVE_INTERFACE, STAGES_INTERFACE,
+};
 use held::*;
 use instance::*;
 
@@ -498,6 +501,8 @@ impl ComponentFactory {
             stages: stage_exports(store, instance).map_err(|e| wrong_type(STAGES_INTERFACE, e))?,
             reserve: reserve_exports(store, instance)
                 .map_err(|e| wrong_type(RESERVE_INTERFACE, e))?,
+            details: details_export(store, instance)
+                .map_err(|e| wrong_type(DETAILS_INTERFACE, e))?,
         })
     }
 
@@ -535,6 +540,11 @@ impl ComponentFactory {
                             self.name
                         ))
                     })?;
+                    if let Some(details) = &optional.details {
+                        let encoded = optional.encoded.is_some();
+                        declare_details(&mut store, details, encoded, descriptor)
+                            .map_err(|e| LoadError(format!("plugin {}: {e:#}", self.name)))?;
+                    }
                 }
                 (Exports::Current(Box::new(world)), descriptor)
             }
@@ -585,6 +595,7 @@ struct OptionalExports {
     encoded: Option<EncodedExports>,
     stages: Option<StageExports>,
     reserve: Option<ReserveFunc>,
+    details: Option<DetailsFunc>,
 }
 
 fn ticks(timeout: Duration) -> u64 {

@@ -50,7 +50,7 @@ fn an_empty_configuration_is_kube_schedulers_default_profile() {
     let warnings = converted(HEADER).warnings;
     assert!(
         warnings.iter().any(|w| w.contains(
-            "VolumeRestrictions, NodeVolumeLimits, DynamicResources, ImageLocality are not implemented"
+            "VolumeRestrictions, NodeVolumeLimits, DynamicResources are not implemented"
         )),
         "{warnings:?}"
     );
@@ -87,6 +87,7 @@ fn a_disabled_default_score_is_dropped_and_args_reach_the_plugin() {
             ("NodeResourcesFit", 1),
             ("PodTopologySpread", 2),
             ("InterPodAffinity", 2),
+            ("ImageLocality", 1),
         ])
     );
     let toml = converted(&text).toml;
@@ -118,6 +119,7 @@ fn a_re_enabled_multi_point_default_keeps_its_place_with_its_new_weight() {
             ("PodTopologySpread", 2),
             ("InterPodAffinity", 2),
             ("NodeResourcesBalancedAllocation", 1),
+            ("ImageLocality", 1),
         ])
     );
 }
@@ -146,6 +148,7 @@ fn a_plugin_enabled_at_its_own_point_overrides_multi_point_and_goes_first() {
             ("NodeResourcesFit", 1),
             ("PodTopologySpread", 2),
             ("NodeResourcesBalancedAllocation", 1),
+            ("ImageLocality", 1),
         ])
     );
 }
