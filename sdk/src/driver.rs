@@ -49,6 +49,7 @@ impl<P: Exported> Driver<P> {
             reads_namespaces: P::READS_NAMESPACES,
             reads_volumes: P::READS_VOLUMES,
             reads_node_images: P::READS_NODE_IMAGES,
+            reads_csi_nodes: P::READS_CSI_NODES,
             pre_enqueue: P::PRE_ENQUEUE,
             permit: P::PERMIT,
             reserve: P::RESERVE,

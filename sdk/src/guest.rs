@@ -139,6 +139,11 @@ fn apply<P: Exported>(changes: crate::wire::MirrorChanges) {
     driver.update_usage(changes.usage);
 }
 
+/// Whether the host sends `P`'s placed pods with their volumes.
+fn reads_volumes<P: Exported>() -> bool {
+    P::READS_EXISTING_PODS.contains(sdk::ExistingPodParts::VOLUMES)
+}
+
 /// The host encodes what it sends with the same `wire` module, so bytes that do not decode are
 /// a host bug: the call traps with the reason, and the host reports it as the plugin's failure.
 fn decoded<T>(value: Result<T, crate::wire::WireError>) -> T {
@@ -148,14 +153,14 @@ fn decoded<T>(value: Result<T, crate::wire::WireError>) -> T {
 impl<P: Exported> bindings::exports::wasched::plugin::encoded::Guest for Component<P> {
     fn apply(changes: Vec<u8>) {
         let mut reader = crate::wire::Reader::new(&changes);
-        let changes = decoded(reader.changes());
+        let changes = decoded(reader.changes(reads_volumes::<P>()));
         decoded(reader.finish());
         apply::<P>(changes);
     }
 
     fn apply_and_set_pod(input: Vec<u8>) -> wit::PodPlan {
         let mut reader = crate::wire::Reader::new(&input);
-        let changes = decoded(reader.changes());
+        let changes = decoded(reader.changes(reads_volumes::<P>()));
         let pod = decoded(reader.pod());
         decoded(reader.finish());
         apply::<P>(changes);
@@ -164,7 +169,10 @@ impl<P: Exported> bindings::exports::wasched::plugin::encoded::Guest for Compone
 
     fn upsert_nodes(nodes: Vec<u8>) {
         let mut reader = crate::wire::Reader::new(&nodes);
-        let nodes = decoded(reader.nodes(P::READS_NODE_IMAGES));
+        let nodes = decoded(reader.nodes(crate::wire::NodeDetails {
+            images: P::READS_NODE_IMAGES,
+            csi_node: P::READS_CSI_NODES,
+        }));
         decoded(reader.finish());
         driver::<P>().upsert_nodes(nodes);
     }
@@ -217,6 +225,15 @@ impl<P: Exported> details::Guest for Component<P> {
         }
         if P::READS_POD.contains(sdk::PodParts::IMAGES) {
             parts = parts | details::DetailParts::POD_IMAGES;
+        }
+        if P::READS_CSI_NODES {
+            parts = parts | details::DetailParts::CSI_NODES;
+        }
+        if P::READS_POD.contains(sdk::PodParts::VOLUMES) {
+            parts = parts | details::DetailParts::POD_VOLUMES;
+        }
+        if reads_volumes::<P>() {
+            parts = parts | details::DetailParts::PLACED_POD_VOLUMES;
         }
         parts
     }
@@ -473,6 +490,7 @@ impl From<wit::ExistingPod> for sdk::ExistingPod {
             terminating: p.terminating,
             pod_affinity: p.pod_affinity.into(),
             host_ports: p.host_ports.into_iter().map(Into::into).collect(),
+            volumes: Vec::new(),
         }
     }
 }
@@ -557,6 +575,7 @@ impl From<wit::NodeInfo> for sdk::NodeInfo {
             allocatable: n.allocatable.into(),
             usage: n.usage.into(),
             images: Vec::new(),
+            csi_node: None,
         }
     }
 }
@@ -623,7 +642,7 @@ impl From<sdk::Descriptor> for wit::Descriptor {
                 d.reads_pod.bits() & sdk::PodParts::IN_RECORD.bits(),
             ),
             reads_existing_pods: wit::ExistingPodParts::from_bits_retain(
-                d.reads_existing_pods.bits(),
+                d.reads_existing_pods.bits() & sdk::ExistingPodParts::IN_RECORD.bits(),
             ),
             reads_namespaces: d.reads_namespaces,
             reads_volumes: d.reads_volumes,

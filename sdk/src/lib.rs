@@ -99,6 +99,10 @@ pub trait Plugin: Sized + 'static {
     /// `details` interface). The default, false, keeps image lists out of the mirror.
     const READS_NODE_IMAGES: bool = false;
 
+    /// True when the plugin reads [`NodeInfo::csi_node`] (each node's CSINode; the `details`
+    /// interface).
+    const READS_CSI_NODES: bool = false;
+
     /// True when the plugin uses [`Nodes::label_test`] in its batch methods: the mirror then keeps
     /// an index of every node's labels (about 4 bytes per node per label key, plus each distinct
     /// value once).

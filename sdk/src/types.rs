@@ -565,6 +565,9 @@ pub struct Pod {
     /// The images of `spec.initContainers`, then of `spec.containers`, as written in the pod
     /// (the `images` part, sent through the `details` interface of `wit/plugin.wit`).
     pub images: Vec<String>,
+    /// `spec.volumes`, with their claims looked up (the `volumes` part, sent through the
+    /// `details` interface).
+    pub volumes: Vec<PodVolume>,
     /// `spec.affinity.podAffinity` and `podAntiAffinity`.
     pub pod_affinity: PodAffinity,
     /// The host ports of its containers and restartable init containers, sorted, each once.
@@ -801,6 +804,8 @@ pod_parts! {
     /// `images`: not in the WIT `pod-parts` flags, so a component declares it through the
     /// `details` interface and gets it only in the `encoded` form, as bit 12.
     IMAGES = 12, "images" => [images];
+    /// `volumes`: as [`PodParts::IMAGES`], bit 13.
+    VOLUMES = 13, "volumes" => [volumes];
 }
 
 /// The parts of a [`Pod`] a plugin reads (`reads-pod` in `wit/plugin.wit`). The host sends a WASM
@@ -813,8 +818,10 @@ impl PodParts {
     pub const NONE: PodParts = PodParts(0);
 
     /// The parts the WIT `pod-parts` flags (and so a `pod` record) have: every part but
-    /// [`PodParts::IMAGES`], which a component asks for through the `details` interface.
-    pub const IN_RECORD: PodParts = PodParts(PodParts::ALL.0 & !PodParts::IMAGES.0);
+    /// [`PodParts::IMAGES`] and [`PodParts::VOLUMES`], which a component asks for through the
+    /// `details` interface.
+    pub const IN_RECORD: PodParts =
+        PodParts(PodParts::ALL.0 & !PodParts::IMAGES.0 & !PodParts::VOLUMES.0);
 
     /// Every part in `self` or `other` (usable in a `const`).
     pub const fn union(self, other: PodParts) -> PodParts {
@@ -891,11 +898,88 @@ pub struct NodeInfo {
     /// `status.images`: the images the node holds (only sent to plugins that set
     /// [`crate::Plugin::READS_NODE_IMAGES`]; the `details` interface of `wit/plugin.wit`).
     pub images: Vec<NodeImage>,
+    /// The node's CSINode (`storage.k8s.io/v1`), none when it has none (only sent to plugins
+    /// that set [`crate::Plugin::READS_CSI_NODES`]).
+    pub csi_node: Option<CsiNode>,
 }
+
+/// What a node's CSINode says of the CSI drivers installed there.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CsiNode {
+    /// `spec.drivers`, in order.
+    pub drivers: Vec<CsiDriverLimit>,
+}
+
+/// One of a CSINode's `spec.drivers`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CsiDriverLimit {
+    /// `name`: the CSI driver.
+    pub name: String,
+    /// `allocatable.count`: how many of its volumes the node can attach; none when unlimited.
+    pub count: Option<i32>,
+}
+
+/// A volume of a pod, as kube-scheduler's VolumeRestrictions and NodeVolumeLimits read it: the
+/// pod's own `spec.volumes[]` entry, and for a claim what the claim, its PersistentVolume and
+/// its StorageClass say. Fields that do not apply are empty.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PodVolume {
+    /// The volume's name in the pod.
+    pub name: String,
+    /// `persistentVolumeClaim.claimName`, or the claim of a generic ephemeral volume
+    /// (`<pod>-<volume>`); empty for an inline volume.
+    pub claim_name: String,
+    /// A generic ephemeral volume (`ephemeral`).
+    pub ephemeral: bool,
+    /// The claim exists (in the pod's namespace).
+    pub claim_found: bool,
+    /// The claim's `spec.accessModes`.
+    pub access_modes: Vec<String>,
+    /// The claim names a PersistentVolume that exists: `plugin`, `driver` and `handle` are then
+    /// the volume's, and `provisioner` is not used.
+    pub bound: bool,
+    /// The volume's plugin: `kubernetes.io/csi` for a CSI volume, the in-tree plugin
+    /// (`kubernetes.io/gce-pd`, `kubernetes.io/aws-ebs`, `kubernetes.io/azure-disk`,
+    /// `kubernetes.io/cinder`, `kubernetes.io/portworx-volume`, `kubernetes.io/rbd`,
+    /// `kubernetes.io/iscsi`) for those sources, empty for any other.
+    pub plugin: String,
+    /// The CSI driver (`csi.driver`), for `kubernetes.io/csi`.
+    pub driver: String,
+    /// What names the disk: the CSI `volumeHandle`, GCE `pdName`, AWS EBS / Cinder / Portworx
+    /// `volumeID`, Azure `diskURI`, RBD `image`, iSCSI `iqn`.
+    pub handle: String,
+    /// RBD `monitors`.
+    pub monitors: Vec<String>,
+    /// RBD `pool`.
+    pub pool: String,
+    /// The source's `readOnly`.
+    pub read_only: bool,
+    /// For a claim not bound to an existing volume: its StorageClass's `provisioner` (empty when
+    /// the claim has no class or the class does not exist).
+    pub provisioner: String,
+    /// For such a claim: the CSIDriver named like the provisioner has `storageCapacity: true`,
+    /// so a node needs a CSIStorageCapacity with room for the claim.
+    pub capacity_tracked: bool,
+    /// For such a claim: the CSIStorageCapacity objects of its class (when `capacity_tracked`).
+    pub capacities: Vec<StorageCapacity>,
+}
+
+/// A CSIStorageCapacity (`storage.k8s.io/v1`): room for volumes of one class on some nodes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct StorageCapacity {
+    /// `nodeTopology`: the nodes it is for; none matches no node.
+    pub node_topology: Option<LabelSelector>,
+    /// The largest volume it can take, in bytes: `maximumVolumeSize`, else `capacity`; none when
+    /// it states neither.
+    pub limit: Option<i64>,
+}
+
+/// The plugin name kube-scheduler reads for a CSI volume.
+pub const CSI_PLUGIN: &str = "kubernetes.io/csi";
 
 impl NodeInfo {
     /// A copy as a plugin is sent it: with its images only when the plugin reads them.
-    pub fn sent(&self, images: bool) -> NodeInfo {
+    pub fn sent(&self, images: bool, csi_node: bool) -> NodeInfo {
         NodeInfo {
             name: self.name.clone(),
             labels: self.labels.clone(),
@@ -908,6 +992,11 @@ impl NodeInfo {
                 self.images.clone()
             } else {
                 Vec::new()
+            },
+            csi_node: if csi_node {
+                self.csi_node.clone()
+            } else {
+                None
             },
         }
     }
@@ -1060,6 +1149,8 @@ pub struct Descriptor {
     /// [`crate::Plugin::READS_NODE_IMAGES`] (for a component: it exports the `details`
     /// interface and says so).
     pub reads_node_images: bool,
+    /// [`crate::Plugin::READS_CSI_NODES`] (as `reads_node_images`).
+    pub reads_csi_nodes: bool,
     /// [`crate::Plugin::PRE_ENQUEUE`]: it takes part in PreEnqueue (for a component: it exports
     /// the `stages` interface and says so).
     pub pre_enqueue: bool,
@@ -1086,6 +1177,8 @@ pub struct ExistingPod {
     pub pod_affinity: PodAffinity,
     /// Its host ports ([`ExistingPodParts::HOST_PORTS`]).
     pub host_ports: Vec<HostPort>,
+    /// Its volumes, claims looked up when it was placed ([`ExistingPodParts::VOLUMES`]).
+    pub volumes: Vec<PodVolume>,
 }
 
 impl ExistingPod {
@@ -1098,11 +1191,13 @@ impl ExistingPod {
             terminating: pod.terminating,
             pod_affinity: pod.pod_affinity.clone(),
             host_ports: pod.host_ports.clone(),
+            volumes: pod.volumes.clone(),
         }
     }
 
-    /// Whether this is what [`ExistingPod::of`] makes of `pod` (the node aside), compared without
-    /// copying the pod.
+    /// Whether this is what [`ExistingPod::of`] makes of `pod` (the node and the volumes aside:
+    /// the host looks a placed pod's claims up, so it compares the volumes it resolved),
+    /// compared without copying the pod.
     pub fn is_of(&self, pod: &Pod) -> bool {
         self.namespace == pod.namespace
             && self.labels == pod.labels
@@ -1128,6 +1223,9 @@ impl ExistingPod {
         if parts.contains(ExistingPodParts::HOST_PORTS) {
             sent.host_ports.clone_from(&self.host_ports);
         }
+        if parts.contains(ExistingPodParts::VOLUMES) {
+            sent.volumes.clone_from(&self.volumes);
+        }
         sent
     }
 }
@@ -1146,12 +1244,18 @@ impl ExistingPodParts {
     pub const POD_AFFINITY: ExistingPodParts = ExistingPodParts(2);
     /// Host ports.
     pub const HOST_PORTS: ExistingPodParts = ExistingPodParts(4);
+    /// Volumes: not in the WIT `existing-pod-parts` flags, so a component asks for them through
+    /// the `details` interface and gets them only in the `encoded` form.
+    pub const VOLUMES: ExistingPodParts = ExistingPodParts(8);
     /// Every part.
-    pub const ALL: ExistingPodParts = ExistingPodParts(7);
-    const NAMES: [(ExistingPodParts, &'static str); 3] = [
+    pub const ALL: ExistingPodParts = ExistingPodParts(15);
+    /// The parts the WIT flags (and so an `existing-pod` record) have.
+    pub const IN_RECORD: ExistingPodParts = ExistingPodParts(7);
+    const NAMES: [(ExistingPodParts, &'static str); 4] = [
         (ExistingPodParts::LABELS, "labels"),
         (ExistingPodParts::POD_AFFINITY, "pod-affinity"),
         (ExistingPodParts::HOST_PORTS, "host-ports"),
+        (ExistingPodParts::VOLUMES, "volumes"),
     ];
 
     /// Every part in `self` or `other` (usable in a `const`).
@@ -1411,6 +1515,7 @@ mod tests {
             topology_spread_constraints: vec![TopologySpreadConstraint::default()],
             default_spread_selector: Some(LabelSelector::default()),
             images: vec!["app:1".into()],
+            volumes: vec![PodVolume::default()],
             // The host's own: in no part, so no plugin's copy of the pod carries them.
             terminating: false,
             controller: None,
@@ -1442,6 +1547,7 @@ mod tests {
             !pod.host_ports.is_empty(),
             !pod.topology_spread_constraints.is_empty() || pod.default_spread_selector.is_some(),
             !pod.images.is_empty(),
+            !pod.volumes.is_empty(),
         ];
         present
             .iter()
@@ -1454,7 +1560,7 @@ mod tests {
         let full = full_pod();
         assert_eq!(parts_present(&full), PodParts::ALL.bits());
         assert_eq!(full.with_parts(PodParts::ALL), full);
-        for bit in 0..13 {
+        for bit in 0..14 {
             let part = PodParts::from_bits(1 << bit);
             let only = full.with_parts(part);
             assert_eq!(parts_present(&only), part.bits(), "part bit {bit}");
@@ -1475,7 +1581,7 @@ mod tests {
             (PodParts::REQUESTS | PodParts::LABELS).names(),
             ["labels", "requests"]
         );
-        assert_eq!(PodParts::ALL.names().len(), 13);
+        assert_eq!(PodParts::ALL.names().len(), 14);
         assert!(PodParts::NONE.names().is_empty());
     }
 
@@ -1483,7 +1589,7 @@ mod tests {
     fn pods_differing_in_one_part_are_the_same_only_to_plugins_that_do_not_read_it() {
         let full = full_pod();
         assert!(full.same_parts(&full.clone(), PodParts::ALL));
-        for bit in 0..13 {
+        for bit in 0..14 {
             let part = PodParts::from_bits(1 << bit);
             let without = full.with_parts(PodParts::from_bits(PodParts::ALL.bits() & !part.bits()));
             assert!(!full.same_parts(&without, part), "part bit {bit}");

@@ -329,6 +329,37 @@ impl Writer<'_> {
         if part(PodParts::IMAGES) {
             self.strs(&p.images);
         }
+        if part(PodParts::VOLUMES) {
+            self.list(&p.volumes, Self::pod_volume);
+        }
+    }
+
+    fn pod_volume(&mut self, v: &PodVolume) {
+        self.str(&v.name);
+        self.str(&v.claim_name);
+        self.bool(v.ephemeral);
+        self.bool(v.claim_found);
+        self.strs(&v.access_modes);
+        self.bool(v.bound);
+        self.str(&v.plugin);
+        self.str(&v.driver);
+        self.str(&v.handle);
+        self.strs(&v.monitors);
+        self.str(&v.pool);
+        self.bool(v.read_only);
+        self.str(&v.provisioner);
+        self.bool(v.capacity_tracked);
+        self.list(&v.capacities, |w, c| {
+            w.option(c.node_topology.as_ref(), Self::label_selector);
+            w.option(c.limit.as_ref(), |w, l| w.i64(*l));
+        });
+    }
+
+    fn csi_node(&mut self, csi: &CsiNode) {
+        self.list(&csi.drivers, |w, d| {
+            w.str(&d.name);
+            w.option(d.count.as_ref(), |w, c| w.i32(*c));
+        });
     }
 
     fn images(&mut self, images: &[NodeImage]) {
@@ -343,6 +374,8 @@ impl Writer<'_> {
 /// each in their own section, joined in that order by [`HeldChanges::write`].
 #[derive(Default)]
 pub struct HeldChanges {
+    /// Each upserted pod is followed by its volumes (a plugin that reads them).
+    volumes: bool,
     removed: Vec<u8>,
     removed_count: u32,
     upserted: Vec<u8>,
@@ -352,6 +385,15 @@ pub struct HeldChanges {
 }
 
 impl HeldChanges {
+    /// Nothing held yet; upserted pods carry their volumes when `volumes` (the plugin reads
+    /// [`ExistingPodParts::VOLUMES`]).
+    pub fn new(volumes: bool) -> Self {
+        HeldChanges {
+            volumes,
+            ..HeldChanges::default()
+        }
+    }
+
     /// Holds the removal of pod `id`.
     pub fn remove_pod(&mut self, id: PodId) {
         Writer(&mut self.removed).u32(id);
@@ -363,6 +405,9 @@ impl HeldChanges {
         let mut w = Writer(&mut self.upserted);
         w.u32(id);
         w.existing_pod(pod);
+        if self.volumes {
+            w.list(&pod.volumes, |w, v| w.pod_volume(v));
+        }
         self.upserted_count += 1;
     }
 
@@ -415,17 +460,29 @@ pub fn write_pod(out: &mut Vec<u8>, pod: &Pod, parts: PodParts) {
     Writer(out).pod(pod, parts);
 }
 
+/// What follows each encoded `node-info` for a plugin that reads it (the `details` interface):
+/// its images, then its CSINode.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeDetails {
+    /// `node-images`.
+    pub images: bool,
+    /// `csi-nodes`.
+    pub csi_node: bool,
+}
+
 /// Appends `nodes` to `out` as the input of `upsert-nodes`: a `list<tuple<node-id, node-info>>`,
-/// each node followed by its images when `images` (a plugin that reads them: the `details`
-/// interface's `node-images`).
-pub fn write_nodes(out: &mut Vec<u8>, nodes: &[(NodeId, &NodeInfo)], images: bool) {
+/// each node followed by the `details` the plugin reads.
+pub fn write_nodes(out: &mut Vec<u8>, nodes: &[(NodeId, &NodeInfo)], details: NodeDetails) {
     let mut w = Writer(out);
     w.len(nodes.len());
     for (id, node) in nodes {
         w.u32(*id);
         w.node(node);
-        if images {
+        if details.images {
             w.images(&node.images);
+        }
+        if details.csi_node {
+            w.option(node.csi_node.as_ref(), |w, c| w.csi_node(c));
         }
     }
 }
@@ -575,8 +632,8 @@ impl<'a> Reader<'a> {
         })
     }
 
-    /// A `list<tuple<node-id, node-info>>`, as [`write_nodes`] wrote it with `images`.
-    pub fn nodes(&mut self, images: bool) -> Decoded<Vec<(NodeId, NodeInfo)>> {
+    /// A `list<tuple<node-id, node-info>>`, as [`write_nodes`] wrote it with `details`.
+    pub fn nodes(&mut self, details: NodeDetails) -> Decoded<Vec<(NodeId, NodeInfo)>> {
         self.list(|r| {
             let id = r.u32()?;
             let node = NodeInfo {
@@ -593,7 +650,16 @@ impl<'a> Reader<'a> {
                 unschedulable: r.bool()?,
                 allocatable: r.resources()?,
                 usage: r.usage()?,
-                images: if images { r.images()? } else { Vec::new() },
+                images: if details.images {
+                    r.images()?
+                } else {
+                    Vec::new()
+                },
+                csi_node: if details.csi_node {
+                    r.option(Self::csi_node)?
+                } else {
+                    None
+                },
             };
             Ok((id, node))
         })
@@ -678,6 +744,7 @@ impl<'a> Reader<'a> {
             terminating: self.bool()?,
             pod_affinity: self.pod_affinity()?,
             host_ports: self.host_ports()?,
+            volumes: Vec::new(),
         })
     }
 
@@ -773,11 +840,18 @@ impl<'a> Reader<'a> {
         })
     }
 
-    /// A `mirror-changes` record.
-    pub fn changes(&mut self) -> Decoded<MirrorChanges> {
+    /// A `mirror-changes` record, each upserted pod followed by its volumes when `volumes`.
+    pub fn changes(&mut self, volumes: bool) -> Decoded<MirrorChanges> {
         Ok(MirrorChanges {
             removed_pods: self.list(Self::u32)?,
-            upserted_pods: self.list(|r| Ok((r.u32()?, r.existing_pod()?)))?,
+            upserted_pods: self.list(|r| {
+                let id = r.u32()?;
+                let mut pod = r.existing_pod()?;
+                if volumes {
+                    pod.volumes = r.list(Self::pod_volume)?;
+                }
+                Ok((id, pod))
+            })?,
             usage: self.list(|r| Ok((r.u32()?, r.usage()?)))?,
         })
     }
@@ -845,7 +919,46 @@ impl<'a> Reader<'a> {
         if part(PodParts::IMAGES) {
             pod.images = self.strings()?;
         }
+        if part(PodParts::VOLUMES) {
+            pod.volumes = self.list(Self::pod_volume)?;
+        }
         Ok(pod)
+    }
+
+    fn pod_volume(&mut self) -> Decoded<PodVolume> {
+        Ok(PodVolume {
+            name: self.string()?,
+            claim_name: self.string()?,
+            ephemeral: self.bool()?,
+            claim_found: self.bool()?,
+            access_modes: self.strings()?,
+            bound: self.bool()?,
+            plugin: self.string()?,
+            driver: self.string()?,
+            handle: self.string()?,
+            monitors: self.strings()?,
+            pool: self.string()?,
+            read_only: self.bool()?,
+            provisioner: self.string()?,
+            capacity_tracked: self.bool()?,
+            capacities: self.list(|r| {
+                Ok(StorageCapacity {
+                    node_topology: r.option(Self::label_selector)?,
+                    limit: r.option(Self::i64)?,
+                })
+            })?,
+        })
+    }
+
+    fn csi_node(&mut self) -> Decoded<CsiNode> {
+        Ok(CsiNode {
+            drivers: self.list(|r| {
+                Ok(CsiDriverLimit {
+                    name: r.string()?,
+                    count: r.option(Self::i32)?,
+                })
+            })?,
+        })
     }
 
     fn images(&mut self) -> Decoded<Vec<NodeImage>> {
@@ -1026,9 +1139,37 @@ mod tests {
             }],
             default_spread_selector: Some(selector("svc")),
             images: vec!["busybox".into(), "nginx:1".into()],
+            volumes: vec![pod_volume("disk"), PodVolume::default()],
             terminating: true,
             nominated_node_name: "n9".into(),
             ..Pod::default()
+        }
+    }
+
+    /// A volume with something other than the default in every field.
+    fn pod_volume(name: &str) -> PodVolume {
+        PodVolume {
+            name: name.into(),
+            claim_name: "data-0".into(),
+            ephemeral: true,
+            claim_found: true,
+            access_modes: vec!["ReadWriteOncePod".into()],
+            bound: true,
+            plugin: "kubernetes.io/rbd".into(),
+            driver: "rbd.csi.ceph.com".into(),
+            handle: "image-1".into(),
+            monitors: vec!["10.0.0.1:6789".into(), "10.0.0.2:6789".into()],
+            pool: "kube".into(),
+            read_only: true,
+            provisioner: "csi.example.com".into(),
+            capacity_tracked: true,
+            capacities: vec![
+                StorageCapacity {
+                    node_topology: Some(selector("zone-a")),
+                    limit: Some(10 << 30),
+                },
+                StorageCapacity::default(),
+            ],
         }
     }
 
@@ -1045,6 +1186,7 @@ mod tests {
                         terminating: true,
                         pod_affinity: affinity(3),
                         host_ports: vec![HostPort::default()],
+                        volumes: vec![pod_volume("data")],
                     },
                 ),
                 (3, ExistingPod::default()),
@@ -1061,7 +1203,7 @@ mod tests {
     }
 
     fn encode(changes: &MirrorChanges, pod: &Pod, parts: PodParts) -> Vec<u8> {
-        let mut held = HeldChanges::default();
+        let mut held = HeldChanges::new(true);
         for &id in &changes.removed_pods {
             held.remove_pod(id);
         }
@@ -1081,7 +1223,7 @@ mod tests {
 
     fn decode(bytes: &[u8]) -> Decoded<(MirrorChanges, Pod)> {
         let mut reader = Reader::new(bytes);
-        let decoded = (reader.changes()?, reader.pod()?);
+        let decoded = (reader.changes(true)?, reader.pod()?);
         reader.finish()?;
         Ok(decoded)
     }
@@ -1123,24 +1265,31 @@ mod tests {
                 names: vec!["registry.example/app:v1".into(), "app@sha256:ab".into()],
                 size_bytes: 123_456_789,
             }],
+            csi_node: Some(CsiNode {
+                drivers: vec![
+                    CsiDriverLimit {
+                        name: "ebs.csi.aws.com".into(),
+                        count: Some(25),
+                    },
+                    CsiDriverLimit::default(),
+                ],
+            }),
         };
         let empty = NodeInfo::default();
-        for images in [true, false] {
+        for (images, csi_node) in [(true, true), (true, false), (false, true), (false, false)] {
+            let details = NodeDetails { images, csi_node };
             let mut out = Vec::new();
-            write_nodes(&mut out, &[(3, &node), (0, &empty)], images);
+            write_nodes(&mut out, &[(3, &node), (0, &empty)], details);
             let mut reader = Reader::new(&out);
-            let mut sent = node.clone();
-            if !images {
-                sent.images.clear();
-            }
+            let sent = node.sent(images, csi_node);
             assert_eq!(
-                reader.nodes(images).unwrap(),
+                reader.nodes(details).unwrap(),
                 vec![(3, sent), (0, empty.clone())]
             );
             reader.finish().unwrap();
             for end in 0..out.len() {
                 assert!(
-                    Reader::new(&out[..end]).nodes(images).is_err(),
+                    Reader::new(&out[..end]).nodes(details).is_err(),
                     "cut at {end}"
                 );
             }
@@ -1156,9 +1305,27 @@ mod tests {
         assert!(held.has_usage() && !held.has_upserts());
         let mut out = Vec::new();
         held.write(&mut out);
-        let changes = Reader::new(&out).changes().unwrap();
+        let changes = Reader::new(&out).changes(false).unwrap();
         assert_eq!(changes.removed_pods, Vec::<u32>::new());
         assert_eq!(changes.usage, vec![(5, NodeUsage::default())]);
+    }
+
+    #[test]
+    fn pods_carry_their_volumes_only_to_a_plugin_that_reads_them() {
+        let mut held = HeldChanges::new(false);
+        for (id, pod) in &changes().upserted_pods {
+            held.upsert_pod(*id, pod);
+        }
+        let mut out = Vec::new();
+        held.write(&mut out);
+        let mut reader = Reader::new(&out);
+        let decoded = reader.changes(false).unwrap();
+        reader.finish().unwrap();
+        for ((_, sent), (_, got)) in changes().upserted_pods.iter().zip(&decoded.upserted_pods) {
+            assert!(!sent.volumes.is_empty() || got.volumes.is_empty());
+            assert!(got.volumes.is_empty(), "no volumes without the part");
+            assert_eq!(got.namespace, sent.namespace);
+        }
     }
 
     #[test]
@@ -1179,7 +1346,7 @@ mod tests {
     fn garbage_is_refused_without_reserving_its_lengths() {
         let mut huge = Vec::new();
         huge.extend_from_slice(&u32::MAX.to_le_bytes());
-        assert!(Reader::new(&huge).changes().is_err());
+        assert!(Reader::new(&huge).changes(true).is_err());
 
         let mut bad_utf8 = Vec::new();
         Writer(&mut bad_utf8).u32(2);

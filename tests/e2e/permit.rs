@@ -123,6 +123,7 @@ impl PluginFactory for GangFactory {
                 permit: true,
                 reserve: false,
                 reads_node_images: false,
+                reads_csi_nodes: false,
             },
             reserved: HashMap::new(),
             unreserved: self.unreserved.clone(),

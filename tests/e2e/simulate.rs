@@ -996,3 +996,33 @@ fn a_kube_scheduler_configuration_mistake_names_the_field() {
         "{stderr}"
     );
 }
+
+/// kube-scheduler 1.34's storage and image rules together, on `examples/clusters/storage-limits.yaml`:
+/// ImageLocality, NodeVolumeLimits (CSINode), VolumeRestrictions (ReadWriteOncePod) and
+/// VolumeBinding's storage capacity check (CSIDriver, CSIStorageCapacity), each with kube's text.
+#[test]
+fn volume_limits_exclusive_claims_storage_capacity_and_image_locality_decide_as_kube_scheduler() {
+    let lines = output_lines(&["simulate", "examples/clusters/storage-limits.yaml"]);
+    let not_helpful =
+        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.";
+    let no_victims =
+        "preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod.";
+    assert_eq!(
+        lines,
+        [
+            format!(
+                r#"{{"pod":"shop/db","node":null,"message":"0/2 nodes are available: 2 node(s) did not have enough free storage. {not_helpful}"}}"#
+            ),
+            r#"{"pod":"shop/web-1","node":"n1"}"#.to_string(),
+            r#"{"pod":"shop/web-2","node":"n2"}"#.to_string(),
+            r#"{"pod":"shop/web-3","node":"n2"}"#.to_string(),
+            format!(
+                r#"{{"pod":"shop/web-4","node":null,"message":"0/2 nodes are available: 2 node(s) exceed max volume count. {no_victims}"}}"#
+            ),
+            r#"{"pod":"shop/solo-1","node":"n1"}"#.to_string(),
+            format!(
+                r#"{{"pod":"shop/solo-2","node":null,"message":"0/2 nodes are available: 2 node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod. {no_victims}"}}"#
+            ),
+        ]
+    );
+}

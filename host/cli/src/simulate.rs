@@ -104,6 +104,7 @@ pub fn simulate(
         namespaces: cluster.namespaces.clone(),
         selectors: cluster.selectors.clone(),
         disruption_budgets: cluster.disruption_budgets.clone(),
+        csi: cluster.csi.clone(),
         ..Cluster::default()
     }
     .into_objects();

@@ -197,6 +197,9 @@ struct NamespaceSlot {
 #[derive(Debug)]
 struct StoredVolume {
     info: sdk::VolumeInfo,
+    /// Its source as VolumeRestrictions and NodeVolumeLimits read it (the source fields of a
+    /// [`sdk::PodVolume`]).
+    source: sdk::PodVolume,
 }
 
 /// What reservations assumed of volumes and claims, and which pod holds which.
@@ -238,6 +241,12 @@ pub struct Cache {
     volume_ids: HashMap<String, u32>,
     volume_names: Vec<String>,
     classes: HashMap<String, sdk::StorageClassInfo>,
+    /// CSINodes by node name.
+    csi_nodes: HashMap<String, sdk::CsiNode>,
+    /// CSIDrivers by name: whether each publishes storage capacity.
+    csi_drivers: HashMap<String, bool>,
+    /// CSIStorageCapacities by `(namespace, name)`: their class and what they offer.
+    capacities: HashMap<(String, String), (String, sdk::StorageCapacity)>,
     /// Volume bindings reserved for pods whose cycle chose a node, until the binding is seen
     /// (the volume or claim comes back changed) or given up ([`Cache::unreserve_volumes`]).
     reserved: VolumeReservations,
@@ -311,6 +320,7 @@ impl Cache {
     /// Adds a node, or replaces the one with the same name (keeping what is placed on it).
     pub fn upsert_node(&mut self, mut info: sdk::NodeInfo) -> u32 {
         let zone = zone_key(&info.labels);
+        info.csi_node = self.csi_nodes.get(&info.name).cloned();
         if let Some(&id) = self.by_name.get(&info.name) {
             let entry = self.nodes[id as usize]
                 .as_mut()
@@ -387,6 +397,7 @@ impl Cache {
     /// confirmed (its requests are already held); a pod placed elsewhere moves.
     pub fn add_pod(&mut self, pod: &sdk::Pod, node: &str) {
         let key = pod.key();
+        let volumes = self.resolved_volumes(&pod.namespace, &pod.volumes);
         if let Some(placed) = self.pods.get_mut(&key).filter(|p| p.node == node) {
             placed.assumed = false;
             if !placed.standing.is_of(pod) {
@@ -403,14 +414,15 @@ impl Cache {
                 }
                 placed.standing = standing;
             }
-            // Labels and terminating state change on a running pod; pod-aware plugins count them.
-            // Compared first: every binding the watch confirms comes through here, nearly always
-            // unchanged.
-            if !placed.existing.is_of(pod) {
+            // Labels and terminating state change on a running pod, and its claims get bound;
+            // pod-aware plugins count them. Compared first: every binding the watch confirms
+            // comes through here, nearly always unchanged.
+            if !placed.existing.is_of(pod) || placed.existing.volumes != volumes {
                 let before = usize::from(!placed.existing.pod_affinity.is_empty());
                 let after = usize::from(!pod.pod_affinity.is_empty());
                 self.pods_with_pod_affinity = self.pods_with_pod_affinity + after - before;
                 placed.existing = sdk::ExistingPod::of(pod, 0);
+                placed.existing.volumes = volumes;
                 self.log.push(Change::Pod(placed.id));
             }
             return;
@@ -437,9 +449,11 @@ impl Cache {
 
     fn place(&mut self, key: String, pod: &sdk::Pod, node: &str, assumed: bool) {
         self.remove_pod(&key);
+        let mut existing = sdk::ExistingPod::of(pod, 0);
+        existing.volumes = self.resolved_volumes(&pod.namespace, &pod.volumes);
         let placed = PlacedPod {
             id: 0,
-            existing: sdk::ExistingPod::of(pod, 0),
+            existing,
             node: node.to_string(),
             requests: pod.requests.clone(),
             non_zero_requests: pod.non_zero_requests.clone(),
@@ -712,7 +726,9 @@ impl Cache {
             .entry(info.storage_class_name.clone())
             .or_default()
             .insert(name.clone());
-        self.volumes.insert(name.clone(), StoredVolume { info });
+        let source = crate::k8s::persistent_volume_source(&volume);
+        self.volumes
+            .insert(name.clone(), StoredVolume { info, source });
         self.volume_changed(&name);
     }
 
@@ -882,9 +898,122 @@ impl Cache {
         };
     }
 
+    /// Adds or replaces the CSINode of node `name`; the node, if known, changes with it.
+    pub fn upsert_csi_node(&mut self, name: &str, csi_node: sdk::CsiNode) {
+        self.csi_nodes.insert(name.to_string(), csi_node);
+        self.csi_node_changed(name);
+    }
+
+    /// Removes the CSINode of node `name`; whether it was there.
+    pub fn remove_csi_node(&mut self, name: &str) -> bool {
+        let removed = self.csi_nodes.remove(name).is_some();
+        self.csi_node_changed(name);
+        removed
+    }
+
+    /// Adds or replaces a CSIDriver: whether it publishes storage capacity.
+    pub fn upsert_csi_driver(&mut self, name: &str, capacity_tracked: bool) {
+        self.csi_drivers.insert(name.to_string(), capacity_tracked);
+    }
+
+    /// Removes a CSIDriver; whether it was there.
+    pub fn remove_csi_driver(&mut self, name: &str) -> bool {
+        self.csi_drivers.remove(name).is_some()
+    }
+
+    /// Adds or replaces the CSIStorageCapacity `key` (namespace, name), for `class`.
+    pub fn upsert_storage_capacity(
+        &mut self,
+        key: (String, String),
+        class: String,
+        offered: sdk::StorageCapacity,
+    ) {
+        self.capacities.insert(key, (class, offered));
+    }
+
+    /// Removes a CSIStorageCapacity; whether it was there.
+    pub fn remove_storage_capacity(&mut self, namespace: &str, name: &str) -> bool {
+        let key = (namespace.to_string(), name.to_string());
+        self.capacities.remove(&key).is_some()
+    }
+
+    /// The CSIStorageCapacities of `class`, in namespace and name order.
+    fn class_capacities(&self, class: &str) -> Vec<sdk::StorageCapacity> {
+        let mut of_class: Vec<_> = self
+            .capacities
+            .iter()
+            .filter(|(_, (c, _))| c == class)
+            .collect();
+        of_class.sort_by(|a, b| a.0.cmp(b.0));
+        of_class
+            .into_iter()
+            .map(|(_, (_, offered))| offered.clone())
+            .collect()
+    }
+
+    fn csi_node_changed(&mut self, name: &str) {
+        let Some(entry) = self.by_name.get(name).and_then(|&id| self.node(id)) else {
+            return;
+        };
+        let info = entry.info.clone();
+        self.upsert_node(info);
+    }
+
+    /// `volumes` of a pod in `namespace` with their claims looked up: whether each exists, its
+    /// access modes, and the source of the volume it is bound to or, unbound, its class's
+    /// provisioner.
+    pub fn resolved_volumes(
+        &self,
+        namespace: &str,
+        volumes: &[sdk::PodVolume],
+    ) -> Vec<sdk::PodVolume> {
+        let mut resolved = volumes.to_vec();
+        for volume in resolved.iter_mut().filter(|v| !v.claim_name.is_empty()) {
+            let claim = self.claim(namespace, &volume.claim_name);
+            *volume = sdk::PodVolume {
+                name: std::mem::take(&mut volume.name),
+                claim_name: std::mem::take(&mut volume.claim_name),
+                ephemeral: volume.ephemeral,
+                ..sdk::PodVolume::default()
+            };
+            let Some(claim) = claim else { continue };
+            volume.claim_found = true;
+            volume.access_modes.clone_from(&claim.access_modes);
+            let bound_to = (!claim.volume_name.is_empty())
+                .then(|| self.volumes.get(&claim.volume_name))
+                .flatten();
+            match bound_to {
+                Some(stored) => {
+                    let source = &stored.source;
+                    volume.bound = true;
+                    volume.plugin.clone_from(&source.plugin);
+                    volume.driver.clone_from(&source.driver);
+                    volume.handle.clone_from(&source.handle);
+                    volume.monitors.clone_from(&source.monitors);
+                    volume.pool.clone_from(&source.pool);
+                    volume.read_only = source.read_only;
+                }
+                None => {
+                    if let Some(class) = self.classes.get(&claim.storage_class_name) {
+                        volume.provisioner.clone_from(&class.provisioner);
+                        volume.capacity_tracked =
+                            self.csi_drivers.get(&class.provisioner) == Some(&true);
+                        if volume.capacity_tracked {
+                            volume.capacities = self.class_capacities(&class.name);
+                        }
+                    }
+                }
+            }
+        }
+        resolved
+    }
+
     /// Fills in each of the pod's volume claims from the claims, volumes and classes known now,
     /// with what reservations assumed of them.
     pub fn resolve_claims(&self, pod: &mut sdk::Pod) {
+        if !pod.volumes.is_empty() {
+            pod.volumes = self.resolved_volumes(&pod.namespace, &pod.volumes);
+        }
         for volume_claim in &mut pod.volume_claims {
             volume_claim.claim =
                 self.claim(&pod.namespace, &volume_claim.claim_name)
@@ -1029,6 +1158,72 @@ mod tests {
             }],
             ..pod(name, 100)
         }
+    }
+
+    /// What VolumeRestrictions, NodeVolumeLimits and VolumeBinding's capacity check read of a
+    /// pod's volumes: the cache looks each claim up (the source of its bound volume, or its
+    /// class's provisioner and, for a driver that reports it, the class's capacities), and a
+    /// node carries its CSINode whichever of the two arrives first.
+    #[test]
+    fn claims_are_looked_up_to_their_volume_source_provisioner_and_capacity() {
+        let mut cache = Cache::default();
+        cache.upsert_csi_node("n1", sdk::CsiNode::default());
+        let n1 = cache.upsert_node(node("n1", "a"));
+        let n2 = cache.upsert_node(node("n2", "a"));
+        cache.upsert_csi_node("n2", sdk::CsiNode::default());
+        for id in [n1, n2] {
+            assert!(cache.node(id).unwrap().info.csi_node.is_some(), "node {id}");
+        }
+        cache.upsert_volume(from_json(serde_json::json!({
+            "metadata": {"name": "pv-a"},
+            "spec": {"csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-a"}}
+        })));
+        cache.upsert_claim(from_json(serde_json::json!({
+            "metadata": {"name": "bound", "namespace": "default"},
+            "spec": {"volumeName": "pv-a", "accessModes": ["ReadWriteOncePod"]}
+        })));
+        cache.upsert_claim(from_json(serde_json::json!({
+            "metadata": {"name": "waiting", "namespace": "default"},
+            "spec": {"storageClassName": "ebs"}
+        })));
+        cache.upsert_class(from_json(serde_json::json!({
+            "metadata": {"name": "ebs"}, "provisioner": "ebs.csi.aws.com"
+        })));
+        cache.upsert_csi_driver("ebs.csi.aws.com", true);
+        let offered = sdk::StorageCapacity {
+            node_topology: None,
+            limit: Some(5),
+        };
+        cache.upsert_storage_capacity(("ns".into(), "c".into()), "ebs".into(), offered.clone());
+        let claim = |name: &str| sdk::PodVolume {
+            name: name.into(),
+            claim_name: name.into(),
+            ..sdk::PodVolume::default()
+        };
+        let volumes = [claim("bound"), claim("waiting"), claim("missing")];
+        let resolved = cache.resolved_volumes("default", &volumes);
+        let bound = &resolved[0];
+        assert!(bound.claim_found && bound.bound);
+        assert_eq!(
+            (
+                bound.plugin.as_str(),
+                bound.driver.as_str(),
+                bound.handle.as_str()
+            ),
+            (sdk::CSI_PLUGIN, "ebs.csi.aws.com", "vol-a")
+        );
+        assert_eq!(bound.access_modes, ["ReadWriteOncePod"]);
+        let waiting = &resolved[1];
+        assert!(waiting.claim_found && !waiting.bound && waiting.capacity_tracked);
+        assert_eq!(waiting.provisioner, "ebs.csi.aws.com");
+        assert_eq!(waiting.capacities, [offered]);
+        assert!(!resolved[2].claim_found);
+
+        let mut pod = pod("p", 100);
+        pod.volumes = volumes.to_vec();
+        cache.assume_pod(&pod, "n1");
+        let placed = cache.existing_pods().map(|(_, _, p)| p.volumes.clone());
+        assert_eq!(placed.collect::<Vec<_>>(), [resolved]);
     }
 
     /// The names of the volumes of class `local` no claim holds, and the selected node of

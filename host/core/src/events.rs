@@ -16,7 +16,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::policy::v1 as policy;
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// Defines [`Kind`], [`Object`] and everything that differs between kinds only by the kind's
@@ -134,6 +134,9 @@ object_kinds! {
     PersistentVolume(core::PersistentVolume): "v1", "persistentvolumes", namespaced: false;
     PersistentVolumeClaim(core::PersistentVolumeClaim): "v1", "persistentvolumeclaims", namespaced: true;
     StorageClass(StorageClass): "storage.k8s.io/v1", "storageclasses", namespaced: false;
+    CSINode(CSINode): "storage.k8s.io/v1", "csinodes", namespaced: false;
+    CSIDriver(CSIDriver): "storage.k8s.io/v1", "csidrivers", namespaced: false;
+    CSIStorageCapacity(CSIStorageCapacity): "storage.k8s.io/v1", "csistoragecapacities", namespaced: true;
     Namespace(core::Namespace): "v1", "namespaces", namespaced: false;
     Service(core::Service): "v1", "services", namespaced: true;
     ReplicationController(core::ReplicationController): "v1", "replicationcontrollers", namespaced: true;
@@ -185,9 +188,11 @@ where
 
 impl Kind {
     /// Every kind, in the order a cluster is best loaded (what pods refer to first).
-    pub const ALL: [Kind; 11] = [
+    pub const ALL: [Kind; 14] = [
         Kind::Namespace,
         Kind::StorageClass,
+        Kind::CSIDriver,
+        Kind::CSIStorageCapacity,
         Kind::PersistentVolume,
         Kind::PersistentVolumeClaim,
         Kind::Service,
@@ -195,6 +200,7 @@ impl Kind {
         Kind::ReplicaSet,
         Kind::StatefulSet,
         Kind::PodDisruptionBudget,
+        Kind::CSINode,
         Kind::Node,
         Kind::Pod,
     ];

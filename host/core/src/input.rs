@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::policy::v1 as policy;
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -66,6 +66,9 @@ pub struct Cluster {
     pub selectors: Vec<Object>,
     /// PodDisruptionBudgets, which preemption spares pods by.
     pub disruption_budgets: Vec<policy::PodDisruptionBudget>,
+    /// CSINodes (the attach limits of the nodes' CSI drivers), CSIDrivers and
+    /// CSIStorageCapacities (the room their drivers report).
+    pub csi: Vec<Object>,
     /// Objects of other kinds that were skipped, counted by kind.
     pub skipped: BTreeMap<String, usize>,
     /// Files that held no object at all (empty, or only comments): most likely the wrong file.
@@ -83,6 +86,7 @@ impl Cluster {
             + self.namespaces.len()
             + self.selectors.len()
             + self.disruption_budgets.len()
+            + self.csi.len()
     }
 
     /// Every kept object, in the order a cluster is best loaded: namespaces, storage, selectors,
@@ -115,6 +119,7 @@ impl Cluster {
                 .into_iter()
                 .map(|o| Object::PodDisruptionBudget(Box::new(o))),
         );
+        objects.extend(self.csi);
         objects.extend(self.nodes.into_iter().map(|o| Object::Node(Box::new(o))));
         objects.extend(self.pods.into_iter().map(|o| Object::Pod(Box::new(o))));
         objects
@@ -354,6 +359,12 @@ fn add_typed(kind: &str, value: Value, cluster: &mut Cluster) -> Result<(), Stri
         "PersistentVolume" => cluster.volumes.push(typed(value)?),
         "PersistentVolumeClaim" => cluster.claims.push(typed(value)?),
         "StorageClass" => cluster.classes.push(typed(value)?),
+        "CSINode" => cluster.csi.push(Object::from(typed::<CSINode>(value)?)),
+        "CSIDriver" => cluster.csi.push(Object::from(typed::<CSIDriver>(value)?)),
+        "CSIStorageCapacity" => {
+            let capacity: CSIStorageCapacity = typed(value)?;
+            cluster.csi.push(Object::from(capacity));
+        }
         "Namespace" => cluster.namespaces.push(typed(value)?),
         "Service" => {
             let service = typed(value)?;

@@ -461,6 +461,26 @@ impl Service {
             Object::PodDisruptionBudget(budget) => {
                 cache.upsert_budget(k8s::disruption_budget(budget));
             }
+            Object::CSINode(csi_node) => {
+                let (name, csi_node) = k8s::csi_node(csi_node);
+                cache.upsert_csi_node(&name, csi_node);
+                self.queue.on_event(ClusterEvent::NodeChanged);
+            }
+            Object::CSIDriver(driver) => {
+                let (name, tracked) = k8s::csi_driver(driver);
+                cache.upsert_csi_driver(&name, tracked);
+                self.queue.on_event(ClusterEvent::StorageChanged);
+            }
+            Object::CSIStorageCapacity(capacity) => {
+                let meta = &capacity.metadata;
+                let key = (
+                    meta.namespace.clone().unwrap_or_else(|| "default".into()),
+                    meta.name.clone().unwrap_or_default(),
+                );
+                let (class, offered) = k8s::storage_capacity(capacity);
+                cache.upsert_storage_capacity(key, class, offered);
+                self.queue.on_event(ClusterEvent::StorageChanged);
+            }
             Object::Namespace(namespace) => {
                 let name = namespace.metadata.name.as_deref().unwrap_or_default();
                 let labels = namespace.metadata.labels.iter().flatten();
@@ -521,6 +541,17 @@ impl Service {
             }
             Kind::PodDisruptionBudget => {
                 cache.remove_budget(&key.namespace, &key.name);
+            }
+            Kind::CSINode => {
+                cache.remove_csi_node(&key.name);
+            }
+            Kind::CSIDriver => {
+                cache.remove_csi_driver(&key.name);
+                self.queue.on_event(ClusterEvent::StorageChanged);
+            }
+            Kind::CSIStorageCapacity => {
+                cache.remove_storage_capacity(&key.namespace, &key.name);
+                self.queue.on_event(ClusterEvent::StorageChanged);
             }
         }
     }

@@ -56,6 +56,11 @@ pub enum Scenario {
     /// them: kube-scheduler's SchedulingWhileGated. The bench also runs the same pods without
     /// the gated ones, so the two rates show what the gated pods cost.
     Gated,
+    /// Basic's pods, each with one or two claims bound to CSI volumes of `ebs.csi.aws.com`, on
+    /// nodes whose CSINode lets that driver attach 1 to 4 volumes: NodeVolumeLimits counts each
+    /// node's attachments and turns pods away from the full ones (kube-scheduler's
+    /// SchedulingCSIPVs, with limits that bite).
+    VolumeLimits,
     /// Every scenario above.
     All,
 }
@@ -66,7 +71,7 @@ pub const GATED_PODS: usize = 10_000;
 
 impl Scenario {
     /// Every scenario but [`Scenario::All`].
-    pub const EACH: [Scenario; 12] = [
+    pub const EACH: [Scenario; 13] = [
         Scenario::Basic,
         Scenario::NodeAffinity,
         Scenario::Taints,
@@ -79,6 +84,7 @@ impl Scenario {
         Scenario::Preemption,
         Scenario::VolumeBinding,
         Scenario::Gated,
+        Scenario::VolumeLimits,
     ];
 
     /// The scenario's name on the command line.
@@ -96,6 +102,7 @@ impl Scenario {
             Scenario::Preemption => "preemption",
             Scenario::VolumeBinding => "volume-binding",
             Scenario::Gated => "gated",
+            Scenario::VolumeLimits => "volume-limits",
             Scenario::All => "all",
         }
     }
@@ -160,6 +167,8 @@ pub struct Synthetic {
     pub classes: Vec<StorageClass>,
     /// Services and controllers (the ReplicaSets of the topology-spread scenario).
     pub selectors: Vec<Object>,
+    /// CSINodes, by node name.
+    pub csi_nodes: Vec<(String, sdk::CsiNode)>,
 }
 
 impl Synthetic {
@@ -176,6 +185,9 @@ impl Synthetic {
         }
         for selector in &self.selectors {
             cache.spread_selectors().upsert(selector);
+        }
+        for (name, csi_node) in &self.csi_nodes {
+            cache.upsert_csi_node(name, csi_node.clone());
         }
         for node in &self.nodes {
             cache.upsert_node(node.clone());
@@ -242,6 +254,7 @@ fn synthetic_node(rng: &mut Rng, i: usize, taints_on: bool) -> sdk::NodeInfo {
         },
         usage: sdk::NodeUsage::default(),
         images: Vec::new(),
+        csi_node: None,
     }
 }
 
@@ -270,6 +283,10 @@ pub fn cluster(scenario: Scenario, nodes: usize, pods: usize, seed: u64) -> Synt
                 .map(|(i, n)| local_volume(i, &n.name)),
         );
     }
+    let mut csi_nodes = Vec::new();
+    if scenario == Scenario::VolumeLimits {
+        csi_nodes.extend(nodes.iter().map(|n| (n.name.clone(), csi_limits(&mut rng))));
+    }
     let count = pods;
     let pods = (0..pods)
         .map(|i| {
@@ -282,6 +299,13 @@ pub fn cluster(scenario: Scenario, nodes: usize, pods: usize, seed: u64) -> Synt
             }
             if scenario == Scenario::VolumeBinding {
                 claims.extend(waiting_claims(i, &mut pod, &mut rng));
+            }
+            if scenario == Scenario::VolumeLimits {
+                for j in 0..1 + rng.below(2) as usize {
+                    let (volume, claim) = csi_volume(i, j, &mut pod);
+                    volumes.push(volume);
+                    claims.push(claim);
+                }
             }
             pod_affinity(scenario, &mut pod, nodes.len(), &mut rng);
             if scenario == Scenario::TopologySpread {
@@ -306,7 +330,72 @@ pub fn cluster(scenario: Scenario, nodes: usize, pods: usize, seed: u64) -> Synt
         claims,
         classes,
         selectors,
+        csi_nodes,
     }
+}
+
+/// The CSI driver of [`Scenario::VolumeLimits`].
+const CSI_DRIVER: &str = "ebs.csi.aws.com";
+
+/// A CSINode letting [`CSI_DRIVER`] attach 1 to 4 volumes.
+fn csi_limits(rng: &mut Rng) -> sdk::CsiNode {
+    sdk::CsiNode {
+        drivers: vec![sdk::CsiDriverLimit {
+            name: CSI_DRIVER.into(),
+            count: Some(1 + rng.below(4) as i32),
+        }],
+    }
+}
+
+/// Claim `j` of pod `i`, bound to a CSI volume of its own.
+fn csi_volume(
+    i: usize,
+    j: usize,
+    pod: &mut sdk::Pod,
+) -> (core::PersistentVolume, core::PersistentVolumeClaim) {
+    let (pv, pvc) = (format!("csi-pv-{i}-{j}"), format!("csi-data-{i}-{j}"));
+    let volume = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": pv},
+        "spec": {
+            "storageClassName": "csi",
+            "csi": {"driver": CSI_DRIVER, "volumeHandle": format!("vol-{i}-{j}")}
+        },
+        "status": {"phase": "Bound"}
+    }))
+    .expect("valid PersistentVolume");
+    let claim = bound_claim(&pvc, &pv, "csi");
+    claim_volume(pod, &format!("data-{j}"), &pvc);
+    (volume, claim)
+}
+
+/// A claim in the bench namespace fully bound to `volume`.
+fn bound_claim(name: &str, volume: &str, class: &str) -> core::PersistentVolumeClaim {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": name,
+            "namespace": "bench",
+            "annotations": {"pv.kubernetes.io/bind-completed": "yes"}
+        },
+        "spec": {"storageClassName": class, "volumeName": volume},
+        "status": {"phase": "Bound"}
+    }))
+    .expect("valid PersistentVolumeClaim")
+}
+
+/// Gives `pod` the volume `volume` of the claim `claim`, as `k8s::pod` reads a pod's
+/// `persistentVolumeClaim` volume: in `volume_claims` and in `volumes`.
+fn claim_volume(pod: &mut sdk::Pod, volume: &str, claim: &str) {
+    pod.volume_claims.push(sdk::VolumeClaim {
+        volume: volume.into(),
+        claim_name: claim.into(),
+        ephemeral: false,
+        claim: None,
+    });
+    pod.volumes.push(sdk::PodVolume {
+        name: volume.into(),
+        claim_name: claim.into(),
+        ..sdk::PodVolume::default()
+    });
 }
 
 /// Pod `i` of `scenario` with its requests (preemptors ask for much more).
@@ -397,22 +486,8 @@ fn zonal_volume(
         "spec": {"storageClassName": "zonal"}
     }))
     .expect("valid PersistentVolume");
-    let claim = serde_json::from_value(serde_json::json!({
-        "metadata": {
-            "name": pvc,
-            "namespace": "bench",
-            "annotations": {"pv.kubernetes.io/bind-completed": "yes"}
-        },
-        "spec": {"storageClassName": "zonal", "volumeName": pv},
-        "status": {"phase": "Bound"}
-    }))
-    .expect("valid PersistentVolumeClaim");
-    pod.volume_claims.push(sdk::VolumeClaim {
-        volume: "data".into(),
-        claim_name: pvc,
-        ephemeral: false,
-        claim: None,
-    });
+    let claim = bound_claim(&pvc, &pv, "zonal");
+    claim_volume(pod, "data", &pvc);
     (volume, claim)
 }
 
@@ -428,11 +503,11 @@ fn waiting_claims(i: usize, pod: &mut sdk::Pod, rng: &mut Rng) -> Vec<core::Pers
     if local {
         let size = 20 * (1 + rng.below(8) as i64);
         claims.push(waiting_claim(&format!("local-{i}"), "local", size));
-        pod.volume_claims.push(claim_volume(&format!("local-{i}")));
+        claim_volume(pod, &format!("local-{i}"), &format!("local-{i}"));
     }
     if provisioned {
         claims.push(waiting_claim(&format!("fast-{i}"), "fast", 10));
-        pod.volume_claims.push(claim_volume(&format!("fast-{i}")));
+        claim_volume(pod, &format!("fast-{i}"), &format!("fast-{i}"));
     }
     claims
 }
@@ -495,16 +570,6 @@ fn waiting_claim(name: &str, class: &str, size_gib: i64) -> core::PersistentVolu
         "status": {"phase": "Pending"}
     }))
     .expect("valid PersistentVolumeClaim")
-}
-
-/// A pod volume using claim `name`.
-fn claim_volume(name: &str) -> sdk::VolumeClaim {
-    sdk::VolumeClaim {
-        volume: name.into(),
-        claim_name: name.into(),
-        ephemeral: false,
-        claim: None,
-    }
 }
 
 /// Deployments of the topology-spread scenario.

@@ -364,10 +364,15 @@ pub fn apply(client: &Client, files: &[std::path::PathBuf]) -> anyhow::Result<St
                 .iter()
                 .map(|(kind, n)| format!("{n} {kind}"))
                 .collect();
+            let kept: Vec<&str> = wasched_core::events::Kind::ALL
+                .iter()
+                .map(|kind| kind.name())
+                .collect();
             eprintln!(
-                "warning: {}: skipped {} (wasched keeps Node, Pod, PersistentVolume, PersistentVolumeClaim, StorageClass)",
+                "warning: {}: skipped {} (wasched keeps {})",
                 file.display(),
-                kinds.join(", ")
+                kinds.join(", "),
+                kept.join(", ")
             );
         }
         for item in reply["items"].as_array().into_iter().flatten() {

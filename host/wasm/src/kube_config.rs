@@ -198,7 +198,7 @@ pub const DEFAULT_MULTI_POINT: &[(&str, i64)] = &[
 ];
 
 /// kube-scheduler's default plugins wasched does not have yet.
-const NOT_IMPLEMENTED: &[&str] = &["VolumeRestrictions", "NodeVolumeLimits", "DynamicResources"];
+const NOT_IMPLEMENTED: &[&str] = &["DynamicResources"];
 
 /// kube-scheduler's plugins that are parts of the host here rather than plugins.
 const BUILT_IN: &[&str] = &["PrioritySort", "DefaultBinder", "DefaultPreemption"];

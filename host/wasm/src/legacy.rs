@@ -99,6 +99,7 @@ impl From<DescriptorV01> for sdk::Descriptor {
             permit: false,
             reserve: false,
             reads_node_images: false,
+            reads_csi_nodes: false,
         }
     }
 }

@@ -6,10 +6,13 @@
 use wasched_sdk::testing::{fail, node, pass, pod, unresolvable, with_labels, Case};
 use wasched_sdk::{
     ClaimInfo, ClaimRef, Code, Failure, FilterPlan, LabelSelector, NodeInfo,
-    NodeSelectorRequirement, NodeSelectorTerm, Pod, StorageClassInfo, VolumeClaim, VolumeInfo,
+    NodeSelectorRequirement, NodeSelectorTerm, Pod, PodVolume, StorageCapacity, StorageClassInfo,
+    VolumeClaim, VolumeInfo,
 };
 
-use super::{REASON_BIND_CONFLICT, REASON_NODE_CONFLICT, REASON_PV_NOT_EXIST};
+use super::{
+    REASON_BIND_CONFLICT, REASON_NODE_CONFLICT, REASON_NOT_ENOUGH_SPACE, REASON_PV_NOT_EXIST,
+};
 
 const GI: i64 = 1 << 30;
 const HOSTNAME: &str = "kubernetes.io/hostname";
@@ -97,6 +100,35 @@ pub(crate) fn bound(volume_name: &str, volume: Option<VolumeInfo>) -> ClaimInfo 
         phase: "Bound".into(),
         bind_completed: true,
         ..ClaimInfo::default()
+    }
+}
+
+/// A pod whose one claim, of 10 GiB, is to be provisioned by a driver that reports its
+/// capacity (`tracked`) in `capacities`, as the host sends it in the `volumes` part.
+fn provisioning_with(tracked: bool, capacities: Vec<StorageCapacity>) -> Pod {
+    let class_info = class("fast", "WaitForFirstConsumer", "csi.example.com");
+    Pod {
+        volumes: vec![PodVolume {
+            name: "data-0".into(),
+            claim_name: "pvc-0".into(),
+            claim_found: true,
+            provisioner: "csi.example.com".into(),
+            capacity_tracked: tracked,
+            capacities: if tracked { capacities } else { Vec::new() },
+            ..PodVolume::default()
+        }],
+        ..claiming(vec![Some(waiting(10, class_info))])
+    }
+}
+
+/// Room of `gib` GiB (none: not stated) on the nodes of zone `zone` (none: no node topology).
+fn room(zone: Option<&str>, gib: Option<i64>) -> StorageCapacity {
+    StorageCapacity {
+        node_topology: zone.map(|z| LabelSelector {
+            match_labels: [(ZONE.to_string(), z.to_string())].into_iter().collect(),
+            match_expressions: Vec::new(),
+        }),
+        limit: gib.map(|g| g * GI),
     }
 }
 
@@ -358,6 +390,38 @@ pub fn cases() -> Vec<Case> {
                 }))]),
             three(),
             vec![pass(), pass(), bind_conflict()],
+        ),
+        Case::filter(
+            "storage capacity: room in zone a only",
+            provisioning_with(true, vec![room(Some("a"), Some(100))]),
+            three(),
+            vec![pass(), pass(), unresolvable(REASON_NOT_ENOUGH_SPACE)],
+        ),
+        Case::filter(
+            "storage capacity: too little room anywhere, and a capacity for no node",
+            provisioning_with(true, vec![room(Some("a"), Some(5)), room(None, Some(100))]),
+            three(),
+            vec![
+                unresolvable(REASON_NOT_ENOUGH_SPACE),
+                unresolvable(REASON_NOT_ENOUGH_SPACE),
+                unresolvable(REASON_NOT_ENOUGH_SPACE),
+            ],
+        ),
+        Case::filter(
+            "storage capacity: no capacity object, or one stating no size, is no room",
+            provisioning_with(true, vec![room(Some("b"), None)]),
+            three(),
+            vec![
+                unresolvable(REASON_NOT_ENOUGH_SPACE),
+                unresolvable(REASON_NOT_ENOUGH_SPACE),
+                unresolvable(REASON_NOT_ENOUGH_SPACE),
+            ],
+        ),
+        Case::filter(
+            "storage capacity: a driver that does not report capacity provisions anywhere",
+            provisioning_with(false, vec![room(Some("a"), Some(5))]),
+            three(),
+            vec![pass(), pass(), pass()],
         ),
         Case::filter(
             "a claim whose volume is being provisioned for n2 fits n2 only",

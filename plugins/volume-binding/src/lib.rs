@@ -16,7 +16,7 @@ use wasched_sdk::node_selector::{parse_term, Term};
 pub use wasched_sdk::PodVolumes;
 use wasched_sdk::{
     ClaimInfo, Failure, FilterPlan, FilterPlugin, NodeInfo, NodeSelectorTerm, Nodes, Plugin, Pod,
-    PodParts, PodPlan, Reservation, Verdict, VolumeInfo,
+    PodParts, PodPlan, Reservation, StorageCapacity, Verdict, VolumeInfo,
 };
 
 /// The name used in configs and messages.
@@ -28,6 +28,8 @@ pub const REASON_BIND_CONFLICT: &str = "node(s) didn't find available persistent
 /// A bound claim's volume does not exist.
 pub const REASON_PV_NOT_EXIST: &str =
     "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)";
+/// A claim to provision whose driver reports no room for it on the node (CSIStorageCapacity).
+pub const REASON_NOT_ENOUGH_SPACE: &str = "node(s) did not have enough free storage";
 /// A claim that should have been bound by the PV controller already.
 pub const REASON_UNBOUND_IMMEDIATE: &str = "pod has unbound immediate PersistentVolumeClaims";
 
@@ -142,6 +144,19 @@ struct WaitingClaim {
     /// The class has a provisioner.
     provisionable: bool,
     allowed_topologies: Vec<NodeSelectorTerm>,
+    /// The CSIStorageCapacities of the claim's class, when its driver reports capacity and the
+    /// claim requests storage: one with room for it must be for the node.
+    capacities: Option<Vec<StorageCapacity>>,
+}
+
+/// Whether a claim can be provisioned for a node (kube-scheduler's `checkVolumeProvisions`).
+#[derive(Debug, PartialEq, Eq)]
+enum Provision {
+    Possible,
+    /// No provisioner, or the class's topologies leave the node out.
+    Impossible,
+    /// The driver reports no room for it there.
+    NoSpace,
 }
 
 impl WaitingClaim {
@@ -165,6 +180,7 @@ impl WaitingClaim {
             allowed_topologies: class
                 .map(|c| c.allowed_topologies.clone())
                 .unwrap_or_default(),
+            capacities: None,
         };
         for volume in volumes {
             let for_claim = volume.claim_ref.as_ref().map(|r| {
@@ -236,9 +252,36 @@ impl WaitingClaim {
         best.map(|i| self.available[i].name.as_str())
     }
 
-    fn can_provision_on(&self, node: &NodeInfo) -> bool {
-        self.provisionable && topology_allows(&self.allowed_topologies, node)
+    fn provision_on(&self, node: &NodeInfo) -> Provision {
+        if !self.provisionable || !topology_allows(&self.allowed_topologies, node) {
+            return Provision::Impossible;
+        }
+        let Some(capacities) = &self.capacities else {
+            return Provision::Possible;
+        };
+        let has_room = capacities.iter().any(|c| {
+            c.limit.is_some_and(|limit| limit >= self.requested)
+                && c.node_topology
+                    .as_ref()
+                    .is_some_and(|topology| selector_matches(topology, &node.labels))
+        });
+        if has_room {
+            Provision::Possible
+        } else {
+            Provision::NoSpace
+        }
     }
+}
+
+/// The CSIStorageCapacities a claim to provision must find room in on a node
+/// (kube-scheduler's `hasEnoughCapacity`): none to check when the claim requests no storage or
+/// its driver does not report capacity. The host sends them with the pod's `volumes` part.
+fn tracked_capacities(pod: &Pod, name: &str, claim: &ClaimInfo) -> Option<Vec<StorageCapacity>> {
+    if claim.requested_storage == 0 {
+        return None;
+    }
+    let volume = pod.volumes.iter().find(|v| v.claim_name == name)?;
+    volume.capacity_tracked.then(|| volume.capacities.clone())
 }
 
 /// The checks of `FindMatchingVolume` that come before it looks at the claim reference.
@@ -332,9 +375,9 @@ impl Claims {
                 } else {
                     class_volumes(&claim.storage_class_name)
                 };
-                claims
-                    .waiting
-                    .push(WaitingClaim::new(&pod.namespace, name, claim, offered));
+                let mut waiting = WaitingClaim::new(&pod.namespace, name, claim, offered);
+                waiting.capacities = tracked_capacities(pod, name, claim);
+                claims.waiting.push(waiting);
             } else {
                 immediate = true;
             }
@@ -373,10 +416,15 @@ impl Claims {
             }
         }
         let mut volumes = PodVolumes::default();
-        let unbound_satisfied = self.waiting.is_empty() || self.bind_waiting(node, &mut volumes);
+        let provision = if self.waiting.is_empty() {
+            Provision::Possible
+        } else {
+            self.bind_waiting(node, &mut volumes)
+        };
         let reasons: Vec<&'static str> = [
             (node_conflict, REASON_NODE_CONFLICT),
-            (!unbound_satisfied, REASON_BIND_CONFLICT),
+            (provision == Provision::Impossible, REASON_BIND_CONFLICT),
+            (provision == Provision::NoSpace, REASON_NOT_ENOUGH_SPACE),
             (missing_volume, REASON_PV_NOT_EXIST),
         ]
         .into_iter()
@@ -389,14 +437,15 @@ impl Claims {
         }
     }
 
-    /// Finds a volume or provisioning for every waiting claim on `node`.
-    fn bind_waiting(&self, node: &NodeInfo, volumes: &mut PodVolumes) -> bool {
+    /// Finds a volume or provisioning for every waiting claim on `node`; what stops it if
+    /// something does.
+    fn bind_waiting(&self, node: &NodeInfo, volumes: &mut PodVolumes) -> Provision {
         if self
             .waiting
             .iter()
             .any(|c| c.selected_node.as_ref().is_some_and(|n| *n != node.name))
         {
-            return false;
+            return Provision::Impossible;
         }
         let mut to_provision: Vec<&WaitingClaim> = self
             .waiting
@@ -415,11 +464,16 @@ impl Claims {
                 None => to_provision.push(claim),
             }
         }
-        if !to_provision.iter().all(|c| c.can_provision_on(node)) {
-            return false;
+        // The first claim that cannot be provisioned decides, as kube-scheduler returns there.
+        let stopped = to_provision
+            .iter()
+            .map(|c| c.provision_on(node))
+            .find(|p| *p != Provision::Possible);
+        if let Some(stopped) = stopped {
+            return stopped;
         }
         volumes.provisions = to_provision.iter().map(|c| c.name.clone()).collect();
-        true
+        Provision::Possible
     }
 }
 
@@ -431,7 +485,9 @@ pub struct VolumeBinding {
 
 impl Plugin for VolumeBinding {
     const NAME: &'static str = NAME;
-    const READS_POD: PodParts = PodParts::VOLUME_CLAIMS.union(PodParts::IDENTITY);
+    const READS_POD: PodParts = PodParts::VOLUME_CLAIMS
+        .union(PodParts::IDENTITY)
+        .union(PodParts::VOLUMES);
     const READS_VOLUMES: bool = true;
     const RESERVE: bool = true;
     const IDLE_WITHOUT: PodParts = PodParts::VOLUME_CLAIMS;

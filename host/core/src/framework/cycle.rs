@@ -1360,6 +1360,7 @@ mod stage_tests {
                     permit: false,
                     reserve: self.0.reserve.is_some(),
                     reads_node_images: false,
+                    reads_csi_nodes: false,
                 },
                 names: HashMap::new(),
             }))

@@ -794,6 +794,7 @@ mod tests {
                     permit: false,
                     reserve: false,
                     reads_node_images: false,
+                    reads_csi_nodes: false,
                 },
                 set_pods: 0,
                 fail_next,
@@ -1031,6 +1032,7 @@ mod tests {
                     permit: false,
                     reserve: false,
                     reads_node_images: false,
+                    reads_csi_nodes: false,
                 },
                 sent: self.sent.clone(),
             }))

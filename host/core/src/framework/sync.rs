@@ -63,6 +63,7 @@ pub(super) fn worth_sending(pod: &sdk::ExistingPod, parts: sdk::ExistingPodParts
     parts.contains(Parts::LABELS)
         || (parts.contains(Parts::POD_AFFINITY) && !pod.pod_affinity.is_empty())
         || (parts.contains(Parts::HOST_PORTS) && !pod.host_ports.is_empty())
+        || (parts.contains(Parts::VOLUMES) && !pod.volumes.is_empty())
 }
 
 /// Brings one instance's mirror from generation `synced` up to the cache's, making a fresh

@@ -1,8 +1,10 @@
 //! From Kubernetes API objects (as `kubectl get -o yaml/json` prints them) to the plugin model.
 
 mod placement;
+mod volumes;
 
 pub use placement::selector as label_selector;
+pub use volumes::{csi_driver, csi_node, persistent_volume_source, storage_capacity};
 pub mod quantity;
 pub mod validation;
 
@@ -205,6 +207,8 @@ pub fn node_info(node: &core::Node) -> Result<sdk::NodeInfo, FieldError> {
         unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
         allocatable,
         usage: sdk::NodeUsage::default(),
+        // The cache puts the node's CSINode in.
+        csi_node: None,
         images: status
             .and_then(|s| s.images.as_ref())
             .into_iter()
@@ -295,6 +299,7 @@ pub fn pod(pod: &core::Pod) -> Result<sdk::Pod, FieldError> {
         volume_claims: volume_claims(pod, spec),
         containers: containers(spec),
         images: images(spec),
+        volumes: volumes::pod_volumes(pod, spec),
         pod_affinity: placement::pod_affinity(spec, &pod_labels),
         host_ports: placement::host_ports(spec),
         topology_spread_constraints: placement::topology_spread_constraints(spec),

@@ -50,9 +50,12 @@ impl<P: Exported + Send> PluginInstance for NativeInstance<P> {
     }
 
     fn upsert_nodes(&mut self, nodes: &[(u32, &NodeInfo)]) -> Result<(), CallError> {
-        let images = self.descriptor.reads_node_images;
+        let (images, csi) = (
+            self.descriptor.reads_node_images,
+            self.descriptor.reads_csi_nodes,
+        );
         self.driver
-            .upsert_nodes(nodes.iter().map(|(id, node)| (*id, node.sent(images))));
+            .upsert_nodes(nodes.iter().map(|(id, node)| (*id, node.sent(images, csi))));
         Ok(())
     }
 

@@ -408,6 +408,7 @@ impl From<wit::Descriptor> for sdk::Descriptor {
             permit: false,
             reserve: false,
             reads_node_images: false,
+            reads_csi_nodes: false,
         }
     }
 }

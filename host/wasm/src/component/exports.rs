@@ -197,8 +197,17 @@ pub(super) fn declare_details(
         )));
     }
     descriptor.reads_node_images = parts.contains(wit_details::DetailParts::NODE_IMAGES);
+    descriptor.reads_csi_nodes = parts.contains(wit_details::DetailParts::CSI_NODES);
     if parts.contains(wit_details::DetailParts::POD_IMAGES) {
         descriptor.reads_pod = descriptor.reads_pod | sdk::PodParts::IMAGES;
+    }
+    if parts.contains(wit_details::DetailParts::POD_VOLUMES) {
+        descriptor.reads_pod = descriptor.reads_pod | sdk::PodParts::VOLUMES;
+    }
+    if parts.contains(wit_details::DetailParts::PLACED_POD_VOLUMES) {
+        descriptor.reads_existing_pods = descriptor
+            .reads_existing_pods
+            .union(sdk::ExistingPodParts::VOLUMES);
     }
     Ok(())
 }

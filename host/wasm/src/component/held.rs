@@ -76,10 +76,11 @@ pub(super) enum Held {
 }
 
 impl Held {
-    /// What a component with these exports is held back (none: it takes each update at once).
-    pub(super) fn for_exports(encoded: bool, batched: bool) -> Option<Held> {
+    /// What a component with these exports is held back (none: it takes each update at once);
+    /// `volumes`: the pods it is sent carry their volumes (only in bytes).
+    pub(super) fn for_exports(encoded: bool, batched: bool, volumes: bool) -> Option<Held> {
         match (encoded, batched) {
-            (true, _) => Some(Held::Bytes(wire::HeldChanges::default())),
+            (true, _) => Some(Held::Bytes(wire::HeldChanges::new(volumes))),
             (false, true) => Some(Held::Records(HeldChanges::default())),
             (false, false) => None,
         }

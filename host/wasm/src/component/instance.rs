@@ -236,8 +236,11 @@ impl PluginInstance for ComponentInstance {
         );
         if let Some(encoded) = self.encoded {
             self.input.clear();
-            let images = self.descriptor.reads_node_images;
-            wire::write_nodes(&mut self.input, nodes, images);
+            let details = wire::NodeDetails {
+                images: self.descriptor.reads_node_images,
+                csi_node: self.descriptor.reads_csi_nodes,
+            };
+            wire::write_nodes(&mut self.input, nodes, details);
             return encoded
                 .upsert_nodes()
                 .call(&mut self.store, (&self.input,))

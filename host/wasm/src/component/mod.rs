@@ -569,6 +569,9 @@ impl ComponentFactory {
                 self.name
             ))
         })?;
+        let placed_volumes = descriptor
+            .reads_existing_pods
+            .contains(sdk::ExistingPodParts::VOLUMES);
         Ok(ComponentInstance {
             store,
             exports,
@@ -577,7 +580,11 @@ impl ComponentFactory {
             deadlines: self.deadlines,
             scratch_nodes: Vec::new(),
             mirrored: 0,
-            held: Held::for_exports(optional.encoded.is_some(), optional.batched.is_some()),
+            held: Held::for_exports(
+                optional.encoded.is_some(),
+                optional.batched.is_some(),
+                placed_volumes,
+            ),
             batched: optional.batched,
             encoded: optional.encoded,
             stages: optional.stages,

@@ -202,7 +202,11 @@ fn instances_sending(name: &str, sending: Sending) -> (ComponentInstance, Box<dy
     if sending == Sending::Plain {
         wasm.batched = None;
     }
-    wasm.held = Held::for_exports(wasm.encoded.is_some(), wasm.batched.is_some());
+    let volumes = wasm
+        .descriptor
+        .reads_existing_pods
+        .contains(sdk::ExistingPodParts::VOLUMES);
+    wasm.held = Held::for_exports(wasm.encoded.is_some(), wasm.batched.is_some(), volumes);
     (wasm, native)
 }
 

@@ -1,0 +1,446 @@
+//! NodeVolumeLimits: a node takes no more volumes of a CSI driver than its CSINode says the
+//! driver can attach there (`spec.drivers[].allocatable.count`). Volumes of the in-tree plugins
+//! migrated to CSI (GCE PD, AWS EBS, Azure Disk, Cinder, Portworx) count under their driver, as
+//! do claims still to be provisioned, under their class's provisioner.
+
+#![warn(missing_docs)]
+
+use std::collections::HashMap;
+
+use wasched_sdk::{
+    ExistingPod, ExistingPodParts, Failure, FilterPlan, FilterPlugin, NodeInfo, Nodes, Plugin, Pod,
+    PodId, PodParts, PodPlan, PodVolume, Verdict, CSI_PLUGIN,
+};
+
+/// The name used in configs and messages.
+pub const NAME: &str = "NodeVolumeLimits";
+/// kube-scheduler's reason for a node whose driver would attach too many volumes.
+pub const REASON: &str = "node(s) exceed max volume count";
+
+/// The in-tree plugins whose volumes CSI migration hands to a CSI driver, with the driver
+/// (csi-translation-lib's names; migration is on for each wherever the node has a CSINode).
+const MIGRATED: [(&str, &str); 5] = [
+    ("kubernetes.io/gce-pd", "pd.csi.storage.gke.io"),
+    ("kubernetes.io/aws-ebs", "ebs.csi.aws.com"),
+    ("kubernetes.io/azure-disk", "disk.csi.azure.com"),
+    ("kubernetes.io/cinder", "cinder.csi.openstack.org"),
+    ("kubernetes.io/portworx-volume", "pxd.portworx.com"),
+];
+
+fn migrated_driver(plugin: &str) -> Option<&'static str> {
+    MIGRATED.iter().find(|(p, _)| *p == plugin).map(|(_, d)| *d)
+}
+
+/// The handle csi-translation-lib gives a migrated disk: EBS volume ids lose their `aws://zone/`
+/// prefix, GCE disks become a zonal resource path; the others keep theirs.
+fn migrated_handle(plugin: &str, handle: &str) -> String {
+    match plugin {
+        "kubernetes.io/aws-ebs" if handle.starts_with("aws://") => {
+            handle.rsplit('/').next().unwrap_or(handle).to_string()
+        }
+        "kubernetes.io/gce-pd" => format!("projects/UNSPECIFIED/zones/UNSPECIFIED/disks/{handle}"),
+        _ => handle.to_string(),
+    }
+}
+
+/// A volume a node attaches: `driver/handle`, which makes two pods' uses of one volume one
+/// attachment, and the driver it counts under.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Attachment {
+    unique: String,
+    driver: String,
+}
+
+impl Attachment {
+    fn new(driver: &str, handle: &str) -> Self {
+        Attachment {
+            unique: format!("{driver}/{handle}"),
+            driver: driver.to_string(),
+        }
+    }
+}
+
+/// What `volume` of a pod in `namespace` attaches (kube-scheduler's `filterAttachableVolumes`
+/// on a node with a CSINode, the only nodes it limits): a bound claim its volume's CSI driver
+/// and handle (a migrated in-tree volume's driver); a claim without an existing volume its
+/// class's provisioner, under a handle of its own; an inline migrated disk its driver. None
+/// for anything else, and for a claim that does not exist.
+fn attachment(namespace: &str, volume: &PodVolume) -> Option<Attachment> {
+    let source_attachment = || {
+        if volume.plugin == CSI_PLUGIN {
+            return (!volume.driver.is_empty() && !volume.handle.is_empty())
+                .then(|| Attachment::new(&volume.driver, &volume.handle));
+        }
+        let driver = migrated_driver(&volume.plugin)?;
+        Some(Attachment::new(
+            driver,
+            &migrated_handle(&volume.plugin, &volume.handle),
+        ))
+    };
+    if volume.claim_name.is_empty() {
+        return source_attachment();
+    }
+    if !volume.claim_found {
+        return None;
+    }
+    if volume.bound {
+        return source_attachment();
+    }
+    if volume.provisioner.is_empty() {
+        return None;
+    }
+    // kube-scheduler names an unprovisioned claim's volume with a random prefix no real handle
+    // has; a NUL byte does the same.
+    let handle = format!("\0{namespace}/{}", volume.claim_name);
+    let driver = migrated_driver(&volume.provisioner).unwrap_or(&volume.provisioner);
+    Some(Attachment::new(driver, &handle))
+}
+
+/// The volumes attached on one node: how many pods use each, and how many per driver.
+#[derive(Default)]
+struct Attached {
+    users: HashMap<Attachment, u32>,
+    per_driver: HashMap<String, u32>,
+}
+
+/// The plugin: each node's attachments, kept up to date as pods come and go, and the current
+/// pod's new ones.
+#[derive(Default)]
+pub struct NodeVolumeLimits {
+    /// Per node name.
+    attached: HashMap<String, Attached>,
+    /// The current pod's attachments, each once.
+    pod_attachments: Vec<Attachment>,
+    /// Why every node fails the current pod: a claim of it that does not exist.
+    missing_claim: Option<String>,
+}
+
+impl NodeVolumeLimits {
+    fn count(&mut self, pod: &ExistingPod, node: &NodeInfo, added: bool) {
+        let attachments = pod
+            .volumes
+            .iter()
+            .filter_map(|v| attachment(&pod.namespace, v));
+        let on_node = self.attached.entry(node.name.clone()).or_default();
+        for attachment in attachments {
+            let users = on_node.users.entry(attachment.clone()).or_default();
+            let per_driver = on_node
+                .per_driver
+                .entry(attachment.driver.clone())
+                .or_default();
+            if added {
+                *users += 1;
+                if *users == 1 {
+                    *per_driver += 1;
+                }
+            } else if *users > 0 {
+                *users -= 1;
+                if *users == 0 {
+                    on_node.users.remove(&attachment);
+                    *per_driver = per_driver.saturating_sub(1);
+                }
+            }
+        }
+        if on_node.users.is_empty() {
+            self.attached.remove(&node.name);
+        }
+    }
+}
+
+impl Plugin for NodeVolumeLimits {
+    const NAME: &'static str = NAME;
+    const READS_POD: PodParts = PodParts::IDENTITY.union(PodParts::VOLUMES);
+    const READS_EXISTING_PODS: ExistingPodParts =
+        ExistingPodParts::LABELS.union(ExistingPodParts::VOLUMES);
+    const READS_CSI_NODES: bool = true;
+    const IDLE_WITHOUT: PodParts = PodParts::VOLUMES;
+
+    fn new(_config: &str) -> Result<Self, String> {
+        Ok(NodeVolumeLimits::default())
+    }
+
+    fn prepare(&mut self, pod: &Pod, _nodes: &Nodes) -> PodPlan {
+        self.pod_attachments.clear();
+        self.missing_claim = None;
+        for volume in &pod.volumes {
+            if !volume.claim_name.is_empty() && !volume.claim_found {
+                // kube-scheduler's Filter looks the claim up on every node and fails them all.
+                self.missing_claim = Some(format!(
+                    "looking up PVC {}/{}: persistentvolumeclaim \"{}\" not found",
+                    pod.namespace, volume.claim_name, volume.claim_name
+                ));
+                return PodPlan::default();
+            }
+            if let Some(attachment) = attachment(&pod.namespace, volume) {
+                if !self.pod_attachments.contains(&attachment) {
+                    self.pod_attachments.push(attachment);
+                }
+            }
+        }
+        PodPlan {
+            filter: if self.pod_attachments.is_empty() {
+                FilterPlan::Skip
+            } else {
+                FilterPlan::Run
+            },
+            score: false,
+        }
+    }
+
+    fn pod_added(&mut self, _id: PodId, pod: &ExistingPod, node: &NodeInfo) {
+        self.count(pod, node, true);
+    }
+
+    fn pod_removed(&mut self, _id: PodId, pod: &ExistingPod, node: &NodeInfo) {
+        self.count(pod, node, false);
+    }
+}
+
+impl FilterPlugin for NodeVolumeLimits {
+    fn filter(&self, _pod: &Pod, node: &NodeInfo) -> Verdict {
+        if let Some(missing) = &self.missing_claim {
+            return Err(Failure::unresolvable(missing.clone()));
+        }
+        // A node without a CSINode, or whose drivers state no count, has no limits.
+        let Some(csi) = &node.csi_node else {
+            return Ok(());
+        };
+        let attached = self.attached.get(&node.name);
+        let mut new_per_driver: Vec<(&str, u32)> = Vec::new();
+        for attachment in &self.pod_attachments {
+            // A volume a pod on the node already uses is attached already.
+            if attached.is_some_and(|a| a.users.contains_key(attachment)) {
+                continue;
+            }
+            match new_per_driver
+                .iter_mut()
+                .find(|(d, _)| *d == attachment.driver)
+            {
+                Some((_, n)) => *n += 1,
+                None => new_per_driver.push((&attachment.driver, 1)),
+            }
+        }
+        for (driver, new) in new_per_driver {
+            let limit = csi
+                .drivers
+                .iter()
+                .find(|d| d.name == driver)
+                .and_then(|d| d.count);
+            let Some(limit) = limit else { continue };
+            let current = attached
+                .and_then(|a| a.per_driver.get(driver))
+                .copied()
+                .unwrap_or(0);
+            if i64::from(current) + i64::from(new) > i64::from(limit) {
+                return Err(Failure::unschedulable(REASON));
+            }
+        }
+        Ok(())
+    }
+}
+
+wasched_sdk::export_plugin!(NodeVolumeLimits: filter);
+
+/// kube-scheduler's `TestCSILimits` (`csi_test.go`) as a table, its rows reduced to what they
+/// check: counts at, below and over a driver's limit, volumes shared with a pod on the node,
+/// drivers without a limit, nodes without a CSINode, claims still to be provisioned (counted
+/// under their class's provisioner), in-tree volumes migrated to CSI, and a missing claim. Run
+/// natively by this crate's tests and through the WebAssembly build by the host's
+/// (`tests/e2e/plugins.rs`), which insists both builds agree.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn cases() -> Vec<wasched_sdk::testing::Case> {
+    use wasched_sdk::testing::{fail, node, pass, pod, unresolvable, Case};
+    use wasched_sdk::{Code, CsiDriverLimit, CsiNode};
+
+    const EBS: &str = "ebs.csi.aws.com";
+    const GCE: &str = "pd.csi.storage.gke.io";
+    let limited = |name: &str, limits: &[(&str, Option<i32>)]| NodeInfo {
+        csi_node: Some(CsiNode {
+            drivers: limits
+                .iter()
+                .map(|(driver, count)| CsiDriverLimit {
+                    name: driver.to_string(),
+                    count: *count,
+                })
+                .collect(),
+        }),
+        ..node(name)
+    };
+    let csi_claim = |claim: &str, driver: &str, handle: &str| PodVolume {
+        name: claim.into(),
+        claim_name: claim.into(),
+        claim_found: true,
+        bound: true,
+        plugin: CSI_PLUGIN.into(),
+        driver: driver.into(),
+        handle: handle.into(),
+        ..PodVolume::default()
+    };
+    let unbound = |claim: &str, provisioner: &str| PodVolume {
+        name: claim.into(),
+        claim_name: claim.into(),
+        claim_found: true,
+        provisioner: provisioner.into(),
+        ..PodVolume::default()
+    };
+    let inline = |plugin: &str, handle: &str| PodVolume {
+        name: "inline".into(),
+        plugin: plugin.into(),
+        handle: handle.into(),
+        ..PodVolume::default()
+    };
+    let mounting = |name: &str, volumes: Vec<PodVolume>| Pod {
+        volumes,
+        ..pod(name)
+    };
+    let two_ebs = || {
+        mounting(
+            "running",
+            vec![csi_claim("a", EBS, "vol-a"), csi_claim("b", EBS, "vol-b")],
+        )
+    };
+    let new_two = || {
+        mounting(
+            "p",
+            vec![csi_claim("c", EBS, "vol-c"), csi_claim("d", EBS, "vol-d")],
+        )
+    };
+    let exceeded = || fail(Code::Unschedulable, &[REASON]);
+    vec![
+        Case::filter(
+            "fits at the limit (2 attached + 2 new <= 4)",
+            new_two(),
+            vec![limited("n", &[(EBS, Some(4))])],
+            vec![pass()],
+        )
+        .with_existing(vec![(0, two_ebs())]),
+        Case::filter(
+            "exceeds the limit (2 attached + 2 new > 3); another node has room",
+            new_two(),
+            vec![
+                limited("full", &[(EBS, Some(3))]),
+                limited("empty", &[(EBS, Some(3))]),
+            ],
+            vec![exceeded(), pass()],
+        )
+        .with_existing(vec![(0, two_ebs())]),
+        Case::filter(
+            "a volume a pod on the node already uses is not attached again",
+            mounting(
+                "p",
+                vec![csi_claim("a", EBS, "vol-a"), csi_claim("c", EBS, "vol-c")],
+            ),
+            vec![limited("n", &[(EBS, Some(3))])],
+            vec![pass()],
+        )
+        .with_existing(vec![(0, two_ebs())]),
+        Case::filter(
+            "two pods sharing a volume attach it once",
+            mounting("p", vec![csi_claim("c", EBS, "vol-c")]),
+            vec![limited("n", &[(EBS, Some(3))])],
+            vec![pass()],
+        )
+        .with_existing(vec![(0, two_ebs()), (0, two_ebs())]),
+        Case::filter(
+            "another driver's volumes do not count against this one",
+            mounting("p", vec![csi_claim("c", GCE, "disk-c")]),
+            vec![limited("n", &[(EBS, Some(2)), (GCE, Some(1))])],
+            vec![pass()],
+        )
+        .with_existing(vec![(0, two_ebs())]),
+        Case::filter(
+            "a driver without a count, and a node without a CSINode, have no limit",
+            new_two(),
+            vec![limited("uncounted", &[(EBS, None)]), node("no-csinode")],
+            vec![pass(), pass()],
+        )
+        .with_existing(vec![(0, two_ebs()), (1, two_ebs())]),
+        Case::filter(
+            "a claim to provision counts under its class's provisioner",
+            mounting("p", vec![unbound("new", EBS)]),
+            vec![limited("n", &[(EBS, Some(2))])],
+            vec![exceeded()],
+        )
+        .with_existing(vec![(0, two_ebs())]),
+        Case::filter(
+            "an in-tree provisioner counts under the CSI driver it migrated to",
+            mounting("p", vec![unbound("new", "kubernetes.io/aws-ebs")]),
+            vec![limited("n", &[(EBS, Some(2))])],
+            vec![exceeded()],
+        )
+        .with_existing(vec![(0, two_ebs())]),
+        Case::filter(
+            "a claim without a class is not counted",
+            mounting("p", vec![unbound("new", "")]),
+            vec![limited("n", &[(EBS, Some(2))])],
+            vec![pass()],
+        )
+        .with_existing(vec![(0, two_ebs())])
+        .with_plan(FilterPlan::Skip),
+        Case::filter(
+            "an inline EBS disk is the CSI volume of the same id (aws:// prefix dropped)",
+            mounting(
+                "p",
+                vec![inline("kubernetes.io/aws-ebs", "aws://us-east-1a/vol-a")],
+            ),
+            vec![limited("n", &[(EBS, Some(2))])],
+            vec![pass()],
+        )
+        .with_existing(vec![(0, two_ebs())]),
+        Case::filter(
+            "an inline GCE disk counts under the GCE PD driver",
+            mounting("p", vec![inline("kubernetes.io/gce-pd", "disk-1")]),
+            vec![limited("n", &[(GCE, Some(1))])],
+            vec![exceeded()],
+        )
+        .with_existing(vec![(
+            0,
+            mounting("gce", vec![inline("kubernetes.io/gce-pd", "disk-0")]),
+        )]),
+        Case::filter(
+            "a volume of a plugin CSI does not take over (iSCSI) is not counted",
+            mounting(
+                "p",
+                vec![inline("kubernetes.io/iscsi", "iqn.2016-12.server:t1")],
+            ),
+            vec![limited("n", &[("iscsi", Some(0))])],
+            vec![pass()],
+        )
+        .with_plan(FilterPlan::Skip),
+        Case::filter(
+            "a claim that does not exist fails every node",
+            mounting(
+                "p",
+                vec![PodVolume {
+                    name: "data".into(),
+                    claim_name: "data".into(),
+                    ..PodVolume::default()
+                }],
+            ),
+            vec![limited("n", &[(EBS, Some(4))]), node("no-csinode")],
+            vec![
+                unresolvable(
+                    "looking up PVC default/data: persistentvolumeclaim \"data\" not found",
+                ),
+                unresolvable(
+                    "looking up PVC default/data: persistentvolumeclaim \"data\" not found",
+                ),
+            ],
+        ),
+        Case::filter(
+            "a pod without volumes is not checked",
+            pod("p"),
+            vec![limited("n", &[(EBS, Some(0))])],
+            vec![pass()],
+        )
+        .with_plan(FilterPlan::Skip),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn answers_as_kube_scheduler() {
+        wasched_sdk::testing::check::<super::NodeVolumeLimits>(&super::cases());
+    }
+}
