@@ -8,8 +8,8 @@
 use std::collections::HashMap;
 
 use wasched_sdk::{
-    ExistingPod, ExistingPodParts, Failure, FilterPlan, FilterPlugin, NodeInfo, Nodes, Plugin, Pod,
-    PodId, PodParts, PodPlan, PodVolume, Verdict, CSI_PLUGIN,
+    ExistingPod, ExistingPodParts, Failure, FilterPlan, FilterPlugin, FilterResults, NodeId,
+    NodeInfo, Nodes, Plugin, Pod, PodId, PodParts, PodPlan, PodVolume, Verdict, CSI_PLUGIN,
 };
 
 /// The name used in configs and messages.
@@ -96,54 +96,150 @@ fn attachment(namespace: &str, volume: &PodVolume) -> Option<Attachment> {
     Some(Attachment::new(driver, &handle))
 }
 
-/// The volumes attached on one node: how many pods use each, and how many per driver.
+/// Small ids for attachments and drivers, so a node's counts are a few integers to compare.
 #[derive(Default)]
-struct Attached {
-    users: HashMap<Attachment, u32>,
-    per_driver: HashMap<String, u32>,
+struct Interned {
+    attachments: HashMap<String, u32>,
+    drivers: HashMap<String, u32>,
+    driver_names: Vec<String>,
 }
 
-/// The plugin: each node's attachments, kept up to date as pods come and go, and the current
-/// pod's new ones.
+impl Interned {
+    /// The ids of `attachment` and of its driver, made if new.
+    fn ids(&mut self, attachment: &Attachment) -> (u32, u32) {
+        let next = self.attachments.len() as u32;
+        let id = *self
+            .attachments
+            .entry(attachment.unique.clone())
+            .or_insert(next);
+        let next = self.drivers.len() as u32;
+        let driver = *self
+            .drivers
+            .entry(attachment.driver.clone())
+            .or_insert_with(|| {
+                self.driver_names.push(attachment.driver.clone());
+                next
+            });
+        (id, driver)
+    }
+}
+
+/// The volumes attached on one node: how many pods use each (by attachment id, with its
+/// driver), and how many distinct ones per driver. A node holds few, so lists beat maps.
+#[derive(Default, Clone)]
+struct Attached {
+    users: Vec<(u32, u32, u32)>,
+    per_driver: Vec<(u32, u32)>,
+}
+
+impl Attached {
+    fn has(&self, attachment: u32) -> bool {
+        self.users.iter().any(|&(a, _, _)| a == attachment)
+    }
+
+    fn count(&self, driver: u32) -> u32 {
+        self.per_driver
+            .iter()
+            .find(|&&(d, _)| d == driver)
+            .map_or(0, |&(_, n)| n)
+    }
+
+    fn add(&mut self, attachment: u32, driver: u32) {
+        if let Some(user) = self.users.iter_mut().find(|u| u.0 == attachment) {
+            user.2 += 1;
+            return;
+        }
+        self.users.push((attachment, driver, 1));
+        match self.per_driver.iter_mut().find(|d| d.0 == driver) {
+            Some(d) => d.1 += 1,
+            None => self.per_driver.push((driver, 1)),
+        }
+    }
+
+    fn remove(&mut self, attachment: u32) {
+        let Some(i) = self.users.iter().position(|u| u.0 == attachment) else {
+            return;
+        };
+        self.users[i].2 -= 1;
+        if self.users[i].2 > 0 {
+            return;
+        }
+        let (_, driver, _) = self.users.swap_remove(i);
+        if let Some(d) = self.per_driver.iter_mut().find(|d| d.0 == driver) {
+            d.1 -= 1;
+        }
+    }
+}
+
+/// The plugin: each node's attachments (by node id), kept up to date as pods come and go, and
+/// the current pod's new ones.
 #[derive(Default)]
 pub struct NodeVolumeLimits {
-    /// Per node name.
-    attached: HashMap<String, Attached>,
-    /// The current pod's attachments, each once.
-    pod_attachments: Vec<Attachment>,
+    interned: Interned,
+    /// Per node id.
+    attached: Vec<Attached>,
+    /// Node ids by name, for [`FilterPlugin::filter`], which is given the node alone.
+    ids_by_name: HashMap<String, NodeId>,
+    /// The current pod's attachments, each once, with their drivers.
+    pod_attachments: Vec<(u32, u32)>,
+    /// The drivers of the pod's attachments, each once.
+    pod_drivers: Vec<u32>,
     /// Why every node fails the current pod: a claim of it that does not exist.
     missing_claim: Option<String>,
 }
 
 impl NodeVolumeLimits {
     fn count(&mut self, pod: &ExistingPod, node: &NodeInfo, added: bool) {
-        let attachments = pod
-            .volumes
-            .iter()
-            .filter_map(|v| attachment(&pod.namespace, v));
-        let on_node = self.attached.entry(node.name.clone()).or_default();
-        for attachment in attachments {
-            let users = on_node.users.entry(attachment.clone()).or_default();
-            let per_driver = on_node
-                .per_driver
-                .entry(attachment.driver.clone())
-                .or_default();
+        let id = pod.node as usize;
+        if self.attached.len() <= id {
+            self.attached.resize(id + 1, Attached::default());
+        }
+        if added {
+            self.ids_by_name.insert(node.name.clone(), pod.node);
+        }
+        for volume in &pod.volumes {
+            let Some(attachment) = attachment(&pod.namespace, volume) else {
+                continue;
+            };
+            let (attachment, driver) = self.interned.ids(&attachment);
             if added {
-                *users += 1;
-                if *users == 1 {
-                    *per_driver += 1;
-                }
-            } else if *users > 0 {
-                *users -= 1;
-                if *users == 0 {
-                    on_node.users.remove(&attachment);
-                    *per_driver = per_driver.saturating_sub(1);
-                }
+                self.attached[id].add(attachment, driver);
+            } else {
+                self.attached[id].remove(attachment);
             }
         }
-        if on_node.users.is_empty() {
-            self.attached.remove(&node.name);
+        if !added && self.attached[id].users.is_empty() {
+            self.ids_by_name.remove(&node.name);
         }
+    }
+
+    /// Whether `node` (its id `id`, if it has pods) can attach the pod's new volumes.
+    fn fits(&self, node: &NodeInfo, id: Option<NodeId>) -> bool {
+        // A node without a CSINode, or whose drivers state no count, has no limits.
+        let Some(csi) = &node.csi_node else {
+            return true;
+        };
+        let attached = id.and_then(|id| self.attached.get(id as usize));
+        for &driver in &self.pod_drivers {
+            let name = &self.interned.driver_names[driver as usize];
+            let limit = csi
+                .drivers
+                .iter()
+                .find(|d| d.name == *name)
+                .and_then(|d| d.count);
+            let Some(limit) = limit else { continue };
+            // A volume a pod on the node already uses is attached already.
+            let new = self
+                .pod_attachments
+                .iter()
+                .filter(|&&(a, d)| d == driver && !attached.is_some_and(|n| n.has(a)))
+                .count() as i64;
+            let current = attached.map_or(0, |n| n.count(driver));
+            if i64::from(current) + new > i64::from(limit) {
+                return false;
+            }
+        }
+        true
     }
 }
 
@@ -161,6 +257,7 @@ impl Plugin for NodeVolumeLimits {
 
     fn prepare(&mut self, pod: &Pod, _nodes: &Nodes) -> PodPlan {
         self.pod_attachments.clear();
+        self.pod_drivers.clear();
         self.missing_claim = None;
         for volume in &pod.volumes {
             if !volume.claim_name.is_empty() && !volume.claim_found {
@@ -172,8 +269,12 @@ impl Plugin for NodeVolumeLimits {
                 return PodPlan::default();
             }
             if let Some(attachment) = attachment(&pod.namespace, volume) {
-                if !self.pod_attachments.contains(&attachment) {
-                    self.pod_attachments.push(attachment);
+                let (attachment, driver) = self.interned.ids(&attachment);
+                if !self.pod_attachments.contains(&(attachment, driver)) {
+                    self.pod_attachments.push((attachment, driver));
+                }
+                if !self.pod_drivers.contains(&driver) {
+                    self.pod_drivers.push(driver);
                 }
             }
         }
@@ -201,41 +302,29 @@ impl FilterPlugin for NodeVolumeLimits {
         if let Some(missing) = &self.missing_claim {
             return Err(Failure::unresolvable(missing.clone()));
         }
-        // A node without a CSINode, or whose drivers state no count, has no limits.
-        let Some(csi) = &node.csi_node else {
-            return Ok(());
-        };
-        let attached = self.attached.get(&node.name);
-        let mut new_per_driver: Vec<(&str, u32)> = Vec::new();
-        for attachment in &self.pod_attachments {
-            // A volume a pod on the node already uses is attached already.
-            if attached.is_some_and(|a| a.users.contains_key(attachment)) {
-                continue;
-            }
-            match new_per_driver
-                .iter_mut()
-                .find(|(d, _)| *d == attachment.driver)
-            {
-                Some((_, n)) => *n += 1,
-                None => new_per_driver.push((&attachment.driver, 1)),
-            }
+        if self.fits(node, self.ids_by_name.get(&node.name).copied()) {
+            Ok(())
+        } else {
+            Err(Failure::unschedulable(REASON))
         }
-        for (driver, new) in new_per_driver {
-            let limit = csi
-                .drivers
-                .iter()
-                .find(|d| d.name == driver)
-                .and_then(|d| d.count);
-            let Some(limit) = limit else { continue };
-            let current = attached
-                .and_then(|a| a.per_driver.get(driver))
-                .copied()
-                .unwrap_or(0);
-            if i64::from(current) + i64::from(new) > i64::from(limit) {
-                return Err(Failure::unschedulable(REASON));
+    }
+
+    fn filter_batch(&mut self, pod: &Pod, nodes: &Nodes, ids: &[NodeId], out: &mut FilterResults) {
+        if self.missing_claim.is_some() {
+            for &id in ids {
+                out.push(match nodes.get(id) {
+                    Some(node) => self.filter(pod, node),
+                    None => Err(Nodes::unknown(id)),
+                });
             }
+            return;
         }
-        Ok(())
+        out.push_each(
+            nodes,
+            ids,
+            |id| nodes.get(id).is_none_or(|node| self.fits(node, Some(id))),
+            || Failure::unschedulable(REASON),
+        );
     }
 }
 
