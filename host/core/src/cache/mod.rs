@@ -429,13 +429,14 @@ impl Cache {
             }
             return;
         }
-        self.place(key, pod, node, false);
+        self.place(key, pod, node, false, volumes);
     }
 
     /// Holds `pod`'s requests on `node`, which this scheduler chose, until the binding is seen
     /// ([`Cache::add_pod`]) or given up ([`Cache::forget_pod`]).
     pub fn assume_pod(&mut self, pod: &sdk::Pod, node: &str) {
-        self.place(pod.key(), pod, node, true);
+        let volumes = self.resolved_volumes(&pod.namespace, &pod.volumes);
+        self.place(pod.key(), pod, node, true, volumes);
     }
 
     /// Releases an assumed pod. Returns false, changing nothing, when the pod is not placed or
@@ -449,10 +450,19 @@ impl Cache {
         self.pods.get(key).is_some_and(|p| p.assumed)
     }
 
-    fn place(&mut self, key: String, pod: &sdk::Pod, node: &str, assumed: bool) {
+    /// Places `pod` on `node` with `volumes`, its volumes as [`Cache::resolved_volumes`] looks
+    /// them up.
+    fn place(
+        &mut self,
+        key: String,
+        pod: &sdk::Pod,
+        node: &str,
+        assumed: bool,
+        volumes: Vec<sdk::PodVolume>,
+    ) {
         self.remove_pod(&key);
         let mut existing = sdk::ExistingPod::of(pod, 0);
-        existing.volumes = self.resolved_volumes(&pod.namespace, &pod.volumes);
+        existing.volumes = volumes;
         let placed = PlacedPod {
             id: 0,
             existing,
