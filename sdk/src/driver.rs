@@ -50,6 +50,7 @@ impl<P: Exported> Driver<P> {
             reads_volumes: P::READS_VOLUMES,
             reads_node_images: P::READS_NODE_IMAGES,
             reads_csi_nodes: P::READS_CSI_NODES,
+            reads_devices: P::READS_DEVICES,
             pre_enqueue: P::PRE_ENQUEUE,
             permit: P::PERMIT,
             reserve: P::RESERVE,
@@ -112,6 +113,9 @@ impl<P: Exported> Driver<P> {
                 }
             };
             self.nodes.upsert(id, node);
+            if let Some(node) = self.nodes.get(id) {
+                self.plugin.node_upserted(id, node);
+            }
             for pod in relabelled {
                 self.announce_added(pod);
             }

@@ -172,6 +172,7 @@ impl<P: Exported> bindings::exports::wasched::plugin::encoded::Guest for Compone
         let nodes = decoded(reader.nodes(crate::wire::NodeDetails {
             images: P::READS_NODE_IMAGES,
             csi_node: P::READS_CSI_NODES,
+            devices: P::READS_DEVICES,
         }));
         decoded(reader.finish());
         driver::<P>().upsert_nodes(nodes);
@@ -248,15 +249,58 @@ impl<P: Exported> reserve::Guest for Component<P> {
 
     fn reserve(node: u32) -> Result<reserve::Reservation, wit::Failure> {
         let reservation = driver::<P>().reserve(node).map_err(wit::Failure::from)?;
-        let volumes = reservation.volumes;
-        Ok(reserve::Reservation {
-            bind_volumes: volumes
-                .static_bindings
-                .into_iter()
-                .map(|(claim, volume)| reserve::VolumeBinding { claim, volume })
-                .collect(),
-            provision_volumes: volumes.provisions,
-        })
+        Ok(wit_reservation(reservation.volumes))
+    }
+}
+
+fn wit_reservation(volumes: sdk::PodVolumes) -> reserve::Reservation {
+    reserve::Reservation {
+        bind_volumes: volumes
+            .static_bindings
+            .into_iter()
+            .map(|(claim, volume)| reserve::VolumeBinding { claim, volume })
+            .collect(),
+        provision_volumes: volumes.provisions,
+    }
+}
+
+use bindings::exports::wasched::plugin::devices;
+
+impl<P: Exported> devices::Guest for Component<P> {
+    fn reads() -> bool {
+        P::READS_DEVICES
+    }
+
+    fn pre_enqueue(pod: Vec<u8>) -> Option<wit::Failure> {
+        let mut reader = crate::wire::Reader::new(&pod);
+        let pod = decoded(reader.pod());
+        decoded(reader.finish());
+        driver::<P>().pre_enqueue(&pod).map(Into::into)
+    }
+
+    fn reserve(
+        node: u32,
+    ) -> Result<(reserve::Reservation, Vec<devices::ClaimAllocation>), wit::Failure> {
+        let reservation = driver::<P>().reserve(node).map_err(wit::Failure::from)?;
+        let claims = reservation
+            .claims
+            .into_iter()
+            .map(|claim| devices::ClaimAllocation {
+                claim: claim.claim,
+                devices: claim
+                    .devices
+                    .into_iter()
+                    .map(|d| devices::DeviceResult {
+                        request: d.request,
+                        driver: d.driver,
+                        pool: d.pool,
+                        device: d.device,
+                        admin_access: d.admin_access,
+                    })
+                    .collect(),
+            })
+            .collect();
+        Ok((wit_reservation(reservation.volumes), claims))
     }
 }
 
@@ -576,6 +620,7 @@ impl From<wit::NodeInfo> for sdk::NodeInfo {
             usage: n.usage.into(),
             images: Vec::new(),
             csi_node: None,
+            device_pools: Vec::new(),
         }
     }
 }

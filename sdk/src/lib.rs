@@ -41,6 +41,7 @@
 
 #![deny(missing_docs)]
 
+mod devices;
 mod driver;
 #[cfg(target_arch = "wasm32")]
 #[doc(hidden)]
@@ -62,6 +63,7 @@ pub mod wire;
 static ALLOCATOR: size_classes::SizeClasses<std::alloc::System> =
     size_classes::SizeClasses::new(std::alloc::System);
 
+pub use devices::*;
 pub use driver::Driver;
 pub use mirror::{LabelColumnId, LabelTest, NodeSummary, Nodes, NO_TAINTS};
 pub use types::*;
@@ -102,6 +104,12 @@ pub trait Plugin: Sized + 'static {
     /// True when the plugin reads [`NodeInfo::csi_node`] (each node's CSINode; the `details`
     /// interface).
     const READS_CSI_NODES: bool = false;
+
+    /// True when the plugin reads Dynamic Resource Allocation's objects: each node's
+    /// [`NodeInfo::device_pools`], the pod's [`Pod::claims`] (in every call that gets the pod,
+    /// PreEnqueue's too), and its [`Reservation::claims`] back from Reserve (kube-scheduler's
+    /// DynamicResources). A component gets them through the `devices` interface.
+    const READS_DEVICES: bool = false;
 
     /// True when the plugin uses [`Nodes::label_test`] in its batch methods: the mirror then keeps
     /// an index of every node's labels (about 4 bytes per node per label key, plus each distinct
@@ -187,6 +195,13 @@ pub trait Plugin: Sized + 'static {
     /// binding failed); forget whatever was counted for it.
     fn unreserve(&mut self, pod: &Pod, node: &str) {
         let _ = (pod, node);
+    }
+
+    /// Called when node `id` enters the mirror or is replaced there, with the node as the
+    /// mirror now has it: a plugin that works something out per node once (rather than per pod)
+    /// does it here.
+    fn node_upserted(&mut self, id: NodeId, node: &NodeInfo) {
+        let _ = (id, node);
     }
 
     /// Called when an existing pod enters the mirror, with its node as the mirror has it (an

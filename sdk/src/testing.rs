@@ -40,9 +40,9 @@
 
 use crate::helpers::default_normalize;
 use crate::{
-    Code, Driver, ExistingPod, ExistingPodParts, Exported, Failure, FilterPlan, FilterResults,
-    HostPort, IdleWhen, Labels, NodeId, NodeInfo, NodeSelectorRequirement, NodeSelectorTerm,
-    Normalize, Pod, PodId, PodPlan, Resources, Taint, Toleration, VolumeInfo,
+    ClaimAllocation, Code, Driver, ExistingPod, ExistingPodParts, Exported, Failure, FilterPlan,
+    FilterResults, HostPort, IdleWhen, Labels, NodeId, NodeInfo, NodeSelectorRequirement,
+    NodeSelectorTerm, Normalize, Pod, PodId, PodPlan, Resources, Taint, Toleration, VolumeInfo,
 };
 
 /// One gibibyte.
@@ -243,6 +243,9 @@ pub struct Answers {
     /// What PreEnqueue said of the pod: a pass lets it into the queue (also for a plugin that
     /// takes no part in PreEnqueue).
     pub pre_enqueue: Expected,
+    /// What Reserve allocated for the pod's claims on the row's `reserve_on` node (empty
+    /// without one).
+    pub reserved: Vec<ClaimAllocation>,
 }
 
 /// One row of a plugin's table: a pod, nodes, and what the plugin must answer.
@@ -273,6 +276,9 @@ pub struct Case {
     pub feasible: Option<Vec<usize>>,
     /// What PreEnqueue says of the pod, when the row checks it.
     pub pre_enqueue: Option<Expected>,
+    /// The position of a node to reserve the pod on after filtering, and the claims' devices
+    /// Reserve must allocate there, when the row checks them.
+    pub reserve_on: Option<(usize, Vec<ClaimAllocation>)>,
 }
 
 impl Case {
@@ -296,6 +302,7 @@ impl Case {
             volumes: Vec::new(),
             feasible: None,
             pre_enqueue: None,
+            reserve_on: None,
         }
     }
 
@@ -314,6 +321,7 @@ impl Case {
             volumes: Vec::new(),
             feasible: None,
             pre_enqueue: None,
+            reserve_on: None,
         }
     }
 
@@ -325,6 +333,13 @@ impl Case {
             pre_enqueue: Some(expected),
             ..Case::filter(name, pod, Vec::new(), Vec::new())
         }
+    }
+
+    /// This row also reserving the pod on the node at `position`, where Reserve must allocate
+    /// `claims`.
+    pub fn reserving(mut self, position: usize, claims: Vec<ClaimAllocation>) -> Case {
+        self.reserve_on = Some((position, claims));
+        self
     }
 
     /// This row with the cluster's PersistentVolumes.
@@ -407,6 +422,13 @@ impl Case {
         }
         if let Some(plan) = &self.plan {
             assert_eq!(&answers.plan.filter, plan, "{plugin}: {}: plan", self.name);
+        }
+        if let Some((_, reserved)) = &self.reserve_on {
+            assert_eq!(
+                &answers.reserved, reserved,
+                "{plugin}: {}: reserved",
+                self.name
+            );
         }
         if let Some(pre_enqueue) = &self.pre_enqueue {
             assert_eq!(
@@ -506,7 +528,11 @@ pub fn answers<P: Exported>(case: &Case) -> Answers {
         driver.upsert_pods(case.existing_pods(P::READS_EXISTING_PODS));
     }
     let pre_enqueue = match P::PRE_ENQUEUE {
-        true => verdict_of(driver.pre_enqueue(&case.pod.staged()).as_ref()),
+        true => verdict_of(
+            driver
+                .pre_enqueue(&case.pod.pre_enqueued(P::READS_DEVICES))
+                .as_ref(),
+        ),
         false => pass(),
     };
     let seen = case.pod.with_parts(P::READS_POD);
@@ -531,11 +557,19 @@ pub fn answers<P: Exported>(case: &Case) -> Answers {
     } else {
         Vec::new()
     };
+    let reserved = match &case.reserve_on {
+        Some((position, _)) => match driver.reserve(ids[*position]) {
+            Ok(reservation) => reservation.claims,
+            Err(failure) => panic!("{}: {failure:?}", what("reserve")),
+        },
+        None => Vec::new(),
+    };
     Answers {
         plan,
         verdicts,
         scores,
         pre_enqueue,
+        reserved,
     }
 }
 

@@ -3,6 +3,7 @@
 use std::borrow::Cow;
 
 use crate::mirror::Nodes;
+use crate::{ClaimAllocation, DevicePool, PodClaim};
 
 /// A node as the host and a plugin's mirror name it: small and dense, assigned by the host,
 /// reused after the node is removed. Batch calls pass these; [`Nodes`] looks them up.
@@ -568,6 +569,9 @@ pub struct Pod {
     /// `spec.volumes`, with their claims looked up (the `volumes` part, sent through the
     /// `details` interface).
     pub volumes: Vec<PodVolume>,
+    /// `spec.resourceClaims`, with their ResourceClaims and DeviceClasses looked up (the
+    /// `claims` part, sent through the `devices` interface).
+    pub claims: Vec<PodClaim>,
     /// `spec.affinity.podAffinity` and `podAntiAffinity`.
     pub pod_affinity: PodAffinity,
     /// The host ports of its containers and restartable init containers, sorted, each once.
@@ -691,6 +695,9 @@ impl IdleWhen {
 pub struct Reservation {
     /// Volumes to bind or provision.
     pub volumes: PodVolumes,
+    /// Devices allocated for the pod's claims that had no allocation, to write into the claims
+    /// before the binding.
+    pub claims: Vec<ClaimAllocation>,
 }
 
 impl Pod {
@@ -706,6 +713,20 @@ impl Pod {
             priority: self.priority,
             scheduling_gates: self.scheduling_gates.clone(),
             ..Pod::default()
+        }
+    }
+}
+
+impl Pod {
+    /// The pod PreEnqueue sees: [`Pod::staged`], or for a plugin that reads devices its
+    /// identity, labels, annotations and claims (the `devices` interface's `pre-enqueue`).
+    pub fn pre_enqueued(&self, reads_devices: bool) -> Pod {
+        if reads_devices {
+            self.with_parts(
+                PodParts::IDENTITY | PodParts::LABELS | PodParts::ANNOTATIONS | PodParts::CLAIMS,
+            )
+        } else {
+            self.staged()
         }
     }
 }
@@ -806,6 +827,9 @@ pod_parts! {
     IMAGES = 12, "images" => [images];
     /// `volumes`: as [`PodParts::IMAGES`], bit 13.
     VOLUMES = 13, "volumes" => [volumes];
+    /// `claims`: declared through the `devices` interface, sent only in the `encoded` form as
+    /// bit 14.
+    CLAIMS = 14, "claims" => [claims];
 }
 
 /// The parts of a [`Pod`] a plugin reads (`reads-pod` in `wit/plugin.wit`). The host sends a WASM
@@ -820,8 +844,9 @@ impl PodParts {
     /// The parts the WIT `pod-parts` flags (and so a `pod` record) have: every part but
     /// [`PodParts::IMAGES`] and [`PodParts::VOLUMES`], which a component asks for through the
     /// `details` interface.
-    pub const IN_RECORD: PodParts =
-        PodParts(PodParts::ALL.0 & !PodParts::IMAGES.0 & !PodParts::VOLUMES.0);
+    pub const IN_RECORD: PodParts = PodParts(
+        PodParts::ALL.0 & !PodParts::IMAGES.0 & !PodParts::VOLUMES.0 & !PodParts::CLAIMS.0,
+    );
 
     /// Every part in `self` or `other` (usable in a `const`).
     pub const fn union(self, other: PodParts) -> PodParts {
@@ -901,6 +926,9 @@ pub struct NodeInfo {
     /// The node's CSINode (`storage.k8s.io/v1`), none when it has none (only sent to plugins
     /// that set [`crate::Plugin::READS_CSI_NODES`]).
     pub csi_node: Option<CsiNode>,
+    /// The resource pools with devices the node can use (only sent to plugins that set
+    /// [`crate::Plugin::READS_DEVICES`]).
+    pub device_pools: Vec<DevicePool>,
 }
 
 /// What a node's CSINode says of the CSI drivers installed there.
@@ -979,7 +1007,7 @@ pub const CSI_PLUGIN: &str = "kubernetes.io/csi";
 
 impl NodeInfo {
     /// A copy as a plugin is sent it: with its images only when the plugin reads them.
-    pub fn sent(&self, images: bool, csi_node: bool) -> NodeInfo {
+    pub fn sent(&self, images: bool, csi_node: bool, devices: bool) -> NodeInfo {
         NodeInfo {
             name: self.name.clone(),
             labels: self.labels.clone(),
@@ -997,6 +1025,11 @@ impl NodeInfo {
                 self.csi_node.clone()
             } else {
                 None
+            },
+            device_pools: if devices {
+                self.device_pools.clone()
+            } else {
+                Vec::new()
             },
         }
     }
@@ -1151,6 +1184,10 @@ pub struct Descriptor {
     pub reads_node_images: bool,
     /// [`crate::Plugin::READS_CSI_NODES`] (as `reads_node_images`).
     pub reads_csi_nodes: bool,
+    /// [`crate::Plugin::READS_DEVICES`] (for a component: it exports the `devices` interface
+    /// and says so): nodes carry their device pools, pods their claims, and PreEnqueue and
+    /// Reserve go through that interface.
+    pub reads_devices: bool,
     /// [`crate::Plugin::PRE_ENQUEUE`]: it takes part in PreEnqueue (for a component: it exports
     /// the `stages` interface and says so).
     pub pre_enqueue: bool,
@@ -1516,6 +1553,32 @@ mod tests {
             default_spread_selector: Some(LabelSelector::default()),
             images: vec!["app:1".into()],
             volumes: vec![PodVolume::default()],
+            claims: vec![PodClaim {
+                name: "gpu".into(),
+                claim_name: "pod-gpu".into(),
+                from_template: true,
+                found: true,
+                allocated: Some(crate::ClaimAllocated {
+                    node_selector: Some(vec![NodeSelectorTerm::default()]),
+                    reserved_for_pod: true,
+                    reserved_count: 3,
+                }),
+                requests: vec![crate::DeviceRequest {
+                    name: "r".into(),
+                    class_name: "c".into(),
+                    class_found: true,
+                    class_selectors: vec!["device.driver == 'x'".into()],
+                    selectors: vec!["true".into()],
+                    mode: crate::AllocationMode::All,
+                    admin_access: true,
+                    first_available: vec![crate::DeviceRequest::default()],
+                }],
+                constraints: vec![crate::DeviceConstraint {
+                    requests: vec!["r".into()],
+                    match_attribute: "x/root".into(),
+                }],
+                ..PodClaim::default()
+            }],
             // The host's own: in no part, so no plugin's copy of the pod carries them.
             terminating: false,
             controller: None,
@@ -1548,6 +1611,7 @@ mod tests {
             !pod.topology_spread_constraints.is_empty() || pod.default_spread_selector.is_some(),
             !pod.images.is_empty(),
             !pod.volumes.is_empty(),
+            !pod.claims.is_empty(),
         ];
         present
             .iter()
@@ -1581,7 +1645,7 @@ mod tests {
             (PodParts::REQUESTS | PodParts::LABELS).names(),
             ["labels", "requests"]
         );
-        assert_eq!(PodParts::ALL.names().len(), 14);
+        assert_eq!(PodParts::ALL.names().len(), 15);
         assert!(PodParts::NONE.names().is_empty());
     }
 

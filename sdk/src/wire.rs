@@ -24,6 +24,8 @@
 
 use crate::types::*;
 
+mod devices;
+
 /// Why bytes could not be decoded: the host and the component disagree on the encoding.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WireError(pub String);
@@ -332,6 +334,9 @@ impl Writer<'_> {
         if part(PodParts::VOLUMES) {
             self.list(&p.volumes, Self::pod_volume);
         }
+        if part(PodParts::CLAIMS) {
+            self.list(&p.claims, Self::pod_claim);
+        }
     }
 
     fn pod_volume(&mut self, v: &PodVolume) {
@@ -468,6 +473,8 @@ pub struct NodeDetails {
     pub images: bool,
     /// `csi-nodes`.
     pub csi_node: bool,
+    /// The device pools (the `devices` interface), after the CSINode.
+    pub devices: bool,
 }
 
 /// Appends `nodes` to `out` as the input of `upsert-nodes`: a `list<tuple<node-id, node-info>>`,
@@ -483,6 +490,9 @@ pub fn write_nodes(out: &mut Vec<u8>, nodes: &[(NodeId, &NodeInfo)], details: No
         }
         if details.csi_node {
             w.option(node.csi_node.as_ref(), |w, c| w.csi_node(c));
+        }
+        if details.devices {
+            w.device_pools(&node.device_pools);
         }
     }
 }
@@ -659,6 +669,11 @@ impl<'a> Reader<'a> {
                     r.option(Self::csi_node)?
                 } else {
                     None
+                },
+                device_pools: if details.devices {
+                    r.device_pools()?
+                } else {
+                    Vec::new()
                 },
             };
             Ok((id, node))
@@ -922,6 +937,9 @@ impl<'a> Reader<'a> {
         if part(PodParts::VOLUMES) {
             pod.volumes = self.list(Self::pod_volume)?;
         }
+        if part(PodParts::CLAIMS) {
+            pod.claims = self.list(Self::pod_claim)?;
+        }
         Ok(pod)
     }
 
@@ -974,6 +992,7 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{AttributeValue, Device, DevicePool};
 
     fn labels(pairs: &[(&str, &str)]) -> Labels {
         Labels::from_pairs(pairs.iter().copied())
@@ -1274,14 +1293,41 @@ mod tests {
                     CsiDriverLimit::default(),
                 ],
             }),
+            device_pools: vec![DevicePool {
+                driver: "gpu.example.com".into(),
+                name: "n1".into(),
+                complete: true,
+                devices: vec![
+                    Device {
+                        name: "gpu-0".into(),
+                        attributes: vec![
+                            ("model".into(), AttributeValue::String("a100".into())),
+                            ("index".into(), AttributeValue::Int(-3)),
+                            ("x/mig".into(), AttributeValue::Bool(true)),
+                            (
+                                "driverVersion".into(),
+                                AttributeValue::Version("1.2.3".into()),
+                            ),
+                        ],
+                        capacity: vec![("memory".into(), "40Gi".into())],
+                        allocated: true,
+                    },
+                    Device::default(),
+                ],
+            }],
         };
         let empty = NodeInfo::default();
         for (images, csi_node) in [(true, true), (true, false), (false, true), (false, false)] {
-            let details = NodeDetails { images, csi_node };
+            let devices = images;
+            let details = NodeDetails {
+                images,
+                csi_node,
+                devices,
+            };
             let mut out = Vec::new();
             write_nodes(&mut out, &[(3, &node), (0, &empty)], details);
             let mut reader = Reader::new(&out);
-            let sent = node.sent(images, csi_node);
+            let sent = node.sent(images, csi_node, devices);
             assert_eq!(
                 reader.nodes(details).unwrap(),
                 vec![(3, sent), (0, empty.clone())]

@@ -124,6 +124,7 @@ impl PluginFactory for GangFactory {
                 reserve: false,
                 reads_node_images: false,
                 reads_csi_nodes: false,
+                reads_devices: false,
             },
             reserved: HashMap::new(),
             unreserved: self.unreserved.clone(),
@@ -143,6 +144,12 @@ struct Bindings(Arc<Mutex<Vec<String>>>);
 
 impl Backend for Bindings {
     fn bind_volumes(&mut self, _: &CycleResult, _: &str) -> Result<(), String> {
+        Ok(())
+    }
+    fn bind_claims(&mut self, _: &CycleResult) -> Result<(), String> {
+        Ok(())
+    }
+    fn unbind_claims(&mut self, _: &CycleResult) -> Result<(), String> {
         Ok(())
     }
     fn bind(&mut self, result: &CycleResult, node: &str) -> Result<(), String> {

@@ -103,11 +103,19 @@ fn run_with(name: &str, runtime: DefaultPluginRuntime, case: &Case) -> Answers {
             Normalize::Custom => instance.normalize(&mut scores).expect("normalize"),
         }
     }
+    let reserved = match &case.reserve_on {
+        Some((position, _)) => match instance.reserve(ids[*position]).expect("reserve") {
+            Ok(reservation) => reservation.claims,
+            Err(failure) => panic!("{name}: {}: reserve failed: {failure:?}", case.name),
+        },
+        None => Vec::new(),
+    };
     Answers {
         plan,
         verdicts,
         scores,
         pre_enqueue,
+        reserved,
     }
 }
 

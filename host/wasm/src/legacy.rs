@@ -100,6 +100,7 @@ impl From<DescriptorV01> for sdk::Descriptor {
             reserve: false,
             reads_node_images: false,
             reads_csi_nodes: false,
+            reads_devices: false,
         }
     }
 }

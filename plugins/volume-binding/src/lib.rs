@@ -500,7 +500,10 @@ impl Plugin for VolumeBinding {
     /// volumes of the claims prepared for this pod, on the chosen node.
     fn reserve(&mut self, _pod: &Pod, node: &NodeInfo) -> Result<Reservation, Failure> {
         let volumes = self.claims.find(node).map_err(Failure::from_reasons)?;
-        Ok(Reservation { volumes })
+        Ok(Reservation {
+            volumes,
+            claims: Vec::new(),
+        })
     }
 
     fn prepare(&mut self, pod: &Pod, nodes: &Nodes) -> PodPlan {

@@ -50,12 +50,16 @@ impl<P: Exported + Send> PluginInstance for NativeInstance<P> {
     }
 
     fn upsert_nodes(&mut self, nodes: &[(u32, &NodeInfo)]) -> Result<(), CallError> {
-        let (images, csi) = (
+        let (images, csi, devices) = (
             self.descriptor.reads_node_images,
             self.descriptor.reads_csi_nodes,
+            self.descriptor.reads_devices,
         );
-        self.driver
-            .upsert_nodes(nodes.iter().map(|(id, node)| (*id, node.sent(images, csi))));
+        self.driver.upsert_nodes(
+            nodes
+                .iter()
+                .map(|(id, node)| (*id, node.sent(images, csi, devices))),
+        );
         Ok(())
     }
 
@@ -131,7 +135,9 @@ impl<P: Exported + Send> PluginInstance for NativeInstance<P> {
     // The stages get the parts of the pod a component's `staged-pod` carries, so a plugin
     // answers the same natively and as a component.
     fn pre_enqueue(&mut self, pod: &Pod) -> Result<Option<Failure>, CallError> {
-        Ok(self.driver.pre_enqueue(&pod.staged()))
+        Ok(self
+            .driver
+            .pre_enqueue(&pod.pre_enqueued(self.descriptor.reads_devices)))
     }
 
     fn permit(&mut self, pod: &Pod, node: &str) -> Result<PermitAnswer, CallError> {

@@ -409,6 +409,7 @@ impl From<wit::Descriptor> for sdk::Descriptor {
             reserve: false,
             reads_node_images: false,
             reads_csi_nodes: false,
+            reads_devices: false,
         }
     }
 }

@@ -212,6 +212,74 @@ pub(super) fn declare_details(
     Ok(())
 }
 
+/// The interface through which a component reads Dynamic Resource Allocation's objects.
+pub const DEVICES_INTERFACE: &str = "wasched:plugin/devices@0.2.0";
+
+/// The functions of [`DEVICES_INTERFACE`], type-checked when the instance starts.
+#[derive(Clone, Copy)]
+pub(super) struct DevicesExports {
+    pub(super) reads: TypedFunc<(), (bool,)>,
+    pub(super) pre_enqueue: Func,
+    pub(super) reserve: TypedFunc<(u32,), (DevicesReserved,)>,
+}
+
+/// What `reserve` of [`DEVICES_INTERFACE`] returns.
+pub(super) type DevicesReserved =
+    Result<(wit_reserve::Reservation, Vec<wit_devices::ClaimAllocation>), wit::Failure>;
+
+impl DevicesExports {
+    pub(super) fn pre_enqueue(&self) -> TypedFunc<(&[u8],), (Option<wit::Failure>,)> {
+        // SAFETY: `devices_exports` checked this type when the instance started.
+        unsafe { TypedFunc::new_unchecked(self.pre_enqueue) }
+    }
+}
+
+/// The functions of [`DEVICES_INTERFACE`] of `instance`, if it exports it.
+pub(super) fn devices_exports(
+    store: &mut Store<StoreState>,
+    instance: &Instance,
+) -> wasmtime::Result<Option<DevicesExports>> {
+    let Some([reads, pre_enqueue, reserve]) = interface_funcs(
+        store,
+        instance,
+        DEVICES_INTERFACE,
+        ["reads", "pre-enqueue", "reserve"],
+    )?
+    else {
+        return Ok(None);
+    };
+    pre_enqueue.typed::<(&[u8],), (Option<wit::Failure>,)>(&*store)?;
+    Ok(Some(DevicesExports {
+        reads: reads.typed(&*store)?,
+        pre_enqueue,
+        reserve: reserve.typed(&*store)?,
+    }))
+}
+
+/// Asks the component whether it reads devices (once, after `init`) and puts the answer into
+/// `descriptor`. Devices and claims travel only in the encoded form, as details do.
+pub(super) fn declare_devices(
+    store: &mut Store<StoreState>,
+    devices: &DevicesExports,
+    encoded: bool,
+    descriptor: &mut sdk::Descriptor,
+) -> wasmtime::Result<()> {
+    let (reads,) = devices
+        .reads
+        .call(&mut *store, ())
+        .map_err(|e| e.context("trapped saying whether it reads devices"))?;
+    if reads && !encoded {
+        return Err(wasmtime::Error::msg(format!(
+            "reads devices but does not export {ENCODED_INTERFACE}, the only way they are sent"
+        )));
+    }
+    descriptor.reads_devices = reads;
+    if reads {
+        descriptor.reads_pod = descriptor.reads_pod | sdk::PodParts::CLAIMS;
+    }
+    Ok(())
+}
+
 /// A pod as the `stages` interface sends it.
 pub(super) fn staged_pod(pod: &sdk::Pod) -> wit_stages::StagedPod {
     wit_stages::StagedPod {

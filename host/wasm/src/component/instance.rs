@@ -20,6 +20,9 @@ pub(super) struct ComponentInstance {
     pub(super) stages: Option<StageExports>,
     /// `reserve` of [`RESERVE_INTERFACE`], when the component has it.
     pub(super) reserve: Option<ReserveFunc>,
+    /// The exports of [`DEVICES_INTERFACE`], when the component has them and reads devices:
+    /// PreEnqueue and Reserve go through them instead.
+    pub(super) devices: Option<DevicesExports>,
     /// Pod and usage updates held back for the next `set-pod`: as bytes with `encoded`, as
     /// records with `batched`, none without either.
     pub(super) held: Option<Held>,
@@ -239,6 +242,7 @@ impl PluginInstance for ComponentInstance {
             let details = wire::NodeDetails {
                 images: self.descriptor.reads_node_images,
                 csi_node: self.descriptor.reads_csi_nodes,
+                devices: self.descriptor.reads_devices,
             };
             wire::write_nodes(&mut self.input, nodes, details);
             return encoded
@@ -413,14 +417,30 @@ impl PluginInstance for ComponentInstance {
     }
 
     fn pre_enqueue(&mut self, pod: &sdk::Pod) -> Result<Option<sdk::Failure>, CallError> {
-        let Some(stages) = self.stages else {
-            return Ok(None);
+        let answer = if let Some(devices) = self.devices {
+            let parts = sdk::PodParts::IDENTITY
+                | sdk::PodParts::LABELS
+                | sdk::PodParts::ANNOTATIONS
+                | sdk::PodParts::CLAIMS;
+            self.input.clear();
+            wire::write_pod(&mut self.input, pod, parts);
+            self.arm_for(Duration::ZERO);
+            let (answer,) = devices
+                .pre_enqueue()
+                .call(&mut self.store, (&self.input[..],))
+                .map_err(|e| trapped("pre-enqueue", e))?;
+            answer
+        } else {
+            let Some(stages) = self.stages else {
+                return Ok(None);
+            };
+            self.arm_for(Duration::ZERO);
+            let (answer,) = stages
+                .pre_enqueue
+                .call(&mut self.store, (staged_pod(pod),))
+                .map_err(|e| trapped("pre-enqueue", e))?;
+            answer
         };
-        self.arm_for(Duration::ZERO);
-        let (answer,) = stages
-            .pre_enqueue
-            .call(&mut self.store, (staged_pod(pod),))
-            .map_err(|e| trapped("pre-enqueue", e))?;
         match answer {
             None => Ok(None),
             Some(f) => {
@@ -465,15 +485,29 @@ impl PluginInstance for ComponentInstance {
     }
 
     fn reserve(&mut self, node: u32) -> Result<Result<sdk::Reservation, sdk::Failure>, CallError> {
-        let Some(reserve) = self.reserve else {
-            return Ok(Ok(sdk::Reservation::default()));
+        let (answer, claims) = if let Some(devices) = self.devices {
+            self.send_held()?;
+            self.arm_for(Duration::ZERO);
+            let (answer,) = devices
+                .reserve
+                .call(&mut self.store, (node,))
+                .map_err(|e| trapped("reserve", e))?;
+            match answer {
+                Ok((reservation, claims)) => (Ok(reservation), claim_allocations(claims)?),
+                Err(f) => (Err(f), Vec::new()),
+            }
+        } else {
+            let Some(reserve) = self.reserve else {
+                return Ok(Ok(sdk::Reservation::default()));
+            };
+            self.send_held()?;
+            self.arm_for(Duration::ZERO);
+            let (answer,) = reserve
+                .reserve
+                .call(&mut self.store, (node,))
+                .map_err(|e| trapped("reserve", e))?;
+            (answer, Vec::new())
         };
-        self.send_held()?;
-        self.arm_for(Duration::ZERO);
-        let (answer,) = reserve
-            .reserve
-            .call(&mut self.store, (node,))
-            .map_err(|e| trapped("reserve", e))?;
         match answer {
             Ok(reservation) => {
                 let listed = reservation.bind_volumes.len() + reservation.provision_volumes.len();
@@ -492,6 +526,7 @@ impl PluginInstance for ComponentInstance {
                             .collect(),
                         provisions: reservation.provision_volumes,
                     },
+                    claims,
                 }))
             }
             Err(f) => {
@@ -592,4 +627,48 @@ pub(super) fn check_reason(call: &'static str, reason: &str) -> Result<(), CallE
         ));
     }
     Ok(())
+}
+
+/// The claims a `devices` Reserve allocated, checked: no more claims or devices than a
+/// ResourceClaim can hold (kube's limits: 32 devices per allocation).
+fn claim_allocations(
+    claims: Vec<wit_devices::ClaimAllocation>,
+) -> Result<Vec<sdk::ClaimAllocation>, CallError> {
+    const MAX_CLAIMS: usize = 128;
+    const MAX_DEVICES: usize = 32;
+    if claims.len() > MAX_CLAIMS {
+        return Err(CallError::new(
+            "reserve",
+            format!("allocated {} claims, more than {MAX_CLAIMS}", claims.len()),
+        ));
+    }
+    claims
+        .into_iter()
+        .map(|claim| {
+            if claim.devices.len() > MAX_DEVICES {
+                return Err(CallError::new(
+                    "reserve",
+                    format!(
+                        "allocated {} devices for claim {}, more than {MAX_DEVICES}",
+                        claim.devices.len(),
+                        claim.claim
+                    ),
+                ));
+            }
+            Ok(sdk::ClaimAllocation {
+                claim: claim.claim,
+                devices: claim
+                    .devices
+                    .into_iter()
+                    .map(|d| sdk::DeviceResult {
+                        request: d.request,
+                        driver: d.driver,
+                        pool: d.pool,
+                        device: d.device,
+                        admin_access: d.admin_access,
+                    })
+                    .collect(),
+            })
+        })
+        .collect()
 }

@@ -44,6 +44,7 @@ mod staged_bindings {
 
 use bindings::{Plugin as PluginWorld, PluginPre};
 use staged_bindings::exports::wasched::plugin::details as wit_details;
+use staged_bindings::exports::wasched::plugin::devices as wit_devices;
 use staged_bindings::exports::wasched::plugin::reserve as wit_reserve;
 use staged_bindings::exports::wasched::plugin::stages as wit_stages;
 
@@ -503,6 +504,8 @@ impl ComponentFactory {
                 .map_err(|e| wrong_type(RESERVE_INTERFACE, e))?,
             details: details_export(store, instance)
                 .map_err(|e| wrong_type(DETAILS_INTERFACE, e))?,
+            devices: devices_exports(store, instance)
+                .map_err(|e| wrong_type(DEVICES_INTERFACE, e))?,
         })
     }
 
@@ -545,6 +548,11 @@ impl ComponentFactory {
                         declare_details(&mut store, details, encoded, descriptor)
                             .map_err(|e| LoadError(format!("plugin {}: {e:#}", self.name)))?;
                     }
+                    if let Some(devices) = &optional.devices {
+                        let encoded = optional.encoded.is_some();
+                        declare_devices(&mut store, devices, encoded, descriptor)
+                            .map_err(|e| LoadError(format!("plugin {}: {e:#}", self.name)))?;
+                    }
                 }
                 (Exports::Current(Box::new(world)), descriptor)
             }
@@ -569,6 +577,7 @@ impl ComponentFactory {
                 self.name
             ))
         })?;
+        let reads_devices = descriptor.reads_devices;
         let placed_volumes = descriptor
             .reads_existing_pods
             .contains(sdk::ExistingPodParts::VOLUMES);
@@ -589,6 +598,7 @@ impl ComponentFactory {
             encoded: optional.encoded,
             stages: optional.stages,
             reserve: optional.reserve,
+            devices: optional.devices.filter(|_| reads_devices),
             input: Vec::new(),
             calls: 0,
         })
@@ -603,6 +613,7 @@ struct OptionalExports {
     stages: Option<StageExports>,
     reserve: Option<ReserveFunc>,
     details: Option<DetailsFunc>,
+    devices: Option<DevicesExports>,
 }
 
 fn ticks(timeout: Duration) -> u64 {
