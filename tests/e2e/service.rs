@@ -56,6 +56,14 @@ impl Backend for RecordingBinder {
         Err("this backend cannot bind volumes".into())
     }
 
+    fn bind_claims(&mut self, _result: &CycleResult) -> Result<(), String> {
+        Err("this backend cannot write ResourceClaims".into())
+    }
+
+    fn unbind_claims(&mut self, _result: &CycleResult) -> Result<(), String> {
+        Ok(())
+    }
+
     fn bind(&mut self, result: &CycleResult, node: &str) -> Result<(), String> {
         if self.refuse {
             return Err("the API server said no".into());

@@ -59,6 +59,10 @@ RESOURCES = [
     ('storage.k8s.io/v1/csinodes', 'CSINode', False, set()),
     ('storage.k8s.io/v1/csidrivers', 'CSIDriver', False, set()),
     ('storage.k8s.io/v1/csistoragecapacities', 'CSIStorageCapacity', True, set()),
+    ('resource.k8s.io/v1/deviceclasses', 'DeviceClass', False, set()),
+    ('resource.k8s.io/v1/resourceslices', 'ResourceSlice', False, set()),
+    ('resource.k8s.io/v1/resourceclaims', 'ResourceClaim', True, {'status'}),
+    ('resource.k8s.io/v1/resourceclaimtemplates', 'ResourceClaimTemplate', True, set()),
     ('events.k8s.io/v1/events', 'Event', True, set()),
     ('coordination.k8s.io/v1/leases', 'Lease', True, set()),
     ('v1/configmaps', 'ConfigMap', True, set()),
@@ -256,11 +260,24 @@ class ApiServer(kmock.KubernetesEmulator):
         return aiohttp.web.json_response(stored.raw)
 
     async def _update_status(self, request):
+        """A PATCH merges into the status; a PUT replaces it, refused (409) when it carries a
+        resourceVersion that is not the stored one."""
         obj = self._stored(request)
         if obj is None:
             return _status(404, 'NotFound', f'{request.name} not found')
         status = (request.data or {}).get('status', {})
-        obj.patch({'status': status, 'metadata': {'resourceVersion': self._next_revision()}})
+        if request.method.value == 'PUT':
+            expected = (request.data or {}).get('metadata', {}).get('resourceVersion')
+            new = json.loads(json.dumps(obj.raw))
+            if expected and expected != new['metadata'].get('resourceVersion'):
+                return _status(409, 'Conflict', 'the object has been modified; please apply '
+                               'your changes to the latest version and try again')
+            new['status'] = status
+            new['metadata']['resourceVersion'] = self._next_revision()
+            obj.delete()
+            obj.create(new)
+        else:
+            obj.patch({'status': status, 'metadata': {'resourceVersion': self._next_revision()}})
         await self._record(request.resource, 'MODIFIED', obj.raw)
         return aiohttp.web.json_response(obj.raw)
 

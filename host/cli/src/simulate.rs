@@ -60,6 +60,33 @@ struct JsonDecision<'a> {
     /// With `--explain`: every candidate node preemption found, with its victims there.
     #[serde(skip_serializing_if = "Option::is_none")]
     preemption_candidates: Option<&'a [Preemption]>,
+    /// The devices allocated for the pod's ResourceClaims (DynamicResources).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    devices: Vec<AllocatedDevice<'a>>,
+}
+
+/// A device allocated for one request of one of a pod's claims.
+#[derive(serde::Serialize)]
+struct AllocatedDevice<'a> {
+    claim: &'a str,
+    request: &'a str,
+    /// `driver/pool/device`.
+    device: String,
+}
+
+fn allocated_devices(d: &Decision) -> Vec<AllocatedDevice<'_>> {
+    d.outcome
+        .claim_writes
+        .iter()
+        .flat_map(|write| {
+            let devices = write.allocation.iter().flat_map(|a| &a.devices);
+            devices.map(|device| AllocatedDevice {
+                claim: &write.claim,
+                request: &device.request,
+                device: format!("{}/{}/{}", device.driver, device.pool, device.device),
+            })
+        })
+        .collect()
 }
 
 /// Schedules every pending pod of `cluster` in queue order (higher `spec.priority` first, then
@@ -82,7 +109,8 @@ pub fn simulate(
     let sequence = Arc::new(Sequencer::default());
     let pipeline = Arc::new(EventPipeline::default());
     let backend = MemoryBackend::new(pipeline.clone(), sequence.clone(), cluster.pods.clone())
-        .with_storage(&cluster.volumes, &cluster.claims);
+        .with_storage(&cluster.volumes, &cluster.claims)
+        .with_resource_claims(&cluster.devices);
     // Time only moves when every ready pod was tried: then to the end of the earliest backoff,
     // so a pod an event sent back (a preemptor whose victims are gone) is tried again without
     // the simulation waiting for it.
@@ -105,6 +133,7 @@ pub fn simulate(
         selectors: cluster.selectors.clone(),
         disruption_budgets: cluster.disruption_budgets.clone(),
         csi: cluster.csi.clone(),
+        devices: cluster.devices.clone(),
         ..Cluster::default()
     }
     .into_objects();
@@ -164,6 +193,7 @@ pub fn print(decisions: &[Decision], options: Options, out: &mut dyn Write) -> s
                     preemption_candidates: (options.explain
                         && !d.outcome.preemption_candidates.is_empty())
                     .then_some(&d.outcome.preemption_candidates[..]),
+                    devices: allocated_devices(d),
                 };
                 serde_json::to_writer(&mut *out, &json)?;
                 writeln!(out)?;
@@ -208,9 +238,19 @@ fn print_table(decisions: &[Decision], explain: bool, out: &mut dyn Write) -> st
                 victims.join(", ")
             )
         });
+        let devices = allocated_devices(d);
+        let allocated = if devices.is_empty() {
+            String::new()
+        } else {
+            let list: Vec<String> = devices
+                .iter()
+                .map(|a| format!("{}/{} -> {}", a.claim, a.request, a.device))
+                .collect();
+            format!("devices: {}", list.join(", "))
+        };
         writeln!(
             out,
-            "{:pod_width$}  {:node_width$}  {}{preempting}",
+            "{:pod_width$}  {:node_width$}  {}{preempting}{allocated}",
             d.pod,
             node_column(d),
             d.outcome.message.as_deref().unwrap_or("")

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::resource::v1::ResourceClaim;
 
 use crate::events::{EventPipeline, Object};
 use crate::framework::Victim;
@@ -28,6 +29,23 @@ pub trait Backend {
     /// # Errors
     /// Why the volumes were not bound; the pod is unreserved and retried after backoff.
     fn bind_volumes(&mut self, result: &CycleResult, node: &str) -> Result<(), String>;
+
+    /// DynamicResources' PreBind: writes each of `result`'s claim writes into its ResourceClaim's
+    /// status (the allocation, when the claim had none, and the pod in `reservedFor`) before the
+    /// binding.
+    ///
+    /// # Errors
+    /// Why a claim was not written; the pod is unreserved and retried after backoff.
+    fn bind_claims(&mut self, result: &CycleResult) -> Result<(), String>;
+
+    /// Takes back what [`Backend::bind_claims`] wrote for `result` when its binding failed: the
+    /// pod leaves each claim's `reservedFor`, and an allocation made for it is dropped when no
+    /// other pod uses the claim.
+    ///
+    /// # Errors
+    /// Why a claim was not written back; logged (kube's resourceclaim controller deallocates
+    /// claims no pod uses).
+    fn unbind_claims(&mut self, result: &CycleResult) -> Result<(), String>;
 
     /// DefaultBinder's Bind: sets the pod's node (`pods/binding`).
     ///
@@ -111,9 +129,23 @@ pub fn carry_out(backend: &mut dyn Backend, result: &CycleResult) -> Carried {
                 return Carried::BindingFailed(prebind_failure(&e));
             }
         }
+        if !result.outcome.claim_writes.is_empty() {
+            if let Err(e) = backend.bind_claims(result) {
+                return Carried::BindingFailed(format!(
+                    "running PreBind plugin \"DynamicResources\": {e}"
+                ));
+            }
+        }
         return match backend.bind(result, node) {
             Ok(()) => Carried::Bound,
-            Err(e) => Carried::BindingFailed(e),
+            Err(e) => {
+                if !result.outcome.claim_writes.is_empty() {
+                    if let Err(undo) = backend.unbind_claims(result) {
+                        tracing::warn!(pod = %result.pod, "taking back the claims' allocation failed: {undo}");
+                    }
+                }
+                Carried::BindingFailed(e)
+            }
         };
     }
     if let Some(preemption) = &result.outcome.preemption {
@@ -142,6 +174,8 @@ pub struct MemoryBackend {
     pods: HashMap<String, core::Pod>,
     volumes: HashMap<String, core::PersistentVolume>,
     claims: HashMap<String, core::PersistentVolumeClaim>,
+    /// ResourceClaims by `namespace/name`.
+    resource_claims: HashMap<String, ResourceClaim>,
 }
 
 impl MemoryBackend {
@@ -157,7 +191,27 @@ impl MemoryBackend {
             pods: pods.into_iter().map(|p| (k8s::pod_key(&p), p)).collect(),
             volumes: HashMap::new(),
             claims: HashMap::new(),
+            resource_claims: HashMap::new(),
         }
+    }
+
+    /// This backend, holding the ResourceClaims among `objects` too.
+    pub fn with_resource_claims<'o>(
+        mut self,
+        objects: impl IntoIterator<Item = &'o Object>,
+    ) -> Self {
+        for object in objects {
+            if let Object::ResourceClaim(claim) = object {
+                let meta = &claim.metadata;
+                let key = format!(
+                    "{}/{}",
+                    meta.namespace.as_deref().unwrap_or("default"),
+                    meta.name.as_deref().unwrap_or_default()
+                );
+                self.resource_claims.insert(key, (**claim).clone());
+            }
+        }
+        self
     }
 
     /// This backend, holding these volumes and claims too.
@@ -215,6 +269,43 @@ impl Backend for MemoryBackend {
                 self.sequence
                     .upsert(Object::PersistentVolumeClaim(Box::new(claim))),
             );
+        }
+        Ok(())
+    }
+
+    fn bind_claims(&mut self, result: &CycleResult) -> Result<(), String> {
+        let namespace = result.namespace();
+        let pod_name = result.pod.split_once('/').map_or("", |(_, name)| name);
+        let mut updated = Vec::new();
+        for write in &result.outcome.claim_writes {
+            let key = format!("{namespace}/{}", write.claim);
+            let claim = self.resource_claims.get(&key).ok_or_else(|| {
+                format!(
+                    "resourceclaims.resource.k8s.io \"{}\" not found",
+                    write.claim
+                )
+            })?;
+            updated.push((key, k8s::devices::reserved_claim(claim, write, pod_name)));
+        }
+        for (key, claim) in updated {
+            self.resource_claims.insert(key, claim.clone());
+            self.pipeline
+                .submit(self.sequence.upsert(Object::ResourceClaim(Box::new(claim))));
+        }
+        Ok(())
+    }
+
+    fn unbind_claims(&mut self, result: &CycleResult) -> Result<(), String> {
+        let namespace = result.namespace();
+        for write in &result.outcome.claim_writes {
+            let key = format!("{namespace}/{}", write.claim);
+            let Some(claim) = self.resource_claims.get(&key) else {
+                continue;
+            };
+            let claim = k8s::devices::unreserved_claim(claim, write);
+            self.resource_claims.insert(key, claim.clone());
+            self.pipeline
+                .submit(self.sequence.upsert(Object::ResourceClaim(Box::new(claim))));
         }
         Ok(())
     }

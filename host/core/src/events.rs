@@ -16,6 +16,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::policy::v1 as policy;
+use k8s_openapi::api::resource::v1 as resource;
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -143,6 +144,10 @@ object_kinds! {
     ReplicaSet(apps::ReplicaSet): "apps/v1", "replicasets", namespaced: true;
     StatefulSet(apps::StatefulSet): "apps/v1", "statefulsets", namespaced: true;
     PodDisruptionBudget(policy::PodDisruptionBudget): "policy/v1", "poddisruptionbudgets", namespaced: true;
+    DeviceClass(resource::DeviceClass): "resource.k8s.io/v1", "deviceclasses", namespaced: false;
+    ResourceSlice(resource::ResourceSlice): "resource.k8s.io/v1", "resourceslices", namespaced: false;
+    ResourceClaim(resource::ResourceClaim): "resource.k8s.io/v1", "resourceclaims", namespaced: true;
+    ResourceClaimTemplate(resource::ResourceClaimTemplate): "resource.k8s.io/v1", "resourceclaimtemplates", namespaced: true;
 }
 
 /// Work done once per kind with the kind's object type ([`Kind::visit_all`]): how code that
@@ -188,8 +193,11 @@ where
 
 impl Kind {
     /// Every kind, in the order a cluster is best loaded (what pods refer to first).
-    pub const ALL: [Kind; 14] = [
+    pub const ALL: [Kind; 18] = [
         Kind::Namespace,
+        Kind::DeviceClass,
+        Kind::ResourceClaimTemplate,
+        Kind::ResourceClaim,
         Kind::StorageClass,
         Kind::CSIDriver,
         Kind::CSIStorageCapacity,
@@ -201,6 +209,7 @@ impl Kind {
         Kind::StatefulSet,
         Kind::PodDisruptionBudget,
         Kind::CSINode,
+        Kind::ResourceSlice,
         Kind::Node,
         Kind::Pod,
     ];

@@ -12,7 +12,7 @@ use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, Stor
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::events::Object;
+use crate::events::{Kind, Object};
 use crate::k8s;
 
 /// Where an object came from, for error messages.
@@ -69,6 +69,9 @@ pub struct Cluster {
     /// CSINodes (the attach limits of the nodes' CSI drivers), CSIDrivers and
     /// CSIStorageCapacities (the room their drivers report).
     pub csi: Vec<Object>,
+    /// Dynamic Resource Allocation's DeviceClasses, ResourceSlices, ResourceClaims and
+    /// ResourceClaimTemplates (`resource.k8s.io/v1`).
+    pub devices: Vec<Object>,
     /// Objects of other kinds that were skipped, counted by kind.
     pub skipped: BTreeMap<String, usize>,
     /// Files that held no object at all (empty, or only comments): most likely the wrong file.
@@ -87,6 +90,7 @@ impl Cluster {
             + self.selectors.len()
             + self.disruption_budgets.len()
             + self.csi.len()
+            + self.devices.len()
     }
 
     /// Every kept object, in the order a cluster is best loaded: namespaces, storage, selectors,
@@ -120,6 +124,7 @@ impl Cluster {
                 .map(|o| Object::PodDisruptionBudget(Box::new(o))),
         );
         objects.extend(self.csi);
+        objects.extend(self.devices);
         objects.extend(self.nodes.into_iter().map(|o| Object::Node(Box::new(o))));
         objects.extend(self.pods.into_iter().map(|o| Object::Pod(Box::new(o))));
         objects
@@ -383,6 +388,11 @@ fn add_typed(kind: &str, value: Value, cluster: &mut Cluster) -> Result<(), Stri
         "StatefulSet" => {
             let set = typed(value)?;
             cluster.selectors.push(Object::StatefulSet(Box::new(set)));
+        }
+        "DeviceClass" | "ResourceSlice" | "ResourceClaim" | "ResourceClaimTemplate" => {
+            let kind = Kind::named(kind).expect("a kind of the kinds table");
+            let object = Object::from_json(kind, value).map_err(|e| e.to_string())?;
+            cluster.devices.push(object);
         }
         "PodDisruptionBudget" => {
             let budget: policy::PodDisruptionBudget = typed(value)?;

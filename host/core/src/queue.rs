@@ -88,6 +88,8 @@ pub enum ClusterEvent {
     StorageChanged,
     /// A namespace appeared, went or was relabelled (pod affinity's `namespaceSelector`s).
     NamespaceChanged,
+    /// A DeviceClass, ResourceSlice or ResourceClaim changed (devices may have been freed).
+    DevicesChanged,
 }
 
 impl ClusterEvent {
@@ -100,6 +102,7 @@ impl ClusterEvent {
                 | ClusterEvent::AssignedPodDeleted
                 | ClusterEvent::StorageChanged
                 | ClusterEvent::NamespaceChanged
+                | ClusterEvent::DevicesChanged
         )
     }
 }

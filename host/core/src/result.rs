@@ -3,6 +3,7 @@
 
 use crate::cache::PodVolumes;
 use crate::framework::{Choice, NodeReport, Preemption};
+use wasched_sdk as sdk;
 
 /// The result of one scheduling cycle, as the service returns it: which pod, and what its cycle
 /// and what followed (Reserve, Permit, the binding cycle) made of it.
@@ -87,6 +88,24 @@ pub struct Outcome {
     /// When a node was chosen and the profile binds volumes: the volumes VolumeBinding chose for
     /// the pod there, to reserve and bind with it.
     pub volumes: PodVolumes,
+    /// When a node was chosen: the devices DynamicResources allocated there for the pod's
+    /// claims that had none, to write into the claims before the binding.
+    pub claims: Vec<sdk::ClaimAllocation>,
+    /// When a node was chosen and the pod uses ResourceClaims: what DynamicResources' PreBind
+    /// writes into each claim not yet reserved for the pod (filled by Reserve).
+    pub claim_writes: Vec<ClaimWrite>,
+}
+
+/// DynamicResources' PreBind for one claim: the allocation to write into its status (none when
+/// it had one already), and the pod to add to its `reservedFor`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimWrite {
+    /// The ResourceClaim's name, in the pod's namespace.
+    pub claim: String,
+    /// The allocation chosen for it, when it had none.
+    pub allocation: Option<crate::k8s::devices::Allocation>,
+    /// The pod's uid, for `reservedFor`.
+    pub pod_uid: String,
 }
 
 impl Outcome {

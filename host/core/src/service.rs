@@ -280,6 +280,26 @@ impl Service {
         old
     }
 
+    /// A ResourceClaim appeared or changed in `namespace`: pods of that namespace kept out of
+    /// the queue that name claims are asked again, as kube-scheduler's DynamicResources queues a
+    /// pod when the claim it waits for is created.
+    fn claim_arrived(&mut self, namespace: &str) {
+        let waiting: Vec<sdk::Pod> = self
+            .queue
+            .pods()
+            .filter(|p| p.namespace == namespace && !p.claims.is_empty())
+            .filter(|p| {
+                self.queue
+                    .status(&p.key())
+                    .is_some_and(|s| s.queue == QueueName::Gated)
+            })
+            .cloned()
+            .collect();
+        for pod in waiting {
+            self.enqueue(pod);
+        }
+    }
+
     /// The pipeline producers submit events to.
     pub fn pipeline(&self) -> Arc<EventPipeline> {
         self.pipeline.clone()
@@ -481,6 +501,27 @@ impl Service {
                 cache.upsert_storage_capacity(key, class, offered);
                 self.queue.on_event(ClusterEvent::StorageChanged);
             }
+            Object::DeviceClass(class) => {
+                let name = class.metadata.name.as_deref().unwrap_or_default();
+                cache.upsert_device_class(name, k8s::devices::device_class_selectors(class));
+                self.queue.on_event(ClusterEvent::DevicesChanged);
+            }
+            Object::ResourceSlice(slice) => {
+                let name = slice.metadata.name.as_deref().unwrap_or_default();
+                cache.upsert_resource_slice(name, k8s::devices::resource_slice(slice));
+                self.queue.on_event(ClusterEvent::DevicesChanged);
+            }
+            Object::ResourceClaim(claim) => {
+                let meta = &claim.metadata;
+                let namespace = meta.namespace.as_deref().unwrap_or("default");
+                let name = meta.name.as_deref().unwrap_or_default();
+                cache.upsert_resource_claim(namespace, name, k8s::devices::resource_claim(claim));
+                self.queue.on_event(ClusterEvent::DevicesChanged);
+                self.claim_arrived(namespace);
+            }
+            // Kubernetes' resourceclaim controller makes claims from templates; the cache needs
+            // only the claims.
+            Object::ResourceClaimTemplate(_) => {}
             Object::Namespace(namespace) => {
                 let name = namespace.metadata.name.as_deref().unwrap_or_default();
                 let labels = namespace.metadata.labels.iter().flatten();
@@ -502,6 +543,7 @@ impl Service {
         }
         if self.assumed.remove(key).is_some() {
             self.decider.cache_mut().unreserve_volumes(key);
+            self.decider.cache_mut().unreserve_claims(key);
         }
         self.queue.delete(key);
         self.decider.cache_mut().clear_nomination(key);
@@ -553,6 +595,19 @@ impl Service {
                 cache.remove_storage_capacity(&key.namespace, &key.name);
                 self.queue.on_event(ClusterEvent::StorageChanged);
             }
+            Kind::DeviceClass => {
+                cache.remove_device_class(&key.name);
+                self.queue.on_event(ClusterEvent::DevicesChanged);
+            }
+            Kind::ResourceSlice => {
+                cache.remove_resource_slice(&key.name);
+                self.queue.on_event(ClusterEvent::DevicesChanged);
+            }
+            Kind::ResourceClaim => {
+                cache.remove_resource_claim(&key.namespace, &key.name);
+                self.queue.on_event(ClusterEvent::DevicesChanged);
+            }
+            Kind::ResourceClaimTemplate => {}
         }
     }
 
@@ -754,6 +809,12 @@ impl Service {
                 .cache_mut()
                 .reserve_volumes(pod, node, &result.outcome.volumes);
         }
+        if !pod.claims.is_empty() {
+            result.outcome.claim_writes =
+                self.decider
+                    .cache_mut()
+                    .reserve_claims(pod, node, &result.outcome.claims);
+        }
         self.decider.cache_mut().clear_nomination(&key);
         self.queue.done(&key);
         self.assumed.insert(
@@ -807,6 +868,7 @@ impl Service {
     fn unreserve(&mut self, pod: &sdk::Pod, node: &str) -> bool {
         let key = pod.key();
         self.decider.cache_mut().unreserve_volumes(&key);
+        self.decider.cache_mut().unreserve_claims(&key);
         self.decider.unreserve_plugins(pod, node);
         self.decider.forget(&key)
     }
@@ -895,6 +957,8 @@ impl Service {
         result.outcome.node = None;
         result.outcome.choice = None;
         result.outcome.volumes = PodVolumes::default();
+        result.outcome.claims = Vec::new();
+        result.outcome.claim_writes = Vec::new();
         result.outcome.error = error;
         result.outcome.message = Some(message);
     }

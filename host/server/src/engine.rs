@@ -253,16 +253,20 @@ pub enum ApiWrite {
     Eviction,
     /// VolumeBinding's PreBind: a volume's `claimRef` or a claim's selected node.
     VolumeBinding,
+    /// DynamicResources' PreBind: a ResourceClaim's allocation and `reservedFor` (or taking
+    /// them back after a failed binding).
+    ClaimAllocation,
 }
 
 impl ApiWrite {
     /// Every kind, in the order `/metrics` lists them.
-    pub const ALL: [ApiWrite; 5] = [
+    pub const ALL: [ApiWrite; 6] = [
         ApiWrite::Binding,
         ApiWrite::Condition,
         ApiWrite::Event,
         ApiWrite::Eviction,
         ApiWrite::VolumeBinding,
+        ApiWrite::ClaimAllocation,
     ];
 
     /// The `kind` label.
@@ -273,6 +277,7 @@ impl ApiWrite {
             ApiWrite::Event => "event",
             ApiWrite::Eviction => "eviction",
             ApiWrite::VolumeBinding => "volume-binding",
+            ApiWrite::ClaimAllocation => "claim-allocation",
         }
     }
 }

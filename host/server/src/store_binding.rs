@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::resource::v1::ResourceClaim;
 
 use wasched_core::binding::{self, Backend, Carried};
 use wasched_core::events::{Action, Event, EventPipeline, Kind, Object, ObjectKey};
@@ -108,6 +109,22 @@ impl StoreBackend<'_, '_> {
         Ok(version)
     }
 
+    fn stored_claim(
+        &self,
+        result: &CycleResult,
+        name: &str,
+    ) -> Result<Option<ResourceClaim>, String> {
+        let key = ObjectKey {
+            kind: Kind::ResourceClaim,
+            namespace: result.namespace().to_string(),
+            name: name.to_string(),
+        };
+        match self.txn.get(&key).map_err(failed)? {
+            Some(Object::ResourceClaim(claim)) => Ok(Some(*claim)),
+            _ => Ok(None),
+        }
+    }
+
     fn stored_pod(&self, key: &str) -> Result<Option<core::Pod>, String> {
         match self.txn.get(&pod_key(key)).map_err(failed)? {
             Some(Object::Pod(pod)) => Ok(Some(*pod)),
@@ -124,6 +141,33 @@ impl Backend for StoreBackend<'_, '_> {
     fn bind_volumes(&mut self, result: &CycleResult, node: &str) -> Result<(), String> {
         for object in bound_volumes_and_claims(self.txn, result, node)? {
             self.put(object, true)?;
+        }
+        Ok(())
+    }
+
+    /// The claims' allocations go into the same transaction as the binding: a crash leaves both
+    /// or neither.
+    fn bind_claims(&mut self, result: &CycleResult) -> Result<(), String> {
+        let pod_name = result.pod.split_once('/').map_or("", |(_, name)| name);
+        for write in &result.outcome.claim_writes {
+            let claim = self.stored_claim(result, &write.claim)?.ok_or_else(|| {
+                format!(
+                    "resourceclaims.resource.k8s.io \"{}\" not found",
+                    write.claim
+                )
+            })?;
+            let claim = k8s::devices::reserved_claim(&claim, write, pod_name);
+            self.put(Object::ResourceClaim(Box::new(claim)), true)?;
+        }
+        Ok(())
+    }
+
+    fn unbind_claims(&mut self, result: &CycleResult) -> Result<(), String> {
+        for write in &result.outcome.claim_writes {
+            if let Some(claim) = self.stored_claim(result, &write.claim)? {
+                let claim = k8s::devices::unreserved_claim(&claim, write);
+                self.put(Object::ResourceClaim(Box::new(claim)), true)?;
+            }
         }
         Ok(())
     }

@@ -12,7 +12,10 @@ pub use wasched_sdk::PodVolumes;
 use crate::nodetree::{zone_key, NodeTree};
 use crate::spread::SpreadSelectors;
 
+mod devices;
 mod storage;
+
+pub use devices::{DeviceId, DeviceStore};
 
 /// One node and what is placed on it.
 #[derive(Debug, Clone)]
@@ -263,6 +266,8 @@ pub struct Cache {
     budgets: BTreeMap<String, DisruptionBudget>,
     /// Pending pods nominated to a node by a preemption (`status.nominatedNodeName`), by key.
     nominated: BTreeMap<String, sdk::Pod>,
+    /// Dynamic Resource Allocation's objects.
+    devices: DeviceStore,
 }
 
 impl Cache {
@@ -323,6 +328,7 @@ impl Cache {
     pub fn upsert_node(&mut self, mut info: sdk::NodeInfo) -> u32 {
         let zone = zone_key(&info.labels);
         info.csi_node = self.csi_nodes.get(&info.name).cloned();
+        info.device_pools = self.device_pools_for(&info);
         if let Some(&id) = self.by_name.get(&info.name) {
             let entry = self.nodes[id as usize]
                 .as_mut()

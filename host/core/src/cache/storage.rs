@@ -293,6 +293,7 @@ impl Cache {
     /// Fills in each of the pod's volume claims from the claims, volumes and classes known now,
     /// with what reservations assumed of them.
     pub fn resolve_claims(&self, pod: &mut sdk::Pod) {
+        self.resolve_device_claims(pod);
         if !pod.volumes.is_empty() {
             pod.volumes = self.resolved_volumes(&pod.namespace, &pod.volumes);
         }

@@ -130,7 +130,20 @@ impl serde::Serialize for Choice {
 
 /// Refuses volumes reserved for claims the pod does not have: the host writes these bindings to
 /// the API server, so a plugin must not name another pod's claims.
-fn own_claims(pod: &sdk::Pod, volumes: &sdk::PodVolumes) -> Result<(), String> {
+fn own_claims(pod: &sdk::Pod, reservation: &sdk::Reservation) -> Result<(), String> {
+    for allocated in &reservation.claims {
+        let unallocated = pod
+            .claims
+            .iter()
+            .any(|c| c.found && c.allocated.is_none() && c.claim_name == allocated.claim);
+        if !unallocated {
+            return Err(format!(
+                "allocated devices for the claim {:?}, which is not an unallocated claim of the pod",
+                allocated.claim
+            ));
+        }
+    }
+    let volumes = &reservation.volumes;
     let named = volumes
         .static_bindings
         .iter()
@@ -168,6 +181,34 @@ pub(super) struct Diagnosis {
     /// A node was found, but a Reserve plugin rejected the pod there: the cycle ends without
     /// PostFilter (kube-scheduler runs no preemption after Reserve) and clears any nomination.
     pub reserve_rejected: bool,
+    /// The slot whose PreFilter plan rejected the pod (kube-scheduler runs no PreFilter after
+    /// it).
+    pub prefilter_rejected_by: Option<usize>,
+}
+
+/// kube-scheduler's name for the plugin whose PostFilter the host words.
+const DYNAMIC_RESOURCES: &str = "DynamicResources";
+
+/// What DynamicResources' PostFilter answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DevicesPostFilter {
+    /// Its PreFilter never ran (an earlier one rejected the pod): its state is missing, the
+    /// PostFilter fails with `not found` and preemption does not run.
+    StateMissing,
+    /// Its PreFilter rejected the pod before looking at any claim.
+    NoNewClaims,
+    /// No allocated claim is to be deallocated.
+    StillNotSchedulable,
+}
+
+impl DevicesPostFilter {
+    fn reason(self) -> Option<&'static str> {
+        match self {
+            DevicesPostFilter::StateMissing => None,
+            DevicesPostFilter::NoNewClaims => Some("no new claims to deallocate"),
+            DevicesPostFilter::StillNotSchedulable => Some("still not schedulable"),
+        }
+    }
 }
 
 /// What one cycle carries from stage to stage besides the profile.
@@ -261,14 +302,15 @@ impl Profile {
             .flatten();
         if let Some(id) = nominated {
             match self.check_node(cache, pod, id, reserve) {
-                Ok(Some(volumes)) => {
+                Ok(Some(reservation)) => {
                     return Outcome {
                         node: Some(node_name(cache, id)),
                         choice: Some(Box::new(Choice {
                             feasible_nodes: 1,
                             ..Choice::default()
                         })),
-                        volumes,
+                        volumes: reservation.volumes,
+                        claims: reservation.claims,
                         ..Outcome::default()
                     }
                 }
@@ -288,12 +330,24 @@ impl Profile {
             && !self.diagnosis.reserve_rejected
             && self.preemption.enabled
         {
-            // kube-scheduler's PostFilter: found room, or says why not after the FitError.
+            // kube-scheduler's PostFilter: DynamicResources first, then preemption, which
+            // finds room or says why not after the FitError.
+            let devices = self.dynamic_resources_post_filter(pod);
+            if devices == Some(DevicesPostFilter::StateMissing) {
+                let message = outcome.message.get_or_insert_with(String::new);
+                message.push_str(" not found");
+                return outcome;
+            }
             let examined = explain.then_some(&mut outcome.preemption_candidates);
             match self.preempt(cache, pod, examined) {
                 Ok(preemption) => outcome.preemption = Some(Box::new(preemption)),
                 Err(not) => {
                     let message = outcome.message.get_or_insert_with(String::new);
+                    if let Some(reason) = devices.and_then(DevicesPostFilter::reason) {
+                        message.push(' ');
+                        message.push_str(reason);
+                        message.push(',');
+                    }
                     message.push_str(" preemption: ");
                     message.push_str(&not.text);
                     outcome.clears_nomination =
@@ -302,6 +356,29 @@ impl Profile {
             }
         }
         outcome
+    }
+
+    /// What kube-scheduler's DynamicResources PostFilter says of a pod no node took, when the
+    /// profile has the plugin and the pod names claims (for a pod without, it says nothing).
+    /// It deallocates no claim: its reason is the one it gives when there is none to
+    /// deallocate.
+    fn dynamic_resources_post_filter(&self, pod: &sdk::Pod) -> Option<DevicesPostFilter> {
+        if pod.claims.is_empty() {
+            return None;
+        }
+        let position = |slot: usize| self.filters.iter().position(|&i| i == slot);
+        let plugin = self
+            .slots
+            .iter()
+            .position(|s| s.in_cycle && s.spec.name == DYNAMIC_RESOURCES)?;
+        let plugin = position(plugin)?;
+        Some(
+            match self.diagnosis.prefilter_rejected_by.and_then(position) {
+                Some(rejecting) if rejecting < plugin => DevicesPostFilter::StateMissing,
+                Some(rejecting) if rejecting == plugin => DevicesPostFilter::NoNewClaims,
+                _ => DevicesPostFilter::StillNotSchedulable,
+            },
+        )
     }
 
     /// Whether `pod` passes every filter on node `id` as the cache stands: the volumes reserved
@@ -313,13 +390,16 @@ impl Profile {
         pod: &sdk::Pod,
         id: u32,
         reserve: bool,
-    ) -> Stage<Option<sdk::PodVolumes>> {
+    ) -> Stage<Option<sdk::Reservation>> {
         let outcome = self.run_cycle(cache, pod, false, Some(id), reserve);
         if outcome.error || self.diagnosis.reserve_rejected {
             return Err(Box::new(outcome));
         }
         if outcome.node.is_some() {
-            return Ok(Some(outcome.volumes));
+            return Ok(Some(sdk::Reservation {
+                volumes: outcome.volumes,
+                claims: outcome.claims,
+            }));
         }
         if self.diagnosis.failure.is_none() {
             self.diagnosis.failure = Some(sdk::Failure::unresolvable(
@@ -381,7 +461,10 @@ impl Profile {
             .unwrap_or_else(|ended| *ended);
         if let Some(node) = outcome.node.as_deref().filter(|_| reserve) {
             match self.reserve(cache, node, &mut cycle) {
-                Ok(volumes) => outcome.volumes = volumes,
+                Ok(reservation) => {
+                    outcome.volumes = reservation.volumes;
+                    outcome.claims = reservation.claims;
+                }
                 Err(ended) => {
                     outcome = *ended;
                     self.diagnosis.reserve_rejected = !outcome.error;
@@ -556,8 +639,8 @@ impl Profile {
         cache: &Cache,
         node: &str,
         cycle: &mut CycleState,
-    ) -> Stage<sdk::PodVolumes> {
-        let mut volumes = sdk::PodVolumes::default();
+    ) -> Stage<sdk::Reservation> {
+        let mut reserved_all = sdk::Reservation::default();
         let Some(id) = cache.node_id(node) else {
             return Err(Box::new(Outcome::error(format!(
                 "node \"{node}\" not found"
@@ -573,11 +656,13 @@ impl Profile {
                 continue;
             };
             let ended = match instance.reserve(id) {
-                Ok(Ok(reservation)) => match own_claims(cycle.pod, &reservation.volumes) {
+                Ok(Ok(reservation)) => match own_claims(cycle.pod, &reservation) {
                     Ok(()) => {
                         let found = reservation.volumes;
+                        let volumes = &mut reserved_all.volumes;
                         volumes.static_bindings.extend(found.static_bindings);
                         volumes.provisions.extend(found.provisions);
+                        reserved_all.claims.extend(reservation.claims);
                         reserved.push(i);
                         continue;
                     }
@@ -591,7 +676,7 @@ impl Profile {
                 return Err(outcome);
             }
         }
-        Ok(volumes)
+        Ok(reserved_all)
     }
 
     /// Tells the plugins in `slots` (the scheduling thread's instances), in reverse order, that
@@ -703,7 +788,10 @@ impl Profile {
                 }
                 FilterPlan::Reject(failure) => {
                     let (diagnosis, outcome) = rejected_by_plan(cache, all, name, failure, cycle);
-                    self.diagnosis = diagnosis;
+                    self.diagnosis = Diagnosis {
+                        prefilter_rejected_by: Some(i),
+                        ..diagnosis
+                    };
                     return Err(outcome);
                 }
             }
@@ -1330,7 +1418,10 @@ mod stage_tests {
             let log = format!("reserve {}", self.names[&node]);
             self.script.reservations.lock().unwrap().push(log);
             let answer = self.script.reserve.clone().expect("takes part in Reserve");
-            Ok(answer.map(|volumes| sdk::Reservation { volumes }))
+            Ok(answer.map(|volumes| sdk::Reservation {
+                volumes,
+                claims: Vec::new(),
+            }))
         }
         fn unreserve(&mut self, _: &sdk::Pod, node: &str) -> Result<(), CallError> {
             let log = format!("unreserve {node}");
@@ -1361,6 +1452,7 @@ mod stage_tests {
                     reserve: self.0.reserve.is_some(),
                     reads_node_images: false,
                     reads_csi_nodes: false,
+                    reads_devices: false,
                 },
                 names: HashMap::new(),
             }))

@@ -795,6 +795,7 @@ mod tests {
                     reserve: false,
                     reads_node_images: false,
                     reads_csi_nodes: false,
+                    reads_devices: false,
                 },
                 set_pods: 0,
                 fail_next,
@@ -1033,6 +1034,7 @@ mod tests {
                     reserve: false,
                     reads_node_images: false,
                     reads_csi_nodes: false,
+                    reads_devices: false,
                 },
                 sent: self.sent.clone(),
             }))

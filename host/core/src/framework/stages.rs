@@ -131,6 +131,15 @@ impl Decider {
     /// failing under `on_failure = "ignore"` is left out; under `"fail"` it gates the pod with its
     /// error until the pod changes, as kube-scheduler does.
     pub fn pre_enqueue(&mut self, pod: &sdk::Pod) -> Option<Gate> {
+        let resolved;
+        let pod = if pod.claims.is_empty() {
+            pod
+        } else {
+            let mut with_claims = pod.clone();
+            self.cache.resolve_device_claims(&mut with_claims);
+            resolved = with_claims;
+            &resolved
+        };
         let profile = self.profile_of(pod)?;
         let now = profile.clock.now();
         let key = pod.key();
@@ -139,7 +148,10 @@ impl Decider {
             .iter_mut()
             .filter(|s| s.descriptor.pre_enqueue)
         {
-            if slot.quarantined(now) {
+            // A plugin with no opinion on the pod (DynamicResources on a pod without claims)
+            // lets it in without being asked.
+            let idle = slot.spec.idle_when.is_some_and(|w| w.holds(pod, false));
+            if idle || slot.quarantined(now) {
                 continue;
             }
             let answer = slot.ensure_instance().and_then(|i| i.pre_enqueue(pod));

@@ -1,5 +1,6 @@
 //! From Kubernetes API objects (as `kubectl get -o yaml/json` prints them) to the plugin model.
 
+pub mod devices;
 mod placement;
 mod volumes;
 
@@ -207,8 +208,9 @@ pub fn node_info(node: &core::Node) -> Result<sdk::NodeInfo, FieldError> {
         unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
         allocatable,
         usage: sdk::NodeUsage::default(),
-        // The cache puts the node's CSINode in.
+        // The cache puts the node's CSINode and device pools in.
         csi_node: None,
+        device_pools: Vec::new(),
         images: status
             .and_then(|s| s.images.as_ref())
             .into_iter()
@@ -300,6 +302,7 @@ pub fn pod(pod: &core::Pod) -> Result<sdk::Pod, FieldError> {
         containers: containers(spec),
         images: images(spec),
         volumes: volumes::pod_volumes(pod, spec),
+        claims: devices::pod_claims(pod),
         pod_affinity: placement::pod_affinity(spec, &pod_labels),
         host_ports: placement::host_ports(spec),
         topology_spread_constraints: placement::topology_spread_constraints(spec),

@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -177,6 +178,26 @@ impl Backend for ApiBackend {
         bound.map_err(|e| self.refused(ApiWrite::VolumeBinding, format!("binding volumes: {e}")))
     }
 
+    fn bind_claims(&mut self, result: &CycleResult) -> Result<(), String> {
+        let written = self.runtime.block_on(write_claims(
+            &self.client,
+            &self.rate,
+            result,
+            ClaimChange::Reserve,
+        ));
+        written.map_err(|e| self.refused(ApiWrite::ClaimAllocation, e))
+    }
+
+    fn unbind_claims(&mut self, result: &CycleResult) -> Result<(), String> {
+        let written = self.runtime.block_on(write_claims(
+            &self.client,
+            &self.rate,
+            result,
+            ClaimChange::Unreserve,
+        ));
+        written.map_err(|e| self.refused(ApiWrite::ClaimAllocation, e))
+    }
+
     fn bind(&mut self, result: &CycleResult, node: &str) -> Result<(), String> {
         let (namespace, name) = result.pod.split_once('/').unwrap_or(("", &result.pod));
         let binding = core::Binding {
@@ -292,6 +313,74 @@ pub(super) async fn bounded<T>(
             format!("no answer from the API server within {REQUEST_TIMEOUT:?}"),
         )))),
     }
+}
+
+/// Which of DynamicResources' writes [`write_claims`] makes.
+#[derive(Clone, Copy)]
+enum ClaimChange {
+    /// PreBind: the allocation and the pod in `reservedFor`.
+    Reserve,
+    /// A failed binding: the pod out of `reservedFor`, and the allocation made for it dropped.
+    Unreserve,
+}
+
+/// kube-scheduler's DynamicResources PreBind (`bindClaim`): for each claim, its finalizer with a
+/// full update when the allocation is new, then `status` (allocation and `reservedFor`) with an
+/// update carrying the claim's resourceVersion, so a claim another writer changed meanwhile is
+/// refused (409) rather than overwritten; the pod is retried after backoff.
+async fn write_claims(
+    client: &Client,
+    rate: &RateLimiter,
+    result: &CycleResult,
+    change: ClaimChange,
+) -> Result<(), String> {
+    let (namespace, pod_name) = result.pod.split_once('/').unwrap_or(("default", ""));
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), namespace);
+    for write in &result.outcome.claim_writes {
+        rate.acquire().await;
+        let current = bounded(claims.get(&write.claim))
+            .await
+            .map_err(|e| format!("resourceclaim {namespace}/{}: {e}", write.claim))?;
+        let wanted = match change {
+            ClaimChange::Reserve => k8s::devices::reserved_claim(&current, write, pod_name),
+            ClaimChange::Unreserve => k8s::devices::unreserved_claim(&current, write),
+        };
+        let mut stored = current;
+        if wanted.metadata.finalizers != stored.metadata.finalizers
+            && matches!(change, ClaimChange::Reserve)
+        {
+            stored.metadata.finalizers = wanted.metadata.finalizers.clone();
+            rate.acquire().await;
+            stored = bounded(claims.replace(&write.claim, &PostParams::default(), &stored))
+                .await
+                .map_err(|e| {
+                    format!(
+                        "add finalizer to resourceclaim {namespace}/{}: {e}",
+                        write.claim
+                    )
+                })?;
+        }
+        stored.status = wanted.status;
+        rate.acquire().await;
+        stored = bounded(claims.replace_status(&write.claim, &PostParams::default(), &stored))
+            .await
+            .map_err(|e| format!("update resourceclaim {namespace}/{}: {e}", write.claim))?;
+        if wanted.metadata.finalizers != stored.metadata.finalizers
+            && matches!(change, ClaimChange::Unreserve)
+        {
+            stored.metadata.finalizers = wanted.metadata.finalizers;
+            rate.acquire().await;
+            bounded(claims.replace(&write.claim, &PostParams::default(), &stored))
+                .await
+                .map_err(|e| {
+                    format!(
+                        "remove finalizer from resourceclaim {namespace}/{}: {e}",
+                        write.claim
+                    )
+                })?;
+        }
+    }
+    Ok(())
 }
 
 /// How long PreBind waits for the PV controller to complete the bindings it asked for
