@@ -198,7 +198,7 @@ pub const DEFAULT_MULTI_POINT: &[(&str, i64)] = &[
 ];
 
 /// kube-scheduler's default plugins wasched does not have yet.
-const NOT_IMPLEMENTED: &[&str] = &["DynamicResources"];
+const NOT_IMPLEMENTED: &[&str] = &[];
 
 /// kube-scheduler's plugins that are parts of the host here rather than plugins.
 const BUILT_IN: &[&str] = &["PrioritySort", "DefaultBinder", "DefaultPreemption"];
@@ -219,8 +219,8 @@ impl Point {
         if BUILT_IN.contains(&name) || NOT_IMPLEMENTED.contains(&name) {
             return Some(false);
         }
-        if defaults::DEFAULT_PRE_ENQUEUE.contains(&name) {
-            return Some(self == Point::PreEnqueue);
+        if self == Point::PreEnqueue && defaults::DEFAULT_PRE_ENQUEUE.contains(&name) {
+            return Some(true);
         }
         let plugin = defaults::find(name)?;
         Some(match self {

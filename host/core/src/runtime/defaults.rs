@@ -64,6 +64,7 @@ pub static DEFAULT_PLUGINS: &[DefaultPlugin] = &[
     default_plugin!(wasched_volume_zone::VolumeZone),
     default_plugin!(wasched_pod_topology_spread::PodTopologySpread),
     default_plugin!(wasched_inter_pod_affinity::InterPodAffinity),
+    default_plugin!(wasched_dynamic_resources::DynamicResources),
     default_plugin!(wasched_balanced_allocation::BalancedAllocation),
     default_plugin!(wasched_image_locality::ImageLocality),
     default_plugin!(wasched_scheduling_gates::SchedulingGates),
@@ -88,10 +89,14 @@ pub const DEFAULT_FILTERS: &[&str] = &[
     wasched_volume_zone::NAME,
     wasched_pod_topology_spread::NAME,
     wasched_inter_pod_affinity::NAME,
+    wasched_dynamic_resources::NAME,
 ];
 
 /// kube-scheduler's default PreEnqueue plugins, restricted to the plugins wasched has.
-pub const DEFAULT_PRE_ENQUEUE: &[&str] = &[wasched_scheduling_gates::NAME];
+pub const DEFAULT_PRE_ENQUEUE: &[&str] = &[
+    wasched_scheduling_gates::NAME,
+    wasched_dynamic_resources::NAME,
+];
 
 /// kube-scheduler's default score plugins and weights.
 pub const DEFAULT_SCORES: &[(&str, i64)] = &[

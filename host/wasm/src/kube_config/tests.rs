@@ -46,14 +46,12 @@ fn an_empty_configuration_is_kube_schedulers_default_profile() {
         .chains();
     assert_eq!(chains, default);
     assert_eq!(chains[0].scheduler_name, "default-scheduler");
-    assert_eq!(chains[0].pre_enqueue, names(&["SchedulingGates"]));
-    let warnings = converted(HEADER).warnings;
-    assert!(
-        warnings
-            .iter()
-            .any(|w| w.contains("DynamicResources is not implemented")),
-        "{warnings:?}"
+    assert_eq!(
+        chains[0].pre_enqueue,
+        names(&["SchedulingGates", "DynamicResources"])
     );
+    let warnings = converted(HEADER).warnings;
+    assert!(warnings.is_empty(), "{warnings:?}");
 }
 
 #[test]
@@ -187,9 +185,10 @@ fn star_disables_every_default_of_a_point_and_zero_weights_count_as_one() {
             "VolumeBinding",
             "VolumeZone",
             "PodTopologySpread",
+            "DynamicResources",
         ])
     );
-    assert!(chain.pre_enqueue.is_empty());
+    assert_eq!(chain.pre_enqueue, names(&["DynamicResources"]));
 }
 
 #[test]

@@ -1,0 +1,423 @@
+//! kube's structured allocator (`dynamic-resource-allocation/structured`, the stable channel):
+//! an exhaustive search, claim by claim and request by request, trying each eligible device in
+//! pool order and backtracking, that stops at the first full solution.
+
+use wasched_sdk::{
+    AllocationMode, AttributeValue, ClaimAllocation, Device, DevicePool, DeviceResult,
+};
+
+/// kube's `AllocationResultsMaxSize`: the most devices one claim can be allocated.
+pub const MAX_DEVICES_PER_CLAIM: usize = 32;
+
+/// A claim to allocate, as PreFilter prepared it.
+#[derive(Debug, Clone)]
+pub struct ClaimPlan {
+    /// The claim's name.
+    pub name: String,
+    /// `namespace/name`, as kube's messages name it.
+    pub display: String,
+    /// Its requests, in order.
+    pub requests: Vec<RequestPlan>,
+    /// Its `matchAttribute` constraints.
+    pub constraints: Vec<ConstraintPlan>,
+}
+
+/// A request: one alternative, or a `firstAvailable` list of them tried in order.
+#[derive(Debug, Clone)]
+pub struct RequestPlan {
+    /// The request's name.
+    pub name: String,
+    /// Its alternatives (one for an `exactly` request).
+    pub alternatives: Vec<Alternative>,
+}
+
+/// What one alternative of a request asks for.
+#[derive(Debug, Clone)]
+pub struct Alternative {
+    /// The sub-request's name, for a `firstAvailable` one.
+    pub sub_name: Option<String>,
+    /// How many devices.
+    pub mode: AllocationMode,
+    /// `adminAccess`.
+    pub admin_access: bool,
+    /// Which selectors a device must match (the matcher's key).
+    pub selectors: u32,
+}
+
+/// A `matchAttribute` constraint of a claim.
+#[derive(Debug, Clone)]
+pub struct ConstraintPlan {
+    /// The requests it binds (`request` or `request/sub`); empty for all.
+    pub requests: Vec<String>,
+    /// The fully qualified attribute.
+    pub attribute: String,
+}
+
+/// Whether a device matches a set of selectors; an error ends the allocation (kube's
+/// `statusError`).
+pub trait Matcher {
+    /// Whether device `device_index` of the node's pool `pool_index` matches selector set
+    /// `selectors` of claim `claim`.
+    fn matches(
+        &mut self,
+        selectors: u32,
+        claim: &ClaimPlan,
+        pool_index: usize,
+        device_index: usize,
+    ) -> Result<bool, String>;
+}
+
+/// Allocates every claim of `claims` from `pools` (the node's): the devices per claim, none when
+/// there is no solution, an error when a claim cannot be allocated anywhere (kube's errors).
+pub fn allocate(
+    pools: &[DevicePool],
+    claims: &[ClaimPlan],
+    matcher: &mut dyn Matcher,
+) -> Result<Option<Vec<ClaimAllocation>>, String> {
+    let mut search = Search {
+        pools,
+        claims,
+        matcher,
+        chosen: claims.iter().map(|c| vec![0; c.requests.len()]).collect(),
+        all_devices: claims
+            .iter()
+            .map(|c| {
+                c.requests
+                    .iter()
+                    .map(|r| vec![None; r.alternatives.len()])
+                    .collect()
+            })
+            .collect(),
+        allocating: Vec::new(),
+        results: vec![Vec::new(); claims.len()],
+        constraints: claims
+            .iter()
+            .map(|c| {
+                c.constraints
+                    .iter()
+                    .map(|_| ConstraintState::default())
+                    .collect()
+            })
+            .collect(),
+    };
+    for (claim_index, claim) in claims.iter().enumerate() {
+        let mut min_devices = 0;
+        for (request_index, request) in claim.requests.iter().enumerate() {
+            let mut fewest = usize::MAX;
+            for (alternative_index, alternative) in request.alternatives.iter().enumerate() {
+                let count = match alternative.mode {
+                    AllocationMode::ExactCount(n) => n as usize,
+                    AllocationMode::All => {
+                        let all = search.all_matching(claim_index, request, alternative)?;
+                        let n = all.len();
+                        search.all_devices[claim_index][request_index][alternative_index] =
+                            Some(all);
+                        n
+                    }
+                };
+                fewest = fewest.min(count);
+            }
+            min_devices += fewest;
+        }
+        if min_devices > MAX_DEVICES_PER_CLAIM {
+            return Err(format!(
+                "claim {}: number of requested devices {min_devices} exceeds the claim limit of {MAX_DEVICES_PER_CLAIM}",
+                claim.display
+            ));
+        }
+    }
+    if !search.allocate_one(Step::default(), false)? {
+        return Ok(None);
+    }
+    Ok(Some(
+        claims
+            .iter()
+            .zip(search.results)
+            .map(|(claim, devices)| ClaimAllocation {
+                claim: claim.name.clone(),
+                devices,
+            })
+            .collect(),
+    ))
+}
+
+/// Where the search is: which device of which alternative of which request of which claim.
+#[derive(Clone, Copy, Default)]
+struct Step {
+    claim: usize,
+    request: usize,
+    alternative: usize,
+    device: usize,
+}
+
+#[derive(Default, Clone)]
+struct ConstraintState {
+    value: Option<AttributeValue>,
+    devices: usize,
+}
+
+/// A device by pool and index in the node's pools.
+type DeviceRef = (usize, usize);
+
+struct Search<'a> {
+    pools: &'a [DevicePool],
+    claims: &'a [ClaimPlan],
+    matcher: &'a mut dyn Matcher,
+    /// Per claim and request, the alternative chosen.
+    chosen: Vec<Vec<usize>>,
+    /// Per claim, request and alternative, the devices an `All` alternative takes.
+    all_devices: Vec<Vec<Vec<Option<Vec<DeviceRef>>>>>,
+    /// Devices taken in this attempt, with the claim taking each.
+    allocating: Vec<(DeviceRef, usize)>,
+    results: Vec<Vec<DeviceResult>>,
+    constraints: Vec<Vec<ConstraintState>>,
+}
+
+impl Search<'_> {
+    fn device(&self, (pool, index): DeviceRef) -> (&DevicePool, &Device) {
+        let pool = &self.pools[pool];
+        (pool, &pool.devices[index])
+    }
+
+    fn id(&self, device: DeviceRef) -> String {
+        let (pool, d) = self.device(device);
+        format!("{}/{}/{}", pool.driver, pool.name, d.name)
+    }
+
+    /// The devices an `All` alternative takes: every matching device of the node's pools, none
+    /// of which may be incomplete.
+    fn all_matching(
+        &mut self,
+        claim_index: usize,
+        request: &RequestPlan,
+        alternative: &Alternative,
+    ) -> Result<Vec<DeviceRef>, String> {
+        let claims = self.claims;
+        let claim = &claims[claim_index];
+        let name = full_name(request, alternative);
+        let mut all = Vec::new();
+        let pools = self.pools;
+        for (p, pool) in pools.iter().enumerate() {
+            if !pool.complete {
+                return Err(format!(
+                    "claim {}, request {name}: asks for all devices, but resource pool {}/{} is currently being updated",
+                    claim.display, pool.driver, pool.name
+                ));
+            }
+            for d in 0..pool.devices.len() {
+                if self.matcher.matches(alternative.selectors, claim, p, d)? {
+                    all.push((p, d));
+                }
+            }
+        }
+        Ok(all)
+    }
+
+    fn in_use(&self, device: DeviceRef, claim: usize, admin_access: bool) -> bool {
+        if admin_access {
+            self.allocating
+                .iter()
+                .any(|&(d, c)| d == device && c == claim)
+        } else {
+            self.device(device).1.allocated || self.allocating.iter().any(|&(d, _)| d == device)
+        }
+    }
+
+    fn allocate_one(&mut self, step: Step, in_alternative: bool) -> Result<bool, String> {
+        let claims = self.claims;
+        let Some(claim) = claims.get(step.claim) else {
+            return Ok(true);
+        };
+        let Some(request) = claim.requests.get(step.request) else {
+            return self.allocate_one(
+                Step {
+                    claim: step.claim + 1,
+                    ..Step::default()
+                },
+                false,
+            );
+        };
+        if !in_alternative {
+            for alternative in 0..request.alternatives.len() {
+                let step = Step {
+                    alternative,
+                    device: 0,
+                    ..step
+                };
+                if self.allocate_one(step, true)? {
+                    self.chosen[step.claim][step.request] = alternative;
+                    return Ok(true);
+                }
+            }
+            return Ok(false);
+        }
+        let alternative = &request.alternatives[step.alternative];
+        let all = self.all_devices[step.claim][step.request][step.alternative].clone();
+        let needed = match (&alternative.mode, &all) {
+            (AllocationMode::All, Some(all)) if all.is_empty() => return Ok(false),
+            (AllocationMode::All, Some(all)) => all.len(),
+            (AllocationMode::ExactCount(n), _) => *n as usize,
+            (AllocationMode::All, None) => return Ok(false),
+        };
+        if step.device >= needed {
+            return self.allocate_one(
+                Step {
+                    request: step.request + 1,
+                    alternative: 0,
+                    device: 0,
+                    ..step
+                },
+                false,
+            );
+        }
+        if self.results[step.claim].len() + needed - step.device > MAX_DEVICES_PER_CLAIM {
+            return Ok(false);
+        }
+        let next = Step {
+            device: step.device + 1,
+            ..step
+        };
+        if let Some(all) = all {
+            let device = all[step.device];
+            if !self.take(step, device, true)? {
+                return Ok(false);
+            }
+            if self.allocate_one(next, true)? {
+                return Ok(true);
+            }
+            self.give_back(step, device);
+            return Ok(false);
+        }
+        let pools = self.pools;
+        for (p, pool) in pools.iter().enumerate() {
+            if !pool.complete {
+                continue;
+            }
+            for d in 0..pool.devices.len() {
+                let device = (p, d);
+                if self.in_use(device, step.claim, alternative.admin_access)
+                    || !self.matcher.matches(alternative.selectors, claim, p, d)?
+                    || !self.take(step, device, false)?
+                {
+                    continue;
+                }
+                if self.allocate_one(next, true)? {
+                    return Ok(true);
+                }
+                self.give_back(step, device);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Takes `device` for the alternative at `step` if it is free and the claim's constraints
+    /// allow it; `must` (an `All` request) makes a violated constraint an error.
+    fn take(&mut self, step: Step, device: DeviceRef, must: bool) -> Result<bool, String> {
+        let (claims, pools) = (self.claims, self.pools);
+        let claim = &claims[step.claim];
+        let request = &claim.requests[step.request];
+        let alternative = &request.alternatives[step.alternative];
+        if self.in_use(device, step.claim, alternative.admin_access) {
+            return Ok(false);
+        }
+        let pool = &pools[device.0];
+        let d = &pool.devices[device.1];
+        let mut added = Vec::new();
+        for (i, constraint) in claim.constraints.iter().enumerate() {
+            if !binds(constraint, request, alternative) {
+                continue;
+            }
+            let state = &self.constraints[step.claim][i];
+            let Some(value) = lookup(&pool.driver, d, &constraint.attribute) else {
+                return self.violated(step, device, must, &added);
+            };
+            if state.devices > 0 && state.value.as_ref() != Some(value) {
+                return self.violated(step, device, must, &added);
+            }
+            let state = &mut self.constraints[step.claim][i];
+            state.value = Some(value.clone());
+            state.devices += 1;
+            added.push(i);
+        }
+        self.results[step.claim].push(DeviceResult {
+            request: full_name(request, alternative),
+            driver: pool.driver.clone(),
+            pool: pool.name.clone(),
+            device: d.name.clone(),
+            admin_access: alternative.admin_access,
+        });
+        self.allocating.push((device, step.claim));
+        Ok(true)
+    }
+
+    fn violated(
+        &mut self,
+        step: Step,
+        device: DeviceRef,
+        must: bool,
+        added: &[usize],
+    ) -> Result<bool, String> {
+        for &i in added {
+            self.constraints[step.claim][i].devices -= 1;
+        }
+        if must {
+            let claim = &self.claims[step.claim];
+            let request = &claim.requests[step.request];
+            return Err(format!(
+                "claim {}, request {}: cannot add device {} because a claim constraint would not be satisfied",
+                claim.display,
+                full_name(request, &request.alternatives[step.alternative]),
+                self.id(device)
+            ));
+        }
+        Ok(false)
+    }
+
+    fn give_back(&mut self, step: Step, device: DeviceRef) {
+        let claim = &self.claims[step.claim];
+        let request = &claim.requests[step.request];
+        let alternative = &request.alternatives[step.alternative];
+        for (i, constraint) in claim.constraints.iter().enumerate() {
+            if binds(constraint, request, alternative) {
+                self.constraints[step.claim][i].devices -= 1;
+            }
+        }
+        self.results[step.claim].pop();
+        if let Some(at) = self.allocating.iter().rposition(|&(d, _)| d == device) {
+            self.allocating.remove(at);
+        }
+    }
+}
+
+/// `request` or `request/sub`.
+fn full_name(request: &RequestPlan, alternative: &Alternative) -> String {
+    match &alternative.sub_name {
+        Some(sub) => format!("{}/{sub}", request.name),
+        None => request.name.clone(),
+    }
+}
+
+/// Whether `constraint` applies to devices of this request alternative.
+fn binds(constraint: &ConstraintPlan, request: &RequestPlan, alternative: &Alternative) -> bool {
+    constraint.requests.is_empty()
+        || constraint.requests.contains(&request.name)
+        || constraint
+            .requests
+            .contains(&full_name(request, alternative))
+}
+
+/// The value of the fully qualified `attribute` of `device`: by that name, or by its bare name
+/// when its domain is the driver's.
+fn lookup<'d>(driver: &str, device: &'d Device, attribute: &str) -> Option<&'d AttributeValue> {
+    let by_name = |name: &str| {
+        device
+            .attributes
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v)
+    };
+    by_name(attribute).or_else(|| {
+        let (domain, id) = attribute.split_once('/')?;
+        (domain == driver).then(|| by_name(id)).flatten()
+    })
+}

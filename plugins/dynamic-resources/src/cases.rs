@@ -1,0 +1,503 @@
+//! DynamicResources' table: rows after kube-scheduler's `dynamicresources_test.go` (PreEnqueue,
+//! PreFilter and Filter statuses) and the structured allocator's `allocator_test.go`
+//! (`exactly` counts, `All`, `firstAvailable`, `matchAttribute`, admin access, devices other
+//! claims hold, incomplete pools, CEL selectors and their errors). Each row runs natively here
+//! and through the component in the host's end-to-end tests.
+
+use wasched_sdk::testing::{fail, node, pass, pod, unresolvable, Case};
+use wasched_sdk::{
+    AllocationMode, AttributeValue, ClaimAllocated, ClaimAllocation, Code, Device,
+    DeviceConstraint, DevicePool, DeviceRequest, DeviceResult, Failure, FilterPlan, NodeInfo,
+    NodeSelectorRequirement, NodeSelectorTerm, Pod, PodClaim,
+};
+
+use crate::{REASON_CANNOT_ALLOCATE, REASON_IN_USE, REASON_NOT_AVAILABLE};
+
+const DRIVER: &str = "gpu.example.com";
+const CLASS: &str = "gpu.example.com";
+
+fn gpu(name: &str, model: &str, memory: &str, pcie_root: &str) -> Device {
+    Device {
+        name: name.into(),
+        attributes: vec![
+            ("model".into(), AttributeValue::String(model.into())),
+            (
+                "resource.kubernetes.io/pcieRoot".into(),
+                AttributeValue::String(pcie_root.into()),
+            ),
+            (
+                "driverVersion".into(),
+                AttributeValue::Version("1.2.3".into()),
+            ),
+        ],
+        capacity: vec![("memory".into(), memory.into())],
+        allocated: false,
+    }
+}
+
+fn allocated(device: Device) -> Device {
+    Device {
+        allocated: true,
+        ..device
+    }
+}
+
+/// A node with one pool of `devices` named after the node.
+fn gpu_node(name: &str, devices: Vec<Device>) -> NodeInfo {
+    NodeInfo {
+        device_pools: vec![DevicePool {
+            driver: DRIVER.into(),
+            name: name.into(),
+            complete: true,
+            devices,
+        }],
+        ..node(name)
+    }
+}
+
+fn request(name: &str, count: u32) -> DeviceRequest {
+    DeviceRequest {
+        name: name.into(),
+        class_name: CLASS.into(),
+        class_found: true,
+        class_selectors: vec![format!("device.driver == '{DRIVER}'")],
+        mode: AllocationMode::ExactCount(count),
+        ..DeviceRequest::default()
+    }
+}
+
+fn selecting(mut request: DeviceRequest, expression: &str) -> DeviceRequest {
+    request.selectors.push(expression.into());
+    request
+}
+
+fn claim(name: &str, requests: Vec<DeviceRequest>) -> PodClaim {
+    PodClaim {
+        name: name.into(),
+        claim_name: name.into(),
+        found: true,
+        requests,
+        ..PodClaim::default()
+    }
+}
+
+fn claiming(claims: Vec<PodClaim>) -> Pod {
+    Pod {
+        claims,
+        ..pod("job")
+    }
+}
+
+fn result(request: &str, node: &str, device: &str) -> DeviceResult {
+    DeviceResult {
+        request: request.into(),
+        driver: DRIVER.into(),
+        pool: node.into(),
+        device: device.into(),
+        admin_access: false,
+    }
+}
+
+fn allocation(claim: &str, devices: Vec<DeviceResult>) -> ClaimAllocation {
+    ClaimAllocation {
+        claim: claim.into(),
+        devices,
+    }
+}
+
+fn error(message: &str) -> wasched_sdk::testing::Expected {
+    fail(Code::Error, &[message])
+}
+
+/// The rows.
+pub fn cases() -> Vec<Case> {
+    let a100 = |n: &str| gpu(n, "a100", "40Gi", "pci0");
+    let two_roots = gpu_node(
+        "split",
+        vec![
+            gpu("g0", "a100", "40Gi", "pci0"),
+            gpu("g1", "a100", "40Gi", "pci1"),
+        ],
+    );
+    let one_root = gpu_node(
+        "paired",
+        vec![
+            gpu("g0", "a100", "40Gi", "pci0"),
+            gpu("g1", "a100", "40Gi", "pci0"),
+        ],
+    );
+    let mut rows = vec![
+        Case::filter("a pod without claims is not filtered", pod("web"), vec![node("plain")], vec![pass()])
+            .with_plan(FilterPlan::Skip),
+        Case::filter(
+            "one device: a node with a free one, none, and one another claim holds",
+            claiming(vec![claim("gpu", vec![request("gpu", 1)])]),
+            vec![
+                gpu_node("free", vec![a100("g0")]),
+                node("none"),
+                gpu_node("taken", vec![allocated(a100("g0"))]),
+            ],
+            vec![
+                pass(),
+                unresolvable(REASON_CANNOT_ALLOCATE),
+                unresolvable(REASON_CANNOT_ALLOCATE),
+            ],
+        )
+        .reserving(0, vec![allocation("gpu", vec![result("gpu", "free", "g0")])]),
+        Case::filter(
+            "a selector on the model and the memory",
+            claiming(vec![claim(
+                "gpu",
+                vec![selecting(
+                    request("gpu", 1),
+                    "device.attributes['gpu.example.com'].model == 'h100' && device.capacity['gpu.example.com'].memory.compareTo(quantity('80Gi')) >= 0",
+                )],
+            )]),
+            vec![
+                gpu_node("small", vec![a100("g0")]),
+                gpu_node("big", vec![a100("g0"), gpu("g1", "h100", "80Gi", "pci0")]),
+            ],
+            vec![unresolvable(REASON_CANNOT_ALLOCATE), pass()],
+        )
+        .reserving(1, vec![allocation("gpu", vec![result("gpu", "big", "g1")])]),
+        Case::filter(
+            "two devices on one PCIe root (matchAttribute)",
+            claiming(vec![PodClaim {
+                constraints: vec![DeviceConstraint {
+                    requests: Vec::new(),
+                    match_attribute: "resource.kubernetes.io/pcieRoot".into(),
+                }],
+                ..claim("pair", vec![request("gpus", 2)])
+            }]),
+            vec![two_roots.clone(), one_root.clone()],
+            vec![unresolvable(REASON_CANNOT_ALLOCATE), pass()],
+        )
+        .reserving(
+            1,
+            vec![allocation(
+                "pair",
+                vec![result("gpus", "paired", "g0"), result("gpus", "paired", "g1")],
+            )],
+        ),
+        Case::filter(
+            "without the constraint two devices on two roots do",
+            claiming(vec![claim("pair", vec![request("gpus", 2)])]),
+            vec![two_roots.clone()],
+            vec![pass()],
+        ),
+        Case::filter(
+            "matchAttribute backtracks past a first device without a partner",
+            claiming(vec![PodClaim {
+                constraints: vec![DeviceConstraint {
+                    requests: vec!["gpus".into()],
+                    match_attribute: "resource.kubernetes.io/pcieRoot".into(),
+                }],
+                ..claim("pair", vec![request("gpus", 2)])
+            }]),
+            vec![gpu_node(
+                "three",
+                vec![
+                    gpu("g0", "a100", "40Gi", "pci0"),
+                    gpu("g1", "a100", "40Gi", "pci1"),
+                    gpu("g2", "a100", "40Gi", "pci1"),
+                ],
+            )],
+            vec![pass()],
+        )
+        .reserving(
+            0,
+            vec![allocation(
+                "pair",
+                vec![result("gpus", "three", "g1"), result("gpus", "three", "g2")],
+            )],
+        ),
+        Case::filter(
+            "two claims cannot take one device",
+            claiming(vec![
+                claim("first", vec![request("gpu", 1)]),
+                claim("second", vec![request("gpu", 1)]),
+            ]),
+            vec![gpu_node("one", vec![a100("g0")]), one_root.clone()],
+            vec![unresolvable(REASON_CANNOT_ALLOCATE), pass()],
+        )
+        .reserving(
+            1,
+            vec![
+                allocation("first", vec![result("gpu", "paired", "g0")]),
+                allocation("second", vec![result("gpu", "paired", "g1")]),
+            ],
+        ),
+        Case::filter(
+            "allocationMode All takes every matching device, and needs one",
+            claiming(vec![claim(
+                "all",
+                vec![DeviceRequest {
+                    mode: AllocationMode::All,
+                    ..request("gpus", 0)
+                }],
+            )]),
+            vec![one_root.clone(), node("none"), gpu_node("held", vec![allocated(a100("g0")), a100("g1")])],
+            vec![
+                pass(),
+                unresolvable(REASON_CANNOT_ALLOCATE),
+                unresolvable(REASON_CANNOT_ALLOCATE),
+            ],
+        )
+        .reserving(
+            0,
+            vec![allocation(
+                "all",
+                vec![result("gpus", "paired", "g0"), result("gpus", "paired", "g1")],
+            )],
+        ),
+        Case::filter(
+            "All on an incomplete pool is an error, ExactCount skips the pool",
+            claiming(vec![claim(
+                "all",
+                vec![DeviceRequest {
+                    mode: AllocationMode::All,
+                    ..request("gpus", 0)
+                }],
+            )]),
+            vec![NodeInfo {
+                device_pools: vec![DevicePool {
+                    complete: false,
+                    ..gpu_node("updating", vec![a100("g0")]).device_pools[0].clone()
+                }],
+                ..node("updating")
+            }],
+            vec![error(
+                "claim default/all, request gpus: asks for all devices, but resource pool gpu.example.com/updating is currently being updated",
+            )],
+        ),
+        Case::filter(
+            "an incomplete pool's devices are not allocated",
+            claiming(vec![claim("gpu", vec![request("gpu", 1)])]),
+            vec![NodeInfo {
+                device_pools: vec![DevicePool {
+                    complete: false,
+                    ..gpu_node("updating", vec![a100("g0")]).device_pools[0].clone()
+                }],
+                ..node("updating")
+            }],
+            vec![unresolvable(REASON_CANNOT_ALLOCATE)],
+        ),
+        Case::filter(
+            "firstAvailable: the first sub-request that fits is allocated",
+            claiming(vec![claim(
+                "gpu",
+                vec![DeviceRequest {
+                    first_available: vec![
+                        DeviceRequest {
+                            name: "h100".into(),
+                            ..selecting(
+                                request("h100", 1),
+                                "device.attributes['gpu.example.com'].model == 'h100'",
+                            )
+                        },
+                        DeviceRequest {
+                            name: "two-a100".into(),
+                            ..request("two-a100", 2)
+                        },
+                    ],
+                    ..DeviceRequest {
+                        name: "gpu".into(),
+                        ..DeviceRequest::default()
+                    }
+                }],
+            )]),
+            vec![one_root.clone(), gpu_node("single", vec![a100("g0")])],
+            vec![pass(), unresolvable(REASON_CANNOT_ALLOCATE)],
+        )
+        .reserving(
+            0,
+            vec![allocation(
+                "gpu",
+                vec![
+                    result("gpu/two-a100", "paired", "g0"),
+                    result("gpu/two-a100", "paired", "g1"),
+                ],
+            )],
+        ),
+        Case::filter(
+            "adminAccess takes a device another claim holds",
+            claiming(vec![claim(
+                "monitor",
+                vec![DeviceRequest {
+                    admin_access: true,
+                    ..request("gpu", 1)
+                }],
+            )]),
+            vec![gpu_node("taken", vec![allocated(a100("g0"))])],
+            vec![pass()],
+        )
+        .reserving(
+            0,
+            vec![allocation(
+                "monitor",
+                vec![DeviceResult {
+                    admin_access: true,
+                    ..result("gpu", "taken", "g0")
+                }],
+            )],
+        ),
+        Case::filter(
+            "the class's selectors apply too",
+            claiming(vec![claim(
+                "gpu",
+                vec![DeviceRequest {
+                    class_selectors: vec!["device.attributes['gpu.example.com'].model == 'h100'".into()],
+                    ..request("gpu", 1)
+                }],
+            )]),
+            vec![gpu_node("a100s", vec![a100("g0")])],
+            vec![unresolvable(REASON_CANNOT_ALLOCATE)],
+        ),
+        Case::filter(
+            "a selector failing at run time is an error naming the claim, selector and device",
+            claiming(vec![claim(
+                "gpu",
+                vec![selecting(request("gpu", 1), "device.attributes['gpu.example.com'].vendor == 'x'")],
+            )]),
+            vec![gpu_node("n", vec![a100("g0")])],
+            vec![error(
+                "claim default/gpu: selector #0 on device gpu.example.com/n/g0: CEL runtime error: no such key: vendor",
+            )],
+        ),
+        Case::filter(
+            "a class selector that does not compile is an error naming the class",
+            claiming(vec![claim(
+                "gpu",
+                vec![DeviceRequest {
+                    class_selectors: vec!["device.driver ==".into()],
+                    ..request("gpu", 1)
+                }],
+            )]),
+            vec![gpu_node("n", vec![a100("g0")])],
+            vec![error(&format!(
+                "class gpu.example.com: selector #0: CEL compile error: {}",
+                crate::cel_env::Selector::compile("device.driver ==")
+                    .compile_error()
+                    .unwrap_or_default()
+            ))],
+        ),
+        Case::filter(
+            "an allocated claim: only nodes its node selector names",
+            claiming(vec![PodClaim {
+                allocated: Some(ClaimAllocated {
+                    node_selector: Some(vec![NodeSelectorTerm {
+                        match_expressions: Vec::new(),
+                        match_fields: vec![NodeSelectorRequirement {
+                            key: "metadata.name".into(),
+                            operator: "In".into(),
+                            values: vec!["here".into()],
+                        }],
+                    }]),
+                    reserved_for_pod: false,
+                    reserved_count: 1,
+                }),
+                ..claim("shared", vec![request("gpu", 1)])
+            }]),
+            vec![node("here"), node("there")],
+            vec![pass(), unresolvable(REASON_NOT_AVAILABLE)],
+        )
+        .reserving(0, Vec::new()),
+        Case::filter(
+            "an allocated claim reserved for as many pods as it can be",
+            claiming(vec![PodClaim {
+                allocated: Some(ClaimAllocated {
+                    node_selector: None,
+                    reserved_for_pod: false,
+                    reserved_count: 256,
+                }),
+                ..claim("shared", vec![request("gpu", 1)])
+            }]),
+            vec![node("n")],
+            Vec::new(),
+        )
+        .with_plan(FilterPlan::Reject(Failure::unresolvable(REASON_IN_USE))),
+        Case::filter(
+            "a request naming a class that does not exist",
+            claiming(vec![claim(
+                "gpu",
+                vec![DeviceRequest {
+                    class_found: false,
+                    class_name: "missing".into(),
+                    ..request("gpu", 1)
+                }],
+            )]),
+            vec![gpu_node("n", vec![a100("g0")])],
+            Vec::new(),
+        )
+        .with_plan(FilterPlan::Reject(Failure::unresolvable(
+            "request gpu: device class missing does not exist",
+        ))),
+        Case::filter(
+            "more devices than a claim can hold",
+            claiming(vec![claim("many", vec![request("gpus", 33)])]),
+            vec![gpu_node("n", vec![a100("g0")])],
+            vec![error("claim default/many: number of requested devices 33 exceeds the claim limit of 32")],
+        ),
+    ];
+    rows.extend(pre_enqueue_rows());
+    rows
+}
+
+fn pre_enqueue_rows() -> Vec<Case> {
+    let template = PodClaim {
+        name: "gpu".into(),
+        from_template: true,
+        ..PodClaim::default()
+    };
+    vec![
+        Case::pre_enqueue(
+            "a template's claim not created yet keeps the pod out of the queue",
+            claiming(vec![template.clone()]),
+            unresolvable("pod \"default/job\": ResourceClaim not created yet"),
+        ),
+        Case::pre_enqueue(
+            "a claim that does not exist",
+            claiming(vec![PodClaim {
+                found: false,
+                ..claim("gone", Vec::new())
+            }]),
+            unresolvable("resourceclaim.resource.k8s.io \"gone\" not found"),
+        ),
+        Case::pre_enqueue(
+            "a claim being deleted",
+            claiming(vec![PodClaim {
+                deleting: true,
+                ..claim("old", Vec::new())
+            }]),
+            unresolvable("resourceclaim \"old\" is being deleted"),
+        ),
+        Case::pre_enqueue(
+            "a template's claim made for another pod",
+            claiming(vec![PodClaim {
+                claim_name: "job-gpu-x".into(),
+                found: true,
+                owned_by_other: true,
+                ..template
+            }]),
+            unresolvable(
+                "ResourceClaim default/job-gpu-x was not created for pod default/job (pod is not owner)",
+            ),
+        ),
+        Case::pre_enqueue(
+            "claims that exist let the pod in",
+            claiming(vec![claim("gpu", vec![request("gpu", 1)])]),
+            pass(),
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DynamicResources;
+
+    #[test]
+    fn kube_scheduler_rows() {
+        wasched_sdk::testing::check::<DynamicResources>(&cases());
+    }
+}

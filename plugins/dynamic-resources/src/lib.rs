@@ -1,0 +1,496 @@
+//! DynamicResources: kube-scheduler's plugin for Dynamic Resource Allocation
+//! (`resource.k8s.io/v1`). A pod's ResourceClaims ask for devices of DeviceClasses, chosen by
+//! CEL selectors over what drivers publish in ResourceSlices; the pod goes only where every
+//! claim it names can be allocated (or, allocated already, reached), and Reserve hands the host
+//! the devices to write into the claims before the binding.
+//!
+//! - PreEnqueue: every claim the pod names exists, is not being deleted and, made from a
+//!   template, is the pod's.
+//! - PreFilter: an allocated claim restricts the nodes to its allocation's node selector and
+//!   must have room in `reservedFor`; an unallocated one needs every class its requests name.
+//! - Filter: kube's structured allocator on the node's devices, the devices other claims hold
+//!   excluded.
+//! - Reserve: the allocation on the chosen node.
+
+#![warn(missing_docs)]
+
+pub mod allocator;
+pub mod cel_env;
+pub mod quantity;
+pub mod semver;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use wasched_sdk::node_selector::{parse_term, Term};
+use wasched_sdk::{
+    Device, DevicePool, DeviceRequest, Failure, FilterPlan, FilterPlugin, FilterResults, NodeId,
+    NodeInfo, Nodes, Plugin, Pod, PodClaim, PodParts, PodPlan, Reservation, Verdict,
+};
+
+use allocator::{Alternative, ClaimPlan, ConstraintPlan, Matcher, RequestPlan};
+use cel_env::{Environment, Selector};
+
+/// The name used in configs and messages.
+pub const NAME: &str = "DynamicResources";
+/// kube-scheduler's reason for a node where the pod's claims cannot all be allocated.
+pub const REASON_CANNOT_ALLOCATE: &str = "cannot allocate all claims";
+/// kube-scheduler's reason for a node an allocated claim's devices cannot be reached from.
+pub const REASON_NOT_AVAILABLE: &str = "resourceclaim not available on the node";
+/// kube-scheduler's reason for an allocated claim reserved for as many pods as it can be.
+pub const REASON_IN_USE: &str = "resourceclaim in use";
+/// kube's `ResourceClaimReservedForMaxSize`.
+pub const MAX_RESERVED_FOR: u32 = 256;
+
+/// The plugin.
+#[derive(Default)]
+pub struct DynamicResources {
+    env: Environment,
+    /// Selectors compiled, by expression.
+    selectors: HashMap<String, Selector>,
+    /// Devices by content (driver, pool, the device as published), each given a number once.
+    device_ids: HashMap<(String, String, Device), u32>,
+    /// Per node, the numbers of its devices, pool by pool.
+    node_devices: HashMap<NodeId, Vec<Vec<u32>>>,
+    /// Selector sets by their expressions (class selectors, then the request's): their numbers.
+    selector_sets: HashMap<SelectorSetKey, u32>,
+    sets: Vec<SelectorSet>,
+    /// Per selector set and device number, what matching gave (computed once).
+    matched: RefCell<Vec<Vec<Option<Matched>>>>,
+    /// Per device number, its driver, pool and device, for evaluating.
+    devices: Vec<(String, String, Device)>,
+    pod: PodState,
+}
+
+/// A selector set's class and expressions.
+type SelectorSetKey = (String, Vec<String>, Vec<String>);
+
+struct SelectorSet {
+    class: String,
+    class_selectors: Vec<String>,
+    request_selectors: Vec<String>,
+}
+
+/// What matching a device against a selector set gave.
+#[derive(Clone, Debug)]
+enum Matched {
+    Yes,
+    No,
+    /// Selector `index` of the class (`class`) or of the request failed: compiling when
+    /// `compile`, else at run time on the device.
+    Error {
+        class: bool,
+        index: usize,
+        compile: bool,
+        message: String,
+    },
+}
+
+/// What PreFilter worked out for the pod.
+#[derive(Default)]
+struct PodState {
+    /// Claims to allocate.
+    plans: Vec<ClaimPlan>,
+    /// Per allocated claim with a node selector, its terms (ORed).
+    reachable_from: Vec<Vec<Term>>,
+}
+
+impl DynamicResources {
+    /// The number of the selector set of `request` (its class's selectors, then its own).
+    fn selector_set(&mut self, request: &DeviceRequest) -> u32 {
+        let key = (
+            request.class_name.clone(),
+            request.class_selectors.clone(),
+            request.selectors.clone(),
+        );
+        for expression in request.class_selectors.iter().chain(&request.selectors) {
+            self.selectors
+                .entry(expression.clone())
+                .or_insert_with(|| Selector::compile(expression));
+        }
+        if let Some(&id) = self.selector_sets.get(&key) {
+            return id;
+        }
+        let id = self.sets.len() as u32;
+        self.sets.push(SelectorSet {
+            class: key.0.clone(),
+            class_selectors: key.1.clone(),
+            request_selectors: key.2.clone(),
+        });
+        self.matched.borrow_mut().push(Vec::new());
+        self.selector_sets.insert(key, id);
+        id
+    }
+
+    /// The device numbers of `pools` (a node's), looked up by content.
+    fn numbers_of(&self, pools: &[DevicePool]) -> Vec<Vec<u32>> {
+        pools
+            .iter()
+            .map(|pool| {
+                pool.devices
+                    .iter()
+                    .map(|d| {
+                        let key = (pool.driver.clone(), pool.name.clone(), unallocated(d));
+                        self.device_ids.get(&key).copied().unwrap_or(u32::MAX)
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn verdict(&self, node: &NodeInfo, numbers: &[Vec<u32>]) -> Verdict {
+        if !self.pod.plans.is_empty() {
+            let mut matcher = NodeMatcher {
+                plugin: self,
+                pools: &node.device_pools,
+                numbers,
+            };
+            match allocator::allocate(&node.device_pools, &self.pod.plans, &mut matcher) {
+                Err(e) => return Err(Failure::error(e)),
+                Ok(None) => return Err(Failure::unresolvable(REASON_CANNOT_ALLOCATE)),
+                Ok(Some(_)) => {}
+            }
+        }
+        if self
+            .pod
+            .reachable_from
+            .iter()
+            .any(|terms| !terms.iter().any(|t| t.matches(node)))
+        {
+            return Err(Failure::unresolvable(REASON_NOT_AVAILABLE));
+        }
+        Ok(())
+    }
+}
+
+/// A device as its content is numbered: whether it is allocated is not part of it.
+fn unallocated(device: &Device) -> Device {
+    Device {
+        allocated: false,
+        ..device.clone()
+    }
+}
+
+/// Matches devices of one node against selector sets, through the plugin's cache.
+struct NodeMatcher<'a> {
+    plugin: &'a DynamicResources,
+    pools: &'a [DevicePool],
+    numbers: &'a [Vec<u32>],
+}
+
+impl Matcher for NodeMatcher<'_> {
+    fn matches(
+        &mut self,
+        set: u32,
+        claim: &ClaimPlan,
+        pool_index: usize,
+        device_index: usize,
+    ) -> Result<bool, String> {
+        let number = self.numbers[pool_index][device_index];
+        let pool = &self.pools[pool_index];
+        let device = &pool.devices[device_index];
+        let cached = self
+            .plugin
+            .matched
+            .borrow()
+            .get(set as usize)
+            .and_then(|m| m.get(number as usize).cloned().flatten());
+        let matched = match cached {
+            Some(m) => m,
+            None => {
+                let m = self.plugin.evaluate(set, &pool.driver, device);
+                if number != u32::MAX {
+                    let mut all = self.plugin.matched.borrow_mut();
+                    let of_set = &mut all[set as usize];
+                    if of_set.len() <= number as usize {
+                        of_set.resize(number as usize + 1, None);
+                    }
+                    of_set[number as usize] = Some(m.clone());
+                }
+                m
+            }
+        };
+        let set = &self.plugin.sets[set as usize];
+        match matched {
+            Matched::Yes => Ok(true),
+            Matched::No => Ok(false),
+            Matched::Error {
+                class,
+                index,
+                compile,
+                message,
+            } => {
+                let whose = if class {
+                    format!("class {}", set.class)
+                } else {
+                    format!("claim {}", claim.display)
+                };
+                Err(if compile {
+                    format!("{whose}: selector #{index}: CEL compile error: {message}")
+                } else {
+                    format!(
+                        "{whose}: selector #{index} on device {}/{}/{}: CEL runtime error: {message}",
+                        pool.driver, pool.name, device.name
+                    )
+                })
+            }
+        }
+    }
+}
+
+impl DynamicResources {
+    /// Matches `device` against selector set `set`: the class's selectors, then the request's.
+    fn evaluate(&self, set: u32, driver: &str, device: &Device) -> Matched {
+        let set = &self.sets[set as usize];
+        let class = set.class_selectors.iter().map(|e| (true, e));
+        let request = set.request_selectors.iter().map(|e| (false, e));
+        let (mut class_index, mut request_index) = (0, 0);
+        for (of_class, expression) in class.chain(request) {
+            let index = if of_class {
+                class_index += 1;
+                class_index - 1
+            } else {
+                request_index += 1;
+                request_index - 1
+            };
+            let selector = &self.selectors[expression];
+            let error = |compile, message: String| Matched::Error {
+                class: of_class,
+                index,
+                compile,
+                message,
+            };
+            if let Some(message) = selector.compile_error() {
+                return error(true, message.to_string());
+            }
+            match self.env.matches(selector, driver, device) {
+                Ok(true) => {}
+                Ok(false) => return Matched::No,
+                Err(message) => return error(false, message),
+            }
+        }
+        Matched::Yes
+    }
+}
+
+/// Why the pod cannot be queued (kube's `foreachPodResourceClaim` errors): a claim it names is
+/// missing, being deleted, or made for another pod.
+fn claims_missing(pod: &Pod) -> Option<String> {
+    let key = format!("{}/{}", pod.namespace, pod.name);
+    for claim in &pod.claims {
+        if claim.claim_name.is_empty() {
+            return Some(if claim.from_template {
+                format!("pod \"{key}\": ResourceClaim not created yet")
+            } else {
+                format!("pod \"{key}\": claim {} has no ResourceClaim", claim.name)
+            });
+        }
+        if !claim.found {
+            return Some(format!(
+                "resourceclaim.resource.k8s.io \"{}\" not found",
+                claim.claim_name
+            ));
+        }
+        if claim.deleting {
+            return Some(format!(
+                "resourceclaim \"{}\" is being deleted",
+                claim.claim_name
+            ));
+        }
+        if claim.owned_by_other {
+            return Some(format!(
+                "ResourceClaim {}/{} was not created for pod {key} (pod is not owner)",
+                pod.namespace, claim.claim_name
+            ));
+        }
+    }
+    None
+}
+
+impl Plugin for DynamicResources {
+    const NAME: &'static str = NAME;
+    const READS_POD: PodParts = PodParts::IDENTITY.union(PodParts::CLAIMS);
+    const READS_DEVICES: bool = true;
+    const IDLE_WITHOUT: PodParts = PodParts::CLAIMS;
+    const PRE_ENQUEUE: bool = true;
+    const RESERVE: bool = true;
+
+    fn new(_config: &str) -> Result<Self, String> {
+        Ok(DynamicResources::default())
+    }
+
+    fn node_upserted(&mut self, id: NodeId, node: &NodeInfo) {
+        if node.device_pools.is_empty() {
+            self.node_devices.remove(&id);
+            return;
+        }
+        let mut numbers = Vec::with_capacity(node.device_pools.len());
+        for pool in &node.device_pools {
+            let mut of_pool = Vec::with_capacity(pool.devices.len());
+            for device in &pool.devices {
+                let key = (pool.driver.clone(), pool.name.clone(), unallocated(device));
+                let next = self.devices.len() as u32;
+                let number = *self.device_ids.entry(key.clone()).or_insert(next);
+                if number == next {
+                    self.devices.push(key);
+                }
+                of_pool.push(number);
+            }
+            numbers.push(of_pool);
+        }
+        self.node_devices.insert(id, numbers);
+    }
+
+    fn pre_enqueue(&mut self, pod: &Pod) -> Option<Failure> {
+        claims_missing(pod).map(Failure::unresolvable)
+    }
+
+    fn prepare(&mut self, pod: &Pod, _nodes: &Nodes) -> PodPlan {
+        self.pod = PodState::default();
+        let plan = |filter| PodPlan {
+            filter,
+            score: false,
+        };
+        if pod.claims.is_empty() {
+            return plan(FilterPlan::Skip);
+        }
+        if let Some(missing) = claims_missing(pod) {
+            return plan(FilterPlan::Reject(Failure::unresolvable(missing)));
+        }
+        let mut state = PodState::default();
+        for claim in &pod.claims {
+            match &claim.allocated {
+                Some(allocated) => {
+                    if !allocated.reserved_for_pod && allocated.reserved_count >= MAX_RESERVED_FOR {
+                        return plan(FilterPlan::Reject(Failure::unresolvable(REASON_IN_USE)));
+                    }
+                    if let Some(terms) = &allocated.node_selector {
+                        state
+                            .reachable_from
+                            .push(terms.iter().filter_map(|t| parse_term(t).ok()).collect());
+                    }
+                }
+                None => match self.claim_plan(pod, claim) {
+                    Ok(claim_plan) => state.plans.push(claim_plan),
+                    Err(failure) => return plan(FilterPlan::Reject(failure)),
+                },
+            }
+        }
+        self.pod = state;
+        plan(FilterPlan::Run)
+    }
+
+    fn reserve(&mut self, _pod: &Pod, node: &NodeInfo) -> Result<Reservation, Failure> {
+        if self.pod.plans.is_empty() {
+            return Ok(Reservation::default());
+        }
+        let numbers = self.numbers_of(&node.device_pools);
+        let mut matcher = NodeMatcher {
+            plugin: self,
+            pools: &node.device_pools,
+            numbers: &numbers,
+        };
+        match allocator::allocate(&node.device_pools, &self.pod.plans, &mut matcher) {
+            Ok(Some(claims)) => Ok(Reservation {
+                claims,
+                ..Reservation::default()
+            }),
+            Ok(None) => Err(Failure::unresolvable(REASON_CANNOT_ALLOCATE)),
+            Err(e) => Err(Failure::error(e)),
+        }
+    }
+}
+
+impl DynamicResources {
+    /// The allocation plan of an unallocated claim, or PreFilter's failure: a request without a
+    /// class is an error, one naming a class that does not exist keeps the pod unschedulable.
+    fn claim_plan(&mut self, pod: &Pod, claim: &PodClaim) -> Result<ClaimPlan, Failure> {
+        let mut requests = Vec::with_capacity(claim.requests.len());
+        for request in &claim.requests {
+            let sub_requests: Vec<(&DeviceRequest, Option<String>)> =
+                if request.first_available.is_empty() {
+                    vec![(request, None)]
+                } else {
+                    request
+                        .first_available
+                        .iter()
+                        .map(|sub| (sub, Some(sub.name.clone())))
+                        .collect()
+                };
+            let mut alternatives = Vec::with_capacity(sub_requests.len());
+            for (alternative, sub_name) in sub_requests {
+                let name = match &sub_name {
+                    Some(sub) => format!("{}/{sub}", request.name),
+                    None => request.name.clone(),
+                };
+                if alternative.class_name.is_empty() {
+                    return Err(Failure::error(format!(
+                        "request {name}: unsupported request type"
+                    )));
+                }
+                if !alternative.class_found {
+                    return Err(Failure::unresolvable(format!(
+                        "request {name}: device class {} does not exist",
+                        alternative.class_name
+                    )));
+                }
+                alternatives.push(Alternative {
+                    sub_name,
+                    mode: alternative.mode,
+                    admin_access: alternative.admin_access,
+                    selectors: self.selector_set(alternative),
+                });
+            }
+            requests.push(RequestPlan {
+                name: request.name.clone(),
+                alternatives,
+            });
+        }
+        Ok(ClaimPlan {
+            name: claim.claim_name.clone(),
+            display: format!("{}/{}", pod.namespace, claim.claim_name),
+            requests,
+            constraints: claim
+                .constraints
+                .iter()
+                .filter(|c| !c.match_attribute.is_empty())
+                .map(|c| ConstraintPlan {
+                    requests: c.requests.clone(),
+                    attribute: c.match_attribute.clone(),
+                })
+                .collect(),
+        })
+    }
+}
+
+impl FilterPlugin for DynamicResources {
+    fn filter(&self, _pod: &Pod, node: &NodeInfo) -> Verdict {
+        let numbers = self.numbers_of(&node.device_pools);
+        self.verdict(node, &numbers)
+    }
+
+    fn filter_batch(&mut self, _pod: &Pod, nodes: &Nodes, ids: &[NodeId], out: &mut FilterResults) {
+        for &id in ids {
+            let Some(node) = nodes.get(id) else {
+                out.push(Err(Nodes::unknown(id)));
+                continue;
+            };
+            let looked_up;
+            let numbers = match self.node_devices.get(&id) {
+                Some(numbers) => numbers.as_slice(),
+                None => {
+                    looked_up = self.numbers_of(&node.device_pools);
+                    looked_up.as_slice()
+                }
+            };
+            out.push(self.verdict(node, numbers));
+        }
+    }
+}
+
+wasched_sdk::export_plugin!(DynamicResources: filter);
+
+#[cfg(not(target_arch = "wasm32"))]
+mod cases;
+#[cfg(not(target_arch = "wasm32"))]
+pub use cases::cases;
