@@ -63,6 +63,12 @@ impl ApiServer {
                 object["metadata"]["namespace"].as_str().unwrap()
             ),
             "StorageClass" => "/apis/storage.k8s.io/v1/storageclasses".to_string(),
+            "DeviceClass" => "/apis/resource.k8s.io/v1/deviceclasses".to_string(),
+            "ResourceSlice" => "/apis/resource.k8s.io/v1/resourceslices".to_string(),
+            "ResourceClaim" => format!(
+                "/apis/resource.k8s.io/v1/namespaces/{}/resourceclaims",
+                object["metadata"]["namespace"].as_str().unwrap()
+            ),
             kind => panic!("no path for {kind}"),
         };
         let (status, reply) = self.call("POST", &path, Some(object.clone()));
@@ -1441,4 +1447,97 @@ fn a_gated_pod_keeps_its_scheduling_gated_condition_while_others_bind_and_binds_
         lifted.elapsed()
     );
     assert_eq!(condition_writes(), 1);
+}
+
+#[test]
+fn a_claim_is_allocated_before_the_binding_and_given_back_when_the_binding_is_refused() {
+    let api = ApiServer::start();
+    api.create(&node("n1", "a", "8"));
+    api.create(&node("n2", "a", "8"));
+    api.create(&json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": "gpu.example.com"},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.example.com'"}}]}
+    }));
+    api.create(&json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": "n2-gpus"},
+        "spec": {"driver": "gpu.example.com", "nodeName": "n2",
+            "pool": {"name": "n2", "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "gpu-0", "attributes": {"model": {"string": "a100"}}}]}
+    }));
+    api.create(&json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "gpu", "namespace": "default"},
+        "spec": {"devices": {"requests": [
+            {"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}
+        ]}}
+    }));
+    api.call(
+        "POST",
+        "/_test/fail-bindings",
+        Some(json!({"status": 500, "count": 1})),
+    );
+    let decider = Decider::start(&api, "dra", &[]);
+    api.create(&pod(
+        "trainer",
+        "1",
+        json!({"resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu"}]}),
+    ));
+    wait_for("the pod to be bound", || api.node_of("trainer").is_some());
+    assert_eq!(
+        api.node_of("trainer").as_deref(),
+        Some("n2"),
+        "only n2 has a GPU"
+    );
+
+    let (_, claim) = api.call(
+        "GET",
+        "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/gpu",
+        None,
+    );
+    let pod_uid = api.pods()["trainer"]["metadata"]["uid"].clone();
+    let allocation = &claim["status"]["allocation"];
+    assert_eq!(
+        allocation["devices"]["results"],
+        json!([{"request": "gpu", "driver": "gpu.example.com", "pool": "n2", "device": "gpu-0"}]),
+        "{claim}"
+    );
+    assert_eq!(
+        allocation["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"],
+        json!(["n2"])
+    );
+    assert_eq!(
+        claim["status"]["reservedFor"],
+        json!([{"resource": "pods", "name": "trainer", "uid": pod_uid}])
+    );
+    assert_eq!(
+        claim["metadata"]["finalizers"],
+        json!(["resource.kubernetes.io/delete-protection"])
+    );
+
+    // In order: the claim written, the refused binding, the claim given back, then written
+    // again before the binding that worked.
+    let (_, writes) = api.call("GET", "/_test/writes", None);
+    let steps: Vec<String> = writes
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| {
+            let path = w["path"].as_str().unwrap();
+            if path.ends_with("/pods/trainer/binding") {
+                Some("bind".to_string())
+            } else if path.ends_with("/resourceclaims/gpu/status") {
+                let allocated = !w["body"]["status"]["allocation"].is_null();
+                Some(if allocated { "allocate" } else { "give back" }.to_string())
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert_eq!(steps, ["allocate", "bind", "give back", "allocate", "bind"]);
+    assert_eq!(
+        decider.metric("wasched_api_write_failures_total{kind=\"binding\"}"),
+        1
+    );
 }

@@ -1026,3 +1026,38 @@ fn volume_limits_exclusive_claims_storage_capacity_and_image_locality_decide_as_
         ]
     );
 }
+
+/// The DRA example: a claim by model and memory, two devices on one PCIe root, a shared claim,
+/// a claim no device can satisfy and a template's claim not created yet, with the devices each
+/// placement allocated and kube-scheduler's texts.
+#[test]
+fn dynamic_resources_allocate_devices_and_explain_as_kube_scheduler() {
+    let lines = output_lines(&["simulate", "examples/clusters/gpus-dra.yaml"]);
+    let device = |claim: &str, request: &str, node: &str, gpu: &str| {
+        format!(
+            r#"{{"claim":"{claim}","request":"{request}","device":"gpu.example.com/{node}/{gpu}"}}"#
+        )
+    };
+    assert_eq!(
+        lines,
+        [
+            r#"{"pod":"ml/waiting","node":null,"message":"pod \"ml/waiting\": ResourceClaim not created yet","gated":true}"#.to_string(),
+            format!(
+                r#"{{"pod":"ml/pair","node":"n2","devices":[{},{}]}}"#,
+                device("pair", "gpus", "n2", "gpu-0"),
+                device("pair", "gpus", "n2", "gpu-1")
+            ),
+            format!(
+                r#"{{"pod":"ml/trainer","node":"n2","devices":[{}]}}"#,
+                device("big-memory", "gpu", "n2", "gpu-2")
+            ),
+            format!(
+                r#"{{"pod":"ml/notebook-a","node":"n1","devices":[{}]}}"#,
+                device("shared", "gpu", "n1", "gpu-0")
+            ),
+            // The shared claim is allocated already: the second pod follows it to n1.
+            r#"{"pod":"ml/notebook-b","node":"n1"}"#.to_string(),
+            r#"{"pod":"ml/huge","node":null,"message":"0/2 nodes are available: 2 cannot allocate all claims. still not schedulable, preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."}"#.to_string(),
+        ]
+    );
+}

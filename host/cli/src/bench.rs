@@ -424,6 +424,11 @@ fn place(
                 .cache_mut()
                 .reserve_volumes(pod, node, &outcome.volumes);
         }
+        if !pod.claims.is_empty() {
+            decider
+                .cache_mut()
+                .reserve_claims(pod, node, &outcome.claims);
+        }
     }
     outcome
 }

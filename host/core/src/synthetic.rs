@@ -10,6 +10,7 @@ use wasched_sdk as sdk;
 use wasched_sdk::{Labels, Resources};
 
 use crate::events::Object;
+use crate::k8s::devices::{Claim, Slice};
 use crate::util::Rng;
 
 /// What the pods and nodes of a run exercise.
@@ -61,6 +62,12 @@ pub enum Scenario {
     /// node's attachments and turns pods away from the full ones (kube-scheduler's
     /// SchedulingCSIPVs, with limits that bite).
     VolumeLimits,
+    /// Dynamic Resource Allocation after kube-scheduler's SchedulingWithResourceClaimTemplate:
+    /// every node publishes [`DEVICES_PER_NODE`] GPUs in a ResourceSlice of its own, a
+    /// DeviceClass selects them by driver in CEL, and each pod has a claim of its own (as the
+    /// template's claims kube's controller makes) asking for one GPU; DynamicResources allocates
+    /// it and the cache holds it, so nodes fill up.
+    Dra,
     /// Every scenario above.
     All,
 }
@@ -71,7 +78,7 @@ pub const GATED_PODS: usize = 10_000;
 
 impl Scenario {
     /// Every scenario but [`Scenario::All`].
-    pub const EACH: [Scenario; 13] = [
+    pub const EACH: [Scenario; 14] = [
         Scenario::Basic,
         Scenario::NodeAffinity,
         Scenario::Taints,
@@ -85,6 +92,7 @@ impl Scenario {
         Scenario::VolumeBinding,
         Scenario::Gated,
         Scenario::VolumeLimits,
+        Scenario::Dra,
     ];
 
     /// The scenario's name on the command line.
@@ -103,6 +111,7 @@ impl Scenario {
             Scenario::VolumeBinding => "volume-binding",
             Scenario::Gated => "gated",
             Scenario::VolumeLimits => "volume-limits",
+            Scenario::Dra => "dra",
             Scenario::All => "all",
         }
     }
@@ -169,6 +178,12 @@ pub struct Synthetic {
     pub selectors: Vec<Object>,
     /// CSINodes, by node name.
     pub csi_nodes: Vec<(String, sdk::CsiNode)>,
+    /// DeviceClasses by name, with their CEL selectors.
+    pub device_classes: Vec<(String, Vec<String>)>,
+    /// ResourceSlices by name.
+    pub slices: Vec<(String, Slice)>,
+    /// ResourceClaims by namespace and name.
+    pub resource_claims: Vec<(String, String, Claim)>,
 }
 
 impl Synthetic {
@@ -188,6 +203,15 @@ impl Synthetic {
         }
         for (name, csi_node) in &self.csi_nodes {
             cache.upsert_csi_node(name, csi_node.clone());
+        }
+        for (name, selectors) in &self.device_classes {
+            cache.upsert_device_class(name, selectors.clone());
+        }
+        for (name, slice) in &self.slices {
+            cache.upsert_resource_slice(name, slice.clone());
+        }
+        for (namespace, name, claim) in &self.resource_claims {
+            cache.upsert_resource_claim(namespace, name, claim.clone());
         }
         for node in &self.nodes {
             cache.upsert_node(node.clone());
@@ -255,6 +279,7 @@ fn synthetic_node(rng: &mut Rng, i: usize, taints_on: bool) -> sdk::NodeInfo {
         usage: sdk::NodeUsage::default(),
         images: Vec::new(),
         csi_node: None,
+        device_pools: Vec::new(),
     }
 }
 
@@ -287,6 +312,15 @@ pub fn cluster(scenario: Scenario, nodes: usize, pods: usize, seed: u64) -> Synt
     if scenario == Scenario::VolumeLimits {
         csi_nodes.extend(nodes.iter().map(|n| (n.name.clone(), csi_limits(&mut rng))));
     }
+    let (mut device_classes, mut slices, mut resource_claims) =
+        (Vec::new(), Vec::new(), Vec::new());
+    if scenario == Scenario::Dra {
+        device_classes.push((
+            GPU_CLASS.to_string(),
+            vec![format!("device.driver == '{GPU_DRIVER}'")],
+        ));
+        slices.extend(nodes.iter().map(|n| gpu_slice(&n.name)));
+    }
     let count = pods;
     let pods = (0..pods)
         .map(|i| {
@@ -299,6 +333,9 @@ pub fn cluster(scenario: Scenario, nodes: usize, pods: usize, seed: u64) -> Synt
             }
             if scenario == Scenario::VolumeBinding {
                 claims.extend(waiting_claims(i, &mut pod, &mut rng));
+            }
+            if scenario == Scenario::Dra {
+                resource_claims.push(gpu_claim(&mut pod));
             }
             if scenario == Scenario::VolumeLimits {
                 for j in 0..1 + rng.below(2) as usize {
@@ -331,7 +368,65 @@ pub fn cluster(scenario: Scenario, nodes: usize, pods: usize, seed: u64) -> Synt
         classes,
         selectors,
         csi_nodes,
+        device_classes,
+        slices,
+        resource_claims,
     }
+}
+
+/// GPUs each node publishes in [`Scenario::Dra`].
+pub const DEVICES_PER_NODE: usize = 8;
+
+const GPU_DRIVER: &str = "gpu.example.com";
+const GPU_CLASS: &str = "gpu.example.com";
+
+/// The ResourceSlice of node `node`: [`DEVICES_PER_NODE`] GPUs in a pool named after it.
+fn gpu_slice(node: &str) -> (String, Slice) {
+    let devices = (0..DEVICES_PER_NODE)
+        .map(|i| sdk::Device {
+            name: format!("gpu-{i}"),
+            attributes: vec![
+                ("model".into(), sdk::AttributeValue::String("a100".into())),
+                ("index".into(), sdk::AttributeValue::Int(i as i64)),
+            ],
+            capacity: vec![("memory".into(), "40Gi".into())],
+            allocated: false,
+        })
+        .collect();
+    let slice = Slice {
+        driver: GPU_DRIVER.into(),
+        pool: node.to_string(),
+        generation: 1,
+        slice_count: 1,
+        node_name: Some(node.to_string()),
+        devices,
+        ..Slice::default()
+    };
+    (format!("{node}-{GPU_DRIVER}"), slice)
+}
+
+/// A claim of `pod`'s own asking for one GPU (what kube's controller makes from a template),
+/// named in the pod.
+fn gpu_claim(pod: &mut sdk::Pod) -> (String, String, Claim) {
+    let name = format!("{}-gpu", pod.name);
+    pod.uid = format!("uid-{}", pod.name);
+    pod.claims.push(sdk::PodClaim {
+        name: "gpu".into(),
+        claim_name: name.clone(),
+        from_template: true,
+        ..sdk::PodClaim::default()
+    });
+    let claim = Claim {
+        uid: format!("claim-{}", pod.uid),
+        owner_uid: Some(pod.uid.clone()),
+        requests: vec![sdk::DeviceRequest {
+            name: "gpu".into(),
+            class_name: GPU_CLASS.into(),
+            ..sdk::DeviceRequest::default()
+        }],
+        ..Claim::default()
+    };
+    (pod.namespace.clone(), name, claim)
 }
 
 /// The CSI driver of [`Scenario::VolumeLimits`].
