@@ -1763,3 +1763,116 @@ fn a_kube_scheduler_configuration_is_put_kept_and_given_back_and_gated_pods_wait
         "{status}"
     );
 }
+
+/// Every bound pod's claim holds its device for that pod, and no device is in two claims.
+fn assert_devices_whole(client: &Client) -> usize {
+    let claims = ok(client
+        .request("GET", "/v1/namespaces/default/resourceclaims", None)
+        .unwrap());
+    let claims = claims["items"].as_array().unwrap().clone();
+    let mut held = std::collections::BTreeMap::new();
+    for claim in &claims {
+        let name = claim["metadata"]["name"].as_str().unwrap();
+        for result in claim["status"]["allocation"]["devices"]["results"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let device = format!("{}/{}", result["pool"], result["device"]);
+            if let Some(other) = held.insert(device.clone(), name.to_string()) {
+                panic!("{device} is allocated to {other} and to {name}");
+            }
+        }
+    }
+    let mut bound = 0;
+    for pod in pods(client, "default") {
+        let Some(node) = node_of(&pod) else { continue };
+        bound += 1;
+        let name = pod["metadata"]["name"].as_str().unwrap();
+        let claim = claims
+            .iter()
+            .find(|c| c["metadata"]["name"] == format!("{name}-gpu"))
+            .unwrap();
+        let allocation = &claim["status"]["allocation"];
+        assert_eq!(
+            allocation["devices"]["results"][0]["pool"], node,
+            "{name} is bound to {node} without its claim allocated there: {claim}"
+        );
+        assert_eq!(
+            claim["status"]["reservedFor"][0]["uid"], pod["metadata"]["uid"],
+            "{name}'s claim is not reserved for it: {claim}"
+        );
+    }
+    bound
+}
+
+#[test]
+fn kill_9_while_claims_are_allocated_leaves_no_device_twice_and_no_pod_bound_without_its_claim() {
+    const NODES: usize = 60;
+    const PODS: usize = 150;
+    let dir = temp_dir("dra-kill9");
+    let server = Server::start(&dir, &[]);
+    let admin = server.admin();
+    let mut items: Vec<Value> = vec![json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": "gpu.example.com"},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.example.com'"}}]}
+    })];
+    for i in 0..NODES {
+        let node = format!("node-{i:02}");
+        items.push(two_cpu_node(&node));
+        items.push(json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": format!("{node}-gpus")},
+            "spec": {"driver": "gpu.example.com", "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": "gpu-0"}, {"name": "gpu-1"}]}
+        }));
+    }
+    for i in 0..PODS {
+        let name = format!("job-{i:03}");
+        items.push(json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": format!("{name}-gpu"), "namespace": "default"},
+            "spec": {"devices": {"requests": [
+                {"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}
+            ]}}
+        }));
+        let mut pod = prioritized_pod(&name, 0, "10m");
+        pod["spec"]["resourceClaims"] =
+            json!([{"name": "gpu", "resourceClaimName": format!("{name}-gpu")}]);
+        items.push(pod);
+    }
+    ok(send(
+        &admin,
+        "POST",
+        "/v1/objects",
+        json!({ "kind": "List", "items": items }),
+    ));
+    // Killed as soon as the first pods are stored bound: the rest are in flight.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !pods(&admin, "default").iter().any(|p| node_of(p).is_some()) {
+        assert!(Instant::now() < deadline, "no binding in 60 s");
+    }
+    server.kill9();
+
+    let paused = dir.join("paused.toml");
+    std::fs::write(&paused, "[[profiles]]\nscheduler_name = \"paused\"\n").unwrap();
+    let server = Server::start(&dir, &["--config", paused.to_str().unwrap()]);
+    let bound = assert_devices_whole(&server.admin());
+    assert!(bound >= 1, "the binding seen before the kill was durable");
+    eprintln!("after kill -9: {bound} of {PODS} pods stored bound, each with its claim");
+    drop(server);
+
+    // Restarted as users run it: every device goes to one pod, the rest wait.
+    let server = Server::start(&dir, &[]);
+    let admin = server.admin();
+    wait_until("every device is allocated", Duration::from_secs(60), || {
+        pods(&admin, "default")
+            .iter()
+            .filter(|p| node_of(p).is_some())
+            .count()
+            == 2 * NODES
+    });
+    assert_eq!(assert_devices_whole(&admin), 2 * NODES);
+}
