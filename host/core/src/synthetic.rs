@@ -312,15 +312,8 @@ pub fn cluster(scenario: Scenario, nodes: usize, pods: usize, seed: u64) -> Synt
     if scenario == Scenario::VolumeLimits {
         csi_nodes.extend(nodes.iter().map(|n| (n.name.clone(), csi_limits(&mut rng))));
     }
-    let (mut device_classes, mut slices, mut resource_claims) =
-        (Vec::new(), Vec::new(), Vec::new());
-    if scenario == Scenario::Dra {
-        device_classes.push((
-            GPU_CLASS.to_string(),
-            vec![format!("device.driver == '{GPU_DRIVER}'")],
-        ));
-        slices.extend(nodes.iter().map(|n| gpu_slice(&n.name)));
-    }
+    let (device_classes, slices) = gpu_devices(scenario, &nodes);
+    let mut resource_claims = Vec::new();
     let count = pods;
     let pods = (0..pods)
         .map(|i| {
@@ -379,6 +372,25 @@ pub const DEVICES_PER_NODE: usize = 8;
 
 const GPU_DRIVER: &str = "gpu.example.com";
 const GPU_CLASS: &str = "gpu.example.com";
+
+/// The DeviceClass and the nodes' ResourceSlices of [`Scenario::Dra`] (none for another).
+#[allow(clippy::type_complexity)]
+fn gpu_devices(
+    scenario: Scenario,
+    nodes: &[sdk::NodeInfo],
+) -> (Vec<(String, Vec<String>)>, Vec<(String, Slice)>) {
+    if scenario != Scenario::Dra {
+        return (Vec::new(), Vec::new());
+    }
+    let class = (
+        GPU_CLASS.to_string(),
+        vec![format!("device.driver == '{GPU_DRIVER}'")],
+    );
+    (
+        vec![class],
+        nodes.iter().map(|n| gpu_slice(&n.name)).collect(),
+    )
+}
 
 /// The ResourceSlice of node `node`: [`DEVICES_PER_NODE`] GPUs in a pool named after it.
 fn gpu_slice(node: &str) -> (String, Slice) {

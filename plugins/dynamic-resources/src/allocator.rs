@@ -238,18 +238,7 @@ impl Search<'_> {
             );
         };
         if !in_alternative {
-            for alternative in 0..request.alternatives.len() {
-                let step = Step {
-                    alternative,
-                    device: 0,
-                    ..step
-                };
-                if self.allocate_one(step, true)? {
-                    self.chosen[step.claim][step.request] = alternative;
-                    return Ok(true);
-                }
-            }
-            return Ok(false);
+            return self.allocate_first_available(step, request.alternatives.len());
         }
         let alternative = &request.alternatives[step.alternative];
         let all = self.all_devices[step.claim][step.request][step.alternative].clone();
@@ -278,15 +267,7 @@ impl Search<'_> {
             ..step
         };
         if let Some(all) = all {
-            let device = all[step.device];
-            if !self.take(step, device, true)? {
-                return Ok(false);
-            }
-            if self.allocate_one(next, true)? {
-                return Ok(true);
-            }
-            self.give_back(step, device);
-            return Ok(false);
+            return self.take_and_go_on(step, all[step.device], next);
         }
         let pools = self.pools;
         for (p, pool) in pools.iter().enumerate() {
@@ -307,6 +288,45 @@ impl Search<'_> {
                 self.give_back(step, device);
             }
         }
+        Ok(false)
+    }
+
+    /// Tries the alternatives of the request at `step` in order (kube's `firstAvailable`): the
+    /// first with which everything after it can be allocated is chosen.
+    fn allocate_first_available(
+        &mut self,
+        step: Step,
+        alternatives: usize,
+    ) -> Result<bool, String> {
+        for alternative in 0..alternatives {
+            let step = Step {
+                alternative,
+                device: 0,
+                ..step
+            };
+            if self.allocate_one(step, true)? {
+                self.chosen[step.claim][step.request] = alternative;
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// An `All` request's next device: it must be free and fit the constraints, or there is no
+    /// solution with what was taken before.
+    fn take_and_go_on(
+        &mut self,
+        step: Step,
+        device: DeviceRef,
+        next: Step,
+    ) -> Result<bool, String> {
+        if !self.take(step, device, true)? {
+            return Ok(false);
+        }
+        if self.allocate_one(next, true)? {
+            return Ok(true);
+        }
+        self.give_back(step, device);
         Ok(false)
     }
 
