@@ -664,3 +664,86 @@ fn a_gated_pod_is_never_attempted_and_enters_the_queue_at_once_when_its_last_gat
     assert!(results[0].outcome.node.is_some() && results[0].gated.is_none());
     assert_eq!(binds.lock().unwrap().len(), 2);
 }
+
+fn dra_object(kind: &str, value: serde_json::Value) -> Object {
+    Object::from_json(wasched::events::Kind::named(kind).unwrap(), value).unwrap()
+}
+
+fn claim_obj(name: &str) -> Object {
+    dra_object(
+        "ResourceClaim",
+        serde_json::json!({
+            "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+            "spec": {"devices": {"requests": [
+                {"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}
+            ]}}
+        }),
+    )
+}
+
+fn pod_with_claim(name: &str, claim: &str) -> Object {
+    let mut pod = pod_k8s(name, "100m", None);
+    pod.metadata.uid = Some(format!("uid-{name}"));
+    pod.spec.as_mut().unwrap().resource_claims = Some(vec![core::PodResourceClaim {
+        name: "gpu".into(),
+        resource_claim_name: Some(claim.into()),
+        ..Default::default()
+    }]);
+    Object::Pod(Box::new(pod))
+}
+
+#[test]
+fn a_pod_waits_out_of_the_queue_for_its_claim_and_a_reserved_device_is_taken_by_no_one_else() {
+    let (mut s, _clock) = deferred_service();
+    let seq = Sequencer::default();
+    let pipeline = s.pipeline();
+    pipeline.submit(seq.upsert(node_obj("n1", "4", &[])));
+    pipeline.submit(seq.upsert(dra_object(
+        "DeviceClass",
+        serde_json::json!({"metadata": {"name": "gpu.example.com"}, "spec": {"selectors": [
+            {"cel": {"expression": "device.driver == 'gpu.example.com'"}}
+        ]}}),
+    )));
+    pipeline.submit(seq.upsert(dra_object(
+        "ResourceSlice",
+        serde_json::json!({"metadata": {"name": "n1-gpus"}, "spec": {
+            "driver": "gpu.example.com", "nodeName": "n1",
+            "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "gpu-0"}]
+        }}),
+    )));
+    pipeline.submit(seq.upsert(pod_with_claim("trainer", "gpu")));
+    let results = s.run_until_idle();
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert!(results[0].gated.is_some(), "{results:?}");
+    assert_eq!(
+        results[0].outcome.message.as_deref(),
+        Some("resourceclaim.resource.k8s.io \"gpu\" not found")
+    );
+
+    // The claim arrives: the pod is asked again, enters the queue and gets the device.
+    pipeline.submit(seq.upsert(claim_obj("gpu")));
+    let results = s.run_until_idle();
+    assert_eq!(
+        results[0].outcome.node.as_deref(),
+        Some("n1"),
+        "{results:?}"
+    );
+    let allocated = &results[0].outcome.claim_writes[0];
+    assert_eq!(allocated.claim, "gpu");
+    assert_eq!(allocated.pod_uid, "uid-trainer");
+    let devices = &allocated.allocation.as_ref().unwrap().devices;
+    assert_eq!(
+        (devices[0].pool.as_str(), devices[0].device.as_str()),
+        ("n1", "gpu-0")
+    );
+
+    // Its binding is not confirmed yet, but the device is held: the next claim finds none.
+    pipeline.submit(seq.upsert(claim_obj("other")));
+    pipeline.submit(seq.upsert(pod_with_claim("second", "other")));
+    let results = s.run_until_idle();
+    assert_eq!(
+        results.last().unwrap().outcome.message.as_deref(),
+        Some("0/1 nodes are available: 1 cannot allocate all claims. still not schedulable, preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.")
+    );
+}

@@ -264,9 +264,23 @@ impl Service {
     pub fn swap_profiles(&mut self, profiles: Vec<Profile>) -> Vec<Profile> {
         let old = self.decider.swap_profiles(profiles);
         // The new profiles' PreEnqueue plugins may let in pods the old ones kept out.
+        self.enqueue_gated_again(|_| true);
+        old
+    }
+
+    /// A ResourceClaim appeared or changed in `namespace`: pods of that namespace kept out of
+    /// the queue that name claims are asked again, as kube-scheduler's DynamicResources queues a
+    /// pod when the claim it waits for is created.
+    fn claim_arrived(&mut self, namespace: &str) {
+        self.enqueue_gated_again(|p| p.namespace == namespace && !p.claims.is_empty());
+    }
+
+    /// Runs PreEnqueue again for the pods kept out of the queue that `which` picks.
+    fn enqueue_gated_again(&mut self, which: impl Fn(&sdk::Pod) -> bool) {
         let gated: Vec<sdk::Pod> = self
             .queue
             .pods()
+            .filter(|p| which(p))
             .filter(|p| {
                 self.queue
                     .status(&p.key())
@@ -275,27 +289,6 @@ impl Service {
             .cloned()
             .collect();
         for pod in gated {
-            self.enqueue(pod);
-        }
-        old
-    }
-
-    /// A ResourceClaim appeared or changed in `namespace`: pods of that namespace kept out of
-    /// the queue that name claims are asked again, as kube-scheduler's DynamicResources queues a
-    /// pod when the claim it waits for is created.
-    fn claim_arrived(&mut self, namespace: &str) {
-        let waiting: Vec<sdk::Pod> = self
-            .queue
-            .pods()
-            .filter(|p| p.namespace == namespace && !p.claims.is_empty())
-            .filter(|p| {
-                self.queue
-                    .status(&p.key())
-                    .is_some_and(|s| s.queue == QueueName::Gated)
-            })
-            .cloned()
-            .collect();
-        for pod in waiting {
             self.enqueue(pod);
         }
     }
