@@ -1506,12 +1506,7 @@ fn kill_9_after_pods_with_waiting_claims_were_bound_leaves_pods_claims_and_volum
         "/v1/objects",
         json!({ "kind": "List", "items": items }),
     ));
-    // Killed as soon as the first pod is seen bound (polled without a pause).
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !pods(&admin, "default").iter().any(|p| node_of(p).is_some()) {
-        assert!(Instant::now() < deadline, "no pod bound in 60 s");
-    }
-    server.kill9();
+    kill_9_at_the_first_binding(server, &admin);
 
     // Each pod bound after the restart has its claim bound to the volume of its node, and each
     // pod not bound has its claim and no volume reserved for it.
@@ -1764,6 +1759,16 @@ fn a_kube_scheduler_configuration_is_put_kept_and_given_back_and_gated_pods_wait
     );
 }
 
+/// Kills `server` with SIGKILL as soon as a pod is seen bound (polled without a pause), so the
+/// placements after it are in flight.
+fn kill_9_at_the_first_binding(server: Server, admin: &Client) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !pods(admin, "default").iter().any(|p| node_of(p).is_some()) {
+        assert!(Instant::now() < deadline, "no pod bound in 60 s");
+    }
+    server.kill9();
+}
+
 /// Every bound pod's claim holds its device for that pod, and no device is in two claims.
 fn assert_devices_whole(client: &Client) -> usize {
     let claims = ok(client
@@ -1849,12 +1854,7 @@ fn kill_9_while_claims_are_allocated_leaves_no_device_twice_and_no_pod_bound_wit
         "/v1/objects",
         json!({ "kind": "List", "items": items }),
     ));
-    // Killed as soon as the first pods are stored bound: the rest are in flight.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !pods(&admin, "default").iter().any(|p| node_of(p).is_some()) {
-        assert!(Instant::now() < deadline, "no binding in 60 s");
-    }
-    server.kill9();
+    kill_9_at_the_first_binding(server, &admin);
 
     let paused = dir.join("paused.toml");
     std::fs::write(&paused, "[[profiles]]\nscheduler_name = \"paused\"\n").unwrap();

@@ -78,7 +78,6 @@ pub fn allocate(
         pools,
         claims,
         matcher,
-        chosen: claims.iter().map(|c| vec![0; c.requests.len()]).collect(),
         all_devices: claims
             .iter()
             .map(|c| {
@@ -163,8 +162,6 @@ struct Search<'a> {
     pools: &'a [DevicePool],
     claims: &'a [ClaimPlan],
     matcher: &'a mut dyn Matcher,
-    /// Per claim and request, the alternative chosen.
-    chosen: Vec<Vec<usize>>,
     /// Per claim, request and alternative, the devices an `All` alternative takes.
     all_devices: Vec<Vec<Vec<Option<Vec<DeviceRef>>>>>,
     /// Devices taken in this attempt, with the claim taking each.
@@ -305,7 +302,6 @@ impl Search<'_> {
                 ..step
             };
             if self.allocate_one(step, true)? {
-                self.chosen[step.claim][step.request] = alternative;
                 return Ok(true);
             }
         }

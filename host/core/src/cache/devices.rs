@@ -435,29 +435,6 @@ impl Cache {
         self.allocations_changed(&held);
     }
 
-    /// The allocation (the cluster's or an assumed one) of claim `name` in `namespace`, with the
-    /// uids reserved for it, for a backend writing it.
-    pub fn claim_allocation(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Option<(Allocation, Vec<String>)> {
-        let key = (namespace.to_string(), name.to_string());
-        let allocation = self.devices.allocation(&key)?.clone();
-        let mut reserved = self
-            .devices
-            .claims
-            .get(&key)
-            .map(|c| c.reserved_for.clone())
-            .unwrap_or_default();
-        if let Some(a) = self.devices.assumed.get(&key) {
-            if !reserved.contains(&a.pod_uid) {
-                reserved.push(a.pod_uid.clone());
-            }
-        }
-        Some((allocation, reserved))
-    }
-
     /// The DRA store, for checks.
     pub fn device_store(&self) -> &DeviceStore {
         &self.devices
