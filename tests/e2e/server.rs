@@ -1769,7 +1769,8 @@ fn kill_9_at_the_first_binding(server: Server, admin: &Client) {
     server.kill9();
 }
 
-/// Every bound pod's claim holds its device for that pod, and no device is in two claims.
+/// Every bound pod still running has its claim holding its device for it, and no device is in
+/// two claims.
 fn assert_devices_whole(client: &Client) -> usize {
     let claims = ok(client
         .request("GET", "/v1/namespaces/default/resourceclaims", None)
@@ -1792,12 +1793,26 @@ fn assert_devices_whole(client: &Client) -> usize {
     let mut bound = 0;
     for pod in pods(client, "default") {
         let Some(node) = node_of(&pod) else { continue };
+        if matches!(
+            pod["status"]["phase"].as_str(),
+            Some("Succeeded" | "Failed")
+        ) {
+            continue;
+        }
         bound += 1;
         let name = pod["metadata"]["name"].as_str().unwrap();
+        let claim_name = recorded_claims(&pod)
+            .pop()
+            .or_else(|| {
+                pod["spec"]["resourceClaims"][0]["resourceClaimName"]
+                    .as_str()
+                    .map(str::to_string)
+            })
+            .unwrap();
         let claim = claims
             .iter()
-            .find(|c| c["metadata"]["name"] == format!("{name}-gpu"))
-            .unwrap();
+            .find(|c| c["metadata"]["name"] == claim_name.as_str())
+            .unwrap_or_else(|| panic!("{name}'s claim {claim_name} is missing"));
         let allocation = &claim["status"]["allocation"];
         assert_eq!(
             allocation["devices"]["results"][0]["pool"], node,
@@ -1875,4 +1890,189 @@ fn kill_9_while_claims_are_allocated_leaves_no_device_twice_and_no_pod_bound_wit
             == 2 * NODES
     });
     assert_eq!(assert_devices_whole(&admin), 2 * NODES);
+}
+
+/// The claim names `pod` records in `status.resourceClaimStatuses`.
+fn recorded_claims(pod: &Value) -> Vec<String> {
+    pod["status"]["resourceClaimStatuses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["resourceClaimName"].as_str().map(str::to_string))
+        .collect()
+}
+
+fn resource_claims(client: &Client) -> Vec<Value> {
+    let list = ok(client
+        .request("GET", "/v1/namespaces/default/resourceclaims", None)
+        .unwrap());
+    list["items"].as_array().unwrap().clone()
+}
+
+fn resource_claim(client: &Client, name: &str) -> Reply {
+    client
+        .request(
+            "GET",
+            &format!("/v1/namespaces/default/resourceclaims/{name}"),
+            None,
+        )
+        .unwrap()
+}
+
+#[test]
+fn standalone_serve_makes_claims_from_templates_and_gives_them_back_when_pods_go() {
+    let dir = temp_dir("dra-templates");
+    let server = Server::start(&dir, &[]);
+    let admin = server.admin();
+    let gpu_pod = |name: &str| {
+        let mut pod = prioritized_pod(name, 0, "10m");
+        pod["spec"]["resourceClaims"] =
+            json!([{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]);
+        pod
+    };
+    // The pods come before their template: they wait, and get claims when it arrives.
+    let trainers = ["trainer-a", "trainer-b", "trainer-c"];
+    for name in trainers {
+        ok(send(
+            &admin,
+            "POST",
+            "/v1/namespaces/default/pods",
+            gpu_pod(name),
+        ));
+    }
+    let mut user = prioritized_pod("user", 0, "10m");
+    user["spec"]["resourceClaims"] = json!([{"name": "gpu", "resourceClaimName": "shared"}]);
+    let items = json!({"kind": "List", "items": [
+        {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+         "metadata": {"name": "gpu.example.com"},
+         "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.example.com'"}}]}},
+        two_cpu_node("node-a"),
+        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+         "metadata": {"name": "node-a-gpus"},
+         "spec": {"driver": "gpu.example.com", "nodeName": "node-a",
+                  "pool": {"name": "node-a", "generation": 1, "resourceSliceCount": 1},
+                  "devices": [{"name": "gpu-0"}, {"name": "gpu-1"}, {"name": "gpu-2"}]}},
+        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+         "metadata": {"name": "shared", "namespace": "default"},
+         "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}}},
+        user,
+    ]});
+    ok(send(&admin, "POST", "/v1/objects", items));
+    wait_until("user is bound", Duration::from_secs(30), || {
+        node_of(&stored_pod(&admin, "user")).is_some()
+    });
+    assert!(
+        trainers
+            .iter()
+            .all(|t| recorded_claims(&stored_pod(&admin, t)).is_empty()),
+        "no claim before the template exists"
+    );
+    ok(send(
+        &admin,
+        "POST",
+        "/v1/objects",
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+               "metadata": {"name": "one-gpu", "namespace": "default"},
+               "spec": {"spec": {"devices": {"requests": [
+                   {"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}}}}),
+    ));
+    // Two GPUs are left for three trainers.
+    wait_until("two trainers are bound", Duration::from_secs(30), || {
+        let bound = trainers
+            .iter()
+            .filter(|t| node_of(&stored_pod(&admin, t)).is_some())
+            .count();
+        let failed = trainers.iter().any(|t| {
+            stored_pod(&admin, t)["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["reason"] == "Unschedulable"))
+        });
+        bound == 2 && failed
+    });
+    for name in trainers {
+        let pod = stored_pod(&admin, name);
+        let claims = recorded_claims(&pod);
+        assert_eq!(claims.len(), 1, "{name}: {pod}");
+        assert!(claims[0].starts_with(&format!("{name}-gpu-")), "{claims:?}");
+        let claim = ok(resource_claim(&admin, &claims[0]));
+        let owner = &claim["metadata"]["ownerReferences"][0];
+        assert_eq!(
+            (&owner["kind"], &owner["uid"], &owner["controller"]),
+            (&json!("Pod"), &pod["metadata"]["uid"], &json!(true)),
+            "{claim}"
+        );
+        assert_eq!(
+            claim["metadata"]["annotations"]["resource.kubernetes.io/pod-claim-name"],
+            "gpu"
+        );
+    }
+    let waiting = *trainers
+        .iter()
+        .find(|t| node_of(&stored_pod(&admin, t)).is_none())
+        .unwrap();
+    let done = *trainers
+        .iter()
+        .find(|t| node_of(&stored_pod(&admin, t)).is_some())
+        .unwrap();
+
+    // A client replacing a pod with a status of its own keeps the claims the store made for it.
+    let before = recorded_claims(&stored_pod(&admin, waiting));
+    let mut replaced = gpu_pod(waiting);
+    replaced["status"] = json!({"phase": "Pending"});
+    ok(send(
+        &admin,
+        "PUT",
+        &format!("/v1/namespaces/default/pods/{waiting}"),
+        replaced,
+    ));
+    assert_eq!(recorded_claims(&stored_pod(&admin, waiting)), before);
+    assert_eq!(resource_claims(&admin).len(), 4, "three made, one shared");
+
+    // The shared claim's last user goes: it is deallocated, and its GPU goes to the waiting pod.
+    ok(admin
+        .request("DELETE", "/v1/namespaces/default/pods/user", None)
+        .unwrap());
+    let shared = ok(resource_claim(&admin, "shared"));
+    assert!(
+        shared["status"]["allocation"].is_null() && shared["status"]["reservedFor"].is_null(),
+        "{shared}"
+    );
+    assert!(
+        !shared["metadata"]["finalizers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|f| f == "resource.kubernetes.io/delete-protection"),
+        "{shared}"
+    );
+    wait_until(
+        "the waiting trainer is bound",
+        Duration::from_secs(30),
+        || node_of(&stored_pod(&admin, waiting)).is_some(),
+    );
+    assert_devices_whole(&admin);
+
+    // A pod that finishes gives its made claim back: the claim goes with it.
+    let finished_claim = recorded_claims(&stored_pod(&admin, done)).remove(0);
+    let mut finished = stored_pod(&admin, done);
+    finished["status"]["phase"] = json!("Succeeded");
+    ok(send(
+        &admin,
+        "PUT",
+        &format!("/v1/namespaces/default/pods/{done}"),
+        finished,
+    ));
+    assert_eq!(resource_claim(&admin, &finished_claim).status, 404);
+    ok(send(
+        &admin,
+        "POST",
+        "/v1/namespaces/default/pods",
+        gpu_pod("trainer-d"),
+    ));
+    wait_until(
+        "trainer-d takes the freed GPU",
+        Duration::from_secs(30),
+        || node_of(&stored_pod(&admin, "trainer-d")).is_some(),
+    );
+    assert_devices_whole(&admin);
 }

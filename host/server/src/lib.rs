@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod auth;
+pub mod claims;
 pub mod client;
 pub mod engine;
 mod http;

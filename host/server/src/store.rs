@@ -13,7 +13,7 @@ use std::sync::Arc;
 use redb::{Database, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
-use wasched_core::events::{Kind, Object, ObjectKey};
+use wasched_core::events::{Event, Kind, Object, ObjectKey};
 
 /// `Kind/namespace/name` -> the object's JSON.
 const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
@@ -111,6 +111,9 @@ pub struct Written {
     pub created: bool,
 }
 
+/// The objects a write stored, and the events of the writes that followed from them.
+pub type WrittenAndFollowed = (Vec<Written>, Vec<Event>);
+
 /// Why a write of several objects was refused as a whole.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Rejection {
@@ -159,6 +162,23 @@ impl ObjectTxn<'_> {
             .insert(storage_key(&object.key()).as_str(), bytes.as_slice())
             .map_err(err)?;
         Ok(self.version)
+    }
+
+    /// The objects of `kind` in `namespace`, as this transaction has them.
+    ///
+    /// # Errors
+    /// A store failure.
+    pub fn list(&self, kind: Kind, namespace: &str) -> Result<Vec<Object>, StoreError> {
+        let prefix = format!("{}/{namespace}/", kind_name(kind));
+        let mut objects = Vec::new();
+        for entry in self.table.range(prefix.as_str()..).map_err(err)? {
+            let (key, value) = entry.map_err(err)?;
+            if !key.value().starts_with(&prefix) {
+                break;
+            }
+            objects.push(decode(kind, value.value())?);
+        }
+        Ok(objects)
     }
 
     /// Deletes `key`; returns the object with the version of its deletion, or `None` when it
@@ -222,45 +242,59 @@ impl Store {
             &dyn Fn(&ObjectKey) -> Option<Object>,
         ) -> Result<(), String>,
     ) -> Result<Result<Vec<Written>, Rejection>, StoreError> {
+        let written = self.write_objects_then(objects, mode, merge, |_, _| Ok(Vec::new()))?;
+        Ok(written.map(|(written, _)| written))
+    }
+
+    /// [`Store::write_objects`], then `follow_up(txn, written)` in the same transaction: the
+    /// writes a controller makes because of these (claims made from a pod's templates), with the
+    /// events they send to the scheduler.
+    ///
+    /// # Errors
+    /// A store failure: nothing was written.
+    pub fn write_objects_then(
+        &self,
+        objects: Vec<Object>,
+        mode: WriteMode,
+        merge: impl Fn(
+            Option<&Object>,
+            &mut Object,
+            &dyn Fn(&ObjectKey) -> Option<Object>,
+        ) -> Result<(), String>,
+        follow_up: impl FnOnce(&mut ObjectTxn<'_>, &[Written]) -> Result<Vec<Event>, StoreError>,
+    ) -> Result<Result<WrittenAndFollowed, Rejection>, StoreError> {
         let tx = self.db.begin_write().map_err(err)?;
         let mut written = Vec::with_capacity(objects.len());
+        let followed;
         {
-            let mut table = tx.open_table(OBJECTS).map_err(err)?;
             let mut meta = tx.open_table(META).map_err(err)?;
-            let mut version = read_u64(meta.get(RESOURCE_VERSION).map_err(err)?);
+            let mut txn = ObjectTxn {
+                table: tx.open_table(OBJECTS).map_err(err)?,
+                version: read_u64(meta.get(RESOURCE_VERSION).map_err(err)?),
+            };
             for (index, mut object) in objects.into_iter().enumerate() {
-                let key = object.key();
-                let skey = storage_key(&key);
-                let stored = match table.get(skey.as_str()).map_err(err)? {
-                    Some(bytes) => Some(decode(key.kind, bytes.value())?),
-                    None => None,
-                };
+                let stored = txn.get(&object.key())?;
                 if stored.is_some() && mode == WriteMode::Create {
                     return Ok(Err(Rejection::Exists { index }));
                 }
                 // Other objects as this transaction has them (earlier ones of the batch written).
-                let lookup = |other: &ObjectKey| {
-                    let bytes = table.get(storage_key(other).as_str()).ok()??;
-                    decode(other.kind, bytes.value()).ok()
-                };
+                let lookup = |other: &ObjectKey| txn.get(other).ok()?;
                 if let Err(reason) = merge(stored.as_ref(), &mut object, &lookup) {
                     return Ok(Err(Rejection::Refused { index, reason }));
                 }
-                version += 1;
-                set_resource_version(&mut object, version);
-                let bytes = serde_json::to_vec(&object_json(&object)).map_err(err)?;
-                table.insert(skey.as_str(), bytes.as_slice()).map_err(err)?;
+                let version = txn.put(&mut object)?;
                 written.push(Written {
                     object,
                     version,
                     created: stored.is_none(),
                 });
             }
-            meta.insert(RESOURCE_VERSION, version.to_le_bytes().as_slice())
+            followed = follow_up(&mut txn, &written)?;
+            meta.insert(RESOURCE_VERSION, txn.version.to_le_bytes().as_slice())
                 .map_err(err)?;
         }
         tx.commit().map_err(err)?;
-        Ok(Ok(written))
+        Ok(Ok((written, followed)))
     }
 
     /// Runs `body` over the objects in one write transaction and commits what it wrote, all or
@@ -287,34 +321,6 @@ impl Store {
         };
         tx.commit().map_err(err)?;
         Ok(answer)
-    }
-
-    /// Deletes an object; returns it with the version of the deletion, or `None` if it did not
-    /// exist.
-    ///
-    /// # Errors
-    /// A store failure: nothing was deleted.
-    pub fn delete_object(&self, key: &ObjectKey) -> Result<Option<(u64, Object)>, StoreError> {
-        let tx = self.db.begin_write().map_err(err)?;
-        let deleted = {
-            let mut table = tx.open_table(OBJECTS).map_err(err)?;
-            let mut meta = tx.open_table(META).map_err(err)?;
-            let removed = match table.remove(storage_key(key).as_str()).map_err(err)? {
-                Some(bytes) => Some(decode(key.kind, bytes.value())?),
-                None => None,
-            };
-            match removed {
-                Some(object) => {
-                    let version = read_u64(meta.get(RESOURCE_VERSION).map_err(err)?) + 1;
-                    meta.insert(RESOURCE_VERSION, version.to_le_bytes().as_slice())
-                        .map_err(err)?;
-                    Some((version, object))
-                }
-                None => None,
-            }
-        };
-        tx.commit().map_err(err)?;
-        Ok(deleted)
     }
 
     /// One object.
@@ -493,7 +499,11 @@ mod tests {
                 store.get_object(&node("c").key()).unwrap().is_none(),
                 "all or none"
             );
-            let (version, deleted) = store.delete_object(&node("b").key()).unwrap().unwrap();
+            let (version, deleted) = store
+                .transaction(|txn| txn.delete(&node("b").key()))
+                .unwrap()
+                .unwrap()
+                .unwrap();
             assert_eq!((version, deleted.key().name.as_str()), (3, "b"));
             let record = PluginRecord {
                 name: "P".into(),

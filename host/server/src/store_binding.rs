@@ -202,8 +202,10 @@ impl Backend for StoreBackend<'_, '_> {
 
     fn evict(&mut self, _result: &CycleResult, victim: &Victim) -> Result<(), String> {
         if let Some((version, object)) = self.txn.delete(&pod_key(&victim.pod)).map_err(failed)? {
+            let released = crate::claims::follow_deletion(self.txn, &object).map_err(failed)?;
             self.feedback
                 .push(Event::with_version(Action::Delete, object, version));
+            self.feedback.extend(released);
         }
         Ok(())
     }

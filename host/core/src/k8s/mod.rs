@@ -7,6 +7,7 @@ mod volumes;
 pub use placement::selector as label_selector;
 pub use volumes::{csi_driver, csi_node, persistent_volume_source, storage_capacity};
 pub mod quantity;
+pub mod resourceclaims;
 pub mod validation;
 
 use std::collections::BTreeMap;

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 
 use super::{guard, limit_bodies, ApiError, Shared};
 use crate::auth::Access;
-use crate::store::{kind_name, object_json, Rejection, WriteMode, Written};
+use crate::store::{kind_name, object_json, Rejection, StoreError, WriteMode, Written};
 use crate::watch::{WatchEvent, WatchLog};
 use crate::Server;
 use k8s_openapi::api::core::v1 as core;
@@ -414,6 +414,12 @@ fn keep_pod_binding(old: &core::Pod, new: &mut core::Pod) -> Result<(), String> 
         return Ok(());
     };
     let status = new.status.get_or_insert_with(|| old_status.clone());
+    // The controller's record of the claims it made: without it the pod would get new ones.
+    if status.resource_claim_statuses.is_none() {
+        status
+            .resource_claim_statuses
+            .clone_from(&old_status.resource_claim_statuses);
+    }
     if status.nominated_node_name.is_none() {
         status
             .nominated_node_name
@@ -541,10 +547,15 @@ async fn write(
     let keys: Vec<ObjectKey> = objects.iter().map(Object::key).collect();
     let s = server.clone();
     let outcome = tokio::task::spawn_blocking(move || {
-        s.store
-            .write_objects(objects, mode, |stored, incoming, lookup| {
-                merge(&s, stored, incoming, lookup)
-            })
+        s.store.write_objects_then(
+            objects,
+            mode,
+            |stored, incoming, lookup| merge(&s, stored, incoming, lookup),
+            |txn, written| {
+                let mut rng = s.uids.lock().unwrap_or_else(|e| e.into_inner());
+                crate::claims::follow_writes(txn, written, &mut rng)
+            },
+        )
     })
     .await
     .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
@@ -557,8 +568,11 @@ async fn write(
         }
     };
     match outcome {
-        Ok(written) => {
+        Ok((written, followed)) => {
             submit_written(&server, &written);
+            for event in followed {
+                server.pipeline.submit(event);
+            }
             Ok(written)
         }
         Err(Rejection::Exists { index }) => Err(ApiError::new(
@@ -715,16 +729,27 @@ async fn delete(
     let key = key(kind, namespace, name);
     let s = server.clone();
     let k = key.clone();
-    let deleted = tokio::task::spawn_blocking(move || s.store.delete_object(&k))
-        .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
-    let Some((version, object)) = deleted else {
+    let deleted = tokio::task::spawn_blocking(move || {
+        s.store.transaction(|txn| {
+            let Some((version, object)) = txn.delete(&k)? else {
+                return Ok(None);
+            };
+            let followed = crate::claims::follow_deletion(txn, &object)?;
+            Ok::<_, StoreError>(Some((version, object, followed)))
+        })
+    })
+    .await
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))???;
+    let Some((version, object, followed)) = deleted else {
         return Err(not_found(&key));
     };
     let body = object_json(&object);
     server
         .pipeline
         .submit(Event::with_version(Action::Delete, object, version));
+    for event in followed {
+        server.pipeline.submit(event);
+    }
     Ok(Json(body).into_response())
 }
 
