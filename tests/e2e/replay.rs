@@ -23,6 +23,7 @@ fn run(ignore_deletions: bool, seed: u64) -> Summary {
         samples: 50,
         ignore_deletions,
         speed: None,
+        dra: false,
     };
     replay::replay(&config, &nodes, &pods, Vec::new(), &options).unwrap()
 }
@@ -225,6 +226,7 @@ fn resource_only_lists_arrive_in_row_order_and_stay_and_duplicate_names_are_refu
         samples: 4,
         ignore_deletions: false,
         speed: None,
+        dra: false,
     };
     let summary = replay::replay(&config, &nodes, &pods, Vec::new(), &options).unwrap();
     check_conservation(&summary);
@@ -404,6 +406,7 @@ fn cycles_a_plugin_failed_are_counted_apart_from_unschedulable_ones() {
         samples: 10,
         ignore_deletions: false,
         speed: None,
+        dra: false,
     };
     let summary = replay::replay(&config, &nodes, &pods, Vec::new(), &options).unwrap();
     assert!(summary.plugin_errors > 0, "{summary:?}");
@@ -440,4 +443,97 @@ fn numeric_flags_past_what_the_machine_holds_are_refused_naming_the_flag_and_its
             "{args:?}: {stderr}"
         );
     }
+}
+
+/// The excerpt replayed with the GPUs as DRA devices.
+fn run_dra(ignore_deletions: bool, runtime: DefaultPluginRuntime) -> Summary {
+    let (nodes, _) = replay::read_nodes(&fixture("nodes.csv")).unwrap();
+    let (pods, _) = replay::read_pods(&fixture("pods.csv")).unwrap();
+    let mut config = Config::default();
+    config.default_plugins = runtime;
+    let options = replay::Options {
+        seed: 1,
+        samples: 50,
+        ignore_deletions,
+        speed: None,
+        dra: true,
+    };
+    replay::replay(&config, &nodes, &pods, Vec::new(), &options).unwrap()
+}
+
+#[test]
+fn gpus_as_dra_devices_are_held_by_claims_exactly_while_their_pods_run() {
+    // `bookkeeping_mismatches` counts, at every sample, each node whose devices held in the
+    // scheduler's cache differ from the GPUs the replay's record has in use there: a claim not
+    // given back with its pod, or a device allocated twice, would show.
+    for ignore_deletions in [false, true] {
+        let summary = run_dra(ignore_deletions, DefaultPluginRuntime::Native);
+        check_conservation(&summary);
+        assert_eq!(summary.gpu_requests, "dra");
+        assert!(
+            summary.series.iter().any(|s| s.gpu > 0.0),
+            "devices were allocated"
+        );
+    }
+    let native = run_dra(true, DefaultPluginRuntime::Native);
+    let wasm = run_dra(true, DefaultPluginRuntime::Wasm);
+    assert_eq!(
+        native.placements_sha256, wasm.placements_sha256,
+        "the DynamicResources component places as its native build does"
+    );
+}
+
+#[test]
+fn a_gpu_share_takes_a_whole_device_under_dra_and_says_why_the_next_waits() {
+    let dir = std::env::temp_dir().join(format!("wasched-replay-dra-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let nodes = dir.join("nodes.csv");
+    std::fs::write(
+        &nodes,
+        "sn,cpu_milli,memory_mib,gpu,model\nt4-node,8000,16384,1,T4\nv100-node,8000,16384,1,V100M16\n",
+    )
+    .unwrap();
+    let pods = dir.join("pods.csv");
+    std::fs::write(
+        &pods,
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n\
+         share-a,1000,1024,1,300,T4\n\
+         share-b,1000,1024,1,300,T4\n\
+         whole,1000,1024,1,1000,\n",
+    )
+    .unwrap();
+    let (nodes, _) = replay::read_nodes(&nodes).unwrap();
+    let (pods, _) = replay::read_pods(&pods).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut config = Config::default();
+    config.default_plugins = DefaultPluginRuntime::Native;
+    let run = |dra| {
+        let options = replay::Options {
+            seed: 1,
+            samples: 2,
+            ignore_deletions: false,
+            speed: None,
+            dra,
+        };
+        replay::replay(&config, &nodes, &pods, Vec::new(), &options).unwrap()
+    };
+    let extended = run(false);
+    assert_eq!(
+        (extended.placed, extended.never_placed),
+        (3, 0),
+        "two 300m shares fit one T4, the whole GPU takes the V100"
+    );
+    let dra = run(true);
+    check_conservation(&dra);
+    assert_eq!(
+        (dra.placed, dra.never_placed),
+        (2, 1),
+        "a share holds the T4 whole, the other share may use only a T4"
+    );
+    assert_eq!(
+        dra.never_placed_reasons.keys().collect::<Vec<_>>(),
+        ["cannot allocate all claims"],
+        "{:?}",
+        dra.never_placed_reasons
+    );
 }

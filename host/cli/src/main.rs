@@ -357,7 +357,7 @@ fn replay(args: &wasched::replay::Args) -> anyhow::Result<()> {
         }
         printed.push(json);
     }
-    let json = if args.compare.is_some() {
+    let json = if printed.len() > 1 {
         serde_json::json!({ "runs": printed })
     } else {
         printed.swap_remove(0)["summary"].take()

@@ -16,6 +16,7 @@ use k8s_openapi::api::resource::v1::ResourceClaim;
 use crate::events::{EventPipeline, Object};
 use crate::framework::Victim;
 use crate::k8s;
+use crate::k8s::resourceclaims::Released;
 use crate::result::Gated;
 use crate::service::{bound_pod, CycleResult, Sequencer};
 
@@ -318,14 +319,40 @@ impl Backend for MemoryBackend {
         Ok(())
     }
 
-    /// Deletes the victim at once: nothing here has a grace period.
+    /// Deletes the victim at once (nothing here has a grace period), and gives its claims back
+    /// as kube's resourceclaim controller would.
     fn evict(&mut self, _result: &CycleResult, victim: &Victim) -> Result<(), String> {
         let evicted = self
             .pods
             .remove(&victim.pod)
             .ok_or_else(|| format!("unknown victim {}", victim.pod))?;
+        let namespace = evicted.metadata.namespace.as_deref().unwrap_or("default");
+        let released = k8s::resourceclaims::released_claims(&evicted, |name| {
+            self.resource_claims
+                .get(&format!("{namespace}/{name}"))
+                .cloned()
+        });
+        let namespace = namespace.to_string();
         self.pipeline
             .submit(self.sequence.delete(Object::Pod(Box::new(evicted))));
+        for change in released {
+            let (claim, deleted) = match change {
+                Released::Updated(claim) => (claim, false),
+                Released::Deleted(claim) => (claim, true),
+            };
+            let key = format!(
+                "{namespace}/{}",
+                claim.metadata.name.as_deref().unwrap_or_default()
+            );
+            let object = Object::ResourceClaim(Box::new(claim.clone()));
+            if deleted {
+                self.resource_claims.remove(&key);
+                self.pipeline.submit(self.sequence.delete(object));
+            } else {
+                self.resource_claims.insert(key, claim);
+                self.pipeline.submit(self.sequence.upsert(object));
+            }
+        }
         Ok(())
     }
 

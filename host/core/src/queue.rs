@@ -88,7 +88,8 @@ pub enum ClusterEvent {
     StorageChanged,
     /// A namespace appeared, went or was relabelled (pod affinity's `namespaceSelector`s).
     NamespaceChanged,
-    /// A DeviceClass, ResourceSlice or ResourceClaim changed (devices may have been freed).
+    /// A DeviceClass or ResourceSlice changed, or a ResourceClaim freed devices: only pods with
+    /// claims can be helped (DynamicResources is all that reads devices).
     DevicesChanged,
 }
 
@@ -401,8 +402,44 @@ impl SchedulingQueue {
             return;
         }
         self.move_requests += 1;
-        let parked: Vec<String> = self.unschedulable.iter().cloned().collect();
+        let parked: Vec<String> = self
+            .unschedulable
+            .iter()
+            .filter(|key| {
+                event != ClusterEvent::DevicesChanged
+                    || self
+                        .entries
+                        .get(*key)
+                        .is_some_and(|e| !e.pod.claims.is_empty())
+            })
+            .cloned()
+            .collect();
         for key in parked {
+            self.move_after_backoff(&key);
+        }
+    }
+
+    /// The ResourceClaim `namespace/name` was created or changed without freeing devices: only
+    /// the parked pods that use it may fit now (it became allocated elsewhere, so they follow it,
+    /// or its spec changed), as kube-scheduler's DynamicResources queueing hint decides. Another
+    /// pod's claim taking devices helps no one.
+    pub fn on_claim_changed(&mut self, namespace: &str, name: &str) {
+        let users: Vec<String> = self
+            .unschedulable
+            .iter()
+            .filter(|key| {
+                self.entries.get(*key).is_some_and(|e| {
+                    e.pod.namespace == namespace
+                        && e.pod.claims.iter().any(|c| c.claim_name == name)
+                })
+            })
+            .cloned()
+            .collect();
+        if users.is_empty() {
+            return;
+        }
+        self.move_requests += 1;
+        for key in users {
             self.move_after_backoff(&key);
         }
     }
@@ -572,6 +609,65 @@ mod tests {
         q.on_event(ClusterEvent::AssignedPodAdded);
         assert_eq!(q.status("ns/web").unwrap().queue, QueueName::Active);
         assert_eq!(q.status("ns/big").unwrap().queue, QueueName::Unschedulable);
+    }
+
+    #[test]
+    fn device_events_wake_only_the_parked_pods_they_can_help() {
+        let (mut q, clock) = queue();
+        let with_claim = |name: &str, claim: &str| {
+            let mut p = pod(name, 0);
+            p.claims.push(sdk::PodClaim {
+                name: "gpu".into(),
+                claim_name: claim.into(),
+                ..Default::default()
+            });
+            p
+        };
+        q.add(with_claim("trainer", "trainer-gpu"));
+        q.add(with_claim("follower", "shared"));
+        q.add(pod("cpu-bound", 0));
+        let park = |q: &mut SchedulingQueue| {
+            for _ in 0..3 {
+                popped(q);
+            }
+            for name in ["trainer", "follower", "cpu-bound"] {
+                q.unschedulable(&format!("ns/{name}"), "no".into());
+            }
+        };
+        park(&mut q);
+        clock.advance(Duration::from_secs(30));
+        let queue_of =
+            |q: &SchedulingQueue, name: &str| q.status(&format!("ns/{name}")).unwrap().queue;
+
+        q.on_claim_changed("ns", "someone-elses");
+        q.on_claim_changed("other-ns", "shared");
+        assert!(
+            ["trainer", "follower", "cpu-bound"]
+                .iter()
+                .all(|n| queue_of(&q, n) == QueueName::Unschedulable),
+            "another pod's claim taking devices helps no one"
+        );
+        q.on_claim_changed("ns", "shared");
+        assert_eq!(
+            queue_of(&q, "follower"),
+            QueueName::Active,
+            "its claim got allocated"
+        );
+        assert_eq!(queue_of(&q, "trainer"), QueueName::Unschedulable);
+
+        q.on_event(ClusterEvent::DevicesChanged);
+        assert_eq!(
+            queue_of(&q, "trainer"),
+            QueueName::Active,
+            "devices were freed"
+        );
+        assert_eq!(
+            queue_of(&q, "cpu-bound"),
+            QueueName::Unschedulable,
+            "a pod without claims reads no device"
+        );
+        q.on_event(ClusterEvent::AssignedPodDeleted);
+        assert_eq!(queue_of(&q, "cpu-bound"), QueueName::Active);
     }
 
     #[test]

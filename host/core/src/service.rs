@@ -508,9 +508,19 @@ impl Service {
                 let meta = &claim.metadata;
                 let namespace = meta.namespace.as_deref().unwrap_or("default");
                 let name = meta.name.as_deref().unwrap_or_default();
-                cache.upsert_resource_claim(namespace, name, k8s::devices::resource_claim(claim));
-                self.queue.on_event(ClusterEvent::DevicesChanged);
-                self.claim_arrived(namespace);
+                let change = cache.upsert_resource_claim(
+                    namespace,
+                    name,
+                    k8s::devices::resource_claim(claim),
+                );
+                if change.freed {
+                    self.queue.on_event(ClusterEvent::DevicesChanged);
+                } else {
+                    self.queue.on_claim_changed(namespace, name);
+                }
+                if change.created {
+                    self.claim_arrived(namespace);
+                }
             }
             // Kubernetes' resourceclaim controller makes claims from templates; the cache needs
             // only the claims.
@@ -597,8 +607,9 @@ impl Service {
                 self.queue.on_event(ClusterEvent::DevicesChanged);
             }
             Kind::ResourceClaim => {
-                cache.remove_resource_claim(&key.namespace, &key.name);
-                self.queue.on_event(ClusterEvent::DevicesChanged);
+                if cache.remove_resource_claim(&key.namespace, &key.name) {
+                    self.queue.on_event(ClusterEvent::DevicesChanged);
+                }
             }
             Kind::ResourceClaimTemplate => {}
         }

@@ -220,6 +220,27 @@ impl Search<'_> {
         }
     }
 
+    /// How many devices the alternative could take at most: free, in a complete pool and
+    /// matching its selectors (a selector that fails counts as a match here, so that the search
+    /// meets the failure where kube's does).
+    fn usable(&mut self, claim_index: usize, alternative: &Alternative) -> usize {
+        let (claims, pools) = (self.claims, self.pools);
+        let mut usable = 0;
+        for (p, pool) in pools.iter().enumerate().filter(|(_, pool)| pool.complete) {
+            for d in 0..pool.devices.len() {
+                if !self.in_use((p, d), claim_index, alternative.admin_access)
+                    && self
+                        .matcher
+                        .matches(alternative.selectors, &claims[claim_index], p, d)
+                        .unwrap_or(true)
+                {
+                    usable += 1;
+                }
+            }
+        }
+        usable
+    }
+
     fn allocate_one(&mut self, step: Step, in_alternative: bool) -> Result<bool, String> {
         let claims = self.claims;
         let Some(claim) = claims.get(step.claim) else {
@@ -265,6 +286,13 @@ impl Search<'_> {
         };
         if let Some(all) = all {
             return self.take_and_go_on(step, all[step.device], next);
+        }
+        // Without this the search below would try every order of the free devices before
+        // finding that there are too few (8! orders for a node with 8 of 9 GPUs free), on every
+        // node, for every attempt of a pod that cannot fit anywhere. Only branches without a
+        // solution are cut, so the devices chosen are kube's.
+        if step.device == 0 && self.usable(step.claim, alternative) < needed {
+            return Ok(false);
         }
         let pools = self.pools;
         for (p, pool) in pools.iter().enumerate() {
@@ -436,4 +464,76 @@ fn lookup<'d>(driver: &str, device: &'d Device, attribute: &str) -> Option<&'d A
         let (domain, id) = attribute.split_once('/')?;
         (domain == driver).then(|| by_name(id)).flatten()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Matches every device, counting how often it was asked.
+    struct Counting(usize);
+
+    impl Matcher for Counting {
+        fn matches(&mut self, _: u32, _: &ClaimPlan, _: usize, _: usize) -> Result<bool, String> {
+            self.0 += 1;
+            Ok(true)
+        }
+    }
+
+    fn gpus(free: usize, allocated: usize) -> DevicePool {
+        DevicePool {
+            driver: "gpu.example.com".into(),
+            name: "n1".into(),
+            complete: true,
+            devices: (0..free + allocated)
+                .map(|i| Device {
+                    name: format!("gpu-{i}"),
+                    allocated: i < allocated,
+                    ..Device::default()
+                })
+                .collect(),
+        }
+    }
+
+    fn claim(count: u32) -> ClaimPlan {
+        ClaimPlan {
+            name: "c".into(),
+            display: "ns/c".into(),
+            requests: vec![RequestPlan {
+                name: "gpus".into(),
+                alternatives: vec![Alternative {
+                    sub_name: None,
+                    mode: AllocationMode::ExactCount(count),
+                    admin_access: false,
+                    selectors: 0,
+                }],
+            }],
+            constraints: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn too_few_free_devices_fail_without_trying_every_order_of_them() {
+        let pools = [gpus(8, 1)];
+        let mut matcher = Counting(0);
+        let result = allocate(&pools, &[claim(9)], &mut matcher).unwrap();
+        assert_eq!(result, None, "8 free GPUs cannot hold 9");
+        assert!(
+            matcher.0 <= 2 * 9,
+            "{} selector checks for 9 devices: the search tried orders of the free ones",
+            matcher.0
+        );
+
+        let mut matcher = Counting(0);
+        let result = allocate(&pools, &[claim(8)], &mut matcher).unwrap();
+        let devices: Vec<String> = result.unwrap()[0]
+            .devices
+            .iter()
+            .map(|d| d.device.clone())
+            .collect();
+        assert_eq!(
+            devices,
+            (1..=8).map(|i| format!("gpu-{i}")).collect::<Vec<_>>()
+        );
+    }
 }

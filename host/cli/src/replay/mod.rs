@@ -13,6 +13,9 @@
 //!   shares may land on a node with one whole GPU free plus 200m of another);
 //! - `gpu_spec` (models separated by `|`) becomes required node affinity `In` on the model label.
 //!
+//! With `--gpus dra` the GPUs are DRA devices instead ([`dra`] states that conversion), and
+//! `--gpus both` replays the trace both ways side by side.
+//!
 //! Pods are created at `creation_time` and deleted at `deletion_time`; the clock jumps from one
 //! event time to the next, and every pod waiting in the queue is retried as it would be in the
 //! service (on events that may help it, after its backoff, or after 5 minutes).
@@ -34,7 +37,9 @@ use crate::config::Config;
 use crate::events::{EventPipeline, Object};
 use crate::framework::Decider;
 use crate::service::{Sequencer, Service};
+use wasched_core::k8s::resourceclaims::Released;
 
+pub mod dra;
 pub mod report;
 
 /// The label carrying a node's GPU model.
@@ -84,10 +89,26 @@ pub struct Args {
     /// Jump from event to event without waiting (the default).
     #[arg(long)]
     pub as_fast_as_possible: bool,
+    /// How pods ask for GPUs: extended resources (`nvidia.com/gpu`), DRA devices (a ResourceSlice
+    /// per node, a DeviceClass per model, a claim per pod from a template), or both, side by side.
+    #[arg(long, value_enum, default_value_t = GpuRequests::ExtendedResources)]
+    pub gpus: GpuRequests,
     /// Write DIR/summary.json (with the full series) and DIR/report.html (plots as inline SVG,
     /// viewable without a server).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+}
+
+/// `--gpus`: how the trace's pods ask for GPUs.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GpuRequests {
+    /// `nvidia.com/gpu` and [`GPU_MILLI`] extended resources, model by node affinity.
+    #[default]
+    ExtendedResources,
+    /// Dynamic Resource Allocation devices ([`dra`]).
+    Dra,
+    /// One replay each way, side by side.
+    Both,
 }
 
 /// How one replay runs, beyond the configuration and the trace.
@@ -101,6 +122,8 @@ pub struct Options {
     pub ignore_deletions: bool,
     /// Trace seconds per wall second; `None`: as fast as possible.
     pub speed: Option<f64>,
+    /// The GPUs are DRA devices ([`dra`]) rather than extended resources.
+    pub dra: bool,
 }
 
 /// One replay, named after its configuration.
@@ -573,6 +596,9 @@ pub struct Summary {
     pub bookkeeping_mismatches: usize,
     /// sha256 over every placement in order: equal for equal inputs and seeds.
     pub placements_sha256: String,
+    /// How pods asked for GPUs: `extended-resources` or `dra`.
+    #[serde(default)]
+    pub gpu_requests: String,
 }
 
 /// A class of GPU request with its share of the GPU workload.
@@ -677,13 +703,16 @@ struct Record<'a> {
     plugin_errors: u64,
     max_commitment: f64,
     placements: sha2::Sha256,
+    /// GPUs are DRA devices: a share takes a whole device.
+    dra: bool,
 }
 
 impl<'a> Record<'a> {
-    fn new(nodes: &'a [TraceNode], pods: &'a [TracePod]) -> Self {
+    fn new(nodes: &'a [TraceNode], pods: &'a [TracePod], dra: bool) -> Self {
         Record {
             nodes,
             pods,
+            dra,
             usage: vec![Usage::default(); nodes.len()],
             placed_on: vec![None; pods.len()],
             ever_placed: vec![false; pods.len()],
@@ -698,6 +727,17 @@ impl<'a> Record<'a> {
         }
     }
 
+    /// The GPU capacity (thousandths) and whole GPUs pod row `i` holds once placed.
+    fn gpu_held(&self, i: usize) -> (i64, i64) {
+        let pod = &self.pods[i];
+        if self.dra {
+            let devices = dra::devices_asked(pod);
+            (devices * 1000, devices)
+        } else {
+            (pod.gpu_demand_milli(), pod.whole_gpus())
+        }
+    }
+
     fn created(&mut self, i: usize) {
         self.created[i] = true;
         self.created_total += 1;
@@ -707,12 +747,13 @@ impl<'a> Record<'a> {
         self.created[i] = false;
         self.deleted_total += 1;
         if let Some(n) = self.placed_on[i].take() {
+            let (gpu_milli, whole_gpus) = self.gpu_held(i);
             let pod = &self.pods[i];
             let used = &mut self.usage[n];
             used.cpu_milli -= pod.cpu_milli;
             used.memory_mib -= pod.memory_mib;
-            used.gpu_milli -= pod.gpu_demand_milli();
-            used.whole_gpus -= pod.whole_gpus();
+            used.gpu_milli -= gpu_milli;
+            used.whole_gpus -= whole_gpus;
         }
     }
 
@@ -720,12 +761,13 @@ impl<'a> Record<'a> {
     fn placed(&mut self, i: usize, n: usize, key: &str) {
         self.placed_on[i] = Some(n);
         self.ever_placed[i] = true;
+        let (gpu_milli, whole_gpus) = self.gpu_held(i);
         let pod = &self.pods[i];
         let used = &mut self.usage[n];
         used.cpu_milli += pod.cpu_milli;
         used.memory_mib += pod.memory_mib;
-        used.gpu_milli += pod.gpu_demand_milli();
-        used.whole_gpus += pod.whole_gpus();
+        used.gpu_milli += gpu_milli;
+        used.whole_gpus += whole_gpus;
         let node = &self.nodes[n];
         let mut commitment = ratio_of(used.cpu_milli, node.cpu_milli)
             .max(ratio_of(used.memory_mib, node.memory_mib));
@@ -865,6 +907,77 @@ impl<'a> Sampler<'a> {
     }
 }
 
+/// The trace as the objects a replay submits, for one way of asking for GPUs.
+struct TraceObjects {
+    /// Nodes, then what the pods refer to (DRA's classes, slices and templates).
+    cluster: Vec<Object>,
+    /// The pods, in the trace's order.
+    pods: Vec<core::Pod>,
+    /// Each pod's ResourceClaim, created with it and deleted with it.
+    claims: Vec<Option<k8s_openapi::api::resource::v1::ResourceClaim>>,
+}
+
+impl TraceObjects {
+    fn new(nodes: &[TraceNode], pods: &[TracePod], options: &Options) -> TraceObjects {
+        if !options.dra {
+            return TraceObjects {
+                cluster: nodes
+                    .iter()
+                    .map(|n| Object::Node(Box::new(node_object(n))))
+                    .collect(),
+                pods: pods.iter().map(pod_object).collect(),
+                claims: vec![None; pods.len()],
+            };
+        }
+        let workload = dra::workload(nodes, pods, options.seed);
+        let mut cluster: Vec<Object> = nodes
+            .iter()
+            .map(|n| Object::Node(Box::new(dra::node_object(n))))
+            .collect();
+        cluster.extend(workload.objects);
+        TraceObjects {
+            cluster,
+            pods: workload.pods,
+            claims: workload.claims,
+        }
+    }
+
+    /// Pod row `i` created: its claim, then the pod.
+    fn create(&self, i: usize, driven: &Driven) {
+        if let Some(claim) = &self.claims[i] {
+            let claim = Object::ResourceClaim(Box::new(claim.clone()));
+            driven.pipeline.submit(driven.sequence.upsert(claim));
+        }
+        let pod = Object::Pod(Box::new(self.pods[i].clone()));
+        driven.pipeline.submit(driven.sequence.upsert(pod));
+    }
+
+    /// Pod row `i` deleted: the pod, then its claims given back as kube's resourceclaim
+    /// controller gives them back (the claim made for it deleted).
+    fn delete(&self, i: usize, driven: &Driven) {
+        let pod = &self.pods[i];
+        driven
+            .pipeline
+            .submit(driven.sequence.delete(Object::Pod(Box::new(pod.clone()))));
+        let claim = |name: &str| {
+            self.claims[i]
+                .clone()
+                .filter(|c| c.metadata.name.as_deref() == Some(name))
+        };
+        for released in wasched_core::k8s::resourceclaims::released_claims(pod, claim) {
+            let event = match released {
+                Released::Deleted(claim) => driven
+                    .sequence
+                    .delete(Object::ResourceClaim(Box::new(claim))),
+                Released::Updated(claim) => driven
+                    .sequence
+                    .upsert(Object::ResourceClaim(Box::new(claim))),
+            };
+            driven.pipeline.submit(event);
+        }
+    }
+}
+
 /// The service a replay drives, the pipeline its events go through, and their sequencer.
 struct Driven {
     service: Service,
@@ -875,30 +988,28 @@ struct Driven {
 
 impl Driven {
     /// A service over the trace's nodes (submitted, not yet applied) whose binder confirms each
-    /// binding with the pod's update, as an API server would.
-    fn start(
-        config: &Config,
-        nodes: &[TraceNode],
-        pods: &[TracePod],
-        seed: u64,
-    ) -> anyhow::Result<Driven> {
+    /// binding with the pod's update (and writes its claims), as an API server would.
+    fn start(config: &Config, objects: &TraceObjects, seed: u64) -> anyhow::Result<Driven> {
         let clock = FakeClock::default();
         let decider = Decider::with_clock(&config.profiles()?, seed, Arc::new(clock.clone()))?;
         let pipeline = Arc::new(EventPipeline::default());
         let sequence = Arc::new(Sequencer::default());
-        let backend = MemoryBackend::new(
-            pipeline.clone(),
-            sequence.clone(),
-            pods.iter().map(pod_object),
-        );
+        let claims: Vec<Object> = objects
+            .claims
+            .iter()
+            .flatten()
+            .map(|c| Object::ResourceClaim(Box::new(c.clone())))
+            .collect();
+        let backend = MemoryBackend::new(pipeline.clone(), sequence.clone(), objects.pods.clone())
+            .with_resource_claims(&claims);
         let service = Service::with_pipeline(
             decider,
             Some(Box::new(backend)),
             Arc::new(clock.clone()),
             pipeline.clone(),
         );
-        for node in nodes {
-            pipeline.submit(sequence.upsert(Object::Node(Box::new(node_object(node)))));
+        for object in &objects.cluster {
+            pipeline.submit(sequence.upsert(object.clone()));
         }
         Ok(Driven {
             service,
@@ -944,7 +1055,8 @@ pub fn replay(
     skipped_rows: Vec<SkippedRow>,
     options: &Options,
 ) -> anyhow::Result<Summary> {
-    let mut driven = Driven::start(config, nodes, pods, options.seed)?;
+    let objects = TraceObjects::new(nodes, pods, options);
+    let mut driven = Driven::start(config, &objects, options.seed)?;
     let events = timeline(pods, options);
     let start = events.first().map_or(0, |e| e.0);
     let end = events.last().map_or(0, |e| e.0);
@@ -954,7 +1066,7 @@ pub fn replay(
     let mut taken = 0u64;
     let (node_index, pod_index) = indexes(nodes, pods);
     let sampler = Sampler::new(nodes, pods);
-    let mut record = Record::new(nodes, pods);
+    let mut record = Record::new(nodes, pods, options.dra);
     let mut latencies: Vec<u64> = Vec::new();
     let mut series = Vec::new();
     let mut mismatches = 0usize;
@@ -966,6 +1078,7 @@ pub fn replay(
         if taken < samples && sample_time(taken) <= time {
             let cache = driven.service.decider().cache();
             mismatches += cache_mismatches(cache, pods, nodes, &record.placed_on);
+            mismatches += device_mismatches(cache, &record, options.dra);
         }
         while taken < samples && sample_time(taken) <= time {
             series.push(sampler.sample(sample_time(taken), &record));
@@ -977,19 +1090,19 @@ pub fn replay(
         driven.clock.advance(Duration::from_secs(time - now));
         now = time;
         for &(_, order, i) in group {
-            let object = Object::Pod(Box::new(pod_object(&pods[i])));
             if order == CREATE {
                 record.created(i);
-                driven.pipeline.submit(driven.sequence.upsert(object));
+                objects.create(i, &driven);
             } else {
                 record.deleted(i);
-                driven.pipeline.submit(driven.sequence.delete(object));
+                objects.delete(i, &driven);
             }
         }
         driven.schedule_ready(&mut record, &node_index, &pod_index, &mut latencies);
     }
     let cache = driven.service.decider().cache();
     mismatches += cache_mismatches(cache, pods, nodes, &record.placed_on);
+    mismatches += device_mismatches(cache, &record, options.dra);
     series.push(sampler.sample(end, &record));
     let wall = started.elapsed().as_secs_f64();
 
@@ -1015,6 +1128,12 @@ pub fn replay(
         max_node_commitment: record.max_commitment,
         bookkeeping_mismatches: mismatches,
         placements_sha256: record.placements_sha256(),
+        gpu_requests: if options.dra {
+            "dra"
+        } else {
+            "extended-resources"
+        }
+        .into(),
     })
 }
 
@@ -1081,6 +1200,26 @@ fn cache_mismatches(
     differing + in_cache.abs_diff(running)
 }
 
+/// With DRA devices: nodes whose devices held in the scheduler's cache are not the GPUs the
+/// replay's record has in use there.
+fn device_mismatches(cache: &crate::cache::Cache, record: &Record, dra: bool) -> usize {
+    if !dra {
+        return 0;
+    }
+    let mut held: HashMap<&str, i64> = HashMap::new();
+    for ((_, pool, _), _) in cache.device_store().holders() {
+        *held.entry(pool.as_str()).or_default() += 1;
+    }
+    record
+        .nodes
+        .iter()
+        .zip(&record.usage)
+        .filter(|(node, used)| {
+            held.get(node.name.as_str()).copied().unwrap_or(0) != used.whole_gpus
+        })
+        .count()
+}
+
 fn ratio_of(used: i64, total: i64) -> f64 {
     if total == 0 {
         if used > 0 {
@@ -1103,6 +1242,11 @@ pub fn fit_error_reasons(message: &str) -> Vec<String> {
     let Some((_, reasons)) = message.split_once(": ") else {
         return vec![message.trim_end_matches('.').to_string()];
     };
+    // What a PostFilter adds before preemption's text (DynamicResources' `still not
+    // schedulable,`) follows the reasons' closing full stop.
+    let reasons = reasons
+        .split_once(". ")
+        .map_or(reasons, |(reasons, _)| reasons);
     reasons
         .trim_end_matches('.')
         .split(", ")
@@ -1161,6 +1305,7 @@ pub fn run(args: &Args) -> anyhow::Result<Vec<Run>> {
         samples: args.samples,
         ignore_deletions: args.ignore_deletions,
         speed: args.speed,
+        dra: args.gpus == GpuRequests::Dra,
     };
     let mut runs = Vec::new();
     for (path, config) in configs.into_iter().zip(&loaded) {
@@ -1169,6 +1314,18 @@ pub fn run(args: &Args) -> anyhow::Result<Vec<Run>> {
             || "default".to_string(),
             |s| s.to_string_lossy().into_owned(),
         );
+        if args.gpus == GpuRequests::Both {
+            for (dra, way) in [(false, "extended resources"), (true, "DRA devices")] {
+                let options = Options { dra, ..options };
+                let summary = replay(config, &nodes, &pods, skipped.clone(), &options)?;
+                runs.push(Run {
+                    label: format!("{label}, {way}"),
+                    config: path.clone(),
+                    summary,
+                });
+            }
+            continue;
+        }
         let summary = replay(config, &nodes, &pods, skipped.clone(), &options)?;
         runs.push(Run {
             label,
@@ -1183,7 +1340,7 @@ pub fn run(args: &Args) -> anyhow::Result<Vec<Run>> {
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let path = dir.join("summary.json");
-        let json = if args.compare.is_some() {
+        let json = if runs.len() > 1 {
             serde_json::to_string_pretty(&serde_json::json!({ "runs": runs }))?
         } else {
             serde_json::to_string_pretty(&runs[0].summary)?
@@ -1216,6 +1373,10 @@ mod tests {
         assert_eq!(
             fit_error_reasons("0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."),
             vec!["Insufficient cpu"]
+        );
+        assert_eq!(
+            fit_error_reasons("0/2 nodes are available: 1 Insufficient cpu, 1 cannot allocate all claims. still not schedulable, preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."),
+            vec!["Insufficient cpu", "cannot allocate all claims"]
         );
         assert_eq!(
             fit_error_reasons("never attempted"),

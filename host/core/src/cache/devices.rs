@@ -18,6 +18,15 @@ pub type DeviceId = (String, String, String);
 /// A claim by namespace and name.
 type ClaimKey = (String, String);
 
+/// What a claim's update changed, for the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimChange {
+    /// The claim was not known before.
+    pub created: bool,
+    /// Devices it held are free now (it was deallocated).
+    pub freed: bool,
+}
+
 /// DRA's objects and who holds which device.
 #[derive(Debug, Default)]
 pub struct DeviceStore {
@@ -355,7 +364,12 @@ impl Cache {
 
     /// Adds or replaces a ResourceClaim. A claim from the cluster that carries an allocation
     /// replaces what a reservation assumed of it.
-    pub fn upsert_resource_claim(&mut self, namespace: &str, name: &str, claim: Claim) {
+    pub fn upsert_resource_claim(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        claim: Claim,
+    ) -> ClaimChange {
         let key = (namespace.to_string(), name.to_string());
         if claim.allocation.is_some() {
             if let Some(assumed) = self.devices.assumed.get(&key) {
@@ -364,16 +378,17 @@ impl Cache {
                 }
             }
         }
-        self.devices.claims.insert(key.clone(), claim);
-        self.allocations_changed(&[key]);
+        let created = self.devices.claims.insert(key.clone(), claim).is_none();
+        let freed = self.allocations_changed(&[key]);
+        ClaimChange { created, freed }
     }
 
-    /// Removes a ResourceClaim (and what was assumed of it).
-    pub fn remove_resource_claim(&mut self, namespace: &str, name: &str) {
+    /// Removes a ResourceClaim (and what was assumed of it); true when that freed devices.
+    pub fn remove_resource_claim(&mut self, namespace: &str, name: &str) -> bool {
         let key = (namespace.to_string(), name.to_string());
         self.devices.claims.remove(&key);
         self.devices.assumed.remove(&key);
-        self.allocations_changed(&[key]);
+        self.allocations_changed(&[key])
     }
 
     /// Holds the devices allocated for `pod`'s claims on `node`, and its place in the
@@ -463,11 +478,14 @@ impl Cache {
         }
     }
 
-    fn allocations_changed(&mut self, claims: &[ClaimKey]) {
+    /// Recounts who holds the devices of `claims` and re-sends the nodes whose pools changed;
+    /// true when a device is free now that was held before.
+    fn allocations_changed(&mut self, claims: &[ClaimKey]) -> bool {
         let changed = self.devices.recount(claims);
         if changed.is_empty() {
-            return;
+            return false;
         }
+        let freed = changed.iter().any(|id| !self.devices.is_held(id));
         let mut touched = Touched::Nodes(BTreeSet::new());
         let pools: BTreeSet<(String, String)> =
             changed.into_iter().map(|(d, p, _)| (d, p)).collect();
@@ -475,6 +493,7 @@ impl Cache {
             touched.join(self.pool_touched(&driver, &pool));
         }
         self.refresh_devices(touched);
+        freed
     }
 
     /// Re-upserts the touched nodes so that their device pools are recomputed and, where they
