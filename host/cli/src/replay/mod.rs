@@ -1265,6 +1265,47 @@ fn is_builtin_default(path: &Path) -> bool {
     path == Path::new("default") && !path.exists()
 }
 
+/// One run per configuration, or two with `--gpus both` (extended resources, then DRA devices).
+fn replay_each(
+    configs: &[Option<PathBuf>],
+    loaded: &[Config],
+    gpus: GpuRequests,
+    options: &Options,
+    trace: (&[TraceNode], &[TracePod], &[SkippedRow]),
+) -> anyhow::Result<Vec<Run>> {
+    let (nodes, pods, skipped) = trace;
+    let mut runs = Vec::new();
+    for (path, config) in configs.iter().cloned().zip(loaded) {
+        let path = path.filter(|p| !is_builtin_default(p));
+        let label = path.as_deref().and_then(Path::file_stem).map_or_else(
+            || "default".to_string(),
+            |s| s.to_string_lossy().into_owned(),
+        );
+        if gpus == GpuRequests::Both {
+            for (dra, way) in [(false, "extended resources"), (true, "DRA devices")] {
+                let options = Options {
+                    dra,
+                    ..options.clone()
+                };
+                let summary = replay(config, nodes, pods, skipped.to_vec(), &options)?;
+                runs.push(Run {
+                    label: format!("{label}, {way}"),
+                    config: path.clone(),
+                    summary,
+                });
+            }
+            continue;
+        }
+        let summary = replay(config, nodes, pods, skipped.to_vec(), options)?;
+        runs.push(Run {
+            label,
+            config: path,
+            summary,
+        });
+    }
+    Ok(runs)
+}
+
 /// `wasched replay`: one run per configuration (two with `--compare`), written to `--out`.
 ///
 /// # Errors
@@ -1307,32 +1348,13 @@ pub fn run(args: &Args) -> anyhow::Result<Vec<Run>> {
         speed: args.speed,
         dra: args.gpus == GpuRequests::Dra,
     };
-    let mut runs = Vec::new();
-    for (path, config) in configs.into_iter().zip(&loaded) {
-        let path = path.filter(|p| !is_builtin_default(p));
-        let label = path.as_deref().and_then(Path::file_stem).map_or_else(
-            || "default".to_string(),
-            |s| s.to_string_lossy().into_owned(),
-        );
-        if args.gpus == GpuRequests::Both {
-            for (dra, way) in [(false, "extended resources"), (true, "DRA devices")] {
-                let options = Options { dra, ..options };
-                let summary = replay(config, &nodes, &pods, skipped.clone(), &options)?;
-                runs.push(Run {
-                    label: format!("{label}, {way}"),
-                    config: path.clone(),
-                    summary,
-                });
-            }
-            continue;
-        }
-        let summary = replay(config, &nodes, &pods, skipped.clone(), &options)?;
-        runs.push(Run {
-            label,
-            config: path,
-            summary,
-        });
-    }
+    let mut runs = replay_each(
+        &configs,
+        &loaded,
+        args.gpus,
+        &options,
+        (&nodes, &pods, &skipped),
+    )?;
     if runs.len() == 2 && runs[0].label == runs[1].label {
         runs[0].label.push_str(" (A)");
         runs[1].label.push_str(" (B)");
