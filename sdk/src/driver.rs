@@ -5,7 +5,8 @@
 use crate::mirror::Nodes;
 use crate::types::{
     Descriptor, ExistingPod, Failure, FilterResults, Labels, NodeId, NodeInfo, NodeUsage,
-    Normalize, PermitAnswer, Pod, PodId, PodPlan, Reservation, VolumeInfo,
+    Normalize, PermitAnswer, Pod, PodId, PodPlan, PostFilterAnswer, QueueKey, Rejection,
+    Reservation, VolumeInfo,
 };
 use crate::Exported;
 
@@ -44,7 +45,12 @@ impl<P: Exported> Driver<P> {
                 declared => declared,
             },
             reads_usage: P::READS_USAGE,
-            reads_pod: P::READS_POD,
+            // A plugin that reads groups reads each pod's, as a component declares it.
+            reads_pod: if P::READS_GROUPS {
+                P::READS_POD.union(crate::PodParts::GROUP)
+            } else {
+                P::READS_POD
+            },
             reads_existing_pods: P::READS_EXISTING_PODS,
             reads_namespaces: P::READS_NAMESPACES,
             reads_volumes: P::READS_VOLUMES,
@@ -54,6 +60,9 @@ impl<P: Exported> Driver<P> {
             pre_enqueue: P::PRE_ENQUEUE,
             permit: P::PERMIT,
             reserve: P::RESERVE,
+            reads_groups: P::READS_GROUPS,
+            post_filter: P::POST_FILTER,
+            queue_sort: P::QUEUE_SORT,
         }
     }
 
@@ -83,6 +92,21 @@ impl<P: Exported> Driver<P> {
     /// Unreserve: see [`crate::Plugin::unreserve`].
     pub fn unreserve(&mut self, pod: &Pod, node: &str) {
         self.plugin.unreserve(pod, node);
+    }
+
+    /// Unreserve for a plugin that reads groups: see [`crate::Plugin::unreserve_rejects`].
+    pub fn unreserve_rejects(&mut self, pod: &Pod, node: &str) -> Vec<Rejection> {
+        self.plugin.unreserve_rejects(pod, node)
+    }
+
+    /// PostFilter: see [`crate::Plugin::post_filter`].
+    pub fn post_filter(&mut self, pod: &Pod) -> PostFilterAnswer {
+        self.plugin.post_filter(pod)
+    }
+
+    /// QueueSort: see [`crate::Plugin::queue_sort`].
+    pub fn queue_sort(&self, pod: &Pod, queued_millis: i64) -> QueueKey {
+        self.plugin.queue_sort(pod, queued_millis)
     }
 
     /// The plugin itself.

@@ -200,19 +200,87 @@ impl<P: Exported> stages::Guest for Component<P> {
     fn permit(pod: stages::StagedPod, node: String) -> stages::PermitAnswer {
         let answer = driver::<P>().permit(&staged_pod(pod), &node);
         stages::PermitAnswer {
-            decision: match answer.permit {
-                sdk::Permit::Allow => stages::PermitDecision::Allow,
-                sdk::Permit::Wait { timeout } => {
-                    stages::PermitDecision::Wait(timeout.as_millis().min(u64::MAX as u128) as u64)
-                }
-                sdk::Permit::Reject(reason) => stages::PermitDecision::Reject(reason),
-            },
+            decision: wit_decision(answer.permit),
             allow: answer.allow,
         }
     }
 
     fn unreserve(pod: stages::StagedPod, node: String) {
         driver::<P>().unreserve(&staged_pod(pod), &node);
+    }
+}
+
+use bindings::exports::wasched::plugin::groups;
+
+fn decoded_pod(pod: &[u8]) -> sdk::Pod {
+    let mut reader = crate::wire::Reader::new(pod);
+    let pod = decoded(reader.pod());
+    decoded(reader.finish());
+    pod
+}
+
+fn wit_rejections(rejections: Vec<sdk::Rejection>) -> Vec<groups::Rejection> {
+    rejections
+        .into_iter()
+        .map(|r| groups::Rejection {
+            pod: r.pod,
+            message: r.message,
+        })
+        .collect()
+}
+
+impl<P: Exported> groups::Guest for Component<P> {
+    fn stages() -> groups::GroupStages {
+        let mut set = groups::GroupStages::empty();
+        if P::READS_GROUPS {
+            set = set | groups::GroupStages::READS;
+        }
+        if P::POST_FILTER {
+            set = set | groups::GroupStages::POST_FILTER;
+        }
+        if P::QUEUE_SORT {
+            set = set | groups::GroupStages::QUEUE_SORT;
+        }
+        set
+    }
+
+    fn permit(pod: Vec<u8>, node: String) -> groups::GroupPermitAnswer {
+        let answer = driver::<P>().permit(&decoded_pod(&pod), &node);
+        groups::GroupPermitAnswer {
+            decision: wit_decision(answer.permit),
+            allow: answer.allow,
+            reject: wit_rejections(answer.reject),
+        }
+    }
+
+    fn unreserve(pod: Vec<u8>, node: String) -> Vec<groups::Rejection> {
+        wit_rejections(driver::<P>().unreserve_rejects(&decoded_pod(&pod), &node))
+    }
+
+    fn post_filter(pod: Vec<u8>) -> groups::PostFilterAnswer {
+        let answer = driver::<P>().post_filter(&decoded_pod(&pod));
+        groups::PostFilterAnswer {
+            reasons: answer.reasons,
+            reject: wit_rejections(answer.reject),
+        }
+    }
+
+    fn queue_sort(pod: Vec<u8>, queued_millis: i64) -> groups::QueueKey {
+        let key = driver::<P>().queue_sort(&decoded_pod(&pod), queued_millis);
+        groups::QueueKey {
+            timestamp_millis: key.timestamp_millis,
+            name: key.name,
+        }
+    }
+}
+
+fn wit_decision(permit: sdk::Permit) -> stages::PermitDecision {
+    match permit {
+        sdk::Permit::Allow => stages::PermitDecision::Allow,
+        sdk::Permit::Wait { timeout } => {
+            stages::PermitDecision::Wait(timeout.as_millis().min(u64::MAX as u128) as u64)
+        }
+        sdk::Permit::Reject(reason) => stages::PermitDecision::Reject(reason),
     }
 }
 

@@ -127,6 +127,20 @@ pub trait Plugin: Sized + 'static {
     /// reservation, [`Plugin::unreserve`]).
     const RESERVE: bool = false;
 
+    /// True when the plugin reads the gang a pod belongs to ([`Pod::group`]: the host adds
+    /// [`PodParts::GROUP`] to [`Plugin::READS_POD`]): its Permit and Unreserve then get the
+    /// pod with its group and may reject waiting pods ([`PermitAnswer::reject`],
+    /// [`Plugin::unreserve_rejects`]). A component gets this through the `groups` interface
+    /// (WIT 0.2.1).
+    const READS_GROUPS: bool = false;
+
+    /// True when the plugin implements [`Plugin::post_filter`] (needs [`Plugin::READS_GROUPS`]).
+    const POST_FILTER: bool = false;
+
+    /// True when the plugin implements [`Plugin::queue_sort`] (needs [`Plugin::READS_GROUPS`]):
+    /// it orders the scheduling queue of its profile. A profile has at most one.
+    const QUEUE_SORT: bool = false;
+
     /// The parts of the pod without which the plugin has no opinion on it: when every part named
     /// here is empty in a pod (and, if this names [`PodParts::POD_AFFINITY`] and the plugin reads
     /// placed pods' [`ExistingPodParts::POD_AFFINITY`], no placed pod has a pod (anti-)affinity
@@ -195,6 +209,31 @@ pub trait Plugin: Sized + 'static {
     /// binding failed); forget whatever was counted for it.
     fn unreserve(&mut self, pod: &Pod, node: &str) {
         let _ = (pod, node);
+    }
+
+    /// Unreserve for a plugin that reads groups: what [`Plugin::unreserve`] does, and the
+    /// waiting pods the plugin now rejects (coscheduling rejects the rest of the gang).
+    fn unreserve_rejects(&mut self, pod: &Pod, node: &str) -> Vec<Rejection> {
+        self.unreserve(pod, node);
+        Vec::new()
+    }
+
+    /// PostFilter (when [`Plugin::POST_FILTER`]): `pod` (with its group) fitted no node, and
+    /// preemption did not make room for it. The reasons join the pod's FitError; the rejected
+    /// waiting pods are unreserved.
+    fn post_filter(&mut self, pod: &Pod) -> PostFilterAnswer {
+        let _ = pod;
+        PostFilterAnswer::default()
+    }
+
+    /// QueueSort (when [`Plugin::QUEUE_SORT`]): where `pod` (with its group) goes in the
+    /// scheduling queue among pods of its priority; `queued_millis` is when it was first queued
+    /// (kube-scheduler's `InitialAttemptTimestamp`), in milliseconds since the epoch.
+    fn queue_sort(&self, pod: &Pod, queued_millis: i64) -> QueueKey {
+        QueueKey {
+            timestamp_millis: queued_millis,
+            name: pod.key(),
+        }
     }
 
     /// Called when node `id` enters the mirror or is replaced there, with the node as the

@@ -246,6 +246,46 @@ pub struct Answers {
     /// What Reserve allocated for the pod's claims on the row's `reserve_on` node (empty
     /// without one).
     pub reserved: Vec<ClaimAllocation>,
+    /// What the stages around the cycle answered, for the ones the row asks about.
+    pub stages: Stages,
+}
+
+/// The stages around the cycle a row asks about (each `None`: not asked), and what they answer:
+/// Permit and Unreserve on a node named `node`, PostFilter, and QueueSort with `queued_millis`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stages {
+    /// When the pod was first queued, for QueueSort.
+    pub queued_millis: i64,
+    /// Permit's answer.
+    pub permit: Option<crate::PermitAnswer>,
+    /// The waiting pods Unreserve rejects.
+    pub unreserve: Option<Vec<crate::Rejection>>,
+    /// PostFilter's answer.
+    pub post_filter: Option<crate::PostFilterAnswer>,
+    /// QueueSort's key.
+    pub queue_key: Option<crate::QueueKey>,
+}
+
+impl Stages {
+    /// The same questions, each answered by the calls given (called only for the stages asked).
+    pub fn answered(
+        &self,
+        permit: impl FnOnce() -> crate::PermitAnswer,
+        unreserve: impl FnOnce() -> Vec<crate::Rejection>,
+        post_filter: impl FnOnce() -> crate::PostFilterAnswer,
+        queue_key: impl FnOnce(i64) -> crate::QueueKey,
+    ) -> Stages {
+        Stages {
+            queued_millis: self.queued_millis,
+            permit: self.permit.as_ref().map(|_| permit()),
+            unreserve: self.unreserve.as_ref().map(|_| unreserve()),
+            post_filter: self.post_filter.as_ref().map(|_| post_filter()),
+            queue_key: self
+                .queue_key
+                .as_ref()
+                .map(|_| queue_key(self.queued_millis)),
+        }
+    }
 }
 
 /// One row of a plugin's table: a pod, nodes, and what the plugin must answer.
@@ -279,6 +319,8 @@ pub struct Case {
     /// The position of a node to reserve the pod on after filtering, and the claims' devices
     /// Reserve must allocate there, when the row checks them.
     pub reserve_on: Option<(usize, Vec<ClaimAllocation>)>,
+    /// What the stages around the cycle answer, for those the row checks.
+    pub stages: Stages,
 }
 
 impl Case {
@@ -303,6 +345,7 @@ impl Case {
             feasible: None,
             pre_enqueue: None,
             reserve_on: None,
+            stages: Stages::default(),
         }
     }
 
@@ -322,6 +365,7 @@ impl Case {
             feasible: None,
             pre_enqueue: None,
             reserve_on: None,
+            stages: Stages::default(),
         }
     }
 
@@ -331,6 +375,16 @@ impl Case {
         Case {
             verdicts: None,
             pre_enqueue: Some(expected),
+            ..Case::filter(name, pod, Vec::new(), Vec::new())
+        }
+    }
+
+    /// A row checking only what the stages around the cycle (Permit, Unreserve, PostFilter,
+    /// QueueSort) answer for `pod`, with the default configuration and no nodes.
+    pub fn stages(name: &'static str, pod: Pod, stages: Stages) -> Case {
+        Case {
+            verdicts: None,
+            stages,
             ..Case::filter(name, pod, Vec::new(), Vec::new())
         }
     }
@@ -437,6 +491,11 @@ impl Case {
                 self.name
             );
         }
+        assert_eq!(
+            answers.stages, self.stages,
+            "{plugin}: {}: stages",
+            self.name
+        );
     }
 }
 
@@ -564,12 +623,27 @@ pub fn answers<P: Exported>(case: &Case) -> Answers {
         },
         None => Vec::new(),
     };
+    let pod = &case.pod;
+    let staged = if P::READS_GROUPS {
+        pod.grouped()
+    } else {
+        pod.staged()
+    };
+    let stages = case.stages.clone();
+    let driver = std::cell::RefCell::new(driver);
+    let stages = stages.answered(
+        || driver.borrow_mut().permit(&staged, "node"),
+        || driver.borrow_mut().unreserve_rejects(&staged, "node"),
+        || driver.borrow_mut().post_filter(&pod.grouped()),
+        |queued| driver.borrow().queue_sort(&pod.grouped(), queued),
+    );
     Answers {
         plan,
         verdicts,
         scores,
         pre_enqueue,
         reserved,
+        stages,
     }
 }
 

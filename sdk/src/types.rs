@@ -572,6 +572,9 @@ pub struct Pod {
     /// `spec.resourceClaims`, with their ResourceClaims and DeviceClasses looked up (the
     /// `claims` part, sent through the `devices` interface).
     pub claims: Vec<PodClaim>,
+    /// The gang it belongs to, looked up by the host (the `group` part, sent through the
+    /// `groups` interface).
+    pub group: Option<PodGroup>,
     /// `spec.affinity.podAffinity` and `podAntiAffinity`.
     pub pod_affinity: PodAffinity,
     /// The host ports of its containers and restartable init containers, sorted, each once.
@@ -626,6 +629,10 @@ pub struct PermitAnswer {
     pub permit: Permit,
     /// The waiting pods (`namespace/name`) this plugin now lets go.
     pub allow: Vec<String>,
+    /// The waiting pods this plugin now rejects: each is unreserved and retried after backoff
+    /// (kube-scheduler's `WaitingPod.Reject`). Only a plugin that reads groups
+    /// ([`crate::Plugin::READS_GROUPS`]) can say this.
+    pub reject: Vec<Rejection>,
 }
 
 impl PermitAnswer {
@@ -634,8 +641,71 @@ impl PermitAnswer {
         PermitAnswer {
             permit: Permit::Allow,
             allow: Vec::new(),
+            reject: Vec::new(),
         }
     }
+}
+
+/// A waiting pod a plugin rejects, with the message its condition is to carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    /// The waiting pod, `namespace/name`.
+    pub pod: String,
+    /// Why (kube-scheduler's rejection message, e.g. `optimistic rejection in PostFilter`).
+    pub message: String,
+}
+
+/// A PostFilter plugin's answer for a pod no node could take (kube-scheduler's PostFilter
+/// status when it does not make the pod schedulable): reasons to add to the pod's FitError
+/// after the preemption's, and waiting pods to reject.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PostFilterAnswer {
+    /// Reasons, joined with `, ` after the preemption's (kube-scheduler's PostFilter status).
+    pub reasons: Vec<String>,
+    /// Waiting pods to reject.
+    pub reject: Vec<Rejection>,
+}
+
+/// Where a QueueSort plugin puts a pod in the scheduling queue: after priority (highest first,
+/// as kube-scheduler's every QueueSort), earlier `timestamp_millis` first, then `name` in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct QueueKey {
+    /// Milliseconds since the epoch (coscheduling: its PodGroup's creation, else when the pod
+    /// was first queued).
+    pub timestamp_millis: i64,
+    /// The tie-break (coscheduling: the pod's `namespace/name`).
+    pub name: String,
+}
+
+/// The group (gang) a pod belongs to, as the host sees it when it sends the pod: its PodGroup
+/// (`scheduling.x-k8s.io/v1alpha1`, named by the pod's label `scheduling.x-k8s.io/pod-group`) or
+/// its Workload (`scheduling.k8s.io/v1alpha1`, named by `spec.workloadRef`), and where its
+/// members stand. The `group` part of a pod ([`PodParts::GROUP`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PodGroup {
+    /// The group's `namespace/name`.
+    pub full_name: String,
+    /// The group's object exists.
+    pub found: bool,
+    /// `minMember` (a Workload's gang `minCount`).
+    pub min_member: u32,
+    /// `minResources`, when set.
+    pub min_resources: Option<Resources>,
+    /// `scheduleTimeoutSeconds`, when set.
+    pub schedule_timeout_seconds: Option<u32>,
+    /// The group object's creation, in milliseconds since the epoch.
+    pub created_millis: i64,
+    /// The group's pods that exist and are not done (Succeeded or Failed), this pod included:
+    /// kube-scheduler's pod lister with coscheduling's label selector.
+    pub members: u32,
+    /// The group's pods assigned a node (bound, assumed or waiting at Permit), this pod not
+    /// included (coscheduling's `CalculateAssignedPods`).
+    pub assigned: u32,
+    /// The summed requests of those assigned pods, and their number in `pods`: what the group
+    /// itself holds of the cluster.
+    pub assigned_requests: Resources,
+    /// The group's pods waiting at Permit (`namespace/name`, sorted), this pod not included.
+    pub waiting: Vec<String>,
 }
 
 /// The volumes chosen for a pod on one node (kube-scheduler's `PodVolumes`), which the host binds
@@ -718,6 +788,13 @@ impl Pod {
 }
 
 impl Pod {
+    /// The pod the `groups` interface's calls carry: identity, labels, annotations and group.
+    pub fn grouped(&self) -> Pod {
+        self.with_parts(
+            PodParts::IDENTITY | PodParts::LABELS | PodParts::ANNOTATIONS | PodParts::GROUP,
+        )
+    }
+
     /// The pod PreEnqueue sees: [`Pod::staged`], or for a plugin that reads devices its
     /// identity, labels, annotations and claims (the `devices` interface's `pre-enqueue`).
     pub fn pre_enqueued(&self, reads_devices: bool) -> Pod {
@@ -830,6 +907,9 @@ pod_parts! {
     /// `claims`: declared through the `devices` interface, sent only in the `encoded` form as
     /// bit 14.
     CLAIMS = 14, "claims" => [claims];
+    /// `group`: declared through the `groups` interface (WIT 0.2.1), sent only in the `encoded`
+    /// form as bit 15.
+    GROUP = 15, "group" => [group];
 }
 
 /// The parts of a [`Pod`] a plugin reads (`reads-pod` in `wit/plugin.wit`). The host sends a WASM
@@ -845,7 +925,11 @@ impl PodParts {
     /// [`PodParts::IMAGES`] and [`PodParts::VOLUMES`], which a component asks for through the
     /// `details` interface.
     pub const IN_RECORD: PodParts = PodParts(
-        PodParts::ALL.0 & !PodParts::IMAGES.0 & !PodParts::VOLUMES.0 & !PodParts::CLAIMS.0,
+        PodParts::ALL.0
+            & !PodParts::IMAGES.0
+            & !PodParts::VOLUMES.0
+            & !PodParts::CLAIMS.0
+            & !PodParts::GROUP.0,
     );
 
     /// Every part in `self` or `other` (usable in a `const`).
@@ -1197,6 +1281,13 @@ pub struct Descriptor {
     /// [`crate::Plugin::RESERVE`]: it takes part in Reserve (for a component: it exports the
     /// `reserve` interface and says so).
     pub reserve: bool,
+    /// [`crate::Plugin::READS_GROUPS`] (for a component: it exports the `groups` interface and
+    /// says so): Permit and Unreserve go through that interface, and may reject waiting pods.
+    pub reads_groups: bool,
+    /// [`crate::Plugin::POST_FILTER`]: it takes part in PostFilter (through `groups`).
+    pub post_filter: bool,
+    /// [`crate::Plugin::QUEUE_SORT`]: it orders the scheduling queue (through `groups`).
+    pub queue_sort: bool,
 }
 
 /// A pod already on a node (bound, or assumed by this scheduler), as a plugin's mirror keeps it.
@@ -1579,6 +1670,12 @@ mod tests {
                 }],
                 ..PodClaim::default()
             }],
+            group: Some(PodGroup {
+                full_name: "ns/job".into(),
+                found: true,
+                min_member: 4,
+                ..PodGroup::default()
+            }),
             // The host's own: in no part, so no plugin's copy of the pod carries them.
             terminating: false,
             controller: None,
@@ -1612,6 +1709,7 @@ mod tests {
             !pod.images.is_empty(),
             !pod.volumes.is_empty(),
             !pod.claims.is_empty(),
+            pod.group.is_some(),
         ];
         present
             .iter()
@@ -1624,7 +1722,7 @@ mod tests {
         let full = full_pod();
         assert_eq!(parts_present(&full), PodParts::ALL.bits());
         assert_eq!(full.with_parts(PodParts::ALL), full);
-        for bit in 0..14 {
+        for bit in 0..16 {
             let part = PodParts::from_bits(1 << bit);
             let only = full.with_parts(part);
             assert_eq!(parts_present(&only), part.bits(), "part bit {bit}");
@@ -1645,7 +1743,7 @@ mod tests {
             (PodParts::REQUESTS | PodParts::LABELS).names(),
             ["labels", "requests"]
         );
-        assert_eq!(PodParts::ALL.names().len(), 15);
+        assert_eq!(PodParts::ALL.names().len(), 16);
         assert!(PodParts::NONE.names().is_empty());
     }
 
@@ -1653,7 +1751,7 @@ mod tests {
     fn pods_differing_in_one_part_are_the_same_only_to_plugins_that_do_not_read_it() {
         let full = full_pod();
         assert!(full.same_parts(&full.clone(), PodParts::ALL));
-        for bit in 0..14 {
+        for bit in 0..16 {
             let part = PodParts::from_bits(1 << bit);
             let without = full.with_parts(PodParts::from_bits(PodParts::ALL.bits() & !part.bits()));
             assert!(!full.same_parts(&without, part), "part bit {bit}");

@@ -337,6 +337,22 @@ impl Writer<'_> {
         if part(PodParts::CLAIMS) {
             self.list(&p.claims, Self::pod_claim);
         }
+        if part(PodParts::GROUP) {
+            self.option(p.group.as_ref(), Self::pod_group);
+        }
+    }
+
+    fn pod_group(&mut self, g: &PodGroup) {
+        self.str(&g.full_name);
+        self.bool(g.found);
+        self.u32(g.min_member);
+        self.option(g.min_resources.as_ref(), Self::resources);
+        self.option(g.schedule_timeout_seconds.as_ref(), |w, t| w.u32(*t));
+        self.i64(g.created_millis);
+        self.u32(g.members);
+        self.u32(g.assigned);
+        self.resources(&g.assigned_requests);
+        self.strs(&g.waiting);
     }
 
     fn pod_volume(&mut self, v: &PodVolume) {
@@ -940,7 +956,25 @@ impl<'a> Reader<'a> {
         if part(PodParts::CLAIMS) {
             pod.claims = self.list(Self::pod_claim)?;
         }
+        if part(PodParts::GROUP) {
+            pod.group = self.option(Self::pod_group)?;
+        }
         Ok(pod)
+    }
+
+    fn pod_group(&mut self) -> Decoded<PodGroup> {
+        Ok(PodGroup {
+            full_name: self.string()?,
+            found: self.bool()?,
+            min_member: self.u32()?,
+            min_resources: self.option(Self::resources)?,
+            schedule_timeout_seconds: self.option(Self::u32)?,
+            created_millis: self.i64()?,
+            members: self.u32()?,
+            assigned: self.u32()?,
+            assigned_requests: self.resources()?,
+            waiting: self.strings()?,
+        })
     }
 
     fn pod_volume(&mut self) -> Decoded<PodVolume> {
@@ -1159,6 +1193,18 @@ mod tests {
             default_spread_selector: Some(selector("svc")),
             images: vec!["busybox".into(), "nginx:1".into()],
             volumes: vec![pod_volume("disk"), PodVolume::default()],
+            group: Some(PodGroup {
+                full_name: "ns/job".into(),
+                found: true,
+                min_member: 8,
+                min_resources: Some(resources(3)),
+                schedule_timeout_seconds: Some(30),
+                created_millis: 1_700_000_000_000,
+                members: 7,
+                assigned: 5,
+                assigned_requests: resources(9),
+                waiting: vec!["ns/job-1".into(), "ns/job-2".into()],
+            }),
             terminating: true,
             nominated_node_name: "n9".into(),
             ..Pod::default()

@@ -84,12 +84,14 @@ impl PluginInstance for Gang {
             return Ok(PermitAnswer {
                 permit: Permit::Wait { timeout: GANG_WAIT },
                 allow: Vec::new(),
+                reject: Vec::new(),
             });
         }
         let others = members.iter().filter(|k| **k != pod.key()).cloned();
         Ok(PermitAnswer {
             permit: Permit::Allow,
             allow: others.collect(),
+            reject: Vec::new(),
         })
     }
     fn unreserve(&mut self, pod: &sdk::Pod, _node: &str) -> Result<(), CallError> {
@@ -125,6 +127,9 @@ impl PluginFactory for GangFactory {
                 reads_node_images: false,
                 reads_csi_nodes: false,
                 reads_devices: false,
+                reads_groups: false,
+                post_filter: false,
+                queue_sort: false,
             },
             reserved: HashMap::new(),
             unreserved: self.unreserved.clone(),

@@ -110,12 +110,26 @@ fn run_with(name: &str, runtime: DefaultPluginRuntime, case: &Case) -> Answers {
         },
         None => Vec::new(),
     };
+    let instance = std::cell::RefCell::new(instance);
+    let stages = case.stages.answered(
+        || instance.borrow_mut().permit(pod, "node").expect("permit"),
+        || {
+            let mut instance = instance.borrow_mut();
+            instance.unreserve_rejects(pod, "node").expect("unreserve")
+        },
+        || instance.borrow_mut().post_filter(pod).expect("post-filter"),
+        |queued| {
+            let mut instance = instance.borrow_mut();
+            instance.queue_sort(pod, queued).expect("queue-sort")
+        },
+    );
     Answers {
         plan,
         verdicts,
         scores,
         pre_enqueue,
         reserved,
+        stages,
     }
 }
 

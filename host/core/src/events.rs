@@ -148,6 +148,7 @@ object_kinds! {
     ResourceSlice(resource::ResourceSlice): "resource.k8s.io/v1", "resourceslices", namespaced: false;
     ResourceClaim(resource::ResourceClaim): "resource.k8s.io/v1", "resourceclaims", namespaced: true;
     ResourceClaimTemplate(resource::ResourceClaimTemplate): "resource.k8s.io/v1", "resourceclaimtemplates", namespaced: true;
+    PodGroup(crate::k8s::podgroup::PodGroup): "scheduling.x-k8s.io/v1alpha1", "podgroups", namespaced: true;
 }
 
 /// Work done once per kind with the kind's object type ([`Kind::visit_all`]): how code that
@@ -193,7 +194,7 @@ where
 
 impl Kind {
     /// Every kind, in the order a cluster is best loaded (what pods refer to first).
-    pub const ALL: [Kind; 18] = [
+    pub const ALL: [Kind; 19] = [
         Kind::Namespace,
         Kind::DeviceClass,
         Kind::ResourceClaimTemplate,
@@ -210,6 +211,7 @@ impl Kind {
         Kind::PodDisruptionBudget,
         Kind::CSINode,
         Kind::ResourceSlice,
+        Kind::PodGroup,
         Kind::Node,
         Kind::Pod,
     ];

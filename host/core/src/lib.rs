@@ -17,6 +17,7 @@ pub mod cache;
 pub mod clock;
 pub mod events;
 pub mod framework;
+pub mod gangs;
 pub mod input;
 pub mod k8s;
 pub mod metrics;

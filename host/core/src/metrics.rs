@@ -146,17 +146,23 @@ pub enum ExtensionPoint {
     Permit,
     /// `unreserve`.
     Unreserve,
+    /// `post-filter`.
+    PostFilter,
+    /// `queue-sort`.
+    QueueSort,
 }
 
 impl ExtensionPoint {
     /// Every extension point, in cycle order.
-    pub const ALL: [ExtensionPoint; 8] = [
+    pub const ALL: [ExtensionPoint; 10] = [
+        ExtensionPoint::QueueSort,
         ExtensionPoint::PreEnqueue,
         ExtensionPoint::PreFilter,
         ExtensionPoint::Filter,
         ExtensionPoint::Score,
         ExtensionPoint::Sync,
         ExtensionPoint::Reserve,
+        ExtensionPoint::PostFilter,
         ExtensionPoint::Permit,
         ExtensionPoint::Unreserve,
     ];
@@ -170,6 +176,8 @@ impl ExtensionPoint {
             ExtensionPoint::Score => "Score",
             ExtensionPoint::Sync => "Sync",
             ExtensionPoint::Reserve => "Reserve",
+            ExtensionPoint::PostFilter => "PostFilter",
+            ExtensionPoint::QueueSort => "QueueSort",
             ExtensionPoint::Permit => "Permit",
             ExtensionPoint::Unreserve => "Unreserve",
         }

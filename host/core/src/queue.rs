@@ -123,6 +123,8 @@ struct Entry {
     popped_at_move: u64,
     /// When it was first queued (kept when it is updated or put back).
     queued_at: Duration,
+    /// Where a QueueSort plugin put it among pods of its priority (empty: arrival order).
+    order: (i64, String),
 }
 
 impl Entry {
@@ -138,16 +140,21 @@ impl Entry {
             ticket: 0,
             popped_at_move: 0,
             queued_at: now,
+            order: (0, String::new()),
         }
     }
 }
+
+/// A place in activeQ: highest priority first, then QueueSort's order (earlier timestamp, then
+/// name), then arrival.
+type ActiveItem = (i32, Reverse<(i64, String)>, Reverse<u64>, String);
 
 /// The pending pods.
 pub struct SchedulingQueue {
     clock: Arc<dyn Clock>,
     entries: HashMap<String, Entry>,
-    /// (priority, earlier ticket first, key)
-    active: BinaryHeap<(i32, Reverse<u64>, String)>,
+    /// (priority, QueueSort's order, earlier ticket first, key)
+    active: BinaryHeap<ActiveItem>,
     /// (ready time, ticket, key), earliest first.
     backoff: BinaryHeap<Reverse<(Duration, u64, String)>>,
     unschedulable: HashSet<String>,
@@ -183,8 +190,12 @@ impl SchedulingQueue {
         entry.queue = QueueName::Active;
         entry.ticket = ticket;
         self.unschedulable.remove(key);
-        self.active
-            .push((entry.pod.priority, Reverse(ticket), key.to_string()));
+        self.active.push((
+            entry.pod.priority,
+            Reverse(entry.order.clone()),
+            Reverse(ticket),
+            key.to_string(),
+        ));
     }
 
     fn move_after_backoff(&mut self, key: &str) {
@@ -317,7 +328,7 @@ impl SchedulingQueue {
     /// its attempt counted. `None` when activeQ is empty after flushing.
     pub fn pop(&mut self) -> Option<sdk::Pod> {
         self.flush();
-        while let Some((_, Reverse(ticket), key)) = self.active.pop() {
+        while let Some((_, _, Reverse(ticket), key)) = self.active.pop() {
             let Some(entry) = self.entries.get_mut(&key) else {
                 continue;
             };
@@ -444,6 +455,59 @@ impl SchedulingQueue {
         }
     }
 
+    /// Places a queued pod among pods of its priority as a QueueSort plugin said (kube-
+    /// scheduler's `Less`): earlier `timestamp_millis` first, then `name`. A pod in activeQ
+    /// takes its new place at once.
+    pub fn set_order(&mut self, key: &str, order: sdk::QueueKey) {
+        let Some(entry) = self.entries.get_mut(key) else {
+            return;
+        };
+        let order = (order.timestamp_millis, order.name);
+        if entry.order == order {
+            return;
+        }
+        entry.order = order;
+        if entry.queue == QueueName::Active {
+            self.move_to_active(key);
+        }
+    }
+
+    /// When pod `key` was first queued, by the queue's clock.
+    pub fn queued_at(&self, key: &str) -> Option<Duration> {
+        self.entries.get(key).map(|e| e.queued_at)
+    }
+
+    /// Moves the parked or backing-off pods among `keys` to activeQ at once (kube-scheduler's
+    /// `Activate`, which coscheduling asks for a gang's siblings once one of them waits at
+    /// Permit).
+    pub fn activate<'a>(&mut self, keys: impl IntoIterator<Item = &'a str>) {
+        for key in keys {
+            let waiting = self
+                .entries
+                .get(key)
+                .is_some_and(|e| matches!(e.queue, QueueName::Unschedulable | QueueName::Backoff));
+            if waiting {
+                self.move_to_active(key);
+            }
+        }
+    }
+
+    /// An event that may help exactly the parked pods among `keys` (a gang's new member or its
+    /// PodGroup changing): they are retried after their backoff.
+    pub fn wake<'a>(&mut self, keys: impl IntoIterator<Item = &'a str>) {
+        let parked: Vec<&str> = keys
+            .into_iter()
+            .filter(|k| self.unschedulable.contains(*k))
+            .collect();
+        if parked.is_empty() {
+            return;
+        }
+        self.move_requests += 1;
+        for key in parked {
+            self.move_after_backoff(key);
+        }
+    }
+
     /// Where a pending pod is, how often it was tried and why it failed last.
     pub fn status(&self, key: &str) -> Option<PendingStatus> {
         let now = self.clock.now();
@@ -537,6 +601,46 @@ mod tests {
         q.add(pod("mid", 50));
         let order: Vec<String> = std::iter::from_fn(|| popped(&mut q)).collect();
         assert_eq!(order, vec!["high", "mid", "low-1", "low-2"]);
+    }
+
+    #[test]
+    fn a_queue_sort_order_groups_pods_within_their_priority() {
+        let (mut q, _) = queue();
+        let key = |ts: i64, name: &str| sdk::QueueKey {
+            timestamp_millis: ts,
+            name: name.into(),
+        };
+        for (name, priority) in [("b-1", 0), ("a-1", 0), ("solo", 0), ("b-0", 0), ("vip", 9)] {
+            q.add(pod(name, priority));
+        }
+        // Gang `a` was created first, then gang `b`; `solo` was queued after both.
+        q.set_order("ns/a-1", key(10, "ns/a-1"));
+        q.set_order("ns/b-0", key(20, "ns/b-0"));
+        q.set_order("ns/b-1", key(20, "ns/b-1"));
+        q.set_order("ns/solo", key(30, "ns/solo"));
+        let order: Vec<String> = std::iter::from_fn(|| popped(&mut q)).collect();
+        assert_eq!(order, vec!["vip", "a-1", "b-0", "b-1", "solo"]);
+    }
+
+    #[test]
+    fn activated_and_woken_pods_leave_the_parked_pods() {
+        let (mut q, clock) = queue();
+        for name in ["m-1", "m-2", "other"] {
+            q.add(pod(name, 0));
+            popped(&mut q);
+            q.unschedulable(&format!("ns/{name}"), "no".into());
+        }
+        q.activate(["ns/m-1"]);
+        assert_eq!(popped(&mut q).as_deref(), Some("m-1"));
+        q.wake(["ns/m-2"]);
+        assert_eq!(q.status("ns/m-2").unwrap().queue, QueueName::Backoff);
+        assert_eq!(
+            q.status("ns/other").unwrap().queue,
+            QueueName::Unschedulable
+        );
+        clock.advance(Duration::from_secs(2));
+        assert_eq!(popped(&mut q).as_deref(), Some("m-2"));
+        assert_eq!(popped(&mut q), None);
     }
 
     #[test]

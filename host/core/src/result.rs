@@ -85,6 +85,9 @@ pub struct Outcome {
     /// Preemption looked for room and found none: the pod's `status.nominatedNodeName` is to be
     /// cleared (set only when it had one).
     pub clears_nomination: bool,
+    /// The message ends with PostFilter reasons (preemption's), which later PostFilter reasons
+    /// follow after a comma, as kube-scheduler joins them.
+    pub post_filter_reasons: bool,
     /// When a node was chosen and the profile binds volumes: the volumes VolumeBinding chose for
     /// the pod there, to reserve and bind with it.
     pub volumes: PodVolumes,

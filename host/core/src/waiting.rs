@@ -71,6 +71,11 @@ impl WaitingPods {
         expired
     }
 
+    /// Whether pod `key` waits.
+    pub fn contains(&self, key: &str) -> bool {
+        self.pods.contains_key(key)
+    }
+
     /// Takes pod `key` out (it was deleted).
     pub fn remove(&mut self, key: &str) -> Option<WaitingPod> {
         self.pods.remove(key)

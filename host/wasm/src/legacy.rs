@@ -101,6 +101,9 @@ impl From<DescriptorV01> for sdk::Descriptor {
             reads_node_images: false,
             reads_csi_nodes: false,
             reads_devices: false,
+            reads_groups: false,
+            post_filter: false,
+            queue_sort: false,
         }
     }
 }

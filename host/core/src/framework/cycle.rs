@@ -350,6 +350,7 @@ impl Profile {
                     }
                     message.push_str(" preemption: ");
                     message.push_str(&not.text);
+                    outcome.post_filter_reasons = true;
                     outcome.clears_nomination =
                         not.search_failed && !pod.nominated_node_name.is_empty();
                 }
@@ -1453,6 +1454,9 @@ mod stage_tests {
                     reads_node_images: false,
                     reads_csi_nodes: false,
                     reads_devices: false,
+                    reads_groups: false,
+                    post_filter: false,
+                    queue_sort: false,
                 },
                 names: HashMap::new(),
             }))

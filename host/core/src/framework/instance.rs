@@ -176,4 +176,25 @@ impl PluginInstance for FrameworkInstance {
     fn unreserve(&mut self, pod: &sdk::Pod, node: &str) -> Result<(), CallError> {
         self.timed(ExtensionPoint::Unreserve, |i| i.unreserve(pod, node))
     }
+    fn unreserve_rejects(
+        &mut self,
+        pod: &sdk::Pod,
+        node: &str,
+    ) -> Result<Vec<sdk::Rejection>, CallError> {
+        self.timed(ExtensionPoint::Unreserve, |i| {
+            i.unreserve_rejects(pod, node)
+        })
+    }
+    fn post_filter(&mut self, pod: &sdk::Pod) -> Result<sdk::PostFilterAnswer, CallError> {
+        self.timed(ExtensionPoint::PostFilter, |i| i.post_filter(pod))
+    }
+    fn queue_sort(
+        &mut self,
+        pod: &sdk::Pod,
+        queued_millis: i64,
+    ) -> Result<sdk::QueueKey, CallError> {
+        self.timed(ExtensionPoint::QueueSort, |i| {
+            i.queue_sort(pod, queued_millis)
+        })
+    }
 }

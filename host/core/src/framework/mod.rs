@@ -428,6 +428,18 @@ impl Profile {
                 )));
             }
         }
+        let sorters: Vec<&str> = slots
+            .iter()
+            .filter(|s| s.descriptor.queue_sort)
+            .map(|s| s.spec.name.as_str())
+            .collect();
+        if sorters.len() > 1 {
+            return Err(LoadError(format!(
+                "profile {:?}: plugins {} each order the scheduling queue (QueueSort); a profile takes one",
+                spec.scheduler_name,
+                sorters.join(" and ")
+            )));
+        }
         for (i, slot) in slots.iter_mut().enumerate() {
             slot.in_cycle = filters.contains(&i) || scores.iter().any(|&(s, _)| s == i);
         }
@@ -796,6 +808,9 @@ mod tests {
                     reads_node_images: false,
                     reads_csi_nodes: false,
                     reads_devices: false,
+                    reads_groups: false,
+                    post_filter: false,
+                    queue_sort: false,
                 },
                 set_pods: 0,
                 fail_next,
@@ -1035,6 +1050,9 @@ mod tests {
                     reads_node_images: false,
                     reads_csi_nodes: false,
                     reads_devices: false,
+                    reads_groups: false,
+                    post_filter: false,
+                    queue_sort: false,
                 },
                 sent: self.sent.clone(),
             }))

@@ -32,6 +32,17 @@ pub struct PermitOutcome {
     pub waits: Vec<(String, Duration)>,
     /// Waiting pods the plugins let go, as (plugin, `namespace/name`).
     pub allowed: Vec<(String, String)>,
+    /// Waiting pods the plugins reject, as (plugin, rejection).
+    pub rejected_waiting: Vec<(String, sdk::Rejection)>,
+}
+
+/// What the PostFilter plugins of a pod's profile said about a pod that fits no node.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PostFilterOutcome {
+    /// Their reasons, in profile order, to join the pod's FitError.
+    pub reasons: Vec<String>,
+    /// Waiting pods they reject, as (plugin, rejection).
+    pub rejected_waiting: Vec<(String, sdk::Rejection)>,
 }
 
 /// Why a pending pod is kept out of the scheduling queue: the PreEnqueue plugin that said no.
@@ -213,6 +224,9 @@ impl Decider {
             outcome
                 .allowed
                 .extend(answer.allow.into_iter().map(|k| (name.clone(), k)));
+            outcome
+                .rejected_waiting
+                .extend(answer.reject.into_iter().map(|r| (name.clone(), r)));
             match answer.permit {
                 Permit::Allow => {}
                 Permit::Wait { timeout } => outcome.waits.push((name.clone(), timeout)),
@@ -230,11 +244,17 @@ impl Decider {
     }
 
     /// Tells the Reserve and Permit plugins of `pod`'s profile, in reverse order, that its
-    /// reservation on `node` was undone. A failure is recorded against the plugin and goes no
-    /// further.
-    pub fn unreserve_plugins(&mut self, pod: &sdk::Pod, node: &str) {
+    /// reservation on `node` was undone; returns the waiting pods they reject on that account
+    /// (coscheduling rejects the rest of the gang), as (plugin, rejection). A failure is
+    /// recorded against the plugin and goes no further.
+    pub fn unreserve_plugins(
+        &mut self,
+        pod: &sdk::Pod,
+        node: &str,
+    ) -> Vec<(String, sdk::Rejection)> {
+        let mut rejected = Vec::new();
         let Some(profile) = self.profile_of(pod) else {
-            return;
+            return rejected;
         };
         let now = profile.clock.now();
         let key = pod.key();
@@ -247,9 +267,79 @@ impl Decider {
             let Some(instance) = slot.instance.as_mut() else {
                 continue;
             };
-            match instance.unreserve(pod, node) {
-                Ok(()) => slot.record_success(),
+            match instance.unreserve_rejects(pod, node) {
+                Ok(rejections) => {
+                    slot.record_success();
+                    let name = &slot.spec.name;
+                    rejected.extend(rejections.into_iter().map(|r| (name.clone(), r)));
+                }
                 Err(e) => slot.record_failure(&e, now, Some(&key)),
+            }
+        }
+        rejected
+    }
+
+    /// PostFilter: asks the PostFilter plugins of `pod`'s profile, in order, about a pod that
+    /// fits no node and for which preemption found no room. A plugin that fails is recorded and
+    /// left out (its reasons would be an error's, not a FitError's).
+    pub fn post_filter(&mut self, pod: &sdk::Pod) -> PostFilterOutcome {
+        let mut outcome = PostFilterOutcome::default();
+        let Some(profile) = self.profile_of(pod) else {
+            return outcome;
+        };
+        let now = profile.clock.now();
+        let key = pod.key();
+        for slot in profile
+            .slots
+            .iter_mut()
+            .filter(|s| s.descriptor.post_filter)
+        {
+            if slot.quarantined(now) {
+                continue;
+            }
+            match slot.ensure_instance().and_then(|i| i.post_filter(pod)) {
+                Ok(answer) => {
+                    slot.record_success();
+                    let name = &slot.spec.name;
+                    outcome.reasons.extend(answer.reasons);
+                    outcome
+                        .rejected_waiting
+                        .extend(answer.reject.into_iter().map(|r| (name.clone(), r)));
+                }
+                Err(e) => slot.record_failure(&e, now, Some(&key)),
+            }
+        }
+        outcome
+    }
+
+    /// Whether a profile serving `pod` has a QueueSort plugin.
+    pub fn sorts_queue(&self, pod: &sdk::Pod) -> bool {
+        self.profiles
+            .iter()
+            .find(|p| p.scheduler_name == pod.scheduler_name)
+            .is_some_and(|p| p.slots.iter().any(|s| s.descriptor.queue_sort))
+    }
+
+    /// QueueSort: where the QueueSort plugin of `pod`'s profile puts it among pods of its
+    /// priority; `None` (the default order: arrival) without one, or when it fails.
+    pub fn queue_sort(&mut self, pod: &sdk::Pod, queued_millis: i64) -> Option<sdk::QueueKey> {
+        let profile = self.profile_of(pod)?;
+        let now = profile.clock.now();
+        let slot = profile
+            .slots
+            .iter_mut()
+            .find(|s| s.descriptor.queue_sort && !s.quarantined(now))?;
+        match slot
+            .ensure_instance()
+            .and_then(|i| i.queue_sort(pod, queued_millis))
+        {
+            Ok(key) => {
+                slot.record_success();
+                Some(key)
+            }
+            Err(e) => {
+                slot.record_failure(&e, now, Some(&pod.key()));
+                None
             }
         }
     }

@@ -2,6 +2,7 @@
 
 pub mod devices;
 mod placement;
+pub mod podgroup;
 mod volumes;
 
 pub use placement::selector as label_selector;
@@ -304,6 +305,7 @@ pub fn pod(pod: &core::Pod) -> Result<sdk::Pod, FieldError> {
         images: images(spec),
         volumes: volumes::pod_volumes(pod, spec),
         claims: devices::pod_claims(pod),
+        group: None,
         pod_affinity: placement::pod_affinity(spec, &pod_labels),
         host_ports: placement::host_ports(spec),
         topology_spread_constraints: placement::topology_spread_constraints(spec),

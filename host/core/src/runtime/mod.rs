@@ -149,9 +149,32 @@ pub trait PluginInstance: Send {
         let _ = (pod, node);
         Ok(())
     }
+
+    /// Unreserve, as the framework calls it: for a plugin whose descriptor sets `reads_groups`,
+    /// with `pod`'s group, returning the waiting pods the plugin now rejects; for any other,
+    /// [`PluginInstance::unreserve`].
+    fn unreserve_rejects(&mut self, pod: &Pod, node: &str) -> Result<Vec<Rejection>, CallError> {
+        self.unreserve(pod, node).map(|()| Vec::new())
+    }
+
+    /// PostFilter, for a plugin whose descriptor sets `post_filter`: `pod` (with its group) fits
+    /// no node and preemption found no room.
+    fn post_filter(&mut self, pod: &Pod) -> Result<PostFilterAnswer, CallError> {
+        let _ = pod;
+        Ok(PostFilterAnswer::default())
+    }
+
+    /// QueueSort, for a plugin whose descriptor sets `queue_sort`: where `pod` (with its group),
+    /// first queued at `queued_millis`, goes among pods of its priority.
+    fn queue_sort(&mut self, pod: &Pod, queued_millis: i64) -> Result<QueueKey, CallError> {
+        Ok(QueueKey {
+            timestamp_millis: queued_millis,
+            name: pod.key(),
+        })
+    }
 }
 
-pub use wasched_sdk::{Permit, PermitAnswer, Reservation};
+pub use wasched_sdk::{Permit, PermitAnswer, PostFilterAnswer, QueueKey, Rejection, Reservation};
 
 /// Makes instances of one plugin.
 pub trait PluginFactory: Send + Sync {

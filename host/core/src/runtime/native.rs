@@ -9,7 +9,8 @@ use wasched_sdk::{
 };
 
 use super::{
-    check_len, CallError, LoadError, PermitAnswer, PluginFactory, PluginInstance, Reservation,
+    check_len, CallError, LoadError, PermitAnswer, PluginFactory, PluginInstance, PostFilterAnswer,
+    QueueKey, Rejection, Reservation,
 };
 
 /// Makes native instances of plugin type `P`.
@@ -141,7 +142,13 @@ impl<P: Exported + Send> PluginInstance for NativeInstance<P> {
     }
 
     fn permit(&mut self, pod: &Pod, node: &str) -> Result<PermitAnswer, CallError> {
-        Ok(self.driver.permit(&pod.staged(), node))
+        if self.descriptor.reads_groups {
+            return Ok(self.driver.permit(&pod.grouped(), node));
+        }
+        let mut answer = self.driver.permit(&pod.staged(), node);
+        // Only the `groups` interface carries rejections of other pods.
+        answer.reject.clear();
+        Ok(answer)
     }
 
     fn reserve(&mut self, node: u32) -> Result<Result<Reservation, Failure>, CallError> {
@@ -151,5 +158,20 @@ impl<P: Exported + Send> PluginInstance for NativeInstance<P> {
     fn unreserve(&mut self, pod: &Pod, node: &str) -> Result<(), CallError> {
         self.driver.unreserve(&pod.staged(), node);
         Ok(())
+    }
+
+    fn unreserve_rejects(&mut self, pod: &Pod, node: &str) -> Result<Vec<Rejection>, CallError> {
+        if !self.descriptor.reads_groups {
+            return self.unreserve(pod, node).map(|()| Vec::new());
+        }
+        Ok(self.driver.unreserve_rejects(&pod.grouped(), node))
+    }
+
+    fn post_filter(&mut self, pod: &Pod) -> Result<PostFilterAnswer, CallError> {
+        Ok(self.driver.post_filter(&pod.grouped()))
+    }
+
+    fn queue_sort(&mut self, pod: &Pod, queued_millis: i64) -> Result<QueueKey, CallError> {
+        Ok(self.driver.queue_sort(&pod.grouped(), queued_millis))
     }
 }

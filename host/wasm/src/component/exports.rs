@@ -5,12 +5,12 @@
 use super::*;
 
 /// The interface through which a component takes held-back mirror updates with the next pod.
-pub const BATCHED_INTERFACE: &str = "wasched:plugin/batched@0.2.0";
+pub const BATCHED_INTERFACE: &str = "wasched:plugin/batched@0.2.1";
 
 pub(super) type BatchedSetPod = TypedFunc<(wit::MirrorChanges, wit::Pod), (wit::PodPlan,)>;
 
 /// The interface through which a component takes its pods and held-back updates as bytes.
-pub const ENCODED_INTERFACE: &str = "wasched:plugin/encoded@0.2.0";
+pub const ENCODED_INTERFACE: &str = "wasched:plugin/encoded@0.2.1";
 
 /// The functions of [`ENCODED_INTERFACE`], type-checked when the instance starts.
 #[derive(Clone, Copy)]
@@ -84,7 +84,7 @@ pub(super) fn interface_funcs<const N: usize>(
 }
 
 /// The interface through which a component takes part in PreEnqueue, Permit and Unreserve.
-pub const STAGES_INTERFACE: &str = "wasched:plugin/stages@0.2.0";
+pub const STAGES_INTERFACE: &str = "wasched:plugin/stages@0.2.1";
 
 /// The functions of [`STAGES_INTERFACE`], type-checked when the instance starts.
 #[derive(Clone, Copy)]
@@ -118,7 +118,7 @@ pub(super) fn stage_exports(
 }
 
 /// The interface through which a component takes part in Reserve.
-pub const RESERVE_INTERFACE: &str = "wasched:plugin/reserve@0.2.0";
+pub const RESERVE_INTERFACE: &str = "wasched:plugin/reserve@0.2.1";
 
 /// `reserves` and `reserve` of [`RESERVE_INTERFACE`].
 #[derive(Clone, Copy)]
@@ -163,7 +163,7 @@ pub(super) fn declare_stages(
 }
 
 /// The interface through which a component asks for what the `types` records lack.
-pub const DETAILS_INTERFACE: &str = "wasched:plugin/details@0.2.0";
+pub const DETAILS_INTERFACE: &str = "wasched:plugin/details@0.2.1";
 
 /// `reads` of [`DETAILS_INTERFACE`].
 pub(super) type DetailsFunc = TypedFunc<(), (wit_details::DetailParts,)>;
@@ -213,7 +213,7 @@ pub(super) fn declare_details(
 }
 
 /// The interface through which a component reads Dynamic Resource Allocation's objects.
-pub const DEVICES_INTERFACE: &str = "wasched:plugin/devices@0.2.0";
+pub const DEVICES_INTERFACE: &str = "wasched:plugin/devices@0.2.1";
 
 /// The functions of [`DEVICES_INTERFACE`], type-checked when the instance starts.
 #[derive(Clone, Copy)]
@@ -277,6 +277,100 @@ pub(super) fn declare_devices(
     if reads {
         descriptor.reads_pod = descriptor.reads_pod | sdk::PodParts::CLAIMS;
     }
+    Ok(())
+}
+
+/// The interface through which a component reads gangs (0.2.1).
+pub const GROUPS_INTERFACE: &str = "wasched:plugin/groups@0.2.1";
+
+/// The functions of [`GROUPS_INTERFACE`], type-checked when the instance starts. Each takes the
+/// pod encoded, so its typed form is made per call from the checked `Func`.
+#[derive(Clone, Copy)]
+pub(super) struct GroupsExports {
+    pub(super) stages: TypedFunc<(), (wit_groups::GroupStages,)>,
+    permit: Func,
+    unreserve: Func,
+    post_filter: Func,
+    queue_sort: Func,
+}
+
+impl GroupsExports {
+    pub(super) fn permit<'a>(
+        &self,
+    ) -> TypedFunc<(&'a [u8], String), (wit_groups::GroupPermitAnswer,)> {
+        // SAFETY: `groups_exports` checked this type when the instance started.
+        unsafe { TypedFunc::new_unchecked(self.permit) }
+    }
+    pub(super) fn unreserve<'a>(
+        &self,
+    ) -> TypedFunc<(&'a [u8], String), (Vec<wit_groups::Rejection>,)> {
+        // SAFETY: as `permit`.
+        unsafe { TypedFunc::new_unchecked(self.unreserve) }
+    }
+    pub(super) fn post_filter<'a>(
+        &self,
+    ) -> TypedFunc<(&'a [u8],), (wit_groups::PostFilterAnswer,)> {
+        // SAFETY: as `permit`.
+        unsafe { TypedFunc::new_unchecked(self.post_filter) }
+    }
+    pub(super) fn queue_sort<'a>(&self) -> TypedFunc<(&'a [u8], i64), (wit_groups::QueueKey,)> {
+        // SAFETY: as `permit`.
+        unsafe { TypedFunc::new_unchecked(self.queue_sort) }
+    }
+}
+
+/// The functions of [`GROUPS_INTERFACE`] of `instance`, if it exports it.
+pub(super) fn groups_exports(
+    store: &mut Store<StoreState>,
+    instance: &Instance,
+) -> wasmtime::Result<Option<GroupsExports>> {
+    let Some([stages, permit, unreserve, post_filter, queue_sort]) = interface_funcs(
+        store,
+        instance,
+        GROUPS_INTERFACE,
+        ["stages", "permit", "unreserve", "post-filter", "queue-sort"],
+    )?
+    else {
+        return Ok(None);
+    };
+    permit.typed::<(&[u8], String), (wit_groups::GroupPermitAnswer,)>(&*store)?;
+    unreserve.typed::<(&[u8], String), (Vec<wit_groups::Rejection>,)>(&*store)?;
+    post_filter.typed::<(&[u8],), (wit_groups::PostFilterAnswer,)>(&*store)?;
+    queue_sort.typed::<(&[u8], i64), (wit_groups::QueueKey,)>(&*store)?;
+    Ok(Some(GroupsExports {
+        stages: stages.typed(&*store)?,
+        permit,
+        unreserve,
+        post_filter,
+        queue_sort,
+    }))
+}
+
+/// Asks the component which gang stages it takes part in (once, after `init`) and puts the
+/// answer into `descriptor`. Groups travel only in the encoded form, as details do; Permit and
+/// Unreserve come through [`GROUPS_INTERFACE`] once it reads groups.
+pub(super) fn declare_groups(
+    store: &mut Store<StoreState>,
+    groups: &GroupsExports,
+    encoded: bool,
+    descriptor: &mut sdk::Descriptor,
+) -> wasmtime::Result<()> {
+    let (set,) = groups
+        .stages
+        .call(&mut *store, ())
+        .map_err(|e| e.context("trapped saying which gang stages it takes part in"))?;
+    let reads = set.contains(wit_groups::GroupStages::READS);
+    if set != wit_groups::GroupStages::empty() && !(reads && encoded) {
+        return Err(wasmtime::Error::msg(format!(
+            "takes part in gang stages ({set:?}) without reading groups through {ENCODED_INTERFACE}, the only way they are sent"
+        )));
+    }
+    descriptor.reads_groups = reads;
+    if reads {
+        descriptor.reads_pod = descriptor.reads_pod | sdk::PodParts::GROUP;
+    }
+    descriptor.post_filter = set.contains(wit_groups::GroupStages::POST_FILTER);
+    descriptor.queue_sort = set.contains(wit_groups::GroupStages::QUEUE_SORT);
     Ok(())
 }
 

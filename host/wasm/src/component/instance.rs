@@ -23,6 +23,9 @@ pub(super) struct ComponentInstance {
     /// The exports of [`DEVICES_INTERFACE`], when the component has them and reads devices:
     /// PreEnqueue and Reserve go through them instead.
     pub(super) devices: Option<DevicesExports>,
+    /// The exports of [`GROUPS_INTERFACE`], when the component has them and reads groups:
+    /// Permit and Unreserve go through them instead.
+    pub(super) groups: Option<GroupsExports>,
     /// Pod and usage updates held back for the next `set-pod`: as bytes with `encoded`, as
     /// records with `batched`, none without either.
     pub(super) held: Option<Held>,
@@ -451,6 +454,17 @@ impl PluginInstance for ComponentInstance {
     }
 
     fn permit(&mut self, pod: &sdk::Pod, node: &str) -> Result<PermitAnswer, CallError> {
+        if let Some(groups) = self.groups {
+            self.encode_grouped(pod);
+            self.arm_for(Duration::ZERO);
+            let (answer,) = groups
+                .permit()
+                .call(&mut self.store, (&self.input[..], node.to_string()))
+                .map_err(|e| trapped("permit", e))?;
+            let mut permit = permit_answer(answer.decision, answer.allow)?;
+            permit.reject = rejections("permit", answer.reject)?;
+            return Ok(permit);
+        }
         let Some(stages) = self.stages else {
             return Ok(PermitAnswer::allow());
         };
@@ -459,28 +473,65 @@ impl PluginInstance for ComponentInstance {
             .permit
             .call(&mut self.store, (staged_pod(pod), node.to_string()))
             .map_err(|e| trapped("permit", e))?;
-        let permit = match answer.decision {
-            wit_stages::PermitDecision::Allow => Permit::Allow,
-            wit_stages::PermitDecision::Wait(millis) => Permit::Wait {
-                timeout: Duration::from_millis(millis).min(MAX_PERMIT_WAIT),
-            },
-            wit_stages::PermitDecision::Reject(reason) => {
-                check_reason("permit", &reason)?;
-                Permit::Reject(reason)
-            }
+        permit_answer(answer.decision, answer.allow)
+    }
+
+    fn unreserve_rejects(
+        &mut self,
+        pod: &sdk::Pod,
+        node: &str,
+    ) -> Result<Vec<sdk::Rejection>, CallError> {
+        let Some(groups) = self.groups else {
+            return self.unreserve(pod, node).map(|()| Vec::new());
         };
-        if answer.allow.len() > MAX_LISTED_NODES {
-            return Err(CallError::new(
-                "permit",
-                format!(
-                    "allowed {} pods, more than {MAX_LISTED_NODES}",
-                    answer.allow.len()
-                ),
-            ));
+        self.encode_grouped(pod);
+        self.arm_for(Duration::ZERO);
+        let (rejected,) = groups
+            .unreserve()
+            .call(&mut self.store, (&self.input[..], node.to_string()))
+            .map_err(|e| trapped("unreserve", e))?;
+        rejections("unreserve", rejected)
+    }
+
+    fn post_filter(&mut self, pod: &sdk::Pod) -> Result<sdk::PostFilterAnswer, CallError> {
+        let Some(groups) = self.groups else {
+            return Ok(sdk::PostFilterAnswer::default());
+        };
+        self.encode_grouped(pod);
+        self.arm_for(Duration::ZERO);
+        let (answer,) = groups
+            .post_filter()
+            .call(&mut self.store, (&self.input[..],))
+            .map_err(|e| trapped("post-filter", e))?;
+        for reason in &answer.reasons {
+            check_reason("post-filter", reason)?;
         }
-        Ok(PermitAnswer {
-            permit,
-            allow: answer.allow,
+        Ok(sdk::PostFilterAnswer {
+            reasons: answer.reasons,
+            reject: rejections("post-filter", answer.reject)?,
+        })
+    }
+
+    fn queue_sort(
+        &mut self,
+        pod: &sdk::Pod,
+        queued_millis: i64,
+    ) -> Result<sdk::QueueKey, CallError> {
+        let Some(groups) = self.groups else {
+            return Ok(sdk::QueueKey {
+                timestamp_millis: queued_millis,
+                name: pod.key(),
+            });
+        };
+        self.encode_grouped(pod);
+        self.arm_for(Duration::ZERO);
+        let (key,) = groups
+            .queue_sort()
+            .call(&mut self.store, (&self.input[..], queued_millis))
+            .map_err(|e| trapped("queue-sort", e))?;
+        Ok(sdk::QueueKey {
+            timestamp_millis: key.timestamp_millis,
+            name: key.name,
         })
     }
 
@@ -671,4 +722,70 @@ fn claim_allocations(
             })
         })
         .collect()
+}
+
+/// Permit's decision and the pods it lets go, checked.
+fn permit_answer(
+    decision: wit_stages::PermitDecision,
+    allow: Vec<String>,
+) -> Result<PermitAnswer, CallError> {
+    let permit = match decision {
+        wit_stages::PermitDecision::Allow => Permit::Allow,
+        wit_stages::PermitDecision::Wait(millis) => Permit::Wait {
+            timeout: Duration::from_millis(millis).min(MAX_PERMIT_WAIT),
+        },
+        wit_stages::PermitDecision::Reject(reason) => {
+            check_reason("permit", &reason)?;
+            Permit::Reject(reason)
+        }
+    };
+    if allow.len() > MAX_LISTED_NODES {
+        return Err(CallError::new(
+            "permit",
+            format!("allowed {} pods, more than {MAX_LISTED_NODES}", allow.len()),
+        ));
+    }
+    Ok(PermitAnswer {
+        permit,
+        allow,
+        reject: Vec::new(),
+    })
+}
+
+/// The waiting pods a plugin rejects, checked.
+fn rejections(
+    call: &'static str,
+    rejected: Vec<wit_groups::Rejection>,
+) -> Result<Vec<sdk::Rejection>, CallError> {
+    if rejected.len() > MAX_LISTED_NODES {
+        return Err(CallError::new(
+            call,
+            format!(
+                "rejected {} pods, more than {MAX_LISTED_NODES}",
+                rejected.len()
+            ),
+        ));
+    }
+    rejected
+        .into_iter()
+        .map(|r| {
+            check_reason(call, &r.message)?;
+            Ok(sdk::Rejection {
+                pod: r.pod,
+                message: r.message,
+            })
+        })
+        .collect()
+}
+
+impl ComponentInstance {
+    /// Puts `pod` as the `groups` interface sends it into the input buffer.
+    fn encode_grouped(&mut self, pod: &sdk::Pod) {
+        let parts = sdk::PodParts::IDENTITY
+            | sdk::PodParts::LABELS
+            | sdk::PodParts::ANNOTATIONS
+            | sdk::PodParts::GROUP;
+        self.input.clear();
+        wire::write_pod(&mut self.input, pod, parts);
+    }
 }

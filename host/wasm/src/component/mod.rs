@@ -45,6 +45,7 @@ mod staged_bindings {
 use bindings::{Plugin as PluginWorld, PluginPre};
 use staged_bindings::exports::wasched::plugin::details as wit_details;
 use staged_bindings::exports::wasched::plugin::devices as wit_devices;
+use staged_bindings::exports::wasched::plugin::groups as wit_groups;
 use staged_bindings::exports::wasched::plugin::reserve as wit_reserve;
 use staged_bindings::exports::wasched::plugin::stages as wit_stages;
 
@@ -506,6 +507,7 @@ impl ComponentFactory {
                 .map_err(|e| wrong_type(DETAILS_INTERFACE, e))?,
             devices: devices_exports(store, instance)
                 .map_err(|e| wrong_type(DEVICES_INTERFACE, e))?,
+            groups: groups_exports(store, instance).map_err(|e| wrong_type(GROUPS_INTERFACE, e))?,
         })
     }
 
@@ -553,6 +555,11 @@ impl ComponentFactory {
                         declare_devices(&mut store, devices, encoded, descriptor)
                             .map_err(|e| LoadError(format!("plugin {}: {e:#}", self.name)))?;
                     }
+                    if let Some(groups) = &optional.groups {
+                        let encoded = optional.encoded.is_some();
+                        declare_groups(&mut store, groups, encoded, descriptor)
+                            .map_err(|e| LoadError(format!("plugin {}: {e:#}", self.name)))?;
+                    }
                 }
                 (Exports::Current(Box::new(world)), descriptor)
             }
@@ -578,6 +585,7 @@ impl ComponentFactory {
             ))
         })?;
         let reads_devices = descriptor.reads_devices;
+        let reads_groups = descriptor.reads_groups;
         let placed_volumes = descriptor
             .reads_existing_pods
             .contains(sdk::ExistingPodParts::VOLUMES);
@@ -599,6 +607,7 @@ impl ComponentFactory {
             stages: optional.stages,
             reserve: optional.reserve,
             devices: optional.devices.filter(|_| reads_devices),
+            groups: optional.groups.filter(|_| reads_groups),
             input: Vec::new(),
             calls: 0,
         })
@@ -614,6 +623,7 @@ struct OptionalExports {
     reserve: Option<ReserveFunc>,
     details: Option<DetailsFunc>,
     devices: Option<DevicesExports>,
+    groups: Option<GroupsExports>,
 }
 
 fn ticks(timeout: Duration) -> u64 {

@@ -26,11 +26,14 @@ use crate::cache::PodVolumes;
 use crate::clock::Clock;
 use crate::events::{Action, Event, EventPipeline, Kind, Object, ObjectKey};
 use crate::framework::{Decider, Outcome, Profile};
+use crate::gangs::Gangs;
 use crate::k8s;
 use crate::queue::{ClusterEvent, PendingStatus, QueueName, SchedulingQueue};
 pub use crate::result::{CycleResult, Gated};
 use crate::runtime::LoadError;
 use crate::waiting::{WaitingPod, WaitingPods};
+
+mod gangs;
 
 /// How long a placement may wait for its binding to be confirmed.
 pub const DEFAULT_ASSUME_TTL: Duration = Duration::from_secs(30);
@@ -117,6 +120,8 @@ pub struct Service {
     /// The gated pods already reported, so the pod's own update (its condition written back)
     /// does not report it again.
     told_gated: std::collections::HashSet<String>,
+    /// The PodGroups and their members.
+    gangs: Gangs,
 }
 
 /// Where the caller of a deferred service (which binds after the cycle, on another thread) reports
@@ -221,6 +226,7 @@ impl Service {
             released: Default::default(),
             newly_gated: Default::default(),
             told_gated: Default::default(),
+            gangs: Gangs::default(),
         }
     }
 
@@ -398,12 +404,15 @@ impl Service {
     /// A pod added or changed: bound (by us, confirming the assumption, or by someone else),
     /// finished, or pending (queued, with what it held released).
     fn apply_pod(&mut self, pod: &core::Pod) -> Result<(), k8s::FieldError> {
-        let cache = self.decider.cache_mut();
         let model = k8s::pod(pod)?;
         let key = model.key();
         if k8s::is_terminated(pod) {
             self.forget_pod(&key);
-        } else if !model.node_name.is_empty() {
+            return Ok(());
+        }
+        self.track_member(&model);
+        let cache = self.decider.cache_mut();
+        if !model.node_name.is_empty() {
             // Bound, by us (this confirms the assumption) or by someone else.
             self.assumed.remove(&key);
             cache.settle_volumes(&key);
@@ -432,6 +441,7 @@ impl Service {
         let Some(gate) = self.decider.pre_enqueue(&pod) else {
             self.told_gated.remove(&key);
             self.queue.add(pod);
+            self.sort_in_queue(&key);
             return;
         };
         // Reported once per gating: the pod's own update (its condition written back) asks again.
@@ -525,6 +535,18 @@ impl Service {
             // Kubernetes' resourceclaim controller makes claims from templates; the cache needs
             // only the claims.
             Object::ResourceClaimTemplate(_) => {}
+            Object::PodGroup(group) => {
+                let spec = k8s::podgroup::group_spec(group)?;
+                let meta = &group.metadata;
+                let full_name = format!(
+                    "{}/{}",
+                    meta.namespace.as_deref().unwrap_or("default"),
+                    meta.name.as_deref().unwrap_or_default()
+                );
+                let now = self.epoch_millis(self.clock.now());
+                self.gangs.upsert_group(&full_name, spec, now);
+                self.wake_group(&full_name);
+            }
             Object::Namespace(namespace) => {
                 let name = namespace.metadata.name.as_deref().unwrap_or_default();
                 let labels = namespace.metadata.labels.iter().flatten();
@@ -542,8 +564,12 @@ impl Service {
         self.told_gated.remove(key);
         self.newly_gated.retain(|r| r.pod != key);
         if let Some(waiting) = self.waiting.remove(key) {
-            self.decider.unreserve_plugins(&waiting.pod, &waiting.node);
+            let mut pod = waiting.pod;
+            self.resolve_group(&mut pod);
+            let rejected = self.decider.unreserve_plugins(&pod, &waiting.node);
+            self.reject_waiting(rejected);
         }
+        self.forget_member(key);
         if self.assumed.remove(key).is_some() {
             self.decider.cache_mut().unreserve_volumes(key);
             self.decider.cache_mut().unreserve_claims(key);
@@ -612,6 +638,11 @@ impl Service {
                 }
             }
             Kind::ResourceClaimTemplate => {}
+            Kind::PodGroup => {
+                let full_name = format!("{}/{}", key.namespace, key.name);
+                self.gangs.remove_group(&full_name);
+                self.wake_group(&full_name);
+            }
         }
     }
 
@@ -733,7 +764,10 @@ impl Service {
             self.write(&gated);
             return Some(gated);
         }
-        let pod = self.queue.pop()?;
+        let mut pod = self.queue.pop()?;
+        if k8s::podgroup::group_of(&pod).is_some() {
+            self.resolve_group(&mut pod);
+        }
         let key = pod.key();
         let attempts = self.queue.status(&key).map_or(1, |s| s.attempts);
         let mut result = CycleResult::attempt(key.clone(), pod.scheduler_name.clone(), attempts);
@@ -758,6 +792,7 @@ impl Service {
             }
             None => {
                 result.outcome.message.get_or_insert_default();
+                self.post_filter(&pod, &mut result);
                 self.not_placed(&pod, &result);
                 self.write(&result);
             }
@@ -873,8 +908,13 @@ impl Service {
         let key = pod.key();
         self.decider.cache_mut().unreserve_volumes(&key);
         self.decider.cache_mut().unreserve_claims(&key);
-        self.decider.unreserve_plugins(pod, node);
-        self.decider.forget(&key)
+        let mut pod = pod.clone();
+        self.resolve_group(&mut pod);
+        let rejected = self.decider.unreserve_plugins(&pod, node);
+        let held = self.decider.forget(&key);
+        // The rest of a gang goes after the pod's own reservation is released.
+        self.reject_waiting(rejected);
+        held
     }
 
     /// Permit: true when the reserved pod may be bound now. A pod the plugins hold back waits,
@@ -882,10 +922,19 @@ impl Service {
     /// unreserved and retried after backoff, its result carrying why. The waiting pods the
     /// plugins let go are released either way.
     fn permit(&mut self, pod: &sdk::Pod, node: &str, result: &mut CycleResult) -> bool {
-        let outcome = self.decider.permit(pod, node);
+        let mut grouped;
+        let asked = if k8s::podgroup::group_of(pod).is_some() {
+            grouped = pod.clone();
+            self.resolve_group(&mut grouped);
+            &grouped
+        } else {
+            pod
+        };
+        let outcome = self.decider.permit(asked, node);
         for (plugin, key) in &outcome.allowed {
             self.release(plugin, key);
         }
+        self.reject_waiting(outcome.rejected_waiting);
         if let Some(rejection) = outcome.rejected {
             self.reject_reserved(pod, node, result, rejection.message, rejection.error);
             self.write(result);
@@ -908,6 +957,7 @@ impl Service {
             "waiting on node {node} for Permit plugin(s) {}",
             result.waiting_on.join(", ")
         ));
+        self.activate_siblings(pod);
         result.outcome.node = None;
         result.outcome.choice = None;
         false

@@ -1,0 +1,166 @@
+//! What the service does for gangs: it knows every PodGroup and its members (pending or
+//! placed), fills in a pod's [`sdk::PodGroup`] before each call that reads it, places pods in
+//! the queue as the QueueSort plugin says, runs PostFilter, and rejects the waiting pods the
+//! plugins reject.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use wasched_sdk as sdk;
+
+use super::Service;
+use crate::k8s::podgroup::group_of;
+use crate::result::CycleResult;
+
+impl Service {
+    /// Milliseconds since the epoch at the service clock's reading `at`.
+    pub(super) fn epoch_millis(&self, at: Duration) -> i64 {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let offset = now.saturating_sub(self.clock.now());
+        i64::try_from((offset + at).as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// Fills in `pod`'s group, if its label names one: the PodGroup's spec and where its other
+    /// members stand (assigned: bound, assumed or waiting at Permit).
+    pub(super) fn resolve_group(&self, pod: &mut sdk::Pod) {
+        let Some(view) = self.gangs.view(pod) else {
+            pod.group = None;
+            return;
+        };
+        let key = pod.key();
+        let mut group = sdk::PodGroup {
+            full_name: view.full_name,
+            found: view.spec.is_some(),
+            created_millis: view.created_millis,
+            ..sdk::PodGroup::default()
+        };
+        if let Some(spec) = view.spec {
+            group.min_member = spec.min_member;
+            group.min_resources.clone_from(&spec.min_resources);
+            group.schedule_timeout_seconds = spec.schedule_timeout_seconds;
+        }
+        let members = view.members.into_iter().flatten();
+        let cache = self.decider.cache();
+        // A pod not recorded yet counts too, as kube-scheduler's lister would have it.
+        group.members = 1;
+        for member in members {
+            if *member == key {
+                continue;
+            }
+            group.members += 1;
+            if cache.pod_node(member).is_none() {
+                continue;
+            }
+            group.assigned += 1;
+            if let Some(requests) = self.gangs.requests(member) {
+                group.assigned_requests.add(requests);
+            }
+            group.assigned_requests.pods += 1;
+            if self.waiting.contains(member) {
+                group.waiting.push(member.clone());
+            }
+        }
+        pod.group = Some(group);
+    }
+
+    /// Puts a queued pod where the QueueSort plugin of its profile says, if it has one.
+    pub(super) fn sort_in_queue(&mut self, key: &str) {
+        let Some(pod) = self.queue.pod(key) else {
+            return;
+        };
+        if !self.decider.sorts_queue(pod) {
+            return;
+        }
+        let mut pod = pod.clone();
+        let queued = self.queue.queued_at(key).unwrap_or_default();
+        let queued_millis = self.epoch_millis(queued);
+        self.resolve_group(&mut pod);
+        if let Some(order) = self.decider.queue_sort(&pod, queued_millis) {
+            self.queue.set_order(key, order);
+        }
+    }
+
+    /// A pod joined or left a group, or the group's PodGroup changed: its parked members are
+    /// tried again (coscheduling's `EventsToRegister`: a pod added, a PodGroup added or
+    /// updated).
+    pub(super) fn wake_group(&mut self, full_name: &str) {
+        let members: Vec<String> = self.gangs.members(full_name).map(str::to_string).collect();
+        self.queue.wake(members.iter().map(String::as_str));
+        for member in &members {
+            self.sort_in_queue(member);
+        }
+    }
+
+    /// A group pod now waits at Permit: its siblings that wait in the queue are tried at once
+    /// (coscheduling's `ActivateSiblings`), so the gang fills before its wait runs out.
+    pub(super) fn activate_siblings(&mut self, pod: &sdk::Pod) {
+        let Some(group) = group_of(pod) else {
+            return;
+        };
+        let full_name = format!("{}/{group}", pod.namespace);
+        let members: Vec<String> = self.gangs.members(&full_name).map(str::to_string).collect();
+        self.queue.activate(members.iter().map(String::as_str));
+    }
+
+    /// PostFilter for a pod no node took and preemption made no room for: the reasons join its
+    /// message (after the preemption's, as kube-scheduler joins PostFilter reasons), and the
+    /// waiting pods the plugins reject are unreserved.
+    pub(super) fn post_filter(&mut self, pod: &sdk::Pod, result: &mut CycleResult) {
+        if result.outcome.error || result.outcome.preemption.is_some() {
+            return;
+        }
+        let mut pod = pod.clone();
+        self.resolve_group(&mut pod);
+        let outcome = self.decider.post_filter(&pod);
+        if !outcome.reasons.is_empty() {
+            let message = result.outcome.message.get_or_insert_with(String::new);
+            let separator = if result.outcome.post_filter_reasons {
+                ", "
+            } else {
+                " "
+            };
+            message.push_str(separator);
+            message.push_str(&outcome.reasons.join(", "));
+        }
+        self.reject_waiting(outcome.rejected_waiting);
+    }
+
+    /// Rejects waiting pods as plugins asked: each is unreserved (which may reject more) and
+    /// queued again after backoff, its result carrying the plugin's message.
+    pub(super) fn reject_waiting(&mut self, rejected: Vec<(String, sdk::Rejection)>) {
+        for (plugin, rejection) in rejected {
+            let Some(waiting) = self.waiting.remove(&rejection.pod) else {
+                continue;
+            };
+            tracing::debug!(pod = %rejection.pod, %plugin, "waiting pod rejected: {}", rejection.message);
+            let mut result = waiting.result;
+            self.reject_reserved(
+                &waiting.pod,
+                &waiting.node,
+                &mut result,
+                rejection.message,
+                false,
+            );
+            self.write(&result);
+            self.released.push_back(result);
+        }
+    }
+
+    /// Records a pod's membership as it changes, waking its group when it joins one.
+    pub(super) fn track_member(&mut self, pod: &sdk::Pod) {
+        let before = self.gangs.group_of_member(&pod.key()).map(str::to_string);
+        self.gangs.upsert_member(pod);
+        let after = self.gangs.group_of_member(&pod.key()).map(str::to_string);
+        if before != after {
+            if let Some(group) = after {
+                self.wake_group(&group);
+            }
+        }
+    }
+
+    /// Forgets a deleted or finished pod's membership.
+    pub(super) fn forget_member(&mut self, key: &str) {
+        self.gangs.remove_member(key);
+    }
+}
