@@ -68,6 +68,9 @@ pub static DEFAULT_PLUGINS: &[DefaultPlugin] = &[
     default_plugin!(wasched_balanced_allocation::BalancedAllocation),
     default_plugin!(wasched_image_locality::ImageLocality),
     default_plugin!(wasched_scheduling_gates::SchedulingGates),
+    // Not in kube-scheduler's default profile: scheduler-plugins' gang scheduling, embedded so
+    // that a profile can name it.
+    default_plugin!(wasched_coscheduling::Coscheduling),
 ];
 
 /// The default plugin named `name`.
