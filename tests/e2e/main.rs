@@ -2,6 +2,7 @@
 //! `wasched` binary. One test binary, so it links once.
 
 mod cycle;
+mod gangs;
 #[cfg(wasched_kube_emulator)]
 mod kubernetes;
 mod languages;

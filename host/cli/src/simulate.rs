@@ -134,6 +134,7 @@ pub fn simulate(
         disruption_budgets: cluster.disruption_budgets.clone(),
         csi: cluster.csi.clone(),
         devices: cluster.devices.clone(),
+        groups: cluster.groups.clone(),
         ..Cluster::default()
     }
     .into_objects();
@@ -156,6 +157,7 @@ pub fn simulate(
         pipeline.submit(sequence.upsert(object));
     }
     let mut decisions = Vec::new();
+    let mut permit_rounds = 0;
     loop {
         let tried = service.run_until_idle();
         // Only a preemption (whose victims' deletion sends its pod back) is worth waiting out a
@@ -171,9 +173,25 @@ pub fn simulate(
             break;
         };
         clock.advance(next.saturating_sub(clock.now()));
+        if backoff != Some(next) {
+            // A gang that cannot complete is rejected when its wait runs out and tried again
+            // after backoff, for ever: past the first time a wait ran out, the waits are ended
+            // and nothing is tried again.
+            permit_rounds += 1;
+            if permit_rounds > MAX_PERMIT_ROUNDS {
+                while let Some(deadline) = service.waiting().next_deadline() {
+                    clock.advance(deadline.saturating_sub(clock.now()));
+                    decisions.extend(service.release_expired());
+                }
+                break;
+            }
+        }
     }
     Ok(decisions)
 }
+
+/// How many times `simulate` lets time run to the end of a Permit wait and goes on scheduling.
+const MAX_PERMIT_ROUNDS: u32 = 1;
 
 /// Prints decisions in the chosen format.
 ///

@@ -72,6 +72,8 @@ pub struct Cluster {
     /// Dynamic Resource Allocation's DeviceClasses, ResourceSlices, ResourceClaims and
     /// ResourceClaimTemplates (`resource.k8s.io/v1`).
     pub devices: Vec<Object>,
+    /// Gangs: PodGroups (`scheduling.x-k8s.io/v1alpha1`).
+    pub groups: Vec<Object>,
     /// Objects of other kinds that were skipped, counted by kind.
     pub skipped: BTreeMap<String, usize>,
     /// Files that held no object at all (empty, or only comments): most likely the wrong file.
@@ -91,6 +93,7 @@ impl Cluster {
             + self.disruption_budgets.len()
             + self.csi.len()
             + self.devices.len()
+            + self.groups.len()
     }
 
     /// Every kept object, in the order a cluster is best loaded: namespaces, storage, selectors,
@@ -125,6 +128,7 @@ impl Cluster {
         );
         objects.extend(self.csi);
         objects.extend(self.devices);
+        objects.extend(self.groups);
         objects.extend(self.nodes.into_iter().map(|o| Object::Node(Box::new(o))));
         objects.extend(self.pods.into_iter().map(|o| Object::Pod(Box::new(o))));
         objects
@@ -393,6 +397,10 @@ fn add_typed(kind: &str, value: Value, cluster: &mut Cluster) -> Result<(), Stri
             let kind = Kind::named(kind).expect("a kind of the kinds table");
             let object = Object::from_json(kind, value).map_err(|e| e.to_string())?;
             cluster.devices.push(object);
+        }
+        "PodGroup" => {
+            let object = Object::from_json(Kind::PodGroup, value).map_err(|e| e.to_string())?;
+            cluster.groups.push(object);
         }
         "PodDisruptionBudget" => {
             let budget: policy::PodDisruptionBudget = typed(value)?;

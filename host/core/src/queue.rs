@@ -477,16 +477,14 @@ impl SchedulingQueue {
         self.entries.get(key).map(|e| e.queued_at)
     }
 
-    /// Moves the parked or backing-off pods among `keys` to activeQ at once (kube-scheduler's
-    /// `Activate`, which coscheduling asks for a gang's siblings once one of them waits at
-    /// Permit).
+    /// Moves the parked pods among `keys` to activeQ at once (kube-scheduler's `Activate`,
+    /// which coscheduling asks for a gang's siblings once one of them waits at Permit). Unlike
+    /// kube-scheduler's, it leaves pods in backoff there: a gang member rejected a moment ago
+    /// would otherwise be tried again at once, fail, reject the gang again and loop without
+    /// time passing (what coscheduling's `podGroupBackoffSeconds` works around).
     pub fn activate<'a>(&mut self, keys: impl IntoIterator<Item = &'a str>) {
         for key in keys {
-            let waiting = self
-                .entries
-                .get(key)
-                .is_some_and(|e| matches!(e.queue, QueueName::Unschedulable | QueueName::Backoff));
-            if waiting {
+            if self.unschedulable.contains(key) {
                 self.move_to_active(key);
             }
         }
@@ -632,15 +630,20 @@ mod tests {
         }
         q.activate(["ns/m-1"]);
         assert_eq!(popped(&mut q).as_deref(), Some("m-1"));
+        // A pod in backoff stays there.
+        q.failed("ns/m-1", "rejected".into());
+        q.activate(["ns/m-1"]);
+        assert_eq!(q.status("ns/m-1").unwrap().queue, QueueName::Backoff);
         q.wake(["ns/m-2"]);
         assert_eq!(q.status("ns/m-2").unwrap().queue, QueueName::Backoff);
         assert_eq!(
             q.status("ns/other").unwrap().queue,
             QueueName::Unschedulable
         );
-        clock.advance(Duration::from_secs(2));
-        assert_eq!(popped(&mut q).as_deref(), Some("m-2"));
-        assert_eq!(popped(&mut q), None);
+        clock.advance(Duration::from_secs(5));
+        let mut later: Vec<String> = std::iter::from_fn(|| popped(&mut q)).collect();
+        later.sort();
+        assert_eq!(later, ["m-1", "m-2"]);
     }
 
     #[test]

@@ -646,6 +646,11 @@ impl Cache {
         self.pods_with_pod_affinity
     }
 
+    /// The requests of a placed pod, if it is placed.
+    pub fn pod_requests(&self, key: &str) -> Option<&sdk::Resources> {
+        self.pods.get(key).map(|p| &p.requests)
+    }
+
     /// The node a pod is placed on, if any.
     pub fn pod_node(&self, key: &str) -> Option<&str> {
         self.pods.get(key).map(|p| p.node.as_str())

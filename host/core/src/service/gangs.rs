@@ -126,22 +126,22 @@ impl Service {
         self.reject_waiting(outcome.rejected_waiting);
     }
 
-    /// Rejects waiting pods as plugins asked: each is unreserved (which may reject more) and
-    /// queued again after backoff, its result carrying the plugin's message.
+    /// Rejects waiting pods as plugins asked: all of them leave the waiting pods first (so the
+    /// Unreserve of one, which may reject the rest, finds them rejected already, as
+    /// kube-scheduler's first rejection of a waiting pod is the one it keeps), then each is
+    /// unreserved and queued again after backoff, its result carrying the plugin's message.
     pub(super) fn reject_waiting(&mut self, rejected: Vec<(String, sdk::Rejection)>) {
-        for (plugin, rejection) in rejected {
-            let Some(waiting) = self.waiting.remove(&rejection.pod) else {
-                continue;
-            };
-            tracing::debug!(pod = %rejection.pod, %plugin, "waiting pod rejected: {}", rejection.message);
+        let taken: Vec<_> = rejected
+            .into_iter()
+            .filter_map(|(plugin, rejection)| {
+                let waiting = self.waiting.remove(&rejection.pod)?;
+                Some((plugin, rejection.message, waiting))
+            })
+            .collect();
+        for (plugin, message, waiting) in taken {
+            tracing::debug!(pod = %waiting.result.pod, %plugin, "waiting pod rejected: {message}");
             let mut result = waiting.result;
-            self.reject_reserved(
-                &waiting.pod,
-                &waiting.node,
-                &mut result,
-                rejection.message,
-                false,
-            );
+            self.reject_reserved(&waiting.pod, &waiting.node, &mut result, message, false);
             self.write(&result);
             self.released.push_back(result);
         }

@@ -953,11 +953,23 @@ impl Service {
             waits: waits.clone(),
         });
         result.waiting_on = waits.into_iter().map(|(p, _, _)| p).collect();
-        result.outcome.message = Some(format!(
+        let mut message = format!(
             "waiting on node {node} for Permit plugin(s) {}",
             result.waiting_on.join(", ")
-        ));
-        self.activate_siblings(pod);
+        );
+        if let Some(group) = &asked.group {
+            message.push_str(&format!(
+                " (PodGroup {}: {} of minMember {} assigned)",
+                group.full_name,
+                group.assigned + 1,
+                group.min_member
+            ));
+        }
+        result.outcome.message = Some(message);
+        // As coscheduling asks: only the first member to wait wakes the others.
+        if asked.group.as_ref().is_some_and(|g| g.assigned == 0) {
+            self.activate_siblings(pod);
+        }
         result.outcome.node = None;
         result.outcome.choice = None;
         false
@@ -1025,6 +1037,13 @@ impl Service {
     /// Schedules until no pod is ready; returns every cycle's result.
     pub fn run_until_idle(&mut self) -> Vec<CycleResult> {
         std::iter::from_fn(|| self.schedule_one()).collect()
+    }
+
+    /// Rejects the waiting pods whose wait ran out by now and returns their results (and those
+    /// of any pod already let go), without scheduling any pod.
+    pub fn release_expired(&mut self) -> Vec<CycleResult> {
+        self.expire_waiting();
+        self.released.drain(..).collect()
     }
 
     /// Where a pod stands: pending (with its last FitError message and attempts), assumed, or
