@@ -216,6 +216,12 @@ impl Kind {
         Kind::Pod,
     ];
 
+    /// Whether a cluster may not serve the kind at all: a CustomResourceDefinition's kind
+    /// (PodGroup), which a Kubernetes-mode scheduler does without until it is installed.
+    pub fn is_optional(self) -> bool {
+        self == Kind::PodGroup
+    }
+
     /// The kind named `name`, if wasched follows it.
     pub fn named(name: &str) -> Option<Kind> {
         Kind::ALL.into_iter().find(|k| k.name() == name)

@@ -193,6 +193,15 @@ struct Feed {
 }
 
 impl Feed {
+    /// The kind's first list is done: once every kind's is, the gates open.
+    fn listed(&self) {
+        if self.unlisted.fetch_sub(1, Ordering::AcqRel) == 1 {
+            for gate in &self.gates {
+                gate.open();
+            }
+        }
+    }
+
     /// Submits `kept` (or the deletion of `key` when it is None) at `version`.
     fn submit(&self, key: ObjectKey, version: u64, kept: Option<Object>) {
         let event = match kept {
@@ -250,6 +259,19 @@ async fn watch_kind<K: KindType>(api: Api<K>, feed: Feed) {
             Err(e) => {
                 feed.stats.errors.fetch_add(1, Ordering::Relaxed);
                 let e = e.to_string();
+                if feed.kind.is_optional() && first_list {
+                    // Most clusters do not serve the kind (its CRD is not installed): the
+                    // scheduler starts without it and the watch keeps trying, so installing the
+                    // CRD later turns it on.
+                    tracing::info!(
+                        kind = ?feed.kind,
+                        "not served by this cluster (its CustomResourceDefinition is not installed?); going on without it and retrying: {}",
+                        shortened(&e)
+                    );
+                    first_list = false;
+                    feed.listed();
+                    continue;
+                }
                 tracing::warn!(kind = ?feed.kind, "watch failed, retrying: {}", shortened(&e));
                 continue;
             }
@@ -276,12 +298,8 @@ async fn watch_kind<K: KindType>(api: Api<K>, feed: Feed) {
                 let listed = listing.take().unwrap_or_default();
                 repair(&feed, &mut known, &listed);
                 feed.stats.lists.fetch_add(1, Ordering::Relaxed);
-                if std::mem::take(&mut first_list)
-                    && feed.unlisted.fetch_sub(1, Ordering::AcqRel) == 1
-                {
-                    for gate in &feed.gates {
-                        gate.open();
-                    }
+                if std::mem::take(&mut first_list) {
+                    feed.listed();
                 }
             }
         }
