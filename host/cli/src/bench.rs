@@ -6,6 +6,7 @@
 //! node selectors, required and preferred node affinity, and zonal PersistentVolumeClaims. The same
 //! seed gives the same cluster and the same pods.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1 as core;
@@ -27,8 +28,8 @@ pub struct Args {
     #[arg(long, default_value_t = 5000, value_parser = crate::flags::bench_pods)]
     pub pods: usize,
     /// Workloads to run, comma-separated (basic, node-affinity, taints, volume-zones, mixed, churn,
-    /// pod-anti-affinity, pod-affinity, topology-spread, preemption, volume-binding, gated),
-    /// or `all` (mirroring kube-scheduler's scheduler_perf).
+    /// pod-anti-affinity, pod-affinity, topology-spread, preemption, volume-binding, gated,
+    /// volume-limits, dra, gangs), or `all` (mirroring kube-scheduler's scheduler_perf).
     #[arg(long, value_delimiter = ',', default_value = "mixed")]
     pub scenario: Vec<Scenario>,
     /// Seed of the synthetic cluster and of tie-breaking.
@@ -97,6 +98,9 @@ pub struct RunReport {
     /// In the gated scenario: the same pods per second through a service without the gated
     /// pods (`pods_per_second` is with them).
     pub without_gated_pods_per_second: Option<f64>,
+    /// In the gangs scenario: gangs bound whole, and the median and 99th-percentile time from
+    /// a gang's first member leaving the queue to its last member's binding, in milliseconds.
+    pub gangs: Option<GangTimes>,
 }
 
 /// Mean time per pod one plugin spent at one extension point.
@@ -145,6 +149,19 @@ pub struct Report {
     pub rounds: Vec<(f64, f64)>,
 }
 
+/// How the gangs of the gangs scenario fared.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct GangTimes {
+    /// Gangs whose every member was bound.
+    pub admitted: usize,
+    /// Gangs in the run.
+    pub gangs: usize,
+    /// Median time to admit a gang, in milliseconds.
+    pub p50_ms: f64,
+    /// 99th percentile, in milliseconds.
+    pub p99_ms: f64,
+}
+
 /// Schedules the synthetic cluster with one runtime, with or without call deadlines.
 ///
 /// # Errors
@@ -158,7 +175,7 @@ pub fn run_once(
     seed: u64,
     config_file: Option<&std::path::Path>,
 ) -> anyhow::Result<RunReport> {
-    let config = bench_config(config_file, runtime, deadlines, threads)?;
+    let config = bench_config(config_file, scenario, runtime, deadlines, threads)?;
     reset_peak_rss();
     let rss_before = proc_status_mb("VmRSS");
     let mut profiles = config.profiles()?;
@@ -180,7 +197,14 @@ pub fn run_once(
     let before: Vec<(String, Vec<Duration>)> = plugin_totals(&stats);
     let mut tally = Tally::default();
     let (decider, elapsed) = match scenario {
-        Scenario::Gated => through_service(decider, cluster, synthetic::GATED_PODS, &mut tally),
+        Scenario::Gated | Scenario::Gangs => {
+            let gated = if scenario == Scenario::Gated {
+                synthetic::GATED_PODS
+            } else {
+                0
+            };
+            through_service(decider, cluster, gated, &mut tally)
+        }
         _ => place_each(decider, cluster, scenario, seed, &mut tally),
     };
     let per_pod = |d: Duration| d.as_secs_f64() * 1e6 / cluster.pods.len().max(1) as f64;
@@ -212,6 +236,7 @@ pub fn run_once(
         preemption_attempt_us: (tally.preemptions > 0)
             .then(|| tally.preemption_time.as_secs_f64() * 1e6 / tally.preemptions as f64),
         without_gated_pods_per_second,
+        gangs: (scenario == Scenario::Gangs).then(|| tally.gang_times(cluster.groups.len())),
     })
 }
 
@@ -285,8 +310,13 @@ fn through_service(
         }
     };
     submit(gated);
+    for group in synthetic::pod_group_objects(cluster) {
+        pipeline.submit(sequence.upsert(group));
+    }
     let held = service.run_until_idle();
     debug_assert!(held.iter().all(|r| r.gated.is_some()));
+    let gang_of: HashMap<String, (&str, u32)> = gang_members(cluster);
+    let mut gangs: HashMap<&str, (Instant, u32)> = HashMap::new();
     let start = Instant::now();
     submit(measured);
     loop {
@@ -295,7 +325,19 @@ fn through_service(
             break;
         };
         tally.latencies.push(cycle.elapsed());
-        tally.count(&result.outcome);
+        // A member waiting at Permit is counted when it is let go (or rejected).
+        if result.waiting_on.is_empty() {
+            tally.count(&result.outcome);
+        }
+        if let Some(&(gang, size)) = gang_of.get(&result.pod) {
+            let (first, placed) = gangs.entry(gang).or_insert((cycle, 0));
+            if result.outcome.node.is_some() {
+                *placed += 1;
+                if *placed == size {
+                    tally.gang_admissions.push(first.elapsed());
+                }
+            }
+        }
     }
     // The last bindings' own events, which confirm them.
     service.apply_events();
@@ -303,17 +345,45 @@ fn through_service(
     (service.into_decider(), elapsed)
 }
 
+/// Each gang member's gang and the gang's size, by pod key.
+fn gang_members(cluster: &Synthetic) -> HashMap<String, (&str, u32)> {
+    let sizes: HashMap<&str, u32> = cluster
+        .groups
+        .iter()
+        .map(|(name, size)| (name.as_str(), *size))
+        .collect();
+    cluster
+        .pods
+        .iter()
+        .filter_map(|pod| {
+            let gang = crate::k8s::podgroup::group_of(pod)?;
+            let (name, size) = sizes.get_key_value(gang)?;
+            Some((pod.key(), (*name, *size)))
+        })
+        .collect()
+}
+
+/// The profile the gangs scenario runs without a configuration file: the default one with
+/// Coscheduling added, as `examples/configs/gangs.toml` has it.
+const GANGS_CONFIG: &str = include_str!("../../../examples/configs/gangs.toml");
+
 /// The configuration a run uses: the file's, or the default, with the run's runtime, deadlines
 /// and threads.
 fn bench_config(
     config_file: Option<&std::path::Path>,
+    scenario: Scenario,
     runtime: DefaultPluginRuntime,
     deadlines: bool,
     threads: usize,
 ) -> anyhow::Result<Config> {
-    let mut config = match config_file {
-        Some(path) => Config::load(path)?,
-        None => Config::default(),
+    let mut config = match (config_file, scenario) {
+        (Some(path), _) => Config::load(path)?,
+        (None, Scenario::Gangs) => Config::parse(
+            "examples/configs/gangs.toml",
+            std::path::Path::new("."),
+            GANGS_CONFIG.to_string(),
+        )?,
+        (None, _) => Config::default(),
     };
     config.default_plugins = runtime;
     config.deadlines = deadlines;
@@ -330,9 +400,30 @@ struct Tally {
     errors: usize,
     preemptions: usize,
     preemption_time: Duration,
+    /// Per gang bound whole: from its first member leaving the queue to its last binding.
+    gang_admissions: Vec<Duration>,
 }
 
 impl Tally {
+    /// The gangs admitted of `gangs`, and the median and 99th percentile of their admission.
+    fn gang_times(&mut self, gangs: usize) -> GangTimes {
+        self.gang_admissions.sort();
+        let at = |q: f64| {
+            let n = self.gang_admissions.len();
+            if n == 0 {
+                return 0.0;
+            }
+            let i = ((n as f64 * q).ceil() as usize).clamp(1, n) - 1;
+            self.gang_admissions[i].as_secs_f64() * 1e3
+        };
+        GangTimes {
+            admitted: self.gang_admissions.len(),
+            gangs,
+            p50_ms: at(0.5),
+            p99_ms: at(0.99),
+        }
+    }
+
     /// Counts one cycle's outcome.
     fn count(&mut self, outcome: &crate::framework::Outcome) {
         match (&outcome.node, outcome.error) {
@@ -786,6 +877,19 @@ fn print_comparisons(r: &Report) {
             or_na(ratio(r.native.pods_per_second, native), 2),
         );
     }
+    if let (Some(wasm), Some(native)) = (r.wasm.gangs, r.native.gangs) {
+        println!(
+            "gangs bound whole: {} | {} of {} (wasm | native); time to admit a gang p50 {:.2} | \
+             {:.2} ms, p99 {:.2} | {:.2} ms",
+            wasm.admitted,
+            native.admitted,
+            wasm.gangs,
+            wasm.p50_ms,
+            native.p50_ms,
+            wasm.p99_ms,
+            native.p99_ms
+        );
+    }
     if let (Some(wasm), Some(native)) = (
         r.wasm_speedup_over_one_thread,
         r.native_speedup_over_one_thread,
@@ -853,13 +957,15 @@ mod tests {
             preemptions: 0,
             preemption_attempt_us: None,
             without_gated_pods_per_second: None,
+            gangs: None,
         }
     }
 
     #[test]
     fn the_gated_scenario_schedules_only_its_measured_pods() {
         let cluster = synthetic::cluster(Scenario::Gated, 20, 30, 1);
-        let config = bench_config(None, DefaultPluginRuntime::Native, true, 1).unwrap();
+        let config =
+            bench_config(None, Scenario::Basic, DefaultPluginRuntime::Native, true, 1).unwrap();
         let mut loaded = Decider::new(&config.profiles().unwrap(), 1).unwrap();
         cluster.load_into(loaded.cache_mut());
         let mut tally = Tally::default();

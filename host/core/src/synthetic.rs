@@ -68,6 +68,10 @@ pub enum Scenario {
     /// template's claims kube's controller makes) asking for one GPU; DynamicResources allocates
     /// it and the cache holds it, so nodes fill up.
     Dra,
+    /// Basic's nodes; the pods come in gangs of 4 to 16 (a PodGroup each, `minMember` its
+    /// size), scheduled through the service with scheduler-plugins' Coscheduling in the profile:
+    /// every member waits at Permit until its gang's last one is reserved.
+    Gangs,
     /// Every scenario above.
     All,
 }
@@ -78,7 +82,7 @@ pub const GATED_PODS: usize = 10_000;
 
 impl Scenario {
     /// Every scenario but [`Scenario::All`].
-    pub const EACH: [Scenario; 14] = [
+    pub const EACH: [Scenario; 15] = [
         Scenario::Basic,
         Scenario::NodeAffinity,
         Scenario::Taints,
@@ -93,6 +97,7 @@ impl Scenario {
         Scenario::Gated,
         Scenario::VolumeLimits,
         Scenario::Dra,
+        Scenario::Gangs,
     ];
 
     /// The scenario's name on the command line.
@@ -112,6 +117,7 @@ impl Scenario {
             Scenario::Gated => "gated",
             Scenario::VolumeLimits => "volume-limits",
             Scenario::Dra => "dra",
+            Scenario::Gangs => "gangs",
             Scenario::All => "all",
         }
     }
@@ -184,6 +190,8 @@ pub struct Synthetic {
     pub slices: Vec<(String, Slice)>,
     /// ResourceClaims by namespace and name.
     pub resource_claims: Vec<(String, String, Claim)>,
+    /// Gangs: each PodGroup's name and `minMember` (its pods carry its label).
+    pub groups: Vec<(String, u32)>,
 }
 
 impl Synthetic {
@@ -315,7 +323,7 @@ pub fn cluster(scenario: Scenario, nodes: usize, pods: usize, seed: u64) -> Synt
     let (device_classes, slices) = gpu_devices(scenario, &nodes);
     let mut resource_claims = Vec::new();
     let count = pods;
-    let pods = (0..pods)
+    let pods: Vec<sdk::Pod> = (0..pods)
         .map(|i| {
             let mut pod = requesting_pod(scenario, i, &mut rng);
             tolerate_and_select(scenario, &mut pod, &mut rng);
@@ -352,6 +360,12 @@ pub fn cluster(scenario: Scenario, nodes: usize, pods: usize, seed: u64) -> Synt
     } else {
         Vec::new()
     };
+    let mut pods = pods;
+    let groups = if scenario == Scenario::Gangs {
+        into_gangs(&mut pods, &mut rng)
+    } else {
+        Vec::new()
+    };
     Synthetic {
         nodes,
         running,
@@ -364,7 +378,47 @@ pub fn cluster(scenario: Scenario, nodes: usize, pods: usize, seed: u64) -> Synt
         device_classes,
         slices,
         resource_claims,
+        groups,
     }
+}
+
+/// Fewest and most pods of a gang in [`Scenario::Gangs`].
+pub const GANG_SIZES: std::ops::RangeInclusive<u32> = 4..=16;
+
+/// Labels consecutive runs of `pods` as gangs of [`GANG_SIZES`] pods (the last may be smaller,
+/// and its PodGroup asks for what it has); returns each gang's name and size.
+fn into_gangs(pods: &mut [sdk::Pod], rng: &mut Rng) -> Vec<(String, u32)> {
+    let mut groups = Vec::new();
+    let mut rest = pods;
+    while !rest.is_empty() {
+        let span = u64::from(GANG_SIZES.end() - GANG_SIZES.start() + 1);
+        let size = (*GANG_SIZES.start() as usize + rng.below(span) as usize).min(rest.len());
+        let name = format!("gang-{:05}", groups.len());
+        let (gang, after) = rest.split_at_mut(size);
+        for pod in gang {
+            pod.labels =
+                sdk::Labels::from_pairs([(crate::k8s::podgroup::POD_GROUP_LABEL, name.as_str())]);
+        }
+        groups.push((name, size as u32));
+        rest = after;
+    }
+    groups
+}
+
+/// The PodGroups of `cluster`'s gangs (namespace `bench`) as objects.
+pub fn pod_group_objects(cluster: &Synthetic) -> Vec<Object> {
+    cluster
+        .groups
+        .iter()
+        .map(|(name, size)| {
+            let group: crate::k8s::podgroup::PodGroup = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "bench"},
+                "spec": {"minMember": size},
+            }))
+            .expect("valid PodGroup");
+            Object::PodGroup(Box::new(group))
+        })
+        .collect()
 }
 
 /// GPUs each node publishes in [`Scenario::Dra`].
@@ -910,7 +964,8 @@ fn pod_affinity(scenario: Scenario, pod: &mut sdk::Pod, nodes: usize, rng: &mut 
 pub fn pod_object(pod: &sdk::Pod) -> core::Pod {
     let requests = &pod.requests;
     serde_json::from_value(serde_json::json!({
-        "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": format!("uid-{}", pod.name)},
+        "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": format!("uid-{}", pod.name),
+                     "labels": pod.labels.iter().collect::<std::collections::BTreeMap<_, _>>()},
         "spec": {
             "schedulerName": pod.scheduler_name,
             "priority": pod.priority,

@@ -545,7 +545,7 @@ impl Service {
                 );
                 let now = self.epoch_millis(self.clock.now());
                 self.gangs.upsert_group(&full_name, spec, now);
-                self.wake_group(&full_name);
+                self.group_changed(&full_name);
             }
             Object::Namespace(namespace) => {
                 let name = namespace.metadata.name.as_deref().unwrap_or_default();
