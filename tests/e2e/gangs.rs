@@ -145,9 +145,12 @@ fn group(name: &str, min_member: u32, timeout: u32) -> Object {
     )
 }
 
+/// Per node: its requested resources and its pod count.
+type Usage = Vec<(Resources, u32)>;
+
 /// Each node's requested resources and pod count as the cache holds them, and as recounted
 /// from the requests of the pods the cache places there.
-fn usage_and_recount(s: &Service) -> (Vec<(Resources, u32)>, Vec<(Resources, u32)>) {
+fn usage_and_recount(s: &Service) -> (Usage, Usage) {
     let cache = s.decider().cache();
     let held = cache
         .nodes()
