@@ -219,6 +219,10 @@ fn a_gang_whose_last_member_comes_later_is_bound_together_and_a_timed_out_gang_g
     assert_eq!(placed.len(), 3, "{together:?}");
     let waited = together.iter().filter(|r| !r.waiting_on.is_empty()).count();
     assert_eq!(waited, 2, "two wait for the third");
+    let counter = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(counter(&s.stats.gangs_admitted), 1);
+    assert_eq!(counter(&s.stats.permit_waits), 2);
+    assert_eq!(counter(&s.stats.permit_released), 2);
 
     // A gang of two whose second member stays gated: the first waits, reserved, then times out.
     submit(&mut s, group("stuck", 2, 20));
@@ -242,6 +246,14 @@ fn a_gang_whose_last_member_comes_later_is_bound_together_and_a_timed_out_gang_g
         s.pod_state("ml/stuck-0"),
         Some(PodState::Pending(_))
     ));
+    assert_eq!(counter(&s.stats.gangs_timed_out), 1);
+    assert_eq!(counter(&s.stats.permit_timeouts), 1);
+    assert_eq!(
+        counter(&s.stats.gangs_admitted),
+        1,
+        "the stuck gang was never admitted"
+    );
+    assert!(counter(&s.stats.permit_wait_millis) >= 20_000);
     let (held, recount) = usage_and_recount(&s);
     assert_eq!(held, recount, "the cache equals a recount");
     assert_eq!(

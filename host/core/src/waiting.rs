@@ -19,6 +19,8 @@ pub struct WaitingPod {
     pub result: CycleResult,
     /// The plugins it still waits at, each with when its wait ends and how long it was.
     pub waits: Vec<(String, Duration, Duration)>,
+    /// When it began to wait.
+    pub since: Duration,
 }
 
 /// The waiting pods by `namespace/name`.

@@ -146,6 +146,10 @@ impl Service {
             })
             .collect();
         for (plugin, message, waiting) in taken {
+            self.stats
+                .permit_rejections
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.count_wait(waiting.since);
             tracing::debug!(pod = %waiting.result.pod, %plugin, "waiting pod rejected: {message}");
             let mut result = waiting.result;
             self.reject_reserved(&waiting.pod, &waiting.node, &mut result, message, false);

@@ -57,6 +57,21 @@ pub struct ServiceStats {
     pub unschedulable: AtomicU64,
     /// Preemptions carried out (victims evicted, the pod nominated).
     pub preemptions: AtomicU64,
+    /// Reserved pods that began to wait at Permit.
+    pub permit_waits: AtomicU64,
+    /// Waiting pods let go, and bound.
+    pub permit_released: AtomicU64,
+    /// Waiting pods whose wait ran out.
+    pub permit_timeouts: AtomicU64,
+    /// Waiting pods a plugin rejected.
+    pub permit_rejections: AtomicU64,
+    /// Milliseconds waited at Permit by the pods that stopped waiting (let go or rejected).
+    pub permit_wait_millis: AtomicU64,
+    /// Gangs whose quorum was reached: the member that brought its assigned pods to
+    /// `minMember` passed Permit.
+    pub gangs_admitted: AtomicU64,
+    /// Members of PodGroups whose wait at Permit ran out.
+    pub gangs_timed_out: AtomicU64,
 }
 
 struct Assumed {
@@ -941,8 +956,15 @@ impl Service {
             return false;
         }
         if outcome.waits.is_empty() {
+            let quorum = asked.group.as_ref().is_some_and(|g| {
+                g.found && g.assigned < g.min_member && g.assigned + 1 >= g.min_member
+            });
+            if quorum {
+                self.stats.gangs_admitted.fetch_add(1, Ordering::Relaxed);
+            }
             return true;
         }
+        self.stats.permit_waits.fetch_add(1, Ordering::Relaxed);
         let now = self.clock.now();
         let waits = outcome.waits.into_iter();
         let waits: Vec<_> = waits.map(|(p, t)| (p, now + t, t)).collect();
@@ -951,6 +973,7 @@ impl Service {
             node: node.to_string(),
             result: result.clone(),
             waits: waits.clone(),
+            since: now,
         });
         result.waiting_on = waits.into_iter().map(|(p, _, _)| p).collect();
         let mut message = format!(
@@ -981,15 +1004,31 @@ impl Service {
         let Some(waiting) = self.waiting.allow(plugin, key) else {
             return;
         };
+        self.stats.permit_released.fetch_add(1, Ordering::Relaxed);
+        self.count_wait(waiting.since);
         let mut result = waiting.result;
         self.bind(waiting.pod, waiting.node, &mut result);
         self.released.push_back(result);
+    }
+
+    /// Adds the wait of a pod that began waiting at `since` and stops now.
+    fn count_wait(&self, since: Duration) {
+        let waited = self.clock.now().saturating_sub(since).as_millis();
+        let waited = u64::try_from(waited).unwrap_or(u64::MAX);
+        self.stats
+            .permit_wait_millis
+            .fetch_add(waited, Ordering::Relaxed);
     }
 
     /// Rejects the waiting pods whose wait at a plugin ran out, as kube-scheduler's waiting pods
     /// time out: each is unreserved and retried after backoff.
     fn expire_waiting(&mut self) {
         for (waiting, plugin, waited) in self.waiting.expired(self.clock.now()) {
+            self.stats.permit_timeouts.fetch_add(1, Ordering::Relaxed);
+            if k8s::podgroup::group_of(&waiting.pod).is_some() {
+                self.stats.gangs_timed_out.fetch_add(1, Ordering::Relaxed);
+            }
+            self.count_wait(waiting.since);
             let message = format!(
                 "rejected due to timeout after waiting {}s at plugin {plugin}",
                 waited.as_secs()

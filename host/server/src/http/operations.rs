@@ -84,6 +84,13 @@ async fn metrics(State(server): State<Shared>) -> Response {
         ("wasched_events_applied_total", service.events_applied.load(Ordering::Relaxed), "Events applied to the scheduler's cache and queue."),
         ("wasched_assumed_expired_total", service.assumed_expired.load(Ordering::Relaxed), "Placements undone because their binding was not confirmed in time."),
         ("wasched_preemptions_total", service.preemptions.load(Ordering::Relaxed), "Preemptions carried out: a pod nominated to a node and its victims there evicted."),
+        ("wasched_permit_waits_total", service.permit_waits.load(Ordering::Relaxed), "Reserved pods that began to wait at Permit (a gang's members until its quorum)."),
+        ("wasched_permit_waits_ended_total{result=\"released\"}", service.permit_released.load(Ordering::Relaxed), "Waits at Permit that ended, by how: let go and bound, timed out, or rejected by a plugin."),
+        ("wasched_permit_waits_ended_total{result=\"timeout\"}", service.permit_timeouts.load(Ordering::Relaxed), ""),
+        ("wasched_permit_waits_ended_total{result=\"rejected\"}", service.permit_rejections.load(Ordering::Relaxed), ""),
+        ("wasched_permit_wait_milliseconds_total", service.permit_wait_millis.load(Ordering::Relaxed), "Time the pods whose wait ended spent waiting at Permit, summed."),
+        ("wasched_gangs_admitted_total", service.gangs_admitted.load(Ordering::Relaxed), "Gangs whose quorum (minMember) was reached: their members were let go together."),
+        ("wasched_gangs_timed_out_total", service.gangs_timed_out.load(Ordering::Relaxed), "Members of PodGroups whose wait at Permit ran out (the rest of the gang is rejected with them)."),
     ];
     for (series, value, help) in counters {
         let name = series.split('{').next().unwrap_or(series);
