@@ -269,8 +269,8 @@ fn plugin_inspect_tells_what_a_component_is_and_whether_it_is_accepted() {
     let output = stdout(&wasched(&["plugin", "inspect", path.to_str().unwrap()]));
     for line in [
         format!("sha256:   {}", wasched::component::sha256_hex(component)),
-        "imports:  wasched:plugin/types@0.2.0".to_string(),
-        "world:    wasched:plugin/plugin@0.2.0".to_string(),
+        "imports:  wasched:plugin/types@0.2.1".to_string(),
+        "world:    wasched:plugin/plugin@0.2.1".to_string(),
         "plugin:   TaintToleration 0.1.0 (filter, score)".to_string(),
         "normalize: reverse".to_string(),
         "reads:    pod tolerations".to_string(),
@@ -281,6 +281,27 @@ fn plugin_inspect_tells_what_a_component_is_and_whether_it_is_accepted() {
             "{line:?} missing from:\n{output}"
         );
     }
+
+    // A component built against 0.2.0 names its imports and interfaces `@0.2.0`: the same
+    // component with those names (the strings are as long, so the binary stays valid) loads and
+    // answers alike, its interfaces found under their 0.2.0 names.
+    let old = replace_all(component, b"@0.2.1", b"@0.2.0");
+    let old_path = temp_file("taint-0.2.0.wasm", "");
+    std::fs::write(&old_path, &old).unwrap();
+    let output = stdout(&wasched(&["plugin", "inspect", old_path.to_str().unwrap()]));
+    for line in [
+        "imports:  wasched:plugin/types@0.2.0",
+        "world:    wasched:plugin/plugin@0.2.0",
+        "plugin:   TaintToleration 0.1.0 (filter, score)",
+        "reads:    pod tolerations",
+        "accepted: yes",
+    ] {
+        assert!(
+            output.lines().any(|l| l == line),
+            "{line:?} missing from:\n{output}"
+        );
+    }
+    assert!(!output.contains("@0.2.1"), "{output}");
 
     // The SDK reports a plugin's own normalization as `in-score`: it normalizes inside `score`.
     let affinity =
@@ -1060,4 +1081,20 @@ fn dynamic_resources_allocate_devices_and_explain_as_kube_scheduler() {
             r#"{"pod":"ml/huge","node":null,"message":"0/2 nodes are available: 2 cannot allocate all claims. still not schedulable, preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."}"#.to_string(),
         ]
     );
+}
+
+/// `bytes` with every `from` replaced by `to` (of the same length).
+fn replace_all(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    assert_eq!(from.len(), to.len());
+    let mut out = bytes.to_vec();
+    let mut i = 0;
+    while i + from.len() <= out.len() {
+        if &out[i..i + from.len()] == from {
+            out[i..i + from.len()].copy_from_slice(to);
+            i += from.len();
+        } else {
+            i += 1;
+        }
+    }
+    out
 }

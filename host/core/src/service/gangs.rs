@@ -64,6 +64,24 @@ impl Service {
         pod.group = Some(group);
     }
 
+    /// A PodGroup added or changed.
+    pub(super) fn apply_pod_group(
+        &mut self,
+        group: &crate::k8s::podgroup::PodGroup,
+    ) -> Result<(), crate::k8s::FieldError> {
+        let spec = crate::k8s::podgroup::group_spec(group)?;
+        let meta = &group.metadata;
+        let full_name = format!(
+            "{}/{}",
+            meta.namespace.as_deref().unwrap_or("default"),
+            meta.name.as_deref().unwrap_or_default()
+        );
+        let now = self.epoch_millis(self.clock.now());
+        self.gangs.upsert_group(&full_name, spec, now);
+        self.group_changed(&full_name);
+        Ok(())
+    }
+
     /// Puts a queued pod where the QueueSort plugin of its profile says, if it has one.
     pub(super) fn sort_in_queue(&mut self, key: &str) {
         let Some(pod) = self.queue.pod(key) else {

@@ -550,18 +550,7 @@ impl Service {
             // Kubernetes' resourceclaim controller makes claims from templates; the cache needs
             // only the claims.
             Object::ResourceClaimTemplate(_) => {}
-            Object::PodGroup(group) => {
-                let spec = k8s::podgroup::group_spec(group)?;
-                let meta = &group.metadata;
-                let full_name = format!(
-                    "{}/{}",
-                    meta.namespace.as_deref().unwrap_or("default"),
-                    meta.name.as_deref().unwrap_or_default()
-                );
-                let now = self.epoch_millis(self.clock.now());
-                self.gangs.upsert_group(&full_name, spec, now);
-                self.group_changed(&full_name);
-            }
+            Object::PodGroup(group) => self.apply_pod_group(group)?,
             Object::Namespace(namespace) => {
                 let name = namespace.metadata.name.as_deref().unwrap_or_default();
                 let labels = namespace.metadata.labels.iter().flatten();

@@ -241,7 +241,7 @@ impl WasmRuntime {
             ))
         })?;
         let version = world_version(component_type.exports(&self.engine).map(|(e, _)| e));
-        let pre = if version == CURRENT_WORLD {
+        let pre = if speaks_0_2(version) {
             Pre::Current(Box::new(PluginPre::new(pre).map_err(|e| {
                 LoadError(format!(
                     "plugin {name}: does not implement the wasched:plugin/plugin world: {e:#}"
@@ -355,19 +355,33 @@ fn cache_dir() -> Option<PathBuf> {
 }
 
 /// The plugin world this host speaks natively.
-pub const CURRENT_WORLD: &str = "wasched:plugin/plugin@0.2.0";
+pub const CURRENT_WORLD: &str = "wasched:plugin/plugin@0.2.1";
+/// 0.2.1's predecessor on the same compatible track: the same functions and interfaces but
+/// `groups`, loaded the same way (the component model finds its exports under their 0.2.0
+/// names).
+pub const V020_WORLD: &str = "wasched:plugin/plugin@0.2.0";
 /// The older plugin world it still loads (see [`crate::legacy`]).
 pub const V01_WORLD: &str = "wasched:plugin/plugin@0.1.0";
 
 /// Which world a component with these exports was built against: 0.2.0 added `upsert-pods`
-/// (among others); a component without it is taken for 0.1.0, whose exports are checked when an
-/// instance is made.
-pub fn world_version<'a>(mut exports: impl Iterator<Item = &'a str>) -> &'static str {
-    if exports.any(|export| export == "upsert-pods") {
-        CURRENT_WORLD
-    } else {
-        V01_WORLD
+/// (among others), 0.2.1 names its interfaces `@0.2.1`; a component without `upsert-pods` is
+/// taken for 0.1.0, whose exports are checked when an instance is made.
+pub fn world_version<'a>(exports: impl Iterator<Item = &'a str>) -> &'static str {
+    let mut version = V01_WORLD;
+    for export in exports {
+        if export.ends_with("@0.2.1") {
+            return CURRENT_WORLD;
+        }
+        if export == "upsert-pods" {
+            version = V020_WORLD;
+        }
     }
+    version
+}
+
+/// Whether a component of `world` is called through the 0.2 exports (not [`crate::legacy`]).
+fn speaks_0_2(world: &str) -> bool {
+    world == CURRENT_WORLD || world == V020_WORLD
 }
 
 /// The lowercase hex sha256 of `bytes`.

@@ -368,3 +368,16 @@ fn set_pod_sends_only_the_declared_parts() {
         Some(1)
     );
 }
+
+#[test]
+fn the_world_version_is_told_by_the_exports() {
+    assert_eq!(
+        world_version(["init", "upsert-pods", "wasched:plugin/groups@0.2.1"].into_iter()),
+        CURRENT_WORLD
+    );
+    assert_eq!(
+        world_version(["init", "upsert-pods", "wasched:plugin/stages@0.2.0"].into_iter()),
+        V020_WORLD
+    );
+    assert_eq!(world_version(["init", "filter"].into_iter()), V01_WORLD);
+}
