@@ -156,6 +156,12 @@ pub fn simulate(
     for object in objects {
         pipeline.submit(sequence.upsert(object));
     }
+    Ok(schedule_until_settled(&mut service, &clock))
+}
+
+/// Runs `service` until no pod is left to try, moving `clock` only to what a pod waits for: the
+/// end of a preempting pod's backoff, or of a Permit wait.
+fn schedule_until_settled(service: &mut Service, clock: &FakeClock) -> Vec<Decision> {
     let mut decisions = Vec::new();
     let mut permit_rounds = 0;
     loop {
@@ -187,7 +193,7 @@ pub fn simulate(
             }
         }
     }
-    Ok(decisions)
+    decisions
 }
 
 /// How many times `simulate` lets time run to the end of a Permit wait and goes on scheduling.
