@@ -66,6 +66,11 @@ impl Gangs {
         }
     }
 
+    /// Whether any pod is a member of any group (most clusters have none).
+    pub fn has_members(&self) -> bool {
+        !self.member_of.is_empty()
+    }
+
     /// Forgets pod `key` (deleted or done).
     pub fn remove_member(&mut self, key: &str) {
         let Some((group, _)) = self.member_of.remove(key) else {

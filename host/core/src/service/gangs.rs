@@ -178,6 +178,10 @@ impl Service {
 
     /// Records a pod's membership as it changes, waking its group when it joins one.
     pub(super) fn track_member(&mut self, pod: &sdk::Pod) {
+        // Without gangs in the cluster, a pod without a group label changes nothing here.
+        if !self.gangs.has_members() && group_of(pod).is_none() {
+            return;
+        }
         let before = self.gangs.group_of_member(&pod.key()).map(str::to_string);
         self.gangs.upsert_member(pod);
         let after = self.gangs.group_of_member(&pod.key()).map(str::to_string);
@@ -190,6 +194,8 @@ impl Service {
 
     /// Forgets a deleted or finished pod's membership.
     pub(super) fn forget_member(&mut self, key: &str) {
-        self.gangs.remove_member(key);
+        if self.gangs.has_members() {
+            self.gangs.remove_member(key);
+        }
     }
 }
