@@ -340,10 +340,9 @@ impl<P: Exported> devices::Guest for Component<P> {
     }
 
     fn pre_enqueue(pod: Vec<u8>) -> Option<wit::Failure> {
-        let mut reader = crate::wire::Reader::new(&pod);
-        let pod = decoded(reader.pod());
-        decoded(reader.finish());
-        driver::<P>().pre_enqueue(&pod).map(Into::into)
+        driver::<P>()
+            .pre_enqueue(&decoded_pod(&pod))
+            .map(Into::into)
     }
 
     fn reserve(

@@ -110,8 +110,8 @@ impl Service {
     /// The PodGroup `full_name` was added or changed: its members take their place in the
     /// queue again (its creation time orders them) and its parked members are tried again.
     pub(super) fn group_changed(&mut self, full_name: &str) {
-        self.wake_group(full_name);
         let members: Vec<String> = self.gangs.members(full_name).map(str::to_string).collect();
+        self.queue.wake(members.iter().map(String::as_str));
         for member in &members {
             self.sort_in_queue(member);
         }
