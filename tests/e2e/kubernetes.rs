@@ -1541,3 +1541,95 @@ fn a_claim_is_allocated_before_the_binding_and_given_back_when_the_binding_is_re
         1
     );
 }
+
+fn gang_pod(name: &str, group: &str) -> Value {
+    let mut pod = pod(name, "3", json!({}));
+    pod["metadata"]["labels"] = json!({"scheduling.x-k8s.io/pod-group": group});
+    pod
+}
+
+impl ApiServer {
+    /// Serves PodGroups from now on, as a cluster where scheduler-plugins' CRD was installed.
+    fn install_pod_groups(&self) {
+        let crd = json!({"resource": "scheduling.x-k8s.io/v1alpha1/podgroups", "kind": "PodGroup",
+            "namespaced": true, "subresources": ["status"]});
+        let (status, reply) = self.call("POST", "/_test/install", Some(crd));
+        assert_eq!(status, 200, "{reply}");
+    }
+
+    fn pod_group(&self, name: &str) -> Value {
+        let path =
+            format!("/apis/scheduling.x-k8s.io/v1alpha1/namespaces/default/podgroups/{name}");
+        self.call("GET", &path, None).1
+    }
+
+    fn bindings(&self) -> u64 {
+        self.counts()["POST pods/binding"].as_u64().unwrap_or(0)
+    }
+}
+
+/// Two replicas, a gang of three of which two fit: the leader holds two members at Permit and
+/// binds none; killed, the standby takes over and holds them again, still binding none; a third
+/// node lets the whole gang be bound together. The leader keeps the PodGroup's status as
+/// coscheduling's controller would (PreScheduling, then Scheduled with 3 scheduled).
+#[test]
+fn a_gang_waiting_at_permit_through_a_failover_is_bound_whole_or_not_at_all() {
+    let api = ApiServer::start();
+    api.install_pod_groups();
+    api.create(&node("n1", "zone-a", "4"));
+    api.create(&node("n2", "zone-a", "4"));
+    let config = crate::support::repo_root().join("examples/configs/gangs.toml");
+    let config = config.to_str().unwrap();
+    let mut extra = FAST_LEASE.to_vec();
+    extra.extend(["--config", config]);
+    let a = Decider::start(&api, "gang-a", &extra);
+    let b = Decider::start(&api, "gang-b", &extra);
+    wait_for("one leader", || {
+        u8::from(a.leads()) + u8::from(b.leads()) == 1
+    });
+    let group = json!({"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+        "metadata": {"name": "train", "namespace": "default"},
+        "spec": {"minMember": 3, "scheduleTimeoutSeconds": 30}});
+    let path = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/default/podgroups";
+    let (status, reply) = api.call("POST", path, Some(group));
+    assert!(status < 300, "{reply}");
+    wait_for("the leader to write the new group's status", || {
+        api.pod_group("train")["status"]["phase"] == "Pending"
+    });
+    for i in 0..3 {
+        api.create(&gang_pod(&format!("worker-{i}"), "train"));
+    }
+    let (leader, standby) = if a.leads() { (a, b) } else { (b, a) };
+    wait_for("two members to wait at Permit", || {
+        leader.metric_total("wasched_permit_waits_total") >= 2
+    });
+    wait_for("the status PreScheduling", || {
+        api.pod_group("train")["status"]["phase"] == "PreScheduling"
+    });
+    assert_eq!(api.bindings(), 0, "no member bound while the gang is short");
+
+    leader.kill9();
+    wait_for("the standby to lead", || standby.leads());
+    wait_for("the new leader to hold two members at Permit", || {
+        standby.metric_total("wasched_permit_waits_total") >= 2
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        api.bindings(),
+        0,
+        "no member bound alone after the failover"
+    );
+
+    api.create(&node("n3", "zone-a", "4"));
+    wait_for("the gang to be bound", || api.all_bound());
+    assert_eq!(api.bindings(), 3, "each member bound once");
+    let nodes: std::collections::BTreeSet<String> = (0..3)
+        .filter_map(|i| api.node_of(&format!("worker-{i}")))
+        .collect();
+    assert_eq!(nodes.len(), 3, "one member a node: {nodes:?}");
+    wait_for("the status Scheduled", || {
+        let status = &api.pod_group("train")["status"];
+        status["phase"] == "Scheduled" && status["scheduled"] == 3
+    });
+    assert!(standby.metric("wasched_podgroup_status_writes_total") >= 1);
+}

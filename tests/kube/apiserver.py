@@ -26,7 +26,9 @@ connection), `POST /_test/block-watches` also answers every list and watch with 
 resourceVersion gets 410), `POST /_test/fail-bindings` with `{"status": 500, "count": 3}` makes the
 next bindings fail, `POST /_test/slow-bindings` with `{"seconds": 5, "count": 1}` makes the next
 bindings answer that late, `GET /_test/counts` counts the requests by kind, `GET /_test/writes`
-lists every write in order (method, path, User-Agent, body).
+lists every write in order (method, path, User-Agent, body), `POST /_test/install` with
+`{"resource": "scheduling.x-k8s.io/v1alpha1/podgroups", "kind": "PodGroup", "namespaced": true,
+"subresources": ["status"]}` starts serving a resource (a CustomResourceDefinition installed).
 
 Run: python apiserver.py [--port N]; it prints `listening on http://127.0.0.1:PORT` when ready.
 """
@@ -351,6 +353,11 @@ class ApiServer(kmock.KubernetesEmulator):
             return aiohttp.web.json_response(dict(self.counts))
         elif path == '/_test/writes':
             return aiohttp.web.json_response(self.writes)
+        elif path == '/_test/install':
+            data = request.data or {}
+            self.resources[data['resource']] = {
+                'kind': data['kind'], 'namespaced': bool(data.get('namespaced')),
+                'subresources': set(data.get('subresources', []))}
         else:
             return _status(404, 'NotFound', path)
         return aiohttp.web.json_response({'ok': True})

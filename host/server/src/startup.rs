@@ -309,7 +309,9 @@ fn kubernetes_source(
     let synced = Arc::new(StartGate::requiring(1));
     let stats = Arc::new(kubernetes::WatchStats::default());
     let _entered = runtime.enter();
-    kubernetes::watch_cluster(&client, pipeline, &[gate.clone(), synced.clone()], &stats);
+    let groups = (args.kube.pod_group_status).then(Arc::<kubernetes::GroupStatuses>::default);
+    let gates = [gate.clone(), synced.clone()];
+    kubernetes::watch_cluster(&client, pipeline, &gates, &stats, groups.as_ref());
     let mut leader_handoff = None;
     let leading = election.leader_elect.then(|| {
         let leading = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -325,13 +327,20 @@ fn kubernetes_source(
         leading
     });
     let sink = Box::new(kubernetes::ApiSink::new(
-        client,
+        client.clone(),
         failures,
         Arc::new(kubernetes::Recorder::new(identity.clone())),
         runtime.clone(),
         args.kube.kube_api_qps,
         args.kube.kube_api_burst,
     ));
+    if let Some(groups) = groups {
+        // The gate opens once every kind is listed and this replica leads: only the leader
+        // writes, as only it schedules.
+        let writer =
+            kubernetes::write_statuses(client, groups, gate.clone(), sink.rate(), stats.clone());
+        tokio::spawn(writer);
+    }
     Ok(Source {
         sink,
         gate: Some(gate),

@@ -67,6 +67,13 @@ impl ApiSink {
     }
 }
 
+impl ApiSink {
+    /// The limiter of the bindings' client, which other writes of the scheduler share.
+    pub fn rate(&self) -> Arc<RateLimiter> {
+        self.rate.clone()
+    }
+}
+
 impl ResultSink for ApiSink {
     fn record(
         &mut self,

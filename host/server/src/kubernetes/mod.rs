@@ -26,10 +26,12 @@ use crate::lenient::{shortened, Lenient, Undecodable};
 
 mod bind;
 mod events;
+mod podgroups;
 mod rate;
 
 pub use bind::{ApiSink, REQUEST_TIMEOUT};
 pub use events::{truncate_note, Recorder, NOTE_LIMIT};
+pub use podgroups::{write_statuses, GroupStatuses};
 pub use rate::RateLimiter;
 
 /// `wasched serve` options of Kubernetes mode.
@@ -62,6 +64,11 @@ pub struct KubeArgs {
     /// Where the replicas share plugins and configuration.
     #[command(flatten)]
     pub policy: crate::shared_policy::SharedPolicyArgs,
+    /// Write the status of PodGroups (`scheduling.x-k8s.io/v1alpha1`) as coscheduling's
+    /// PodGroup controller does: phase and member counts. Set it to false when
+    /// scheduler-plugins' controller runs in the cluster.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub pod_group_status: bool,
 }
 
 fn positive_rate(text: &str) -> Result<f64, String> {
@@ -104,6 +111,10 @@ pub struct WatchStats {
     pub repaired: AtomicU64,
     /// Watch errors (each retried with backoff).
     pub errors: AtomicU64,
+    /// PodGroup statuses written.
+    pub group_status_writes: AtomicU64,
+    /// PodGroup status writes the API server refused or did not answer (each tried again).
+    pub group_status_failures: AtomicU64,
 }
 
 impl WatchStats {
@@ -125,6 +136,16 @@ impl WatchStats {
                 "Failed watch or list requests (each retried with backoff).",
                 &self.errors,
             ),
+            (
+                "wasched_podgroup_status_writes_total",
+                "PodGroup statuses written (phase and member counts, as coscheduling's controller keeps them).",
+                &self.group_status_writes,
+            ),
+            (
+                "wasched_podgroup_status_write_failures_total",
+                "PodGroup status writes refused or not answered (each tried again a second later).",
+                &self.group_status_failures,
+            ),
         ] {
             crate::engine::render_counter(out, name, help, value);
         }
@@ -132,18 +153,20 @@ impl WatchStats {
 }
 
 /// Starts one watch per kind of object the cache holds; each of `gates` opens once every kind
-/// has listed.
+/// has listed. `groups`, when given, sees every pod and PodGroup (done pods too).
 pub fn watch_cluster(
     client: &Client,
     pipeline: &Arc<EventPipeline>,
     gates: &[Arc<StartGate>],
     stats: &Arc<WatchStats>,
+    groups: Option<&Arc<GroupStatuses>>,
 ) {
     Kind::visit_all(&mut WatchEveryKind {
         client,
         pipeline,
         gates,
         stats,
+        groups,
         unlisted: Arc::new(AtomicUsize::new(Kind::ALL.len())),
     });
 }
@@ -154,6 +177,7 @@ struct WatchEveryKind<'a> {
     pipeline: &'a Arc<EventPipeline>,
     gates: &'a [Arc<StartGate>],
     stats: &'a Arc<WatchStats>,
+    groups: Option<&'a Arc<GroupStatuses>>,
     unlisted: Arc<AtomicUsize>,
 }
 
@@ -165,6 +189,10 @@ impl KindVisitor for WatchEveryKind<'_> {
             gates: self.gates.to_vec(),
             unlisted: self.unlisted.clone(),
             stats: self.stats.clone(),
+            groups: self
+                .groups
+                .filter(|_| matches!(kind, Kind::Pod | Kind::PodGroup))
+                .cloned(),
         };
         tokio::spawn(watch_kind(Api::<K>::all(self.client.clone()), feed));
     }
@@ -190,6 +218,8 @@ struct Feed {
     /// Kinds that have not finished their first list.
     unlisted: Arc<AtomicUsize>,
     stats: Arc<WatchStats>,
+    /// Told of each pod and PodGroup, for their status.
+    groups: Option<Arc<GroupStatuses>>,
 }
 
 impl Feed {
@@ -200,6 +230,22 @@ impl Feed {
                 gate.open();
             }
         }
+    }
+
+    /// Submits `object` as the cache keeps it ([`kept`]) at `version`.
+    fn apply(&self, key: ObjectKey, version: u64, object: Option<Object>) {
+        if let (Some(groups), Some(object)) = (&self.groups, &object) {
+            groups.observe(object);
+        }
+        self.submit(key, version, object.and_then(kept));
+    }
+
+    /// Submits the deletion of `key` at `version`.
+    fn delete(&self, key: ObjectKey, version: u64) {
+        if let Some(groups) = &self.groups {
+            groups.forget(&key);
+        }
+        self.submit(key, version, None);
     }
 
     /// Submits `kept` (or the deletion of `key` when it is None) at `version`.
@@ -233,8 +279,8 @@ async fn watch_kind<K: KindType>(api: Api<K>, feed: Feed) {
     };
     let api: Api<Lenient<K>> = Api::all(api.into_client());
     let kind = feed.kind;
-    let keep = move |object: Lenient<K>| match object.decoded {
-        Ok(object) => kept(object.into_object()),
+    let decode = move |object: Lenient<K>| match object.decoded {
+        Ok(object) => Some(object.into_object()),
         Err(undecodable) => {
             tracing::warn!(
                 ?kind,
@@ -282,7 +328,7 @@ async fn watch_kind<K: KindType>(api: Api<K>, feed: Feed) {
                 let Some((key, version)) = parts(&feed, &object.metadata) else {
                     continue;
                 };
-                feed.submit(key.clone(), version, keep(object));
+                feed.apply(key.clone(), version, decode(object));
                 if let Some(listing) = listing.as_mut() {
                     listing.insert(key.clone(), version);
                 }
@@ -290,7 +336,7 @@ async fn watch_kind<K: KindType>(api: Api<K>, feed: Feed) {
             }
             watcher::Event::Delete(object) => {
                 if let Some((key, version)) = parts(&feed, &object.metadata) {
-                    feed.submit(key.clone(), version, None);
+                    feed.delete(key.clone(), version);
                     known.remove(&key);
                 }
             }
@@ -319,7 +365,7 @@ fn repair(feed: &Feed, known: &mut HashMap<ObjectKey, u64>, listed: &HashMap<Obj
     for (key, version) in gone {
         feed.stats.repaired.fetch_add(1, Ordering::Relaxed);
         tracing::info!(kind = ?key.kind, namespace = %key.namespace, name = %key.name, "deleted while unwatched: repaired");
-        feed.submit(key.clone(), newest_listed.max(version + 1), None);
+        feed.delete(key.clone(), newest_listed.max(version + 1));
         known.remove(&key);
     }
 }
