@@ -448,3 +448,53 @@ fn budgets_count_only_selected_pods_not_yet_disrupted() {
         "an empty selector guards nothing"
     );
 }
+
+/// A member of a running gang is evicted only when the whole gang is outranked: here the gang
+/// `train` has a member of priority HIGH on node3, so its LOW member on node1 is spared and the
+/// node of the lone LOW pod is chosen although node1's victim would rank first otherwise (it
+/// started later). With the gang's every member below the preemptor, node1 is open again.
+#[test]
+fn a_running_gang_loses_no_member_unless_every_member_is_outranked() {
+    let gang = [("scheduling.x-k8s.io/pod-group", "train")];
+    let cluster = |high_member: i32| Cluster {
+        nodes: vec![
+            pods_node("node1", 1),
+            pods_node("node2", 1),
+            pods_node("node3", 1),
+        ],
+        pods: vec![
+            (
+                labelled(started(prioritized(pod("worker-0"), LOW), 2_000), &gang),
+                "node1",
+            ),
+            (started(prioritized(pod("loner"), LOW), 1_000), "node2"),
+            (
+                labelled(started(prioritized(pod("worker-1"), high_member), 500), &gang),
+                "node3",
+            ),
+        ],
+        ..Cluster::default()
+    };
+    let got = preempt(&cluster(HIGH), &prioritized(pod("p"), MID));
+    assert_eq!(got.nominated.as_deref(), Some("node2"), "{got:?}");
+    assert_eq!(got.victims, ["default/loner"]);
+
+    // Without `loner` on node2 there is no victim outside the gang: none is found.
+    let mut only_gang = cluster(HIGH);
+    only_gang.pods.remove(1);
+    only_gang.nodes[1].allocatable.pods = 0;
+    let got = preempt(&only_gang, &prioritized(pod("p"), MID));
+    assert_eq!(got.nominated, None, "{got:?}");
+    assert!(
+        got.message
+            .as_deref()
+            .is_some_and(|m| m.contains("No preemption victims found for incoming pod")),
+        "{got:?}"
+    );
+
+    // Every member below the preemptor: the gang member that started later goes, as
+    // kube-scheduler picks (the latest start among the highest-priority victims).
+    let got = preempt(&cluster(LOW), &prioritized(pod("p"), MID));
+    assert_eq!(got.nominated.as_deref(), Some("node1"), "{got:?}");
+    assert_eq!(got.victims, ["default/worker-0"]);
+}

@@ -531,6 +531,31 @@ impl Cache {
         self.insert_placed(detached.key, detached.placed);
     }
 
+    /// The highest priority among the placed members of each gang (`namespace/group` by the
+    /// label [`POD_GROUP_LABEL`](crate::k8s::podgroup::POD_GROUP_LABEL)): what preemption reads
+    /// to spare running gangs. One pass over the placed pods, made only when a possible victim
+    /// is a gang member.
+    pub fn gang_priorities(&self) -> HashMap<String, i32> {
+        let mut highest: HashMap<String, i32> = HashMap::new();
+        for placed in self.pods.values() {
+            let Some(group) = placed
+                .existing
+                .labels
+                .get(crate::k8s::podgroup::POD_GROUP_LABEL)
+                .filter(|g| !g.is_empty())
+            else {
+                continue;
+            };
+            let priority = placed.standing.priority;
+            let gang = format!("{}/{group}", placed.existing.namespace);
+            highest
+                .entry(gang)
+                .and_modify(|p| *p = (*p).max(priority))
+                .or_insert(priority);
+        }
+        highest
+    }
+
     /// The pods on node `id` (bound, assumed and terminating ones), in the order they came.
     pub fn pods_on(&self, id: u32) -> Vec<PodOnNode<'_>> {
         let Some(entry) = self.node(id) else {

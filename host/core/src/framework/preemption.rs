@@ -233,6 +233,7 @@ impl Profile {
         mut examined: Option<&mut Vec<Preemption>>,
     ) -> CandidateSearch {
         let budgets: Vec<DisruptionBudget> = cache.budgets().cloned().collect();
+        let mut gangs = Gangs::default();
         let now = now_millis();
         let to_find = self.preemption.candidates_to_find(potential_nodes.len());
         let offset = self.rng.below(potential_nodes.len() as u64) as usize;
@@ -243,7 +244,7 @@ impl Profile {
                 search.without_victims += 1;
                 continue;
             }
-            let found = self.select_victims(cache, pod, node, &budgets, now);
+            let found = self.select_victims(cache, pod, node, (&budgets, &mut gangs), now);
             if let (Some(examined), Ok(candidate)) = (examined.as_deref_mut(), &found) {
                 examined.push(candidate.to_preemption(cache));
             }
@@ -265,19 +266,22 @@ impl Profile {
     /// kube-scheduler's `SelectVictimsOnNode`: every lower-priority pod is taken off the node;
     /// if the pod then fits, the most important ones (those whose eviction would break a budget
     /// first) come back one by one while it still fits. `Err(Ok)` is the node's failure,
-    /// `Err(Err)` a plugin's error.
+    /// `Err(Err)` a plugin's error. A member of a gang is a possible victim only when every
+    /// placed member of its gang has a lower priority than `pod`: part of a running gang is not
+    /// evicted for a pod the rest of the gang outranks or equals.
     fn select_victims(
         &mut self,
         cache: &mut Cache,
         pod: &sdk::Pod,
         node: u32,
-        budgets: &[DisruptionBudget],
+        (budgets, gangs): (&[DisruptionBudget], &mut Gangs),
         now: i64,
     ) -> Result<Candidate, Result<sdk::Failure, String>> {
         let mut potential: Vec<Potential> = cache
             .pods_on(node)
             .into_iter()
             .filter(|p| p.standing.priority < pod.priority)
+            .filter(|p| gangs.may_evict(cache, p.pod, pod.priority))
             .map(|p| Potential {
                 key: p.key.to_string(),
                 namespace: p.pod.namespace.clone(),
@@ -353,6 +357,28 @@ impl Profile {
             start_times: chosen.iter().map(|p| p.start).collect(),
             victims: chosen.into_iter().map(|p| p.victim.clone()).collect(),
         })
+    }
+}
+
+/// The highest priority of each running gang, read from the cache the first time a possible
+/// victim is a gang member (most searches meet none).
+#[derive(Default)]
+struct Gangs(Option<std::collections::HashMap<String, i32>>);
+
+impl Gangs {
+    /// Whether `victim` may be evicted for a pod of `priority`: it is in no gang, or every placed
+    /// member of its gang has a lower priority.
+    fn may_evict(&mut self, cache: &Cache, victim: &sdk::ExistingPod, priority: i32) -> bool {
+        let Some(group) = victim
+            .labels
+            .get(crate::k8s::podgroup::POD_GROUP_LABEL)
+            .filter(|g| !g.is_empty())
+        else {
+            return true;
+        };
+        let highest = self.0.get_or_insert_with(|| cache.gang_priorities());
+        let gang = format!("{}/{group}", victim.namespace);
+        highest.get(&gang).is_none_or(|&p| p < priority)
     }
 }
 
