@@ -263,3 +263,95 @@ fn a_gang_whose_last_member_comes_later_is_bound_together_and_a_timed_out_gang_g
     );
     assert!(s.waiting().next_deadline().is_none());
 }
+
+fn prioritized_pod(name: &str, priority: i32, node: Option<&str>, group: Option<&str>) -> Object {
+    let mut pod = serde_json::json!({"metadata": {"name": name, "namespace": "ml"},
+        "spec": {"priority": priority, "containers": [{"name": "c",
+            "resources": {"requests": {"cpu": "4"}}}]}});
+    if let Some(node) = node {
+        pod["spec"]["nodeName"] = node.into();
+    }
+    if let Some(group) = group {
+        pod["metadata"]["labels"] = serde_json::json!({"scheduling.x-k8s.io/pod-group": group});
+    }
+    object("Pod", pod)
+}
+
+/// The (pod, nominated node, victims) of each result with a preemption.
+fn preemptions(results: &[wasched::service::CycleResult]) -> Vec<(String, String, Vec<String>)> {
+    results
+        .iter()
+        .filter_map(|r| {
+            let p = r.outcome.preemption.as_ref()?;
+            let victims = p.victims.iter().map(|v| v.pod.clone()).collect();
+            Some((r.pod.clone(), p.node.clone(), victims))
+        })
+        .collect()
+}
+
+/// A gang of two that needs two nodes' room: while only one node has pods it outranks, neither
+/// member is nominated and nothing is evicted (without the gang rule the first member would
+/// evict `low-1` and wait for a partner that cannot come); once the second node holds a
+/// lower-priority pod too, both members are nominated in one go, each with its own victim.
+#[test]
+fn a_preempting_gang_nominates_all_its_members_or_none() {
+    let mut config = Config::load(&repo_root().join("examples/configs/gangs.toml")).unwrap();
+    config.default_plugins = DefaultPluginRuntime::Wasm;
+    let profiles = config.profiles().unwrap();
+    let clock = FakeClock::default();
+    let decider = Decider::with_clock(&profiles, 1, Arc::new(clock.clone())).unwrap();
+    let mut s = Service::deferred(decider, Arc::new(clock.clone()));
+    let seq = Sequencer::default();
+    for name in ["n1", "n2"] {
+        let node = object(
+            "Node",
+            serde_json::json!({"metadata": {"name": name}, "status": {"allocatable":
+                {"cpu": "4", "memory": "8Gi", "pods": "110"}}}),
+        );
+        s.pipeline().submit(seq.upsert(node));
+    }
+    s.pipeline()
+        .submit(seq.upsert(prioritized_pod("low-1", 0, Some("n1"), None)));
+    let vip = prioritized_pod("vip", 2000, Some("n2"), None);
+    s.pipeline().submit(seq.upsert(vip.clone()));
+    s.pipeline().submit(seq.upsert(group("duo", 2, 30)));
+    for name in ["duo-0", "duo-1"] {
+        s.pipeline()
+            .submit(seq.upsert(prioritized_pod(name, 1000, None, Some("duo"))));
+    }
+    let first = s.run_until_idle();
+    assert_eq!(preemptions(&first), [], "{first:?}");
+    let preemptions_counted = || {
+        s.stats
+            .preemptions
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    assert_eq!(preemptions_counted(), 0);
+    let message = first[0].outcome.message.as_deref().unwrap_or_default();
+    assert!(
+        message.contains(
+            "preemption: PodGroup ml/duo would have room for 0 of the 1 other members it needs, \
+             so none is nominated."
+        ),
+        "{message}"
+    );
+
+    // n2's pod is replaced by one the gang outranks.
+    s.pipeline().submit(seq.delete(vip));
+    s.pipeline()
+        .submit(seq.upsert(prioritized_pod("low-2", 0, Some("n2"), None)));
+    clock.advance(Duration::from_secs(10));
+    let second = s.run_until_idle();
+    let mut nominated = preemptions(&second);
+    nominated.sort();
+    let nodes: Vec<&str> = nominated.iter().map(|(_, n, _)| n.as_str()).collect();
+    assert_eq!(nominated.len(), 2, "{second:?}");
+    assert_eq!(
+        (nominated[0].0.as_str(), nominated[1].0.as_str()),
+        ("ml/duo-0", "ml/duo-1")
+    );
+    let mut victims: Vec<&str> = nominated.iter().map(|(_, _, v)| v[0].as_str()).collect();
+    victims.sort_unstable();
+    assert_eq!(victims, ["ml/low-1", "ml/low-2"]);
+    assert_ne!(nodes[0], nodes[1], "one member a node");
+}

@@ -469,7 +469,10 @@ fn a_running_gang_loses_no_member_unless_every_member_is_outranked() {
             ),
             (started(prioritized(pod("loner"), LOW), 1_000), "node2"),
             (
-                labelled(started(prioritized(pod("worker-1"), high_member), 500), &gang),
+                labelled(
+                    started(prioritized(pod("worker-1"), high_member), 500),
+                    &gang,
+                ),
                 "node3",
             ),
         ],

@@ -286,6 +286,16 @@ impl Profile {
         outcome
     }
 
+    /// A cycle for `pod` that reserves nothing and leaves no trace on later cycles' search start
+    /// and tie-breaking ([`Decider::plan`](super::Decider::plan)).
+    pub(super) fn plan(&mut self, cache: &mut Cache, pod: &sdk::Pod) -> Outcome {
+        let (next_start, rng) = (self.next_start, self.rng.clone());
+        let outcome = self.schedule(cache, pod, false, false);
+        self.next_start = next_start;
+        self.rng = rng;
+        outcome
+    }
+
     /// A cycle for `pod`; with `reserve`, the chosen node is reserved (kube-scheduler's Reserve),
     /// as for a pod about to be placed.
     pub(super) fn schedule(

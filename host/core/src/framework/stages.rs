@@ -84,6 +84,14 @@ impl Decider {
         self.cycle(pod, Profile::dry_run)
     }
 
+    /// A cycle for `pod` that reserves nothing and leaves where later cycles start their search
+    /// and how they break ties as they were; preemption runs as in a real cycle. What a gang's
+    /// other members would get, asked before one of them preempts. `None` when no profile has
+    /// the pod's scheduler name.
+    pub fn plan(&mut self, pod: &sdk::Pod) -> Option<Outcome> {
+        self.cycle(pod, Profile::plan)
+    }
+
     /// Whether a profile serves pods of `scheduler_name`.
     pub fn serves(&self, scheduler_name: &str) -> bool {
         self.profiles

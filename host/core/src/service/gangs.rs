@@ -8,6 +8,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use wasched_sdk as sdk;
 
 use super::Service;
+use crate::cache::DetachedPod;
+use crate::framework::Victim;
 use crate::k8s::podgroup::group_of;
 use crate::result::CycleResult;
 
@@ -128,6 +130,90 @@ impl Service {
         self.queue.activate(members.iter().map(String::as_str));
     }
 
+    /// A gang preempts whole or not at all: when a member's preemption found room, the rest of
+    /// the members still to place (up to `minMember`) are planned on the cluster as it would be
+    /// with that member on its node and the victims gone, each preempting in turn if it must.
+    /// If every one finds room, each that preempts is nominated too and its victims are evicted
+    /// with the first member's (its result follows); if not, nothing is nominated and nothing
+    /// evicted, and the FitError says why. The cache is as before either way.
+    pub(super) fn gang_preemption(&mut self, pod: &sdk::Pod, result: &mut CycleResult) {
+        let (Some(preemption), Some(group)) = (&result.outcome.preemption, &pod.group) else {
+            return;
+        };
+        if !group.found {
+            return;
+        }
+        let still_to_place = group.min_member.saturating_sub(group.assigned + 1) as usize;
+        if still_to_place == 0 {
+            return;
+        }
+        let key = pod.key();
+        let siblings: Vec<sdk::Pod> = self
+            .gangs
+            .members(&group.full_name)
+            .filter(|member| *member != key && self.decider.cache().pod_node(member).is_none())
+            .filter_map(|member| self.queue.pod(member).cloned())
+            .collect();
+        let full_name = group.full_name.clone();
+        let mut plan = GangPlan::default();
+        plan.take(self, pod, &preemption.node, &preemption.victims);
+        let mut nominations = Vec::new();
+        for mut sibling in siblings {
+            if plan.placed == still_to_place + 1 {
+                break;
+            }
+            self.resolve_group(&mut sibling);
+            let Some(outcome) = self.decider.plan(&sibling) else {
+                continue;
+            };
+            if let Some(node) = &outcome.node {
+                plan.take(self, &sibling, node, &[]);
+            } else if let Some(preemption) = &outcome.preemption {
+                plan.take(self, &sibling, &preemption.node, &preemption.victims);
+                nominations.push((sibling, outcome));
+            }
+        }
+        let found = plan.placed - 1;
+        plan.undo(self);
+        if found < still_to_place {
+            result.outcome.preemption = None;
+            let message = result.outcome.message.get_or_insert_with(String::new);
+            message.push_str(&format!(
+                " preemption: PodGroup {full_name} would have room for {found} of the {still_to_place} other members it needs, so none is nominated."
+            ));
+            result.outcome.post_filter_reasons = true;
+            return;
+        }
+        for (sibling, outcome) in nominations {
+            self.nominate_sibling(sibling, outcome);
+        }
+    }
+
+    /// Nominates a gang member its gang's preemption planned a node for: its victims are evicted
+    /// with the first member's, through a result of its own, and it waits in the queue for them
+    /// to leave.
+    fn nominate_sibling(&mut self, sibling: sdk::Pod, outcome: crate::framework::Outcome) {
+        let key = sibling.key();
+        let Some(preemption) = &outcome.preemption else {
+            return;
+        };
+        let attempts = self.queue.status(&key).map_or(1, |s| s.attempts);
+        let mut nominated = sibling.clone();
+        nominated.nominated_node_name.clone_from(&preemption.node);
+        self.decider.cache_mut().nominate(&nominated);
+        self.queue.set_nomination(&key, &preemption.node);
+        self.stats
+            .preemptions
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut result = CycleResult::attempt(key, sibling.scheduler_name.clone(), attempts);
+        result.outcome = outcome;
+        // It waits for its victims to leave, as the member that preempted first does.
+        let message = result.outcome.message.clone().unwrap_or_default();
+        self.queue.unschedulable(&result.pod, message);
+        self.write(&result);
+        self.released.push_back(result);
+    }
+
     /// PostFilter for a pod no node took and preemption made no room for: the reasons join its
     /// message (after the preemption's, as kube-scheduler joins PostFilter reasons), and the
     /// waiting pods the plugins reject are unreserved.
@@ -196,6 +282,42 @@ impl Service {
     pub(super) fn forget_member(&mut self, key: &str) {
         if self.gangs.has_members() {
             self.gangs.remove_member(key);
+        }
+    }
+}
+
+/// What planning a gang's preemption changed in the cache, to be undone.
+#[derive(Default)]
+struct GangPlan {
+    /// Members assumed on their planned nodes.
+    placed: usize,
+    assumed: Vec<String>,
+    /// Victims taken out.
+    detached: Vec<DetachedPod>,
+}
+
+impl GangPlan {
+    /// Puts `pod` on `node` with `victims` gone.
+    fn take(&mut self, service: &mut Service, pod: &sdk::Pod, node: &str, victims: &[Victim]) {
+        let cache = service.decider.cache_mut();
+        for victim in victims {
+            if let Some(detached) = cache.detach_pod(&victim.pod) {
+                self.detached.push(detached);
+            }
+        }
+        cache.assume_pod(pod, node);
+        self.assumed.push(pod.key());
+        self.placed += 1;
+    }
+
+    /// Takes the planned members out and puts the victims back.
+    fn undo(self, service: &mut Service) {
+        let cache = service.decider.cache_mut();
+        for key in &self.assumed {
+            cache.forget_pod(key);
+        }
+        for detached in self.detached {
+            cache.reattach_pod(detached);
         }
     }
 }

@@ -796,6 +796,9 @@ impl Service {
             }
             None => {
                 result.outcome.message.get_or_insert_default();
+                if pod.group.is_some() {
+                    self.gang_preemption(&pod, &mut result);
+                }
                 self.post_filter(&pod, &mut result);
                 self.not_placed(&pod, &result);
                 self.write(&result);
