@@ -616,3 +616,75 @@ fn uploading_through_the_page_swaps_the_plugin_and_a_wrong_token_changes_nothing
     assert!(errors.iter().all(provoked), "{errors:?}");
     assert_eq!(errors.len(), 2, "{errors:?}");
 }
+
+/// The Gangs view: each PodGroup's progress toward `minMember` and its members by state, as the
+/// scheduler has them: a complete gang bound, a member held at Permit while its partner is
+/// gated, and a gang short of members all pending.
+#[test]
+fn the_gangs_view_shows_each_gang_s_progress_and_its_members_by_state() {
+    let dir = temp_dir("browser-gangs");
+    let config = crate::support::repo_root().join("examples/configs/gangs.toml");
+    let server = Server::start(&dir, &["--config", config.to_str().unwrap()]);
+    let admin = server.admin();
+    let node = |name: &str| {
+        json!({ "kind": "Node", "metadata": { "name": name },
+            "status": { "allocatable": { "cpu": "8", "memory": "16Gi", "pods": "110" } } })
+    };
+    let group = |name: &str, min: u32| {
+        json!({ "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+            "metadata": { "name": name, "namespace": "default" },
+            "spec": { "minMember": min, "scheduleTimeoutSeconds": 600 } })
+    };
+    let member = |name: &str, group: &str, gated: bool| {
+        let mut pod = json!({ "kind": "Pod",
+            "metadata": { "name": name, "namespace": "default",
+                "labels": { "scheduling.x-k8s.io/pod-group": group } },
+            "spec": { "containers": [{ "name": "c", "resources": { "requests": { "cpu": "1" } } }] } });
+        if gated {
+            pod["spec"]["schedulingGates"] = json!([{ "name": "example.com/later" }]);
+        }
+        pod
+    };
+    let objects = vec![
+        node("n1"),
+        group("ready", 2),
+        group("held", 2),
+        group("short", 3),
+        member("ready-0", "ready", false),
+        member("ready-1", "ready", false),
+        member("held-0", "held", false),
+        member("held-1", "held", true),
+        member("short-0", "short", false),
+        member("short-1", "short", false),
+    ];
+    ok(send(
+        &admin,
+        "POST",
+        "/v1/objects",
+        json!({ "kind": "List", "items": objects }),
+    ));
+
+    let browser = Browser::start();
+    browser.open(&format!("{}/#/gangs", server.url));
+    browser.wait_for(
+        "the complete gang bound and a member held at Permit",
+        "route(); const held = document.querySelector('tr[data-gang=\"default/held\"] td.members.waiting');
+         const ready = document.querySelector('tr[data-gang=\"default/ready\"] td.members.bound');
+         return held && ready && held.textContent.includes('default/held-0')
+           && ready.textContent.includes('default/ready-0') && ready.textContent.includes('default/ready-1');",
+        json!([]),
+    );
+    browser.view("#/gangs");
+    let row =
+        |gang: &str, cell: &str| browser.text(&format!("tr[data-gang=\"default/{gang}\"] {cell}"));
+    assert_eq!(row("ready", "span.assigned"), "2 of minMember 2");
+    assert_eq!(row("held", "span.assigned"), "1 of minMember 2");
+    assert!(row("held", "td.members.waiting").contains("on n1"));
+    assert!(row("held", "td.members.pending").contains("default/held-1"));
+    assert_eq!(row("short", "span.assigned"), "0 of minMember 3");
+    let short_pending = row("short", "td.members.pending");
+    assert!(short_pending.contains("default/short-0") && short_pending.contains("default/short-1"));
+    assert_eq!(row("short", "td.members.bound"), "");
+    browser.screenshot_at("gangs", "#gangs-table");
+    assert_eq!(browser.console_errors(), Vec::<String>::new());
+}

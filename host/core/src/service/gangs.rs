@@ -13,7 +13,73 @@ use crate::framework::Victim;
 use crate::k8s::podgroup::group_of;
 use crate::result::CycleResult;
 
+/// Where a gang stands, for the status page.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GangProgress {
+    /// `namespace/name` of the group.
+    pub name: String,
+    /// Whether its PodGroup exists.
+    pub found: bool,
+    /// `minMember` (0 when the PodGroup is not found).
+    pub min_member: u32,
+    /// Members with a node: bound, binding, or waiting at Permit.
+    pub assigned: usize,
+    /// Each member and where it stands, by name.
+    pub members: Vec<GangMember>,
+}
+
+/// One member of a gang.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GangMember {
+    /// `namespace/name`.
+    pub pod: String,
+    /// `bound`, `binding` (assumed, its binding not seen yet), `waiting` (reserved, held at
+    /// Permit) or `pending`.
+    pub state: &'static str,
+    /// Its node, unless pending.
+    pub node: Option<String>,
+}
+
 impl Service {
+    /// Every gang with its members and where each stands, by name.
+    pub fn gangs(&self) -> Vec<GangProgress> {
+        self.gangs
+            .groups()
+            .map(|(name, spec, _)| {
+                let members: Vec<GangMember> = self
+                    .gangs
+                    .members(name)
+                    .map(|key| self.gang_member(key))
+                    .collect();
+                GangProgress {
+                    name: name.to_string(),
+                    found: spec.is_some(),
+                    min_member: spec.map_or(0, |s| s.min_member),
+                    assigned: members.iter().filter(|m| m.node.is_some()).count(),
+                    members,
+                }
+            })
+            .collect()
+    }
+
+    fn gang_member(&self, key: &str) -> GangMember {
+        let (state, node) = match self.pod_state(key) {
+            Some(super::PodState::Bound { node }) => ("bound", Some(node)),
+            Some(super::PodState::Assumed { node }) if self.waiting.contains(key) => {
+                ("waiting", Some(node))
+            }
+            Some(super::PodState::Assumed { node }) => ("binding", Some(node)),
+            _ => ("pending", None),
+        };
+        GangMember {
+            pod: key.to_string(),
+            state,
+            node,
+        }
+    }
+
     /// Milliseconds since the epoch at the service clock's reading `at`.
     pub(super) fn epoch_millis(&self, at: Duration) -> i64 {
         let now = SystemTime::now()

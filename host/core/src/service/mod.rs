@@ -34,6 +34,7 @@ use crate::runtime::LoadError;
 use crate::waiting::{WaitingPod, WaitingPods};
 
 mod gangs;
+pub use gangs::{GangMember, GangProgress};
 
 /// How long a placement may wait for its binding to be confirmed.
 pub const DEFAULT_ASSUME_TTL: Duration = Duration::from_secs(30);

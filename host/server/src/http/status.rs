@@ -34,6 +34,7 @@ pub(super) fn routes(server: &Shared) -> Router<Shared> {
         .route("/v1/status/pending", get(pending))
         .route("/v1/status/pods/{namespace}/{name}", get(pod_status))
         .route("/v1/status/plugins", get(plugins))
+        .route("/v1/status/gangs", get(gangs))
         .route(
             "/v1/namespaces/{namespace}/pods/{name}/placement",
             get(placement),
@@ -362,6 +363,14 @@ async fn pod_status(
         body["message"] = status.message.into();
     }
     Ok(Json(body).into_response())
+}
+
+/// `GET /v1/status/gangs`: each gang (PodGroup, or group label without one) with its
+/// `minMember`, how many members have a node, and each member's state (`bound`, `binding`,
+/// `waiting` at Permit, `pending`) and node.
+async fn gangs(State(server): State<Shared>) -> Result<Response, ApiError> {
+    let gangs = inspect(&server, |service| service.gangs()).await?;
+    Ok(Json(json!({ "gangs": gangs })).into_response())
 }
 
 /// `GET /v1/status/plugins`: each plugin with its version, digest, language and health (as
