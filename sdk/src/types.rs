@@ -603,6 +603,11 @@ pub struct Pod {
     /// `spec.schedulingGates`, by name: while any is left, PreEnqueue (the SchedulingGates
     /// plugin) keeps the pod out of the scheduling queue. Sent only to PreEnqueue and Permit.
     pub scheduling_gates: Vec<String>,
+    /// `spec.workloadRef` (Kubernetes 1.35's Workload API) as `WORKLOAD/POD-GROUP`, or
+    /// `WORKLOAD/POD-GROUP/REPLICA-KEY` when it names a replica; empty when unset. The host's
+    /// own: it joins the pod to that gang ([`Pod::group`]), as the label
+    /// `scheduling.x-k8s.io/pod-group` does for a PodGroup.
+    pub workload_ref: String,
 }
 
 /// What a Permit plugin decided for a reserved pod (kube-scheduler's Permit statuses).
@@ -1685,6 +1690,7 @@ mod tests {
             terminating_by_preemption: false,
             // Sent to PreEnqueue and Permit only, never in a `set-pod` part.
             scheduling_gates: Vec::new(),
+            workload_ref: String::new(),
         }
     }
 

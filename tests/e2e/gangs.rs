@@ -355,3 +355,95 @@ fn a_preempting_gang_nominates_all_its_members_or_none() {
     assert_eq!(victims, ["ml/low-1", "ml/low-2"]);
     assert_ne!(nodes[0], nodes[1], "one member a node");
 }
+
+fn workload_member(name: &str, pod_group: &str, replica: Option<&str>) -> Object {
+    let mut reference = serde_json::json!({"name": "train", "podGroup": pod_group});
+    if let Some(replica) = replica {
+        reference["podGroupReplicaKey"] = replica.into();
+    }
+    object(
+        "Pod",
+        serde_json::json!({"metadata": {"name": name, "namespace": "ml"},
+            "spec": {"workloadRef": reference, "containers": [{"name": "c",
+                "resources": {"requests": {"cpu": "1"}}}]}}),
+    )
+}
+
+/// Kubernetes 1.35's Workload API as a second source of gangs, under the same Coscheduling
+/// rules: a `gang` pod group needs `minCount` members before any is bound, each replica key is
+/// a gang of its own, and a `basic` pod group's pods are scheduled one by one.
+#[test]
+fn a_workload_s_gang_pod_groups_are_bound_whole_per_replica_and_basic_ones_alone() {
+    let mut config = Config::load(&repo_root().join("examples/configs/gangs.toml")).unwrap();
+    config.default_plugins = DefaultPluginRuntime::Native;
+    let profiles = config.profiles().unwrap();
+    let clock = FakeClock::default();
+    let decider = Decider::with_clock(&profiles, 1, Arc::new(clock.clone())).unwrap();
+    let mut s = Service::deferred(decider, Arc::new(clock.clone()));
+    let seq = Sequencer::default();
+    let submit = |s: &mut Service, o: Object| s.pipeline().submit(seq.upsert(o));
+    submit(
+        &mut s,
+        object(
+            "Node",
+            serde_json::json!({"metadata": {"name": "n1"}, "status": {"allocatable":
+                {"cpu": "8", "memory": "8Gi", "pods": "110"}}}),
+        ),
+    );
+    submit(
+        &mut s,
+        object(
+            "Workload",
+            serde_json::json!({"apiVersion": "scheduling.k8s.io/v1alpha1", "kind": "Workload",
+                "metadata": {"name": "train", "namespace": "ml"},
+                "spec": {"podGroups": [
+                    {"name": "workers", "policy": {"gang": {"minCount": 2}}},
+                    {"name": "driver", "policy": {"basic": {}}}]}}),
+        ),
+    );
+    submit(&mut s, workload_member("driver-0", "driver", None));
+    submit(&mut s, workload_member("w-0", "workers", None));
+    submit(&mut s, workload_member("r-0", "workers", Some("a")));
+    let first = s.run_until_idle();
+    let placed = |results: &[wasched::service::CycleResult]| -> Vec<String> {
+        let mut placed: Vec<String> = results
+            .iter()
+            .filter(|r| r.outcome.node.is_some() && r.waiting_on.is_empty())
+            .map(|r| r.pod.clone())
+            .collect();
+        placed.sort();
+        placed
+    };
+    assert_eq!(placed(&first), ["ml/driver-0"], "{first:?}");
+    let w0 = first.iter().find(|r| r.pod == "ml/w-0").unwrap();
+    assert!(
+        w0.outcome.message.as_deref().unwrap_or_default().contains(
+            "pre-filter pod w-0 cannot find enough sibling pods, current pods number: 1, \
+             minMember of group: 2"
+        ),
+        "{w0:?}"
+    );
+
+    // Replica `a` completes first: only its two members go; then the unreplicated group.
+    submit(&mut s, workload_member("r-1", "workers", Some("a")));
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(placed(&s.run_until_idle()), ["ml/r-0", "ml/r-1"]);
+    assert!(matches!(s.pod_state("ml/w-0"), Some(PodState::Pending(_))));
+    submit(&mut s, workload_member("w-1", "workers", None));
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(placed(&s.run_until_idle()), ["ml/w-0", "ml/w-1"]);
+    let gangs: Vec<(String, u32, usize)> = s
+        .gangs()
+        .into_iter()
+        .filter(|g| !g.members.is_empty())
+        .map(|g| (g.name, g.min_member, g.assigned))
+        .collect();
+    assert_eq!(
+        gangs,
+        [
+            ("ml/train/driver".to_string(), 1, 1),
+            ("ml/train/workers".to_string(), 2, 2),
+            ("ml/train/workers/a".to_string(), 2, 2),
+        ]
+    );
+}

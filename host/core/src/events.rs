@@ -149,6 +149,7 @@ object_kinds! {
     ResourceClaim(resource::ResourceClaim): "resource.k8s.io/v1", "resourceclaims", namespaced: true;
     ResourceClaimTemplate(resource::ResourceClaimTemplate): "resource.k8s.io/v1", "resourceclaimtemplates", namespaced: true;
     PodGroup(crate::k8s::podgroup::PodGroup): "scheduling.x-k8s.io/v1alpha1", "podgroups", namespaced: true;
+    Workload(k8s_openapi::api::scheduling::v1alpha1::Workload): "scheduling.k8s.io/v1alpha1", "workloads", namespaced: true;
 }
 
 /// Work done once per kind with the kind's object type ([`Kind::visit_all`]): how code that
@@ -194,7 +195,7 @@ where
 
 impl Kind {
     /// Every kind, in the order a cluster is best loaded (what pods refer to first).
-    pub const ALL: [Kind; 19] = [
+    pub const ALL: [Kind; 20] = [
         Kind::Namespace,
         Kind::DeviceClass,
         Kind::ResourceClaimTemplate,
@@ -212,14 +213,16 @@ impl Kind {
         Kind::CSINode,
         Kind::ResourceSlice,
         Kind::PodGroup,
+        Kind::Workload,
         Kind::Node,
         Kind::Pod,
     ];
 
     /// Whether a cluster may not serve the kind at all: a CustomResourceDefinition's kind
-    /// (PodGroup), which a Kubernetes-mode scheduler does without until it is installed.
+    /// (PodGroup), or an alpha API a cluster serves only when enabled (Workload), which a
+    /// Kubernetes-mode scheduler does without until it is served.
     pub fn is_optional(self) -> bool {
-        self == Kind::PodGroup
+        matches!(self, Kind::PodGroup | Kind::Workload)
     }
 
     /// The kind named `name`, if wasched follows it.

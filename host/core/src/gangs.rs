@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use wasched_sdk as sdk;
 
-use crate::k8s::podgroup::{group_of, GroupSpec};
+use crate::k8s::podgroup::{group_name, spec_name, GroupSpec};
 
 /// The PodGroups and their members.
 #[derive(Debug, Default)]
@@ -48,11 +48,31 @@ impl Gangs {
         self.first_seen.remove(full_name);
     }
 
+    /// The groups of the Workload `namespace/name`, by the names their specs are kept under.
+    pub fn workload_groups(&self, namespace: &str, name: &str) -> Vec<String> {
+        let prefix = format!("{namespace}/{name}/");
+        self.specs
+            .keys()
+            .filter(|k| k.starts_with(&prefix))
+            .cloned()
+            .collect()
+    }
+
+    /// The groups with members whose specs are kept under `spec_name` (a Workload's pod group
+    /// and each of its replicas).
+    pub fn sharing_spec(&self, spec: &str) -> Vec<String> {
+        self.members
+            .keys()
+            .filter(|k| spec_name(k) == spec)
+            .cloned()
+            .collect()
+    }
+
     /// Records `pod` (pending or placed, not done) as a member of the group its label names, or
     /// of none.
     pub fn upsert_member(&mut self, pod: &sdk::Pod) {
         let key = pod.key();
-        let group = group_of(pod).map(|name| format!("{}/{name}", pod.namespace));
+        let group = group_name(pod);
         let before = self.member_of.get(&key).map(|(g, _)| g.clone());
         if before != group {
             self.remove_member(&key);
@@ -86,9 +106,8 @@ impl Gangs {
 
     /// The group of `pod`, if its label names one.
     pub fn view(&self, pod: &sdk::Pod) -> Option<GroupView<'_>> {
-        let name = group_of(pod)?;
-        let full_name = format!("{}/{name}", pod.namespace);
-        let spec = self.specs.get(&full_name);
+        let full_name = group_name(pod)?;
+        let spec = self.specs.get(spec_name(&full_name));
         let created_millis = spec
             .and_then(|s| s.created_millis)
             .or_else(|| self.first_seen.get(&full_name).copied())
@@ -122,7 +141,7 @@ impl Gangs {
         names.into_iter().map(|name| {
             (
                 name,
-                self.specs.get(name),
+                self.specs.get(spec_name(name)),
                 self.members.get(name).map_or(0, BTreeSet::len),
             )
         })

@@ -323,6 +323,16 @@ pub fn pod(pod: &core::Pod) -> Result<sdk::Pod, FieldError> {
             && preempted_by_scheduler(pod),
         labels: pod_labels,
         scheduling_gates: scheduling_gates(spec),
+        workload_ref: spec
+            .workload_ref
+            .as_ref()
+            .map(|r| match r.pod_group_replica_key.as_deref() {
+                Some(replica) if !replica.is_empty() => {
+                    format!("{}/{}/{replica}", r.name, r.pod_group)
+                }
+                _ => format!("{}/{}", r.name, r.pod_group),
+            })
+            .unwrap_or_default(),
     })
 }
 

@@ -231,6 +231,68 @@ pub fn group_of(pod: &sdk::Pod) -> Option<&str> {
         .filter(|name| !name.is_empty())
 }
 
+/// Whether `pod` is a member of a gang: its `spec.workloadRef`, or its PodGroup label.
+pub fn is_grouped(pod: &sdk::Pod) -> bool {
+    !pod.workload_ref.is_empty() || group_of(pod).is_some()
+}
+
+/// The full name of the gang `pod` belongs to, if any: `namespace/WORKLOAD/POD-GROUP[/REPLICA]`
+/// for a pod with a `spec.workloadRef` (Kubernetes 1.35's Workload API, which wins), else
+/// `namespace/NAME` of the PodGroup its label names.
+pub fn group_name(pod: &sdk::Pod) -> Option<String> {
+    if !pod.workload_ref.is_empty() {
+        return Some(format!("{}/{}", pod.namespace, pod.workload_ref));
+    }
+    group_of(pod).map(|name| format!("{}/{name}", pod.namespace))
+}
+
+/// The name a gang's spec is kept under: a Workload's replicated pod group shares the spec of
+/// its pod group (`namespace/WORKLOAD/POD-GROUP`); every other gang is its own.
+pub fn spec_name(full_name: &str) -> &str {
+    match full_name.match_indices('/').nth(2) {
+        Some((at, _)) => &full_name[..at],
+        None => full_name,
+    }
+}
+
+/// How long a member of a Workload's gang waits at Permit for the rest: kube-scheduler 1.35's
+/// GangScheduling has no setting for it and waits five minutes.
+pub const WORKLOAD_GANG_TIMEOUT_SECONDS: u32 = 300;
+
+/// The gangs of a Workload (`scheduling.k8s.io/v1alpha1`, Kubernetes 1.35) by the name their
+/// spec is kept under: each pod group with a `gang` policy needs `minCount` members; a `basic`
+/// one is a group of one (its pods are scheduled one by one, as without the Workload).
+pub fn workload_gangs(
+    workload: &k8s_openapi::api::scheduling::v1alpha1::Workload,
+) -> Vec<(String, GroupSpec)> {
+    let meta = &workload.metadata;
+    let namespace = meta.namespace.as_deref().unwrap_or("default");
+    let name = meta.name.as_deref().unwrap_or_default();
+    let created_millis = meta
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.as_millisecond());
+    workload
+        .spec
+        .pod_groups
+        .iter()
+        .map(|group| {
+            let min_member = group
+                .policy
+                .gang
+                .as_ref()
+                .map_or(1, |gang| u32::try_from(gang.min_count).unwrap_or(0).max(1));
+            let spec = GroupSpec {
+                min_member,
+                min_resources: None,
+                schedule_timeout_seconds: Some(WORKLOAD_GANG_TIMEOUT_SECONDS),
+                created_millis,
+            };
+            (format!("{namespace}/{name}/{}", group.name), spec)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

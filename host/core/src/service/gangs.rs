@@ -10,7 +10,7 @@ use wasched_sdk as sdk;
 use super::Service;
 use crate::cache::DetachedPod;
 use crate::framework::Victim;
-use crate::k8s::podgroup::group_of;
+use crate::k8s::podgroup::{group_name, is_grouped};
 use crate::result::CycleResult;
 
 /// Where a gang stands, for the status page.
@@ -150,6 +150,44 @@ impl Service {
         Ok(())
     }
 
+    /// A Workload (Kubernetes 1.35) added or changed: each of its pod groups is a gang, and
+    /// those it no longer has are gone.
+    pub(super) fn apply_workload(
+        &mut self,
+        workload: &k8s_openapi::api::scheduling::v1alpha1::Workload,
+    ) {
+        let meta = &workload.metadata;
+        let namespace = meta.namespace.as_deref().unwrap_or("default");
+        let name = meta.name.as_deref().unwrap_or_default();
+        let gangs = crate::k8s::podgroup::workload_gangs(workload);
+        let now = self.epoch_millis(self.clock.now());
+        for old in self.gangs.workload_groups(namespace, name) {
+            if !gangs.iter().any(|(spec_name, _)| *spec_name == old) {
+                self.remove_workload_group(&old);
+            }
+        }
+        for (spec_name, spec) in gangs {
+            self.gangs.upsert_group(&spec_name, spec, now);
+            for group in self.gangs.sharing_spec(&spec_name) {
+                self.group_changed(&group);
+            }
+        }
+    }
+
+    /// A Workload deleted: its gangs are not found any more.
+    pub(super) fn remove_workload(&mut self, namespace: &str, name: &str) {
+        for old in self.gangs.workload_groups(namespace, name) {
+            self.remove_workload_group(&old);
+        }
+    }
+
+    fn remove_workload_group(&mut self, spec_name: &str) {
+        self.gangs.remove_group(spec_name);
+        for group in self.gangs.sharing_spec(spec_name) {
+            self.wake_group(&group);
+        }
+    }
+
     /// Puts a queued pod where the QueueSort plugin of its profile says, if it has one.
     pub(super) fn sort_in_queue(&mut self, key: &str) {
         let Some(pod) = self.queue.pod(key) else {
@@ -188,10 +226,9 @@ impl Service {
     /// A group pod now waits at Permit: its siblings that wait in the queue are tried at once
     /// (coscheduling's `ActivateSiblings`), so the gang fills before its wait runs out.
     pub(super) fn activate_siblings(&mut self, pod: &sdk::Pod) {
-        let Some(group) = group_of(pod) else {
+        let Some(full_name) = group_name(pod) else {
             return;
         };
-        let full_name = format!("{}/{group}", pod.namespace);
         let members: Vec<String> = self.gangs.members(&full_name).map(str::to_string).collect();
         self.queue.activate(members.iter().map(String::as_str));
     }
@@ -331,7 +368,7 @@ impl Service {
     /// Records a pod's membership as it changes, waking its group when it joins one.
     pub(super) fn track_member(&mut self, pod: &sdk::Pod) {
         // Without gangs in the cluster, a pod without a group label changes nothing here.
-        if !self.gangs.has_members() && group_of(pod).is_none() {
+        if !self.gangs.has_members() && !is_grouped(pod) {
             return;
         }
         let before = self.gangs.group_of_member(&pod.key()).map(str::to_string);

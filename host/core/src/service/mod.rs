@@ -552,6 +552,7 @@ impl Service {
             // only the claims.
             Object::ResourceClaimTemplate(_) => {}
             Object::PodGroup(group) => self.apply_pod_group(group)?,
+            Object::Workload(workload) => self.apply_workload(workload),
             Object::Namespace(namespace) => {
                 let name = namespace.metadata.name.as_deref().unwrap_or_default();
                 let labels = namespace.metadata.labels.iter().flatten();
@@ -648,6 +649,7 @@ impl Service {
                 self.gangs.remove_group(&full_name);
                 self.wake_group(&full_name);
             }
+            Kind::Workload => self.remove_workload(&key.namespace, &key.name),
         }
     }
 
@@ -770,7 +772,7 @@ impl Service {
             return Some(gated);
         }
         let mut pod = self.queue.pop()?;
-        if k8s::podgroup::group_of(&pod).is_some() {
+        if k8s::podgroup::is_grouped(&pod) {
             self.resolve_group(&mut pod);
         }
         let key = pod.key();
@@ -931,7 +933,7 @@ impl Service {
     /// plugins let go are released either way.
     fn permit(&mut self, pod: &sdk::Pod, node: &str, result: &mut CycleResult) -> bool {
         let mut grouped;
-        let asked = if k8s::podgroup::group_of(pod).is_some() {
+        let asked = if k8s::podgroup::is_grouped(pod) {
             grouped = pod.clone();
             self.resolve_group(&mut grouped);
             &grouped
@@ -1018,7 +1020,7 @@ impl Service {
     fn expire_waiting(&mut self) {
         for (waiting, plugin, waited) in self.waiting.expired(self.clock.now()) {
             self.stats.permit_timeouts.fetch_add(1, Ordering::Relaxed);
-            if k8s::podgroup::group_of(&waiting.pod).is_some() {
+            if k8s::podgroup::is_grouped(&waiting.pod) {
                 self.stats.gangs_timed_out.fetch_add(1, Ordering::Relaxed);
             }
             self.count_wait(waiting.since);
