@@ -537,3 +537,53 @@ fn a_gpu_share_takes_a_whole_device_under_dra_and_says_why_the_next_waits() {
         dra.never_placed_reasons
     );
 }
+
+/// A `job` column makes each job's pods a gang: on three GPUs, a four-pod job arriving first
+/// would take all three under the default profile (one left pending) and starve a two-pod job
+/// behind it; with Coscheduling the four-pod job holds nothing and the two-pod job runs whole.
+#[test]
+fn a_job_column_makes_each_job_s_pods_a_gang() {
+    let dir = std::env::temp_dir().join(format!("wasched-replay-jobs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let nodes = dir.join("nodes.csv");
+    std::fs::write(
+        &nodes,
+        "sn,cpu_milli,memory_mib,gpu,model\nn1,32000,65536,3,V100M16\n",
+    )
+    .unwrap();
+    let pods = dir.join("pods.csv");
+    let mut rows = String::from("name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,job\n");
+    for i in 0..4 {
+        rows.push_str(&format!("big-{i},1000,1024,1,1000,{i},big\n"));
+    }
+    for i in 0..2 {
+        rows.push_str(&format!("pair-{i},1000,1024,1,1000,{},pair\n", 10 + i));
+    }
+    std::fs::write(&pods, rows).unwrap();
+    let (nodes, _) = replay::read_nodes(&nodes).unwrap();
+    let (pods, skipped) = replay::read_pods(&pods).unwrap();
+    assert!(skipped.is_empty());
+    assert_eq!(pods[0].job.as_deref(), Some("big"));
+    let options = replay::Options {
+        seed: 1,
+        samples: 10,
+        ignore_deletions: false,
+        speed: None,
+        dra: false,
+    };
+    let mut gangs =
+        Config::load(&crate::support::repo_root().join("examples/configs/gangs.toml")).unwrap();
+    gangs.default_plugins = DefaultPluginRuntime::Native;
+    let mut plain = Config::default();
+    plain.default_plugins = DefaultPluginRuntime::Native;
+    let without = replay::replay(&plain, &nodes, &pods, Vec::new(), &options).unwrap();
+    assert_eq!((without.placed, without.never_placed), (3, 3));
+    let with = replay::replay(&gangs, &nodes, &pods, Vec::new(), &options).unwrap();
+    assert_eq!(
+        (with.placed, with.never_placed),
+        (2, 4),
+        "{:?}",
+        with.never_placed_reasons
+    );
+    check_conservation(&with);
+}

@@ -285,6 +285,7 @@ mod tests {
             creation: 0,
             deletion: None,
             line: 1,
+            job: None,
         }
     }
 

@@ -11,7 +11,12 @@
 //!   of [`GPU_MILLI`]. So whole-GPU pods never get a GPU that shares are using, and shares fit while
 //!   the node's total GPU capacity allows: per-GPU placement of shares is not modelled (two 600m
 //!   shares may land on a node with one whole GPU free plus 200m of another);
-//! - `gpu_spec` (models separated by `|`) becomes required node affinity `In` on the model label.
+//! - `gpu_spec` (models separated by `|`) becomes required node affinity `In` on the model label;
+//! - an optional `job` column makes the pods of one job a gang: a PodGroup of them all
+//!   (`minMember` their number, the plugin's default wait), its pods labelled with it. The
+//!   v2023 trace has no such column (no job identity: at most 145 groups of 2-4 pods share a
+//!   creation second and shape, too few and too uncertain to call jobs); lists converted from
+//!   traces that have jobs (the v2020 trace's `job_name` and `inst_num`) can carry one.
 //!
 //! With `--gpus dra` the GPUs are DRA devices instead ([`dra`] states that conversion), and
 //! `--gpus both` replays the trace both ways side by side.
@@ -36,7 +41,7 @@ use crate::clock::FakeClock;
 use crate::config::Config;
 use crate::events::{EventPipeline, Object};
 use crate::framework::Decider;
-use crate::service::{Sequencer, Service};
+use crate::service::{PodState, Sequencer, Service};
 use wasched_core::k8s::resourceclaims::Released;
 
 pub mod dra;
@@ -55,8 +60,9 @@ pub struct Args {
     /// The node list (`sn,cpu_milli,memory_mib,gpu,model`).
     #[arg(long)]
     pub nodes: PathBuf,
-    /// The pod list (`name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec][,creation_time][,deletion_time],...`);
-    /// without times, pods arrive in row order and stay.
+    /// The pod list (`name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec][,creation_time][,deletion_time][,job],...`);
+    /// without times, pods arrive in row order and stay. The pods of one `job` are a gang (a
+    /// PodGroup of them all; add `Coscheduling` to the profile, as examples/configs/gangs.toml).
     #[arg(long)]
     pub pods: PathBuf,
     /// Scheduler configuration (TOML); without it, the default profile.
@@ -173,6 +179,10 @@ pub struct TracePod {
     pub deletion: Option<u64>,
     /// 1-based line in the file.
     pub line: usize,
+    /// The `job` column, when the list has one: the pods of one job are a gang (a PodGroup of
+    /// them all, `minMember` their number), bound all together or not at all under a profile
+    /// with `Coscheduling`.
+    pub job: Option<String>,
 }
 
 impl TracePod {
@@ -383,6 +393,10 @@ pub fn read_pods(path: &Path) -> anyhow::Result<(Vec<TracePod>, Vec<SkippedRow>)
             creation,
             deletion,
             line,
+            job: row
+                .get("job")
+                .filter(|job| !job.is_empty())
+                .map(|job| job.to_string()),
         })
     })?;
     pods.sort_by_key(|p| (p.creation, p.line));
@@ -425,7 +439,34 @@ pub fn node_object(node: &TraceNode) -> core::Node {
     }
 }
 
-/// The Pod a row becomes (namespace `trace`).
+/// The PodGroups of the pods' jobs (namespace `trace`): one per job, `minMember` the number of
+/// its pods.
+pub fn job_groups(pods: &[TracePod]) -> Vec<Object> {
+    let mut sizes: BTreeMap<&str, i32> = BTreeMap::new();
+    for job in pods.iter().filter_map(|p| p.job.as_deref()) {
+        *sizes.entry(job).or_default() += 1;
+    }
+    sizes
+        .into_iter()
+        .map(|(job, size)| {
+            let group = wasched_core::k8s::podgroup::PodGroup {
+                metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: Some(job.to_string()),
+                    namespace: Some("trace".into()),
+                    ..Default::default()
+                },
+                spec: wasched_core::k8s::podgroup::PodGroupSpec {
+                    min_member: size,
+                    ..Default::default()
+                },
+                status: None,
+            };
+            Object::PodGroup(Box::new(group))
+        })
+        .collect()
+}
+
+/// The Pod a row becomes (namespace `trace`; a job's pods labelled with its PodGroup).
 pub fn pod_object(pod: &TracePod) -> core::Pod {
     let mut requests = vec![
         ("cpu", format!("{}m", pod.cpu_milli)),
@@ -460,6 +501,12 @@ pub fn pod_object(pod: &TracePod) -> core::Pod {
         metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
             name: Some(pod.name.clone()),
             namespace: Some("trace".into()),
+            labels: pod.job.as_ref().map(|job| {
+                BTreeMap::from([(
+                    wasched_core::k8s::podgroup::POD_GROUP_LABEL.to_string(),
+                    job.clone(),
+                )])
+            }),
             ..Default::default()
         },
         spec: Some(core::PodSpec {
@@ -746,6 +793,11 @@ impl<'a> Record<'a> {
     fn deleted(&mut self, i: usize) {
         self.created[i] = false;
         self.deleted_total += 1;
+        self.released(i);
+    }
+
+    /// Pod row `i` no longer holds a node (deleted, or rejected while it waited at Permit).
+    fn released(&mut self, i: usize) {
         if let Some(n) = self.placed_on[i].take() {
             let (gpu_milli, whole_gpus) = self.gpu_held(i);
             let pod = &self.pods[i];
@@ -757,10 +809,27 @@ impl<'a> Record<'a> {
         }
     }
 
-    /// Pod row `i` (key `key`) placed on node row `n`.
+    /// Pod row `i` (key `key`) placed on node row `n`, or let go there after waiting at Permit.
     fn placed(&mut self, i: usize, n: usize, key: &str) {
-        self.placed_on[i] = Some(n);
+        if self.placed_on[i] != Some(n) {
+            self.held(i, n);
+        }
         self.ever_placed[i] = true;
+        sha2::Digest::update(
+            &mut self.placements,
+            format!(
+                "{key} {}
+",
+                self.nodes[n].name
+            ),
+        );
+    }
+
+    /// Pod row `i` holds node row `n`: placed, or reserved there while it waits at Permit (a
+    /// gang member; it counts as placed once let go).
+    fn held(&mut self, i: usize, n: usize) {
+        self.released(i);
+        self.placed_on[i] = Some(n);
         let (gpu_milli, whole_gpus) = self.gpu_held(i);
         let pod = &self.pods[i];
         let used = &mut self.usage[n];
@@ -777,7 +846,6 @@ impl<'a> Record<'a> {
                 .max(ratio_of(used.whole_gpus, node.gpu));
         }
         self.max_commitment = self.max_commitment.max(commitment);
-        sha2::Digest::update(&mut self.placements, format!("{key} {}\n", node.name));
     }
 
     /// Pod row `i` not placed by a cycle that ended with `message`.
@@ -920,11 +988,13 @@ struct TraceObjects {
 impl TraceObjects {
     fn new(nodes: &[TraceNode], pods: &[TracePod], options: &Options) -> TraceObjects {
         if !options.dra {
+            let mut cluster: Vec<Object> = nodes
+                .iter()
+                .map(|n| Object::Node(Box::new(node_object(n))))
+                .collect();
+            cluster.extend(job_groups(pods));
             return TraceObjects {
-                cluster: nodes
-                    .iter()
-                    .map(|n| Object::Node(Box::new(node_object(n))))
-                    .collect(),
+                cluster,
                 pods: pods.iter().map(pod_object).collect(),
                 claims: vec![None; pods.len()],
             };
@@ -935,6 +1005,7 @@ impl TraceObjects {
             .map(|n| Object::Node(Box::new(dra::node_object(n))))
             .collect();
         cluster.extend(workload.objects);
+        cluster.extend(job_groups(pods));
         TraceObjects {
             cluster,
             pods: workload.pods,
@@ -1036,9 +1107,19 @@ impl Driven {
             let Some(&i) = pod_index.get(&result.pod) else {
                 continue;
             };
+            if !result.waiting_on.is_empty() {
+                // Reserved on its node while it waits at Permit (its result names no node).
+                if let Some(PodState::Assumed { node }) = self.service.pod_state(&result.pod) {
+                    record.held(i, node_index[node.as_str()]);
+                }
+                continue;
+            }
             match &result.outcome.node {
                 Some(node) => record.placed(i, node_index[node.as_str()], &result.pod),
-                None => record.not_placed(i, result.outcome.error, result.outcome.message.clone()),
+                None => {
+                    record.released(i);
+                    record.not_placed(i, result.outcome.error, result.outcome.message.clone());
+                }
             }
         }
     }

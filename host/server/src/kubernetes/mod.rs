@@ -296,6 +296,8 @@ async fn watch_kind<K: KindType>(api: Api<K>, feed: Feed) {
     let mut known: HashMap<ObjectKey, u64> = HashMap::new();
     let mut listing: Option<HashMap<ObjectKey, u64>> = None;
     let mut first_list = true;
+    // Whether the kind was ever listed: an optional kind's failures before then are expected.
+    let mut served = false;
     let mut stream = watcher(api, watcher::Config::default())
         .default_backoff()
         .boxed();
@@ -316,6 +318,11 @@ async fn watch_kind<K: KindType>(api: Api<K>, feed: Feed) {
                     );
                     first_list = false;
                     feed.listed();
+                    continue;
+                }
+                if feed.kind.is_optional() && !served {
+                    // Still not served: said once at start, not at every retry.
+                    tracing::debug!(kind = ?feed.kind, "still not served, retrying: {}", shortened(&e));
                     continue;
                 }
                 tracing::warn!(kind = ?feed.kind, "watch failed, retrying: {}", shortened(&e));
@@ -344,6 +351,7 @@ async fn watch_kind<K: KindType>(api: Api<K>, feed: Feed) {
                 let listed = listing.take().unwrap_or_default();
                 repair(&feed, &mut known, &listed);
                 feed.stats.lists.fetch_add(1, Ordering::Relaxed);
+                served = true;
                 if std::mem::take(&mut first_list) {
                     feed.listed();
                 }
