@@ -118,6 +118,16 @@ fn of_two_gangs_that_fit_one_at_a_time_one_is_bound_whole_and_the_other_holds_no
     );
 }
 
+/// A service with the profile of examples/configs/gangs.toml on `runtime`, and its clock.
+fn gangs_service(runtime: DefaultPluginRuntime) -> (Service, FakeClock) {
+    let mut config = Config::load(&repo_root().join("examples/configs/gangs.toml")).unwrap();
+    config.default_plugins = runtime;
+    let profiles = config.profiles().unwrap();
+    let clock = FakeClock::default();
+    let decider = Decider::with_clock(&profiles, 1, Arc::new(clock.clone())).unwrap();
+    (Service::deferred(decider, Arc::new(clock.clone())), clock)
+}
+
 fn object(kind: &str, value: serde_json::Value) -> Object {
     let kind = wasched::events::Kind::named(kind).unwrap();
     Object::from_json(kind, value).unwrap()
@@ -176,12 +186,7 @@ fn usage_and_recount(s: &Service) -> (Usage, Usage) {
 #[test]
 fn a_gang_whose_last_member_comes_later_is_bound_together_and_a_timed_out_gang_gives_everything_back(
 ) {
-    let mut config = Config::load(&repo_root().join("examples/configs/gangs.toml")).unwrap();
-    config.default_plugins = DefaultPluginRuntime::Wasm;
-    let profiles = config.profiles().unwrap();
-    let clock = FakeClock::default();
-    let decider = Decider::with_clock(&profiles, 1, Arc::new(clock.clone())).unwrap();
-    let mut s = Service::deferred(decider, Arc::new(clock.clone()));
+    let (mut s, clock) = gangs_service(DefaultPluginRuntime::Wasm);
     let seq = Sequencer::default();
     let submit = |s: &mut Service, o: Object| s.pipeline().submit(seq.upsert(o));
     submit(
@@ -295,12 +300,7 @@ fn preemptions(results: &[wasched::service::CycleResult]) -> Vec<(String, String
 /// lower-priority pod too, both members are nominated in one go, each with its own victim.
 #[test]
 fn a_preempting_gang_nominates_all_its_members_or_none() {
-    let mut config = Config::load(&repo_root().join("examples/configs/gangs.toml")).unwrap();
-    config.default_plugins = DefaultPluginRuntime::Wasm;
-    let profiles = config.profiles().unwrap();
-    let clock = FakeClock::default();
-    let decider = Decider::with_clock(&profiles, 1, Arc::new(clock.clone())).unwrap();
-    let mut s = Service::deferred(decider, Arc::new(clock.clone()));
+    let (mut s, clock) = gangs_service(DefaultPluginRuntime::Wasm);
     let seq = Sequencer::default();
     for name in ["n1", "n2"] {
         let node = object(
@@ -374,12 +374,7 @@ fn workload_member(name: &str, pod_group: &str, replica: Option<&str>) -> Object
 /// a gang of its own, and a `basic` pod group's pods are scheduled one by one.
 #[test]
 fn a_workload_s_gang_pod_groups_are_bound_whole_per_replica_and_basic_ones_alone() {
-    let mut config = Config::load(&repo_root().join("examples/configs/gangs.toml")).unwrap();
-    config.default_plugins = DefaultPluginRuntime::Native;
-    let profiles = config.profiles().unwrap();
-    let clock = FakeClock::default();
-    let decider = Decider::with_clock(&profiles, 1, Arc::new(clock.clone())).unwrap();
-    let mut s = Service::deferred(decider, Arc::new(clock.clone()));
+    let (mut s, clock) = gangs_service(DefaultPluginRuntime::Native);
     let seq = Sequencer::default();
     let submit = |s: &mut Service, o: Object| s.pipeline().submit(seq.upsert(o));
     submit(

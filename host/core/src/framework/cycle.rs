@@ -279,18 +279,20 @@ impl Profile {
     /// A cycle for `pod` that reports every node's verdict and scores and leaves no trace on
     /// later cycles: the next one starts its node search and breaks ties as it would have.
     pub(super) fn dry_run(&mut self, cache: &mut Cache, pod: &sdk::Pod) -> Outcome {
-        let (next_start, rng) = (self.next_start, self.rng.clone());
-        let outcome = self.schedule(cache, pod, true, false);
-        self.next_start = next_start;
-        self.rng = rng;
-        outcome
+        self.untraced(cache, pod, true)
     }
 
     /// A cycle for `pod` that reserves nothing and leaves no trace on later cycles' search start
     /// and tie-breaking ([`Decider::plan`](super::Decider::plan)).
     pub(super) fn plan(&mut self, cache: &mut Cache, pod: &sdk::Pod) -> Outcome {
+        self.untraced(cache, pod, false)
+    }
+
+    /// A cycle that reserves nothing, with the search start and the tie-breaking state put back
+    /// afterwards.
+    fn untraced(&mut self, cache: &mut Cache, pod: &sdk::Pod, explain: bool) -> Outcome {
         let (next_start, rng) = (self.next_start, self.rng.clone());
-        let outcome = self.schedule(cache, pod, false, false);
+        let outcome = self.schedule(cache, pod, explain, false);
         self.next_start = next_start;
         self.rng = rng;
         outcome
