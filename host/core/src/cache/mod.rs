@@ -538,16 +538,10 @@ impl Cache {
     pub fn gang_priorities(&self) -> HashMap<String, i32> {
         let mut highest: HashMap<String, i32> = HashMap::new();
         for placed in self.pods.values() {
-            let Some(group) = placed
-                .existing
-                .labels
-                .get(crate::k8s::podgroup::POD_GROUP_LABEL)
-                .filter(|g| !g.is_empty())
-            else {
+            let Some(gang) = crate::k8s::podgroup::placed_group_name(&placed.existing) else {
                 continue;
             };
             let priority = placed.standing.priority;
-            let gang = format!("{}/{group}", placed.existing.namespace);
             highest
                 .entry(gang)
                 .and_modify(|p| *p = (*p).max(priority))

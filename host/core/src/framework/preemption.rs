@@ -369,15 +369,10 @@ impl Gangs {
     /// Whether `victim` may be evicted for a pod of `priority`: it is in no gang, or every placed
     /// member of its gang has a lower priority.
     fn may_evict(&mut self, cache: &Cache, victim: &sdk::ExistingPod, priority: i32) -> bool {
-        let Some(group) = victim
-            .labels
-            .get(crate::k8s::podgroup::POD_GROUP_LABEL)
-            .filter(|g| !g.is_empty())
-        else {
+        let Some(gang) = crate::k8s::podgroup::placed_group_name(victim) else {
             return true;
         };
         let highest = self.0.get_or_insert_with(|| cache.gang_priorities());
-        let gang = format!("{}/{group}", victim.namespace);
         highest.get(&gang).is_none_or(|&p| p < priority)
     }
 }

@@ -231,6 +231,16 @@ pub fn group_of(pod: &sdk::Pod) -> Option<&str> {
         .filter(|name| !name.is_empty())
 }
 
+/// The `namespace/NAME` of the PodGroup a placed pod's label names, if any (preemption's view
+/// of running gangs).
+pub fn placed_group_name(pod: &sdk::ExistingPod) -> Option<String> {
+    let name = pod
+        .labels
+        .get(POD_GROUP_LABEL)
+        .filter(|name| !name.is_empty())?;
+    Some(format!("{}/{name}", pod.namespace))
+}
+
 /// Whether `pod` is a member of a gang: its `spec.workloadRef`, or its PodGroup label.
 pub fn is_grouped(pod: &sdk::Pod) -> bool {
     !pod.workload_ref.is_empty() || group_of(pod).is_some()

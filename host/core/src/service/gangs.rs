@@ -262,7 +262,7 @@ impl Service {
         plan.take(self, pod, &preemption.node, &preemption.victims);
         let mut nominations = Vec::new();
         for mut sibling in siblings {
-            if plan.placed == still_to_place + 1 {
+            if plan.assumed.len() == still_to_place + 1 {
                 break;
             }
             self.resolve_group(&mut sibling);
@@ -276,7 +276,7 @@ impl Service {
                 nominations.push((sibling, outcome));
             }
         }
-        let found = plan.placed - 1;
+        let found = plan.assumed.len() - 1;
         plan.undo(self);
         if found < still_to_place {
             result.outcome.preemption = None;
@@ -301,13 +301,7 @@ impl Service {
             return;
         };
         let attempts = self.queue.status(&key).map_or(1, |s| s.attempts);
-        let mut nominated = sibling.clone();
-        nominated.nominated_node_name.clone_from(&preemption.node);
-        self.decider.cache_mut().nominate(&nominated);
-        self.queue.set_nomination(&key, &preemption.node);
-        self.stats
-            .preemptions
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.nominate(&sibling, &preemption.node);
         let mut result = CycleResult::attempt(key, sibling.scheduler_name.clone(), attempts);
         result.outcome = outcome;
         // It waits for its victims to leave, as the member that preempted first does.
@@ -392,8 +386,7 @@ impl Service {
 /// What planning a gang's preemption changed in the cache, to be undone.
 #[derive(Default)]
 struct GangPlan {
-    /// Members assumed on their planned nodes.
-    placed: usize,
+    /// Members assumed on their planned nodes, the preempting one first.
     assumed: Vec<String>,
     /// Victims taken out.
     detached: Vec<DetachedPod>,
@@ -410,7 +403,6 @@ impl GangPlan {
         }
         cache.assume_pod(pod, node);
         self.assumed.push(pod.key());
-        self.placed += 1;
     }
 
     /// Takes the planned members out and puts the victims back.

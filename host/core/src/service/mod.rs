@@ -823,11 +823,7 @@ impl Service {
             self.queue.set_nomination(key, "");
         }
         if let Some(preemption) = &result.outcome.preemption {
-            self.stats.preemptions.fetch_add(1, Ordering::Relaxed);
-            let mut nominated = pod.clone();
-            nominated.nominated_node_name.clone_from(&preemption.node);
-            self.decider.cache_mut().nominate(&nominated);
-            self.queue.set_nomination(key, &preemption.node);
+            self.nominate(pod, &preemption.node);
         }
         let message = result.outcome.message.clone().unwrap_or_default();
         if result.outcome.error {
@@ -836,6 +832,16 @@ impl Service {
             self.stats.unschedulable.fetch_add(1, Ordering::Relaxed);
             self.queue.unschedulable(key, message);
         }
+    }
+
+    /// Nominates `pod` to `node`, which its preemption frees: counted, held in the cache against
+    /// pods it outranks, and tried first when the pod is next popped.
+    fn nominate(&mut self, pod: &sdk::Pod, node: &str) {
+        self.stats.preemptions.fetch_add(1, Ordering::Relaxed);
+        let mut nominated = pod.clone();
+        nominated.nominated_node_name = node.to_string();
+        self.decider.cache_mut().nominate(&nominated);
+        self.queue.set_nomination(&nominated.key(), node);
     }
 
     /// Makes the writes of a pod placed nowhere, when the service has a backend of its own; a
