@@ -23,6 +23,7 @@ pub use wasched_server as server;
 pub use wasched_wasm::{component, config, embedded, kube_config, language, plugin_build, wasi};
 
 pub mod bench;
+pub mod diff;
 pub mod flags;
 pub mod replay;
 pub mod simulate;

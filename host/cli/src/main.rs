@@ -9,7 +9,9 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use wasched::config::{Config, DefaultPluginRuntime};
 use wasched::server::client::{self, Client, Connection};
 use wasched::server::{LogFormat, ServeArgs};
-use wasched::{bench, input, simulate};
+use wasched::{bench, diff, input, simulate};
+
+mod shadow;
 
 /// A Kubernetes-compatible scheduler whose placement policy runs as WebAssembly components.
 #[derive(Parser)]
@@ -65,6 +67,32 @@ enum Command {
         #[command(flatten)]
         connection: Connection,
     },
+    /// Schedule the same pending pods under two configurations and print which pods change node
+    /// or Pending state, the FitError changes, and utilisation and fragmentation side by side.
+    Diff {
+        /// The two configurations, A then B (`default` for kube-scheduler's default profile).
+        #[arg(long, num_args = 1, required = true)]
+        config: Vec<String>,
+        /// Exit with status 3 when a change of this kind is found (repeatable).
+        #[arg(long, value_enum)]
+        fail_on: Vec<diff::Change>,
+        /// Print JSON instead of the report.
+        #[arg(long)]
+        json: bool,
+        /// Seed for breaking ties between equally good nodes (the same for both).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Run the default plugins as WebAssembly components or natively (both configurations).
+        #[arg(long, value_enum)]
+        runtime: Option<DefaultPluginRuntime>,
+        /// The cluster dump (as `simulate` reads it).
+        #[arg(required = true)]
+        cluster: Vec<PathBuf>,
+    },
+    /// Run a candidate policy beside a live profile of a running server, read what it would
+    /// have done differently, promote it or remove it.
+    #[command(subcommand)]
+    Shadow(shadow::ShadowCommand),
     /// List a running server's pods (with their node, or why they are pending) or nodes.
     Get {
         #[arg(value_enum)]
@@ -242,7 +270,61 @@ fn run(command: Command) -> anyhow::Result<()> {
         }
         Command::Config(command) => config_command(command),
         Command::Plugin(command) => plugin_command(command),
+        Command::Shadow(command) => shadow::run(command),
+        Command::Diff {
+            config,
+            fail_on,
+            json,
+            seed,
+            runtime,
+            cluster,
+        } => diff_files(&config, &fail_on, json, seed, runtime, &cluster),
     }
+}
+
+/// Exit status of `wasched diff` when a change `--fail-on` names was found (1 is an error, 2
+/// a usage error).
+const DIFF_FOUND: u8 = 3;
+
+/// `wasched diff`.
+fn diff_files(
+    configs: &[String],
+    fail_on: &[diff::Change],
+    json: bool,
+    seed: u64,
+    runtime: Option<DefaultPluginRuntime>,
+    cluster: &[PathBuf],
+) -> anyhow::Result<()> {
+    let [a, b] = configs else {
+        anyhow::bail!(
+            "diff compares two configurations: give --config twice (`--config default` for kube-scheduler's default profile)"
+        );
+    };
+    let load = |name: &String| -> anyhow::Result<Config> {
+        let mut config = match name.as_str() {
+            "default" => Config::default(),
+            path => Config::load(Path::new(path))?,
+        };
+        if let Some(runtime) = runtime {
+            config.default_plugins = runtime;
+        }
+        Ok(config)
+    };
+    let (config_a, config_b) = (load(a)?, load(b)?);
+    let cluster = input::load_files(cluster)?;
+    let found = diff::diff([(a, &config_a), (b, &config_b)], &cluster, seed)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&found)?);
+    } else {
+        print!("{}", found.text());
+    }
+    std::io::stdout().flush()?;
+    let failing: Vec<&diff::Change> = fail_on.iter().filter(|c| found.has(**c)).collect();
+    if !failing.is_empty() {
+        eprintln!("changes found: {failing:?}");
+        std::process::exit(DIFF_FOUND.into());
+    }
+    Ok(())
 }
 
 /// `wasched config ...`.

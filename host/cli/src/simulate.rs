@@ -104,6 +104,18 @@ pub fn simulate(
     cluster: &Cluster,
     options: Options,
 ) -> anyhow::Result<Vec<Decision>> {
+    simulate_to_end(config, cluster, options).map(|(decisions, _)| decisions)
+}
+
+/// [`simulate`], with the service as the simulation left it (its cache holds every placement).
+///
+/// # Errors
+/// A configuration or plugin that cannot be loaded.
+pub fn simulate_to_end(
+    config: &Config,
+    cluster: &Cluster,
+    options: Options,
+) -> anyhow::Result<(Vec<Decision>, Service)> {
     let profiles = config.profiles()?;
     let decider = Decider::new(&profiles, options.seed)?;
     let sequence = Arc::new(Sequencer::default());
@@ -156,7 +168,8 @@ pub fn simulate(
     for object in objects {
         pipeline.submit(sequence.upsert(object));
     }
-    Ok(schedule_until_settled(&mut service, &clock))
+    let decisions = schedule_until_settled(&mut service, &clock);
+    Ok((decisions, service))
 }
 
 /// Runs `service` until no pod is left to try, moving `clock` only to what a pod waits for: the

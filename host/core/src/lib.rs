@@ -26,6 +26,7 @@ pub mod queue;
 pub mod result;
 pub mod runtime;
 pub mod service;
+pub mod shadow;
 pub mod spread;
 pub mod synthetic;
 pub mod util;

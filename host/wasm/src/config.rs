@@ -131,6 +131,9 @@ struct RawProfile {
     /// (kube-scheduler's `multiPoint` for a plugin known only once loaded).
     #[serde(default)]
     where_implemented: Vec<Spanned<String>>,
+    /// A candidate policy run beside this one on the same cycles, deciding nothing
+    /// (`[profiles.shadow]`: the keys of a profile but `scheduler_name` and `shadow`).
+    shadow: Option<Spanned<Box<RawProfile>>>,
 }
 
 /// `preemption = { enabled = true, ... }`: kube-scheduler's DefaultPreemption and its arguments.
@@ -155,6 +158,87 @@ impl RawPreemption {
                 .min_candidate_nodes_absolute
                 .unwrap_or(defaults.min_candidate_nodes_absolute),
         }
+    }
+}
+
+/// A profile's chains with kube-scheduler's defaults for the lists it leaves out; its shadow is
+/// resolved by the caller.
+fn resolve(profile: &RawProfile, scheduler_name: &str) -> ResolvedProfile {
+    ResolvedProfile {
+        scheduler_name: scheduler_name.to_string(),
+        plugin_config: profile
+            .plugin_config
+            .iter()
+            .map(|(name, table)| (name.clone(), config_json(table.get_ref())))
+            .collect(),
+        where_implemented: profile
+            .where_implemented
+            .iter()
+            .map(|name| name.get_ref().clone())
+            .collect(),
+        preemption: profile
+            .preemption
+            .as_ref()
+            .map_or_else(PreemptionSettings::default, |p| p.get_ref().settings()),
+        percentage_of_nodes_to_score: profile
+            .percentage_of_nodes_to_score
+            .as_ref()
+            .map(|p| *p.get_ref()),
+        filters: match &profile.filters {
+            Some(list) => list.clone(),
+            None => DEFAULT_FILTERS
+                .iter()
+                .map(|n| Spanned::new(0..0, n.to_string()))
+                .collect(),
+        },
+        scores: match &profile.scores {
+            Some(list) => list
+                .iter()
+                .map(|s| (s.get_ref().plugin.clone(), *s.get_ref().weight.get_ref()))
+                .collect(),
+            None => DEFAULT_SCORES
+                .iter()
+                .map(|(n, w)| (Spanned::new(0..0, n.to_string()), *w))
+                .collect(),
+        },
+        pre_enqueue: match &profile.pre_enqueue {
+            Some(list) => list.clone(),
+            None => DEFAULT_PRE_ENQUEUE
+                .iter()
+                .map(|n| Spanned::new(0..0, n.to_string()))
+                .collect(),
+        },
+        permit: profile.permit.clone().unwrap_or_default(),
+        shadow: None,
+    }
+}
+
+/// A resolved profile's chains by name, each plugin with its configuration (`shared`: the
+/// `[plugins.NAME] config` ones).
+fn chain_of(p: ResolvedProfile, shared: &BTreeMap<String, String>) -> ProfileChain {
+    ProfileChain {
+        args: p
+            .names()
+            .filter_map(|name| {
+                let name = name.get_ref();
+                let own = p.plugin_config.get(name).or(shared.get(name))?;
+                Some((name.clone(), own.clone()))
+            })
+            .collect(),
+        scheduler_name: p.scheduler_name,
+        percentage_of_nodes_to_score: p.percentage_of_nodes_to_score,
+        filters: p.filters.into_iter().map(Spanned::into_inner).collect(),
+        scores: p
+            .scores
+            .into_iter()
+            .map(|(plugin, weight)| WeightedScore {
+                plugin: plugin.into_inner(),
+                weight,
+            })
+            .collect(),
+        pre_enqueue: p.pre_enqueue.into_iter().map(Spanned::into_inner).collect(),
+        permit: p.permit.into_iter().map(Spanned::into_inner).collect(),
+        shadow: None,
     }
 }
 
@@ -187,6 +271,8 @@ struct ResolvedProfile {
     plugin_config: BTreeMap<String, String>,
     /// Plugins left out of the points they do not implement instead of refused there.
     where_implemented: Vec<String>,
+    /// The candidate policy run beside it (`[profiles.shadow]`), under the same scheduler name.
+    shadow: Option<Box<ResolvedProfile>>,
 }
 
 impl ResolvedProfile {
@@ -240,6 +326,9 @@ pub struct ProfileChain {
     /// The configuration (JSON) of each plugin the profile lists that has one: the profile's own
     /// (`plugin_config`), else the plugin's `[plugins.NAME] config`.
     pub args: BTreeMap<String, String>,
+    /// The candidate policy run beside the profile on the same cycles, deciding nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<Box<ProfileChain>>,
 }
 
 impl ProfileChain {
@@ -270,6 +359,10 @@ impl ProfileChain {
                 .filter(|p| p.config != "{}")
                 .map(|p| (p.name.clone(), p.config.clone()))
                 .collect(),
+            shadow: spec
+                .shadow
+                .as_deref()
+                .map(|s| Box::new(ProfileChain::of(s))),
         }
     }
 }
@@ -545,8 +638,36 @@ impl Config {
             }
             seen_names.push(scheduler_name);
             self.check_profile(profile.get_ref())?;
+            if let Some(shadow) = &profile.get_ref().shadow {
+                self.check_shadow(scheduler_name, shadow)?;
+            }
         }
         Ok(())
+    }
+
+    /// A shadow is a profile of its own but serves no pods: it takes its profile's scheduler
+    /// name and has no shadow itself.
+    fn check_shadow(
+        &self,
+        scheduler_name: &str,
+        shadow: &Spanned<Box<RawProfile>>,
+    ) -> Result<(), ConfigError> {
+        let s = shadow.get_ref();
+        if s.scheduler_name.span() != (0..0) {
+            return Err(self.error(
+                s.scheduler_name.span(),
+                format!(
+                    "the shadow of profile {scheduler_name:?} has no scheduler_name: it runs on the pods of its profile"
+                ),
+            ));
+        }
+        if let Some(nested) = &s.shadow {
+            return Err(self.error(
+                nested.span(),
+                format!("the shadow of profile {scheduler_name:?} cannot have a shadow"),
+            ));
+        }
+        self.check_profile(s)
     }
 
     /// Refuses `value` outside `range`, with `message` at its line.
@@ -740,6 +861,7 @@ impl Config {
             preemption: None,
             plugin_config: BTreeMap::new(),
             where_implemented: Vec::new(),
+            shadow: None,
         };
         let profiles: Vec<&RawProfile> = if self.raw.profiles.is_empty() {
             vec![&default_profile]
@@ -748,51 +870,12 @@ impl Config {
         };
         profiles
             .into_iter()
-            .map(|profile| ResolvedProfile {
-                scheduler_name: profile.scheduler_name.get_ref().clone(),
-                plugin_config: profile
-                    .plugin_config
-                    .iter()
-                    .map(|(name, table)| (name.clone(), config_json(table.get_ref())))
-                    .collect(),
-                where_implemented: profile
-                    .where_implemented
-                    .iter()
-                    .map(|name| name.get_ref().clone())
-                    .collect(),
-                preemption: profile
-                    .preemption
-                    .as_ref()
-                    .map_or_else(PreemptionSettings::default, |p| p.get_ref().settings()),
-                percentage_of_nodes_to_score: profile
-                    .percentage_of_nodes_to_score
-                    .as_ref()
-                    .map(|p| *p.get_ref()),
-                filters: match &profile.filters {
-                    Some(list) => list.clone(),
-                    None => DEFAULT_FILTERS
-                        .iter()
-                        .map(|n| Spanned::new(0..0, n.to_string()))
-                        .collect(),
-                },
-                scores: match &profile.scores {
-                    Some(list) => list
-                        .iter()
-                        .map(|s| (s.get_ref().plugin.clone(), *s.get_ref().weight.get_ref()))
-                        .collect(),
-                    None => DEFAULT_SCORES
-                        .iter()
-                        .map(|(n, w)| (Spanned::new(0..0, n.to_string()), *w))
-                        .collect(),
-                },
-                pre_enqueue: match &profile.pre_enqueue {
-                    Some(list) => list.clone(),
-                    None => DEFAULT_PRE_ENQUEUE
-                        .iter()
-                        .map(|n| Spanned::new(0..0, n.to_string()))
-                        .collect(),
-                },
-                permit: profile.permit.clone().unwrap_or_default(),
+            .map(|profile| {
+                let mut resolved = resolve(profile, profile.scheduler_name.get_ref());
+                resolved.shadow = profile.shadow.as_ref().map(|shadow| {
+                    Box::new(resolve(shadow.get_ref(), profile.scheduler_name.get_ref()))
+                });
+                resolved
             })
             .collect()
     }
@@ -801,10 +884,16 @@ impl Config {
     pub fn usage(&self) -> BTreeMap<String, Vec<String>> {
         let mut usage: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for profile in self.resolved() {
-            for name in profile.names() {
+            let shadow = profile.shadow.as_deref();
+            let shadow_names = shadow.into_iter().flat_map(|s| s.names());
+            let named = profile
+                .names()
+                .map(|n| (n, profile.scheduler_name.clone()))
+                .chain(shadow_names.map(|n| (n, format!("{} (shadow)", profile.scheduler_name))));
+            for (name, user) in named {
                 let profiles = usage.entry(name.get_ref().clone()).or_default();
-                if !profiles.contains(&profile.scheduler_name) {
-                    profiles.push(profile.scheduler_name.clone());
+                if !profiles.contains(&user) {
+                    profiles.push(user);
                 }
             }
         }
@@ -816,28 +905,11 @@ impl Config {
         let shared = self.plugin_configs();
         self.resolved()
             .into_iter()
-            .map(|p| ProfileChain {
-                args: p
-                    .names()
-                    .filter_map(|name| {
-                        let name = name.get_ref();
-                        let own = p.plugin_config.get(name).or(shared.get(name))?;
-                        Some((name.clone(), own.clone()))
-                    })
-                    .collect(),
-                scheduler_name: p.scheduler_name,
-                percentage_of_nodes_to_score: p.percentage_of_nodes_to_score,
-                filters: p.filters.into_iter().map(Spanned::into_inner).collect(),
-                scores: p
-                    .scores
-                    .into_iter()
-                    .map(|(plugin, weight)| WeightedScore {
-                        plugin: plugin.into_inner(),
-                        weight,
-                    })
-                    .collect(),
-                pre_enqueue: p.pre_enqueue.into_iter().map(Spanned::into_inner).collect(),
-                permit: p.permit.into_iter().map(Spanned::into_inner).collect(),
+            .map(|mut p| {
+                let shadow = p.shadow.take();
+                let mut chain = chain_of(p, &shared);
+                chain.shadow = shadow.map(|s| Box::new(chain_of(*s, &shared)));
+                chain
             })
             .collect()
     }
@@ -852,34 +924,47 @@ impl Config {
         let mut loaded: BTreeMap<String, PluginSpec> = BTreeMap::new();
         let mut specs = Vec::new();
         for profile in self.resolved() {
-            let mut spec = ProfileSpec {
-                scheduler_name: profile.scheduler_name.clone(),
-                filters: Vec::new(),
-                scores: Vec::new(),
-                pre_enqueue: Vec::new(),
-                permit: Vec::new(),
-                percentage_of_nodes_to_score: profile.percentage_of_nodes_to_score,
-                parallelism: self.parallelism,
-                preemption: profile.preemption,
-            };
-            let mut plugin =
-                |name: &Spanned<String>, point| self.plugin(&mut loaded, name, point, &profile);
-            for name in &profile.filters {
-                spec.filters.extend(plugin(name, Point::Filter)?);
-            }
-            for (name, weight) in &profile.scores {
-                let scores = plugin(name, Point::Score)?.map(|p| (p, *weight));
-                spec.scores.extend(scores);
-            }
-            for name in &profile.pre_enqueue {
-                spec.pre_enqueue.extend(plugin(name, Point::PreEnqueue)?);
-            }
-            for name in &profile.permit {
-                spec.permit.extend(plugin(name, Point::Permit)?);
+            let mut spec = self.spec(&mut loaded, &profile)?;
+            if let Some(shadow) = &profile.shadow {
+                spec.shadow = Some(Box::new(self.spec(&mut loaded, shadow)?));
             }
             specs.push(spec);
         }
         Ok(specs)
+    }
+
+    /// Builds one resolved profile's spec, loading the plugins `loaded` does not hold yet.
+    fn spec(
+        &self,
+        loaded: &mut BTreeMap<String, PluginSpec>,
+        profile: &ResolvedProfile,
+    ) -> Result<ProfileSpec, ConfigError> {
+        let mut spec = ProfileSpec {
+            scheduler_name: profile.scheduler_name.clone(),
+            filters: Vec::new(),
+            scores: Vec::new(),
+            pre_enqueue: Vec::new(),
+            permit: Vec::new(),
+            percentage_of_nodes_to_score: profile.percentage_of_nodes_to_score,
+            parallelism: self.parallelism,
+            preemption: profile.preemption,
+            shadow: None,
+        };
+        let mut plugin = |name: &Spanned<String>, point| self.plugin(loaded, name, point, profile);
+        for name in &profile.filters {
+            spec.filters.extend(plugin(name, Point::Filter)?);
+        }
+        for (name, weight) in &profile.scores {
+            let scores = plugin(name, Point::Score)?.map(|p| (p, *weight));
+            spec.scores.extend(scores);
+        }
+        for name in &profile.pre_enqueue {
+            spec.pre_enqueue.extend(plugin(name, Point::PreEnqueue)?);
+        }
+        for name in &profile.permit {
+            spec.permit.extend(plugin(name, Point::Permit)?);
+        }
+        Ok(spec)
     }
 
     /// Loads (once) the plugin called `name`, with the profile's own configuration of it if

@@ -13,4 +13,5 @@ pub mod kube_config;
 pub mod language;
 mod legacy;
 pub mod plugin_build;
+pub mod shadow_config;
 pub mod wasi;

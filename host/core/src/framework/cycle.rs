@@ -1515,6 +1515,7 @@ mod stage_tests {
             percentage_of_nodes_to_score: Some(100),
             parallelism,
             preemption: Default::default(),
+            shadow: None,
         };
         let clock = Arc::new(crate::clock::FakeClock::default());
         let mut decider = Decider::with_clock(&[profile], 7, clock).expect("profile");
@@ -2004,6 +2005,7 @@ mod stage_tests {
                 percentage_of_nodes_to_score: Some(100),
                 parallelism: 2,
                 preemption: Default::default(),
+                shadow: None,
             };
             let clock = Arc::new(crate::clock::FakeClock::default());
             let mut decider = Decider::with_clock(&[profile], 7, clock).expect("profile");

@@ -206,6 +206,9 @@ pub struct ProfileSpec {
     pub parallelism: usize,
     /// DefaultPreemption's settings.
     pub preemption: PreemptionSettings,
+    /// A candidate policy run beside this profile on the same cycles, off the scheduling
+    /// thread, deciding nothing ([`crate::shadow`]).
+    pub shadow: Option<Box<ProfileSpec>>,
 }
 
 /// Most nodes sent in one mirror update. Each call's deadline is a fixed part plus a per-node
@@ -365,6 +368,54 @@ pub struct Profile {
     preemption: PreemptionSettings,
     /// The statuses of the last cycle that placed nothing, for preemption.
     diagnosis: cycle::Diagnosis,
+    /// The profile's shadow, built with it and not yet handed to its thread.
+    shadow: Option<Box<ShadowPair>>,
+}
+
+/// What a shadow's thread runs: the candidate profile, and a copy of the live profile that
+/// scores the candidate's choices as the live one would. Both on one thread, without
+/// preemption (a shadow compares placements, and evicts nothing).
+pub struct ShadowPair {
+    /// A copy of the live profile, named as it.
+    pub live: Profile,
+    /// The candidate, named [`ShadowPair::name`] of the live one.
+    pub shadow: Profile,
+}
+
+impl ShadowPair {
+    /// The scheduler name the candidate profile of `live`'s shadow carries.
+    pub fn name(live: &str) -> String {
+        format!("{live} (shadow)")
+    }
+
+    fn build(
+        spec: &ProfileSpec,
+        shadow: &ProfileSpec,
+        seed: u64,
+        clock: Arc<dyn Clock>,
+    ) -> Result<ShadowPair, LoadError> {
+        let on_its_own = |mut spec: ProfileSpec, name: String| {
+            spec.scheduler_name = name;
+            spec.parallelism = 1;
+            spec.preemption.enabled = false;
+            spec.shadow = None;
+            spec
+        };
+        let live = on_its_own(spec.clone(), spec.scheduler_name.clone());
+        let candidate = on_its_own(shadow.clone(), ShadowPair::name(&spec.scheduler_name));
+        Ok(ShadowPair {
+            live: Profile::new(&live, seed, clock.clone())?,
+            shadow: Profile::new(&candidate, seed, clock)?,
+        })
+    }
+}
+
+/// Where a profile's next node search starts and how it breaks ties: what a shadow needs to
+/// examine the same nodes as the live cycle it is compared with.
+#[derive(Debug, Clone)]
+pub struct SearchState {
+    next_start: usize,
+    rng: Rng,
 }
 
 impl Profile {
@@ -465,10 +516,14 @@ impl Profile {
             next_start: 0,
             phases: PhaseTimes::default(),
             rng: Rng::new(seed),
-            clock,
+            clock: clock.clone(),
             failing: Vec::new(),
             preemption: spec.preemption,
             diagnosis: cycle::Diagnosis::default(),
+            shadow: match &spec.shadow {
+                Some(shadow) => Some(Box::new(ShadowPair::build(spec, shadow, seed, clock)?)),
+                None => None,
+            },
         })
     }
 
@@ -592,6 +647,48 @@ impl Decider {
                 })
             })
             .collect()
+    }
+
+    /// Takes out the shadows built with the profiles, to run on threads of their own.
+    pub fn take_shadows(&mut self) -> Vec<ShadowPair> {
+        self.profiles
+            .iter_mut()
+            .filter_map(|p| p.shadow.take().map(|pair| *pair))
+            .collect()
+    }
+
+    /// Where the next cycle of the profile of `scheduler_name` starts its node search and how it
+    /// will break ties.
+    pub fn search_state(&self, scheduler_name: &str) -> Option<SearchState> {
+        let profile = self
+            .profiles
+            .iter()
+            .find(|p| p.scheduler_name == scheduler_name)?;
+        Some(SearchState {
+            next_start: profile.next_start,
+            rng: profile.rng.clone(),
+        })
+    }
+
+    /// Makes the next cycle of the profile of `scheduler_name` start its search and break ties
+    /// as `state` says.
+    pub fn set_search_state(&mut self, scheduler_name: &str, state: &SearchState) {
+        if let Some(profile) = self
+            .profiles
+            .iter_mut()
+            .find(|p| p.scheduler_name == scheduler_name)
+        {
+            profile.next_start = state.next_start;
+            profile.rng = state.rng.clone();
+        }
+    }
+
+    /// A decider of already built profiles, with an empty cache.
+    pub fn of_profiles(profiles: Vec<Profile>) -> Decider {
+        Decider {
+            cache: Cache::default(),
+            profiles,
+        }
     }
 
     /// The profiles' scheduler names.

@@ -34,6 +34,7 @@ use crate::runtime::LoadError;
 use crate::waiting::{WaitingPod, WaitingPods};
 
 mod gangs;
+mod shadow;
 pub use gangs::{GangMember, GangProgress};
 
 /// How long a placement may wait for its binding to be confirmed.
@@ -73,6 +74,8 @@ pub struct ServiceStats {
     pub gangs_admitted: AtomicU64,
     /// Members of PodGroups whose wait at Permit ran out.
     pub gangs_timed_out: AtomicU64,
+    /// What the profiles' shadow policies found.
+    pub shadows: crate::shadow::ShadowBoard,
 }
 
 struct Assumed {
@@ -138,6 +141,8 @@ pub struct Service {
     told_gated: std::collections::HashSet<String>,
     /// The PodGroups and their members.
     gangs: Gangs,
+    /// The profiles' shadow policies.
+    shadows: shadow::Shadows,
 }
 
 /// Where the caller of a deferred service (which binds after the cycle, on another thread) reports
@@ -243,6 +248,7 @@ impl Service {
             newly_gated: Default::default(),
             told_gated: Default::default(),
             gangs: Gangs::default(),
+            shadows: shadow::Shadows::new(),
         }
     }
 
@@ -285,6 +291,7 @@ impl Service {
     /// Puts new profiles in place and returns the old ones (see [`Decider::swap_profiles`]).
     pub fn swap_profiles(&mut self, profiles: Vec<Profile>) -> Vec<Profile> {
         let old = self.decider.swap_profiles(profiles);
+        self.shadows_swapped();
         // The new profiles' PreEnqueue plugins may let in pods the old ones kept out.
         self.enqueue_gated_again(|_| true);
         old
@@ -327,10 +334,12 @@ impl Service {
         for event in events {
             self.apply(event);
         }
+        self.shadows.flush();
         count
     }
 
     fn apply(&mut self, event: Event) {
+        self.shadows.observe(&event);
         let key = event.object.key();
         let result = match event.action {
             Action::Upsert => self.apply_upsert(&event.object),
@@ -757,6 +766,7 @@ impl Service {
     /// ready, and (with a backend of its own) carries out the result.
     pub fn schedule_one(&mut self) -> Option<CycleResult> {
         self.apply_events();
+        self.start_shadows();
         self.expire_assumed();
         self.forget_failed_bindings();
         self.expire_waiting();
@@ -778,6 +788,7 @@ impl Service {
         let key = pod.key();
         let attempts = self.queue.status(&key).map_or(1, |s| s.attempts);
         let mut result = CycleResult::attempt(key.clone(), pod.scheduler_name.clone(), attempts);
+        let shadow_search = self.shadow_search(&pod);
         let Some(mut outcome) = self.decider.schedule(&pod, self.explain) else {
             // No profile for its scheduler name: another scheduler's pod.
             self.queue.delete(&key);
@@ -788,6 +799,9 @@ impl Service {
             ));
             return Some(result);
         };
+        if let Some(search) = shadow_search {
+            self.shadow_cycle(&pod, search, &outcome);
+        }
         let chosen = outcome.node.take();
         result.outcome = outcome;
         match chosen {
@@ -838,6 +852,7 @@ impl Service {
     /// pods it outranks, and tried first when the pod is next popped.
     fn nominate(&mut self, pod: &sdk::Pod, node: &str) {
         self.stats.preemptions.fetch_add(1, Ordering::Relaxed);
+        self.shadows.nominate(pod, node);
         let mut nominated = pod.clone();
         nominated.nominated_node_name = node.to_string();
         self.decider.cache_mut().nominate(&nominated);
@@ -928,6 +943,7 @@ impl Service {
         self.resolve_group(&mut pod);
         let rejected = self.decider.unreserve_plugins(&pod, node);
         let held = self.decider.forget(&key);
+        self.shadows.forget(&pod);
         // The rest of a gang goes after the pod's own reservation is released.
         self.reject_waiting(rejected);
         held

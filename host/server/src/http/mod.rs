@@ -9,6 +9,7 @@
 mod admin;
 mod cluster;
 mod operations;
+mod shadow;
 pub(crate) mod site;
 mod status;
 #[cfg(test)]
@@ -119,6 +120,7 @@ pub fn router(server: Shared) -> Router {
         .merge(admin::routes(&server))
         .merge(operations::routes(&server))
         .merge(status::routes(&server))
+        .merge(shadow::routes(&server))
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,

@@ -72,6 +72,7 @@ async fn metrics(State(server): State<Shared>) -> Response {
         );
     }
     server.plugin_stats.render(&mut out);
+    server.service_stats.shadows.render(&mut out);
     let pipeline = &server.pipeline.stats;
     let service = &server.service_stats;
     let counters = [
