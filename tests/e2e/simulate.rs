@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+use serde_json::{json, Value};
+
 fn root() -> PathBuf {
     crate::support::repo_root()
 }
@@ -1097,4 +1099,121 @@ fn replace_all(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
         }
     }
     out
+}
+
+/// Each pod's last decision in `wasched simulate`'s JSON lines: its node, or its message.
+fn simulated_ends(config: &str, cluster: &str) -> Vec<(String, Value)> {
+    let mut args = vec!["simulate", cluster];
+    if config != "default" {
+        args.extend(["--config", config]);
+    }
+    let mut ends: Vec<(String, Value)> = Vec::new();
+    for line in output_lines(&args) {
+        let d: Value = serde_json::from_str(&line).unwrap();
+        let pod = d["pod"].as_str().unwrap().to_string();
+        let end = match d["node"].as_str() {
+            Some(node) => json!({ "node": node }),
+            None => match d["message"].as_str() {
+                Some(message) => json!({ "message": message }),
+                None => json!({}),
+            },
+        };
+        match ends.iter_mut().find(|(p, _)| *p == pod) {
+            Some(entry) => entry.1 = end,
+            None => ends.push((pod, end)),
+        }
+    }
+    ends
+}
+
+#[test]
+fn diff_reports_what_two_simulate_runs_place_differently() {
+    // The example configurations that need no plugin built first.
+    let pairs = [
+        ("examples/configs/bin-packing.toml", DEMO),
+        (
+            "examples/configs/bin-packing.toml",
+            "examples/clusters/gpu-models.yaml",
+        ),
+        (
+            "examples/configs/gangs.toml",
+            "examples/clusters/gangs.yaml",
+        ),
+    ];
+    let mut changes_seen = 0;
+    for (config, cluster) in pairs {
+        let output = wasched(&[
+            "diff", "--config", "default", "--config", config, cluster, "--json",
+        ]);
+        let found: Value = serde_json::from_str(&stdout(&output)).unwrap();
+        let a = simulated_ends("default", cluster);
+        let b = simulated_ends(config, cluster);
+        let mut expected = json!({ "changedNode": [], "changedPending": [], "changedMessage": [] });
+        let none = json!({});
+        let end_of = |ends: &[(String, Value)], pod: &str| {
+            ends.iter()
+                .find(|(p, _)| p == pod)
+                .map_or(none.clone(), |(_, e)| e.clone())
+        };
+        let only_in_b = b.iter().filter(|(p, _)| !a.iter().any(|(q, _)| q == p));
+        let pods: Vec<&String> = a.iter().chain(only_in_b).map(|(p, _)| p).collect();
+        for pod in pods {
+            let (end_a, end_b) = (&end_of(&a, pod), &end_of(&b, pod));
+            if end_a == end_b {
+                continue;
+            }
+            let list = match (end_a["node"].is_string(), end_b["node"].is_string()) {
+                (true, true) => "changedNode",
+                (false, false) => "changedMessage",
+                _ => "changedPending",
+            };
+            let change = json!({ "pod": pod, "a": end_a, "b": end_b });
+            expected[list].as_array_mut().unwrap().push(change);
+        }
+        for list in ["changedNode", "changedPending", "changedMessage"] {
+            assert_eq!(found[list], expected[list], "{config} on {cluster}: {list}");
+            changes_seen += found[list].as_array().unwrap().len();
+        }
+        let placed =
+            |ends: &[(String, Value)]| ends.iter().filter(|(_, e)| e["node"].is_string()).count();
+        assert_eq!(found["a"]["placed"], placed(&a));
+        assert_eq!(found["b"]["placed"], placed(&b));
+        assert_eq!(found["b"]["pending"], b.len() - placed(&b));
+
+        // --fail-on turns a change of that kind, and only that kind, into exit status 3.
+        for (kind, list) in [
+            ("changed-node", "changedNode"),
+            ("changed-pending", "changedPending"),
+        ] {
+            let status = wasched(&[
+                "diff",
+                "--config",
+                "default",
+                "--config",
+                config,
+                cluster,
+                "--fail-on",
+                kind,
+            ])
+            .status
+            .code();
+            let changed = !found[list].as_array().unwrap().is_empty();
+            assert_eq!(
+                status,
+                Some(if changed { 3 } else { 0 }),
+                "{config} on {cluster} --fail-on {kind}"
+            );
+        }
+    }
+    assert!(
+        changes_seen > 0,
+        "the example configurations change some placements"
+    );
+}
+
+#[test]
+fn diff_needs_two_configurations() {
+    let output = wasched(&["diff", "--config", "default", DEMO]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("give --config twice"));
 }

@@ -211,8 +211,9 @@ pub fn diff(
     let [(name_a, a), (name_b, b)] = configs;
     let (decisions_a, service_a) = simulate::simulate_to_end(a, cluster, options)?;
     let (decisions_b, service_b) = simulate::simulate_to_end(b, cluster, options)?;
-    let (order, ends_a) = last_ends(&decisions_a);
-    let (_, ends_b) = last_ends(&decisions_b);
+    let (mut order, ends_a) = last_ends(&decisions_a);
+    let (order_b, ends_b) = last_ends(&decisions_b);
+    order.extend(order_b.into_iter().filter(|p| !ends_a.contains_key(p)));
     let mut diff = PlacementDiff {
         a: totals(name_a, &ends_a, &service_a),
         b: totals(name_b, &ends_b, &service_b),
