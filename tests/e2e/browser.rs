@@ -688,3 +688,79 @@ fn the_gangs_view_shows_each_gang_s_progress_and_its_members_by_state() {
     browser.screenshot_at("gangs", "#gangs-table");
     assert_eq!(browser.console_errors(), Vec::<String>::new());
 }
+
+#[test]
+fn the_shadow_view_shows_agreement_the_disagreeing_pods_with_both_scores_and_promotes() {
+    use super::shadow::{compared, create_and_bind, shadowed_server};
+    let server = shadowed_server("browser-shadow");
+    let admin = server.admin();
+    let names: Vec<String> = (0..10).map(|i| format!("p-{i}")).collect();
+    create_and_bind(&admin, &names);
+    let report = compared(&admin, 10);
+
+    let browser = Browser::start();
+    browser.open(&format!("{}/#/shadow", server.url));
+    browser.wait_for(
+        "the shadow's counts",
+        "route(); const c = document.querySelector('div.shadow b.compared');
+         return c && c.textContent === '10';",
+        json!([]),
+    );
+    browser.view("#/shadow");
+    let counts = &report["counts"];
+    for verdict in ["same", "tie", "different", "infeasible", "error"] {
+        let shown = browser.text(&format!("div.shadow b.count.{verdict}"));
+        assert_eq!(shown, counts[verdict].to_string(), "{verdict}");
+    }
+    let agreement = report["agreement"].as_f64().unwrap();
+    assert_eq!(
+        browser.text("div.shadow b.agreement"),
+        format!("{:.1}%", agreement * 100.0)
+    );
+    assert!(browser
+        .text("span.shadow-chain")
+        .contains("ZonePreference×3"));
+    assert!(!browser.text("span.live-chain").contains("ZonePreference"));
+    let latest = report["latest"].as_array().unwrap();
+    assert!(
+        !latest.is_empty(),
+        "some pods went to the larger node: {report}"
+    );
+    let rows = browser.run(
+        "return document.querySelectorAll('table.disagreements tbody tr').length;",
+        json!([]),
+    );
+    assert_eq!(rows, json!(latest.len()));
+    let first = &latest[0];
+    let row = |cell: &str| {
+        browser.text(&format!(
+            "table.disagreements tr[data-pod=\"{}\"] {cell}",
+            first["pod"].as_str().unwrap()
+        ))
+    };
+    assert_eq!(row("td.live-node"), first["live"]["node"].as_str().unwrap());
+    assert_eq!(row("td.shadow-node"), "node-a");
+    let shadow_node = row("td.breakdown div[data-node=\"node-a\"]");
+    assert!(shadow_node.contains("ZonePreference 100"), "{shadow_node}");
+    assert!(row("td a").ends_with(first["pod"].as_str().unwrap()));
+    browser.screenshot_at("shadow", "div.shadow .minutes");
+
+    // Promote from the page with the admin token: the chains change places.
+    browser.type_into("#token", TOKEN);
+    browser.run("document.querySelector('#token').blur();", json!([]));
+    // Clicked from the page's own script: entering the token renders the view again, which
+    // can replace a button found a moment before.
+    browser.wait_for(
+        "the promote button",
+        "const b = document.querySelector('div.shadow button.promote'); if (b) b.click(); return !!b;",
+        json!([]),
+    );
+    browser.wait_for(
+        "the promoted chains",
+        "const live = document.querySelector('span.live-chain');
+         return live && live.textContent.includes('ZonePreference');",
+        json!([]),
+    );
+    assert!(!browser.text("span.shadow-chain").contains("ZonePreference"));
+    assert_eq!(browser.console_errors(), Vec::<String>::new());
+}
