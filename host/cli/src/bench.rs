@@ -7,6 +7,7 @@
 //! seed gives the same cluster and the same pods.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1 as core;
@@ -15,6 +16,7 @@ use serde::Serialize;
 use crate::config::{Config, DefaultPluginRuntime, MAX_PARALLELISM};
 use crate::framework::{Decider, Phase};
 use crate::metrics::{ExtensionPoint, PluginStatsRegistry};
+use crate::shadow::{LiveDecision, Seed, ShadowFeed};
 use crate::synthetic::{self, Scenario, Synthetic};
 use crate::util::Rng;
 
@@ -101,6 +103,21 @@ pub struct RunReport {
     /// In the gangs scenario: gangs bound whole, and the median and 99th-percentile time from
     /// a gang's first member leaving the queue to its last member's binding, in milliseconds.
     pub gangs: Option<GangTimes>,
+    /// With a configuration whose profile has a shadow: what the shadow compared and dropped.
+    pub shadow: Option<ShadowFigures>,
+}
+
+/// What a shadow did beside one run.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ShadowFigures {
+    /// Live cycles compared.
+    pub compared: u64,
+    /// Live cycles not compared because the shadow was behind.
+    pub dropped: u64,
+    /// The share of compared cycles whose verdict was `same` or `tie`.
+    pub agreement: f64,
+    /// How long the shadow took to finish its queued cycles after the live run ended (ms).
+    pub drain_ms: f64,
 }
 
 /// Mean time per pod one plugin spent at one extension point.
@@ -207,6 +224,7 @@ pub fn run_once(
         }
         _ => place_each(decider, cluster, scenario, seed, &mut tally),
     };
+    let shadow = tally.shadow.take().map(finish_shadow);
     let per_pod = |d: Duration| d.as_secs_f64() * 1e6 / cluster.pods.len().max(1) as f64;
     let phases = decider.phase_times();
     let peak = peak_rss_mb();
@@ -237,7 +255,45 @@ pub fn run_once(
             .then(|| tally.preemption_time.as_secs_f64() * 1e6 / tally.preemptions as f64),
         without_gated_pods_per_second,
         gangs: (scenario == Scenario::Gangs).then(|| tally.gang_times(cluster.groups.len())),
+        shadow,
     })
+}
+
+/// Starts the shadow of the configuration's profile, if it has one, with the cluster's nodes.
+fn start_shadow(decider: &mut Decider, cluster: &Synthetic) -> Option<ShadowFeed> {
+    let pair = decider.take_shadows().into_iter().next()?;
+    let nodes = cluster.clone();
+    let seed = Seed {
+        load: Some(Box::new(move |cache| nodes.load_into(cache))),
+        ..Seed::default()
+    };
+    let clock = Arc::new(crate::clock::SystemClock::default());
+    let board = crate::shadow::ShadowBoard::default();
+    let ttl = Duration::from_secs(3600);
+    Some(ShadowFeed::start(pair, seed, clock, ttl, &board).expect("start the shadow's thread"))
+}
+
+/// `part` of `whole`, in percent.
+fn share(part: u64, whole: u64) -> f64 {
+    match whole {
+        0 => 0.0,
+        w => part as f64 * 100.0 / w as f64,
+    }
+}
+
+/// Waits for the shadow to compare what it took, and reads its figures.
+fn finish_shadow(feed: ShadowFeed) -> ShadowFigures {
+    let ended = Instant::now();
+    while feed.behind() > 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let report = feed.report();
+    ShadowFigures {
+        compared: report.compared,
+        dropped: report.dropped,
+        agreement: report.agreement.unwrap_or(0.0),
+        drain_ms: ended.elapsed().as_secs_f64() * 1e3,
+    }
 }
 
 /// The gated scenario's pods per second through a service of their own without the gated pods:
@@ -264,13 +320,29 @@ fn place_each(
     tally: &mut Tally,
 ) -> (Decider, Duration) {
     let mut churn = Churn::new(seed, cluster.nodes.len());
+    tally.shadow = start_shadow(&mut decider, cluster);
     let start = Instant::now();
     for (i, pod) in cluster.pods.iter().enumerate() {
         if scenario == Scenario::Churn && i > 0 {
             churn.between_cycles(i, &mut decider, cluster);
         }
+        let search = tally
+            .shadow
+            .as_ref()
+            .and(decider.search_state(&pod.scheduler_name));
         let cycle = Instant::now();
         let outcome = place(&mut decider, pod, tally, cycle);
+        if let (Some(feed), Some(search)) = (&tally.shadow, search) {
+            feed.cycle(LiveDecision {
+                pod: pod.clone(),
+                search,
+                node: outcome.node.clone(),
+                choice: outcome.choice.clone(),
+                message: outcome.message.clone(),
+                volumes: outcome.volumes.clone(),
+                claims: outcome.claims.clone(),
+            });
+        }
         tally.latencies.push(cycle.elapsed());
         tally.count(&outcome);
         if scenario == Scenario::Churn && outcome.node.is_some() {
@@ -402,6 +474,8 @@ struct Tally {
     preemption_time: Duration,
     /// Per gang bound whole: from its first member leaving the queue to its last binding.
     gang_admissions: Vec<Duration>,
+    /// The configuration's shadow, when its profile has one.
+    shadow: Option<ShadowFeed>,
 }
 
 impl Tally {
@@ -877,6 +951,22 @@ fn print_comparisons(r: &Report) {
             or_na(ratio(r.native.pods_per_second, native), 2),
         );
     }
+    if let (Some(wasm), Some(native)) = (r.wasm.shadow, r.native.shadow) {
+        println!(
+            "shadow: compared {} | {}, dropped {} | {} ({:.1}% | {:.1}%), agreement {:.1}% | {:.1}%, \
+             done {:.0} | {:.0} ms after the live run (wasm | native)",
+            wasm.compared,
+            native.compared,
+            wasm.dropped,
+            native.dropped,
+            share(wasm.dropped, wasm.compared + wasm.dropped),
+            share(native.dropped, native.compared + native.dropped),
+            wasm.agreement * 100.0,
+            native.agreement * 100.0,
+            wasm.drain_ms,
+            native.drain_ms
+        );
+    }
     if let (Some(wasm), Some(native)) = (r.wasm.gangs, r.native.gangs) {
         println!(
             "gangs bound whole: {} | {} of {} (wasm | native); time to admit a gang p50 {:.2} | \
@@ -958,6 +1048,7 @@ mod tests {
             preemption_attempt_us: None,
             without_gated_pods_per_second: None,
             gangs: None,
+            shadow: None,
         }
     }
 

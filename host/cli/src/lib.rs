@@ -17,7 +17,7 @@
 
 pub use wasched_core::{
     binding, cache, clock, events, framework, input, k8s, metrics, nodetree, queue, runtime,
-    service, synthetic, util, DEFAULT_SCHEDULER_NAME,
+    service, shadow, synthetic, util, DEFAULT_SCHEDULER_NAME,
 };
 pub use wasched_server as server;
 pub use wasched_wasm::{component, config, embedded, kube_config, language, plugin_build, wasi};

@@ -28,6 +28,10 @@ use crate::service::Service;
 pub const MAX_IN_FLIGHT: usize = 256;
 /// Disagreeing pods kept per shadow, the latest first.
 const LATEST_KEPT: usize = 50;
+/// Compared cycles between two syncs of a shadow's copy of the live profile.
+const LIVE_COPY_SYNC_EVERY: u64 = 64;
+/// How often a shadow releases the placements it follows whose binding never came.
+const EXPIRY_INTERVAL: Duration = Duration::from_secs(1);
 /// Minutes of per-minute counts kept per shadow.
 const MINUTES_KEPT: usize = 60;
 
@@ -392,8 +396,15 @@ pub struct ShadowFeed {
     record: Arc<ShadowRecord>,
 }
 
+/// Fills a shadow's cache directly, before its events (a user of the library that feeds its
+/// decider's cache without events, such as `bench`).
+pub type CacheLoader = Box<dyn FnOnce(&mut crate::cache::Cache) + Send>;
+
 /// The cluster as the live scheduler holds it when a shadow starts.
+#[derive(Default)]
 pub struct Seed {
+    /// What goes into the cache first.
+    pub load: Option<CacheLoader>,
     /// Every object, as events in the order they were applied.
     pub events: Vec<Event>,
     /// The pods the live scheduler placed whose bindings are not confirmed yet, with their
@@ -444,6 +455,16 @@ impl ShadowFeed {
         &self.profile
     }
 
+    /// What the shadow found so far.
+    pub fn report(&self) -> ShadowReport {
+        self.record.report()
+    }
+
+    /// Live cycles handed over and not compared yet.
+    pub fn behind(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
     /// Events the live scheduler applied, in order.
     pub fn events(&self, events: Vec<Event>) {
         if !events.is_empty() {
@@ -486,6 +507,9 @@ struct Runner {
 
 impl Runner {
     fn run(self, mut service: Service, seed: Seed, messages: mpsc::Receiver<Message>) {
+        if let Some(load) = seed.load {
+            load(service.decider_mut().cache_mut());
+        }
         service.apply_batch(seed.events);
         for (pod, node) in &seed.placed {
             service.follow_placement(pod, node, &PodVolumes::default(), &[]);
@@ -494,6 +518,8 @@ impl Runner {
             // Its cycles fail too, and are counted as errors.
             self.record.failed(e.to_string());
         }
+        let mut last_expiry = std::time::Instant::now();
+        let mut compared = 0u64;
         while let Ok(message) = messages.recv() {
             match message {
                 Message::Events(events) => service.apply_batch(events),
@@ -502,6 +528,12 @@ impl Runner {
                         self.in_flight.fetch_sub(1, Ordering::Relaxed);
                         let (verdict, disagreement) = self.compare(&mut service, &decision);
                         self.record.count(verdict, disagreement);
+                        compared += 1;
+                        if compared % LIVE_COPY_SYNC_EVERY == 0 {
+                            // The live copy runs only on disagreements; unsynced, it would hold
+                            // the cache's change log long, which every cycle then compacts.
+                            let _ = service.warm_up();
+                        }
                     }
                     if let Some(node) = &decision.node {
                         let d = &decision;
@@ -511,7 +543,12 @@ impl Runner {
                 Message::Forget(key) => service.forget_placement(&key),
                 Message::Nominate(pod, node) => service.follow_nomination(&pod, &node),
             }
-            service.expire_assumed();
+            // Placements whose binding never came are released as the live scheduler releases
+            // them; looking once a second keeps the look's cost off every message.
+            if last_expiry.elapsed() >= EXPIRY_INTERVAL {
+                last_expiry = std::time::Instant::now();
+                service.expire_assumed();
+            }
             service.discard_reports();
         }
     }

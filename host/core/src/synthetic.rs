@@ -167,6 +167,7 @@ const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
 const INSTANCE_TYPES: [&str; 4] = ["m5.2xlarge", "m5.4xlarge", "c5.4xlarge", "r5.4xlarge"];
 
 /// A generated cluster: nodes and the pods to schedule.
+#[derive(Clone)]
 pub struct Synthetic {
     /// The nodes.
     pub nodes: Vec<sdk::NodeInfo>,

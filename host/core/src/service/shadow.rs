@@ -107,7 +107,11 @@ impl Service {
                 .values()
                 .map(|a| (a.pod.clone(), a.node.clone()))
                 .collect();
-            let seed = Seed { events, placed };
+            let seed = Seed {
+                events,
+                placed,
+                ..Seed::default()
+            };
             let profile = pair.live.scheduler_name.clone();
             match ShadowFeed::start(
                 pair,
