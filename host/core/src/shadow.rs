@@ -529,7 +529,7 @@ impl Runner {
                         let (verdict, disagreement) = self.compare(&mut service, &decision);
                         self.record.count(verdict, disagreement);
                         compared += 1;
-                        if compared % LIVE_COPY_SYNC_EVERY == 0 {
+                        if compared.is_multiple_of(LIVE_COPY_SYNC_EVERY) {
                             // The live copy runs only on disagreements; unsynced, it would hold
                             // the cache's change log long, which every cycle then compacts.
                             let _ = service.warm_up();
