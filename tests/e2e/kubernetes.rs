@@ -1633,3 +1633,73 @@ fn a_gang_waiting_at_permit_through_a_failover_is_bound_whole_or_not_at_all() {
     });
     assert!(standby.metric("wasched_podgroup_status_writes_total") >= 1);
 }
+
+#[test]
+fn a_shadow_set_through_a_standby_runs_on_the_leader_only_and_its_promote_reaches_every_replica() {
+    use crate::server::shadow::{ZONE_PLUGIN, ZONE_SHADOW};
+    let api = ApiServer::start();
+    api.create(&node("node-a", "a", "4"));
+    api.create(&node("node-b", "b", "16"));
+    let a = Decider::start(&api, "shadow-a", &FAST_LEASE);
+    let b = Decider::start(&api, "shadow-b", &FAST_LEASE);
+    wait_for("one leader", || {
+        u8::from(a.leads()) + u8::from(b.leads()) == 1
+    });
+    let (leader, standby) = if a.leads() { (a, b) } else { (b, a) };
+    let toml = |text: &str| Some(("application/toml", text.as_bytes().to_vec()));
+    let (status, body) = standby.request("PUT", "/admin/config", toml(ZONE_PLUGIN));
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = standby.request("PUT", "/admin/shadow", toml(ZONE_SHADOW));
+    assert_eq!(status, 200, "{body}");
+    wait_for("the leader to take in the shadow", || {
+        leader.config().contains("[profiles.shadow]")
+    });
+
+    let shadows = |replica: &Decider| -> Value {
+        let (status, body) = replica.get("/v1/status/shadow");
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str(&body).unwrap()
+    };
+    for i in 0..8 {
+        api.create(&pod(&format!("first-{i}"), "300m", json!({})));
+    }
+    wait_for("the first pods", || api.all_bound());
+    wait_for("the leader's shadow to compare every cycle", || {
+        shadows(&leader)["shadows"][0]["compared"] == json!(8)
+    });
+    let on_b = api
+        .pods()
+        .values()
+        .filter(|p| p["spec"]["nodeName"] == json!("node-b"))
+        .count() as u64;
+    let report = shadows(&leader);
+    let counts = &report["shadows"][0]["counts"];
+    let disagreed = counts["different"].as_u64().unwrap() + counts["tie"].as_u64().unwrap();
+    assert_eq!(disagreed, on_b, "{report}");
+    let idle = shadows(&standby);
+    assert_eq!(
+        idle["shadows"],
+        json!([]),
+        "a standby runs no shadow: {idle}"
+    );
+    assert_eq!(idle["configured"], json!(["default-scheduler"]));
+
+    // Promoted through the standby: the leader's next pods follow the shadow's choice.
+    let (status, body) = standby.request("POST", "/admin/shadow/promote", None);
+    assert_eq!(status, 200, "{body}");
+    wait_for("the leader to take in the promotion", || {
+        let config = leader.config();
+        let live = config.split_once("[[profiles]]").map_or("", |(_, p)| p);
+        live.split_once("[profiles.shadow]")
+            .is_some_and(|(live, _)| live.contains("ZonePreference"))
+    });
+    for i in 0..4 {
+        api.create(&pod(&format!("second-{i}"), "300m", json!({})));
+    }
+    wait_for("the second pods", || api.all_bound());
+    for (name, pod) in api.pods() {
+        if name.contains("second-") {
+            assert_eq!(pod["spec"]["nodeName"], json!("node-a"), "{name}");
+        }
+    }
+}

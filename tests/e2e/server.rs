@@ -1333,7 +1333,7 @@ fn readme_flow_builds_loads_and_schedules_with_the_example_plugin() {
 #[path = "browser.rs"]
 mod browser;
 #[path = "shadow.rs"]
-mod shadow;
+pub(crate) mod shadow;
 
 /// A StorageClass for local disks: volumes made by an administrator, bound when the first pod
 /// using a claim is placed.

@@ -5,7 +5,7 @@ use super::*;
 
 /// A plugin that prefers zone `a` (NodeAffinity's `addedAffinity` under another name), defined
 /// but used by no profile until the shadow lists it.
-pub(super) const ZONE_PLUGIN: &str = r#"
+pub(crate) const ZONE_PLUGIN: &str = r#"
 [plugins.ZonePreference]
 default = "NodeAffinity"
 [plugins.ZonePreference.config.addedAffinity]
@@ -16,7 +16,7 @@ preferredDuringSchedulingIgnoredDuringExecution = [
 "#;
 
 /// kube-scheduler's default scores with ZonePreference added.
-pub(super) const ZONE_SHADOW: &str = r#"
+pub(crate) const ZONE_SHADOW: &str = r#"
 scores = [
   { plugin = "TaintToleration", weight = 3 },
   { plugin = "NodeAffinity", weight = 2 },
