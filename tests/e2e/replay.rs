@@ -587,3 +587,71 @@ fn a_job_column_makes_each_job_s_pods_a_gang() {
     );
     check_conservation(&with);
 }
+
+#[test]
+fn diff_over_a_trace_lists_the_pods_two_replays_place_differently() {
+    let out = std::env::temp_dir().join(format!("wasched-replay-diff-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let config_file = gpu_packing_config(&out);
+    let (nodes, _) = replay::read_nodes(&fixture("nodes.csv")).unwrap();
+    let (pods, _) = replay::read_pods(&fixture("pods.csv")).unwrap();
+    let options = replay::Options {
+        seed: 0,
+        samples: 200,
+        ..replay::Options::default()
+    };
+    let replayed = |config: Config| {
+        let mut config = config;
+        config.default_plugins = DefaultPluginRuntime::Native;
+        replay::replay(&config, &nodes, &pods, Vec::new(), &options).unwrap()
+    };
+    let a = replayed(Config::default());
+    let b = replayed(Config::load(&config_file).unwrap());
+
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_wasched"))
+        .args([
+            "diff",
+            "--runtime",
+            "native",
+            "--json",
+            "--config",
+            "default",
+            "--config",
+        ])
+        .arg(&config_file)
+        .arg("--trace")
+        .arg(fixture("nodes.csv"))
+        .arg(fixture("pods.csv"))
+        .output()
+        .unwrap();
+    succeeded(&output);
+    let found: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(found["a"]["placed"], a.placed);
+    assert_eq!(found["b"]["placed"], b.placed);
+    assert_eq!(found["b"]["pending"], b.never_placed);
+    let mut changed_node = Vec::new();
+    let mut changed_pending = Vec::new();
+    for (end_a, end_b) in a.pod_ends.iter().zip(&b.pod_ends) {
+        assert_eq!(end_a.pod, end_b.pod);
+        match (&end_a.node, &end_b.node) {
+            (Some(x), Some(y)) if x != y => changed_node.push(end_a.pod.clone()),
+            (Some(_), None) | (None, Some(_)) => changed_pending.push(end_a.pod.clone()),
+            _ => {}
+        }
+    }
+    let pods_of = |list: &str| -> Vec<String> {
+        let changes = found[list].as_array().unwrap().iter();
+        changes
+            .map(|c| c["pod"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(pods_of("changedNode"), changed_node);
+    assert_eq!(pods_of("changedPending"), changed_pending);
+    assert!(
+        !changed_node.is_empty(),
+        "GpuPacking packs GPU pods elsewhere"
+    );
+    let gpu = found["b"]["resources"].as_array().unwrap()[2].clone();
+    assert_eq!(gpu[0], "gpu");
+    assert!(gpu[1]["fragmented"].is_number(), "{gpu}");
+}

@@ -76,8 +76,9 @@ pub struct Usage {
     /// Requested over allocatable, over every node.
     pub allocated: f64,
     /// The share of the free amount that sits on nodes already partly used: free capacity
-    /// split into pieces rather than left whole on empty nodes.
-    pub fragmented: f64,
+    /// split into pieces rather than left whole on empty nodes. For a replayed trace's GPUs:
+    /// the share of free GPUs the trace's GPU workload cannot use (the FGD paper's measure).
+    pub fragmented: Option<f64>,
 }
 
 /// One configuration's totals.
@@ -90,8 +91,8 @@ pub struct Totals {
     pub placed: usize,
     /// Pending pods of the input left Pending or gated.
     pub pending: usize,
-    /// Nodes with no pod.
-    pub empty_nodes: usize,
+    /// Nodes with no pod (not counted for a replayed trace).
+    pub empty_nodes: Option<usize>,
     /// Per resource (`cpu`, `memory`, and every extended resource a node offers).
     pub resources: Vec<(String, Usage)>,
 }
@@ -168,21 +169,14 @@ impl PlacementDiff {
             self.a.pending.to_string(),
             self.b.pending.to_string(),
         );
-        row(
-            &mut out,
-            "empty nodes",
-            self.a.empty_nodes.to_string(),
-            self.b.empty_nodes.to_string(),
-        );
-        let percent = |v: f64| format!("{:.1}%", v * 100.0);
+        let count = |n: Option<usize>| n.map_or("-".to_string(), |n| n.to_string());
+        let empty = (count(self.a.empty_nodes), count(self.b.empty_nodes));
+        row(&mut out, "empty nodes", empty.0, empty.1);
+        let percent = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.1}%", v * 100.0));
         for ((name, a), (_, b)) in self.a.resources.iter().zip(&self.b.resources) {
             let allocated = format!("{name} allocated");
-            row(
-                &mut out,
-                &allocated,
-                percent(a.allocated),
-                percent(b.allocated),
-            );
+            let (in_a, in_b) = (percent(Some(a.allocated)), percent(Some(b.allocated)));
+            row(&mut out, &allocated, in_a, in_b);
             let fragmented = format!("{name} free, fragmented");
             row(
                 &mut out,
@@ -214,9 +208,22 @@ pub fn diff(
     let (mut order, ends_a) = last_ends(&decisions_a);
     let (order_b, ends_b) = last_ends(&decisions_b);
     order.extend(order_b.into_iter().filter(|p| !ends_a.contains_key(p)));
+    let a = totals(name_a, &ends_a, &service_a);
+    let b = totals(name_b, &ends_b, &service_b);
+    Ok(compare(a, b, &order, &ends_a, &ends_b))
+}
+
+/// The pods whose ends differ, by kind of change.
+fn compare(
+    a: Totals,
+    b: Totals,
+    order: &[&str],
+    ends_a: &HashMap<&str, End>,
+    ends_b: &HashMap<&str, End>,
+) -> PlacementDiff {
     let mut diff = PlacementDiff {
-        a: totals(name_a, &ends_a, &service_a),
-        b: totals(name_b, &ends_b, &service_b),
+        a,
+        b,
         changed_node: Vec::new(),
         changed_pending: Vec::new(),
         changed_message: Vec::new(),
@@ -225,7 +232,7 @@ pub fn diff(
         node: None,
         message: None,
     };
-    for pod in order {
+    for &pod in order {
         let a = ends_a.get(pod).unwrap_or(&pending);
         let b = ends_b.get(pod).unwrap_or(&pending);
         if a == b {
@@ -242,7 +249,79 @@ pub fn diff(
             _ => diff.changed_pending.push(change),
         }
     }
-    Ok(diff)
+    diff
+}
+
+/// Compares two replays of one trace (`wasched replay --compare`'s runs): each pod row's first
+/// node, or its last FitError when it was never placed, and the cluster at the trace's end.
+pub fn diff_replays(a: &crate::replay::Run, b: &crate::replay::Run) -> PlacementDiff {
+    let ends = |run: &crate::replay::Run| -> HashMap<String, End> {
+        let rows = run.summary.pod_ends.iter();
+        rows.map(|e| {
+            let end = End {
+                node: e.node.clone(),
+                message: e.message.clone(),
+            };
+            (e.pod.clone(), end)
+        })
+        .collect()
+    };
+    let (owned_a, owned_b) = (ends(a), ends(b));
+    let ends_a: HashMap<&str, End> = owned_a
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
+    let ends_b: HashMap<&str, End> = owned_b
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
+    let order: Vec<&str> = a.summary.pod_ends.iter().map(|e| e.pod.as_str()).collect();
+    compare(replay_totals(a), replay_totals(b), &order, &ends_a, &ends_b)
+}
+
+/// A replay's totals: placed and never placed, and the trace's samples averaged (a trace ends
+/// with its pods deleted, so its last sample says little).
+fn replay_totals(run: &crate::replay::Run) -> Totals {
+    let summary = &run.summary;
+    let samples = &summary.series;
+    let mean = |f: &dyn Fn(&crate::replay::Sample) -> Option<f64>| {
+        let values: Vec<f64> = samples.iter().filter_map(f).collect();
+        (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+    };
+    let at = |f: fn(&crate::replay::Sample) -> f64| mean(&|s| Some(f(s))).unwrap_or(0.0);
+    let gpu_fragmented = mean(&|s| (s.gpu_free > 0.0).then(|| s.gpu_fragmentation / s.gpu_free));
+    Totals {
+        config: run
+            .config
+            .as_ref()
+            .map_or_else(|| run.label.clone(), |p| p.display().to_string()),
+        placed: summary.placed,
+        pending: summary.never_placed,
+        empty_nodes: None,
+        resources: vec![
+            (
+                "cpu".into(),
+                Usage {
+                    allocated: at(|s| s.cpu),
+                    fragmented: None,
+                },
+            ),
+            (
+                "memory".into(),
+                Usage {
+                    allocated: at(|s| s.memory),
+                    fragmented: None,
+                },
+            ),
+            (
+                "gpu".into(),
+                Usage {
+                    allocated: at(|s| s.gpu),
+                    fragmented: gpu_fragmented,
+                },
+            ),
+        ],
+    }
 }
 
 /// Each pod's last decision, and the pods in the order they were first decided.
@@ -298,7 +377,7 @@ fn totals(config: &str, ends: &HashMap<&str, End>, service: &crate::service::Ser
             };
             let usage = Usage {
                 allocated: share(requested, allocatable),
-                fragmented: share(free_on_used, free),
+                fragmented: Some(share(free_on_used, free)),
             };
             (name, usage)
         })
@@ -307,7 +386,7 @@ fn totals(config: &str, ends: &HashMap<&str, End>, service: &crate::service::Ser
         config: config.to_string(),
         placed,
         pending: ends.len() - placed,
-        empty_nodes: nodes.iter().filter(|n| n.usage.pod_count == 0).count(),
+        empty_nodes: Some(nodes.iter().filter(|n| n.usage.pod_count == 0).count()),
         resources,
     }
 }

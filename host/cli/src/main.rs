@@ -85,8 +85,15 @@ enum Command {
         /// Run the default plugins as WebAssembly components or natively (both configurations).
         #[arg(long, value_enum)]
         runtime: Option<DefaultPluginRuntime>,
+        /// Replay this trace (NODES.csv PODS.csv, as `wasched replay --nodes --pods` reads them)
+        /// under both configurations instead of scheduling a cluster dump once.
+        #[arg(long, num_args = 2, value_names = ["NODES", "PODS"], conflicts_with = "cluster")]
+        trace: Option<Vec<PathBuf>>,
+        /// With --trace: replay only its first N pods.
+        #[arg(long, requires = "trace")]
+        limit: Option<usize>,
         /// The cluster dump (as `simulate` reads it).
-        #[arg(required = true)]
+        #[arg(required_unless_present = "trace")]
         cluster: Vec<PathBuf>,
     },
     /// Run a candidate policy beside a live profile of a running server, read what it would
@@ -277,14 +284,29 @@ fn run(command: Command) -> anyhow::Result<()> {
             json,
             seed,
             runtime,
+            trace,
+            limit,
             cluster,
-        } => diff_files(&config, &fail_on, json, seed, runtime, &cluster),
+        } => {
+            let input = match trace {
+                Some(files) => DiffInput::Trace(files, limit),
+                None => DiffInput::Cluster(cluster),
+            };
+            diff_files(&config, &fail_on, json, seed, runtime, input)
+        }
     }
 }
 
 /// Exit status of `wasched diff` when a change `--fail-on` names was found (1 is an error, 2
 /// a usage error).
 const DIFF_FOUND: u8 = 3;
+
+/// What `wasched diff` schedules: a cluster dump, or a trace (its two files, and how many of
+/// its pods).
+enum DiffInput {
+    Cluster(Vec<PathBuf>),
+    Trace(Vec<PathBuf>, Option<usize>),
+}
 
 /// `wasched diff`.
 fn diff_files(
@@ -293,7 +315,7 @@ fn diff_files(
     json: bool,
     seed: u64,
     runtime: Option<DefaultPluginRuntime>,
-    cluster: &[PathBuf],
+    input: DiffInput,
 ) -> anyhow::Result<()> {
     let [a, b] = configs else {
         anyhow::bail!(
@@ -310,9 +332,31 @@ fn diff_files(
         }
         Ok(config)
     };
-    let (config_a, config_b) = (load(a)?, load(b)?);
-    let cluster = input::load_files(cluster)?;
-    let found = diff::diff([(a, &config_a), (b, &config_b)], &cluster, seed)?;
+    let found = match input {
+        DiffInput::Cluster(files) => {
+            let (config_a, config_b) = (load(a)?, load(b)?);
+            let cluster = input::load_files(&files)?;
+            diff::diff([(a, &config_a), (b, &config_b)], &cluster, seed)?
+        }
+        DiffInput::Trace(files, limit) => {
+            let runs = wasched::replay::run(&wasched::replay::Args {
+                nodes: files[0].clone(),
+                pods: files[1].clone(),
+                config: None,
+                runtime,
+                seed,
+                limit,
+                samples: 200,
+                ignore_deletions: false,
+                compare: Some(vec![PathBuf::from(a), PathBuf::from(b)]),
+                speed: None,
+                as_fast_as_possible: true,
+                gpus: wasched::replay::GpuRequests::ExtendedResources,
+                out: None,
+            })?;
+            diff::diff_replays(&runs[0], &runs[1])
+        }
+    };
     if json {
         println!("{}", serde_json::to_string_pretty(&found)?);
     } else {

@@ -598,6 +598,17 @@ fn latency_histogram(sorted_ns: &[u64]) -> Vec<LatencyBucket> {
     buckets
 }
 
+/// Where one pod row of a trace ended in a replay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodEnd {
+    /// The pod's name.
+    pub pod: String,
+    /// The first node it was placed on.
+    pub node: Option<String>,
+    /// Its last FitError, when it was never placed.
+    pub message: Option<String>,
+}
+
 /// What a replay found.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Summary {
@@ -643,6 +654,10 @@ pub struct Summary {
     pub bookkeeping_mismatches: usize,
     /// sha256 over every placement in order: equal for equal inputs and seeds.
     pub placements_sha256: String,
+    /// Each pod row's first node, or why it was never placed (for `wasched diff --trace`; not
+    /// written out).
+    #[serde(skip)]
+    pub pod_ends: Vec<PodEnd>,
     /// How pods asked for GPUs: `extended-resources` or `dra`.
     #[serde(default)]
     pub gpu_requests: String,
@@ -741,6 +756,7 @@ struct Record<'a> {
     pods: &'a [TracePod],
     usage: Vec<Usage>,
     placed_on: Vec<Option<usize>>,
+    first_node: Vec<Option<usize>>,
     ever_placed: Vec<bool>,
     created: Vec<bool>,
     last_message: Vec<Option<String>>,
@@ -762,6 +778,7 @@ impl<'a> Record<'a> {
             dra,
             usage: vec![Usage::default(); nodes.len()],
             placed_on: vec![None; pods.len()],
+            first_node: vec![None; pods.len()],
             ever_placed: vec![false; pods.len()],
             created: vec![false; pods.len()],
             last_message: vec![None; pods.len()],
@@ -815,6 +832,7 @@ impl<'a> Record<'a> {
             self.held(i, n);
         }
         self.ever_placed[i] = true;
+        self.first_node[i].get_or_insert(n);
         sha2::Digest::update(
             &mut self.placements,
             format!(
@@ -873,6 +891,23 @@ impl<'a> Record<'a> {
             }
         }
         (never_placed, reasons)
+    }
+
+    fn pod_ends(&self) -> Vec<PodEnd> {
+        let ends = self
+            .pods
+            .iter()
+            .zip(&self.first_node)
+            .zip(&self.last_message);
+        ends.map(|((pod, node), message)| PodEnd {
+            pod: pod.name.clone(),
+            node: node.map(|n| self.nodes[n].name.clone()),
+            message: match node {
+                Some(_) => None,
+                None => Some(message.clone().unwrap_or_else(|| "never attempted".into())),
+            },
+        })
+        .collect()
     }
 
     fn placements_sha256(&self) -> String {
@@ -1209,6 +1244,7 @@ pub fn replay(
         max_node_commitment: record.max_commitment,
         bookkeeping_mismatches: mismatches,
         placements_sha256: record.placements_sha256(),
+        pod_ends: record.pod_ends(),
         gpu_requests: if options.dra {
             "dra"
         } else {
