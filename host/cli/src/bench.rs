@@ -333,15 +333,7 @@ fn place_each(
         let cycle = Instant::now();
         let outcome = place(&mut decider, pod, tally, cycle);
         if let (Some(feed), Some(search)) = (&tally.shadow, search) {
-            feed.cycle(LiveDecision {
-                pod: pod.clone(),
-                search,
-                node: outcome.node.clone(),
-                choice: outcome.choice.clone(),
-                message: outcome.message.clone(),
-                volumes: outcome.volumes.clone(),
-                claims: outcome.claims.clone(),
-            });
+            feed.cycle(LiveDecision::of(pod, search, &outcome));
         }
         tally.latencies.push(cycle.elapsed());
         tally.count(&outcome);

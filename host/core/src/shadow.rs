@@ -375,6 +375,21 @@ pub struct LiveDecision {
     pub claims: Vec<sdk::ClaimAllocation>,
 }
 
+impl LiveDecision {
+    /// What the cycle of `pod` that started at `search` decided.
+    pub fn of(pod: &sdk::Pod, search: SearchState, outcome: &crate::framework::Outcome) -> Self {
+        LiveDecision {
+            pod: pod.clone(),
+            search,
+            node: outcome.node.clone(),
+            choice: outcome.choice.clone(),
+            message: outcome.message.clone(),
+            volumes: outcome.volumes.clone(),
+            claims: outcome.claims.clone(),
+        }
+    }
+}
+
 enum Message {
     Events(Vec<Event>),
     /// A live cycle to compare (or, `compare` false, only to follow).

@@ -141,15 +141,7 @@ impl Service {
         let Some(feed) = self.shadows.feed(&pod.scheduler_name) else {
             return;
         };
-        feed.cycle(LiveDecision {
-            pod: pod.clone(),
-            search,
-            node: outcome.node.clone(),
-            choice: outcome.choice.clone(),
-            message: outcome.message.clone(),
-            volumes: outcome.volumes.clone(),
-            claims: outcome.claims.clone(),
-        });
+        feed.cycle(LiveDecision::of(pod, search, outcome));
     }
 
     /// Applies `events` at once (a shadow's service, fed by the live one).
