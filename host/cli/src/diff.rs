@@ -255,28 +255,22 @@ fn compare(
 /// Compares two replays of one trace (`wasched replay --compare`'s runs): each pod row's first
 /// node, or its last FitError when it was never placed, and the cluster at the trace's end.
 pub fn diff_replays(a: &crate::replay::Run, b: &crate::replay::Run) -> PlacementDiff {
-    let ends = |run: &crate::replay::Run| -> HashMap<String, End> {
-        let rows = run.summary.pod_ends.iter();
-        rows.map(|e| {
-            let end = End {
-                node: e.node.clone(),
-                message: e.message.clone(),
-            };
-            (e.pod.clone(), end)
-        })
-        .collect()
-    };
-    let (owned_a, owned_b) = (ends(a), ends(b));
-    let ends_a: HashMap<&str, End> = owned_a
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.clone()))
-        .collect();
-    let ends_b: HashMap<&str, End> = owned_b
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.clone()))
-        .collect();
+    let (ends_a, ends_b) = (replay_ends(a), replay_ends(b));
     let order: Vec<&str> = a.summary.pod_ends.iter().map(|e| e.pod.as_str()).collect();
     compare(replay_totals(a), replay_totals(b), &order, &ends_a, &ends_b)
+}
+
+/// Each pod row's end in a replay, by pod name.
+fn replay_ends(run: &crate::replay::Run) -> HashMap<&str, End> {
+    let rows = run.summary.pod_ends.iter();
+    rows.map(|e| {
+        let end = End {
+            node: e.node.clone(),
+            message: e.message.clone(),
+        };
+        (e.pod.as_str(), end)
+    })
+    .collect()
 }
 
 /// A replay's totals: placed and never placed, and the trace's samples averaged (a trace ends

@@ -215,7 +215,8 @@ impl Default for PluginCallStats {
     }
 }
 
-fn unix_ms(time: SystemTime) -> u64 {
+/// Milliseconds since the epoch at `time`.
+pub(crate) fn unix_ms(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }

@@ -651,7 +651,5 @@ impl Runner {
 }
 
 fn now_millis() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+    crate::metrics::unix_ms(std::time::SystemTime::now())
 }

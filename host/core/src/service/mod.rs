@@ -872,31 +872,44 @@ impl Service {
     /// Reserve: holds `pod`'s requests on `node` and the volumes VolumeBinding chose for it
     /// there, until its binding is confirmed or undone.
     fn reserve(&mut self, pod: &sdk::Pod, node: &str, result: &mut CycleResult) {
-        let key = result.pod.clone();
+        let outcome = &result.outcome;
+        let (volumes, claims) = (&outcome.volumes, &outcome.claims);
+        result.outcome.claim_writes = self.hold(pod, node, volumes, claims, None, result.attempts);
+        result.outcome.node = Some(node.to_string());
+    }
+
+    /// Holds `pod`'s requests on `node`, with the volumes and devices chosen for it there, as an
+    /// assumed placement expiring at `deadline` (`None`: not before its binding returns). Returns
+    /// what DynamicResources' PreBind is to write into the pod's claims.
+    fn hold(
+        &mut self,
+        pod: &sdk::Pod,
+        node: &str,
+        volumes: &PodVolumes,
+        claims: &[sdk::ClaimAllocation],
+        deadline: Option<Duration>,
+        attempts: u32,
+    ) -> Vec<crate::result::ClaimWrite> {
+        let key = pod.key();
         self.decider.assume(pod, node);
-        if !result.outcome.volumes.is_empty() {
-            self.decider
-                .cache_mut()
-                .reserve_volumes(pod, node, &result.outcome.volumes);
+        if !volumes.is_empty() {
+            self.decider.cache_mut().reserve_volumes(pod, node, volumes);
         }
-        if !pod.claims.is_empty() {
-            result.outcome.claim_writes =
-                self.decider
-                    .cache_mut()
-                    .reserve_claims(pod, node, &result.outcome.claims);
-        }
+        let claim_writes = if pod.claims.is_empty() {
+            Vec::new()
+        } else {
+            self.decider.cache_mut().reserve_claims(pod, node, claims)
+        };
         self.decider.cache_mut().clear_nomination(&key);
         self.queue.done(&key);
-        self.assumed.insert(
-            key,
-            Assumed {
-                pod: pod.clone(),
-                node: node.to_string(),
-                deadline: None,
-                attempts: result.attempts,
-            },
-        );
-        result.outcome.node = Some(node.to_string());
+        let held = Assumed {
+            pod: pod.clone(),
+            node: node.to_string(),
+            deadline,
+            attempts,
+        };
+        self.assumed.insert(key, held);
+        claim_writes
     }
 
     /// The binding cycle of a reserved pod, when the service has a backend of its own (else the

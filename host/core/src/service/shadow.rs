@@ -3,7 +3,7 @@
 
 use wasched_sdk as sdk;
 
-use super::{Assumed, Service};
+use super::Service;
 use crate::cache::PodVolumes;
 use crate::events::{Action, Event};
 use crate::framework::{Decider, Outcome, SearchState};
@@ -165,29 +165,8 @@ impl Service {
         volumes: &PodVolumes,
         claims: &[sdk::ClaimAllocation],
     ) {
-        let key = pod.key();
-        self.decider.assume(pod, node);
-        if !volumes.is_empty() {
-            self.decider.cache_mut().reserve_volumes(pod, node, volumes);
-        }
-        if !pod.claims.is_empty() {
-            self.decider.cache_mut().reserve_claims(pod, node, claims);
-        }
-        self.decider.cache_mut().clear_nomination(&key);
-        self.queue.done(&key);
         let deadline = Some(self.clock.now() + self.assume_ttl);
-        let pod = pod.clone();
-        let node = node.to_string();
-        let attempts = 1;
-        self.assumed.insert(
-            key,
-            Assumed {
-                pod,
-                node,
-                deadline,
-                attempts,
-            },
-        );
+        self.hold(pod, node, volumes, claims, deadline, 1);
     }
 
     /// Releases what [`Service::follow_placement`] held for the pod `key`: the live scheduler
