@@ -1,6 +1,7 @@
 //! End-to-end tests: the default plugins through both runtimes, the scheduling cycle, and the
 //! `wasched` binary. One test binary, so it links once.
 
+mod bench;
 mod cycle;
 mod gangs;
 #[cfg(wasched_kube_emulator)]

@@ -60,6 +60,19 @@ pub struct Args {
     /// percent.
     #[arg(long, default_value_t = 1, value_parser = crate::flags::bench_rounds)]
     pub rounds: usize,
+    /// Run the workloads of kube-scheduler's scheduler_perf file `performance-config.yaml`
+    /// (template paths relative to it, as in kube's tree) instead of the synthetic scenarios;
+    /// repeat for more files. `--nodes`, `--pods`, `--scenario` and `--events` do not apply.
+    #[arg(long = "scheduler-perf", value_name = "FILE")]
+    pub scheduler_perf: Vec<std::path::PathBuf>,
+    /// With `--scheduler-perf`: the labels a workload (with its test case's) must have,
+    /// comma-separated, `-label` for one it must not have; as scheduler_perf's
+    /// `-perf-scheduling-label-filter`. Empty runs every workload.
+    #[arg(long, default_value = "performance")]
+    pub label_filter: String,
+    /// With `--scheduler-perf`: only workloads whose `TestCase/Workload` name contains this.
+    #[arg(long)]
+    pub workload: Option<String>,
 }
 
 /// Figures for one runtime.
@@ -725,6 +738,24 @@ pub fn proc_status_mb(field: &str) -> f64 {
 /// # Errors
 /// The default plugins failed to load.
 pub fn run(args: &Args) -> anyhow::Result<()> {
+    if !args.scheduler_perf.is_empty() {
+        let threads = match args.threads[..] {
+            [t] if (1..=MAX_PARALLELISM).contains(&t) => t,
+            _ => {
+                anyhow::bail!("--scheduler-perf takes one --threads count in 1..={MAX_PARALLELISM}")
+            }
+        };
+        return crate::scheduler_perf::run(&crate::scheduler_perf::Options {
+            files: &args.scheduler_perf,
+            label_filter: &args.label_filter,
+            workload: args.workload.as_deref(),
+            config: args.config.as_deref(),
+            seed: args.seed,
+            threads,
+            rounds: args.rounds,
+            json: args.json,
+        });
+    }
     let scenarios: Vec<Scenario> = if args.scenario.contains(&Scenario::All) {
         Scenario::EACH.to_vec()
     } else {

@@ -26,4 +26,5 @@ pub mod bench;
 pub mod diff;
 pub mod flags;
 pub mod replay;
+pub mod scheduler_perf;
 pub mod simulate;

@@ -203,16 +203,20 @@ impl MemoryBackend {
     ) -> Self {
         for object in objects {
             if let Object::ResourceClaim(claim) = object {
-                let meta = &claim.metadata;
-                let key = format!(
-                    "{}/{}",
-                    meta.namespace.as_deref().unwrap_or("default"),
-                    meta.name.as_deref().unwrap_or_default()
-                );
-                self.resource_claims.insert(key, (**claim).clone());
+                self.insert_resource_claim(claim);
             }
         }
         self
+    }
+
+    fn insert_resource_claim(&mut self, claim: &ResourceClaim) {
+        let meta = &claim.metadata;
+        let key = format!(
+            "{}/{}",
+            meta.namespace.as_deref().unwrap_or("default"),
+            meta.name.as_deref().unwrap_or_default()
+        );
+        self.resource_claims.insert(key, claim.clone());
     }
 
     /// This backend, holding these volumes and claims too.
@@ -230,6 +234,36 @@ impl MemoryBackend {
             .map(|c| (k8s::claim_key(c), c.clone()))
             .collect();
         self
+    }
+
+    /// Keeps `object` as the cluster's copy, if it is of a kind this backend writes (pods,
+    /// volumes, claims and ResourceClaims): for objects created while a run goes on, which
+    /// `new` and the `with_` methods did not see.
+    pub fn hold(&mut self, object: &Object) {
+        match object {
+            Object::Pod(pod) => {
+                self.pods.insert(k8s::pod_key(pod), (**pod).clone());
+            }
+            Object::PersistentVolume(volume) => {
+                let name = volume.metadata.name.clone().unwrap_or_default();
+                self.volumes.insert(name, (**volume).clone());
+            }
+            Object::PersistentVolumeClaim(claim) => {
+                self.claims.insert(k8s::claim_key(claim), (**claim).clone());
+            }
+            Object::ResourceClaim(claim) => self.insert_resource_claim(claim),
+            _ => {}
+        }
+    }
+
+    /// The pods as this backend last wrote them.
+    pub fn pods(&self) -> impl Iterator<Item = &core::Pod> {
+        self.pods.values()
+    }
+
+    /// Forgets a deleted pod, as the API server would.
+    pub fn forget_pod(&mut self, key: &str) {
+        self.pods.remove(key);
     }
 
     fn claim(&self, namespace: &str, name: &str) -> Result<&core::PersistentVolumeClaim, String> {
