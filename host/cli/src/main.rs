@@ -460,7 +460,7 @@ fn simulate_files(
     {
         eprintln!("{warning}");
     }
-    let decisions = simulate::simulate(&config, &cluster, options)?;
+    let (decisions, _) = simulate::simulate_owned(&config, cluster, options)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     simulate::print(&decisions, options, &mut out)?;

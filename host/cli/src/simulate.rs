@@ -7,8 +7,6 @@ use serde::Serialize;
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1 as core;
-
 use crate::binding::MemoryBackend;
 use crate::clock::{Clock, FakeClock};
 use crate::config::Config;
@@ -116,13 +114,62 @@ pub fn simulate_to_end(
     cluster: &Cluster,
     options: Options,
 ) -> anyhow::Result<(Vec<Decision>, Service)> {
+    let copy = Cluster {
+        nodes: cluster.nodes.clone(),
+        pods: cluster.pods.clone(),
+        volumes: cluster.volumes.clone(),
+        claims: cluster.claims.clone(),
+        classes: cluster.classes.clone(),
+        namespaces: cluster.namespaces.clone(),
+        selectors: cluster.selectors.clone(),
+        disruption_budgets: cluster.disruption_budgets.clone(),
+        csi: cluster.csi.clone(),
+        devices: cluster.devices.clone(),
+        groups: cluster.groups.clone(),
+        ..Cluster::default()
+    };
+    simulate_owned(config, copy, options)
+}
+
+/// [`simulate_to_end`] on a cluster it may consume: each object is moved into its event and
+/// applied a chunk at a time, so that a large dump is not held twice over by the time it is in
+/// the cache (only the in-memory API server's copy of each pod is made).
+///
+/// # Errors
+/// A configuration or plugin that cannot be loaded.
+pub fn simulate_owned(
+    config: &Config,
+    mut cluster: Cluster,
+    options: Options,
+) -> anyhow::Result<(Vec<Decision>, Service)> {
     let profiles = config.profiles()?;
     let decider = Decider::new(&profiles, options.seed)?;
     let sequence = Arc::new(Sequencer::default());
     let pipeline = Arc::new(EventPipeline::default());
-    let backend = MemoryBackend::new(pipeline.clone(), sequence.clone(), cluster.pods.clone())
-        .with_storage(&cluster.volumes, &cluster.claims)
-        .with_resource_claims(&cluster.devices);
+    let mut pods = std::mem::take(&mut cluster.pods);
+    pods.retain(|p| !k8s::is_terminated(p));
+    // Running pods first, then pending pods by priority (highest first), each class in input
+    // order: sorted in place, as the two classes split into two new lists would hold every pod
+    // twice for a moment.
+    pods.sort_by_key(|p| match is_running(p) {
+        true => (0, 0),
+        false => (
+            1,
+            -i64::from(p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)),
+        ),
+    });
+    let first_pending = pods
+        .iter()
+        .position(|p| !is_running(p))
+        .unwrap_or(pods.len());
+    let backend = MemoryBackend::new(
+        pipeline.clone(),
+        sequence.clone(),
+        pods[first_pending..].iter().cloned(),
+    )
+    .with_running_pods(&pods[..first_pending])
+    .with_storage(&cluster.volumes, &cluster.claims)
+    .with_resource_claims(&cluster.devices);
     // Time only moves when every ready pod was tried: then to the end of the earliest backoff,
     // so a pod an event sent back (a preemptor whose victims are gone) is tried again without
     // the simulation waiting for it.
@@ -136,41 +183,31 @@ pub fn simulate_to_end(
     .with_explain(options.explain);
     // Namespaces, storage, Services and controllers, and nodes first, then running pods, then
     // pending pods in priority order, so that the queue's arrival order is the input order.
-    let mut objects: Vec<Object> = Cluster {
-        nodes: cluster.nodes.clone(),
-        volumes: cluster.volumes.clone(),
-        claims: cluster.claims.clone(),
-        classes: cluster.classes.clone(),
-        namespaces: cluster.namespaces.clone(),
-        selectors: cluster.selectors.clone(),
-        disruption_budgets: cluster.disruption_budgets.clone(),
-        csi: cluster.csi.clone(),
-        devices: cluster.devices.clone(),
-        groups: cluster.groups.clone(),
-        ..Cluster::default()
-    }
-    .into_objects();
-    let live = cluster.pods.iter().filter(|p| !k8s::is_terminated(p));
-    let (running, mut pending): (Vec<&core::Pod>, Vec<&core::Pod>) = live.partition(|p| {
-        p.spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .is_some_and(|n| !n.is_empty())
-    });
-    pending
-        .sort_by_key(|p| std::cmp::Reverse(p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)));
-    objects.extend(
-        running
-            .into_iter()
-            .chain(pending)
-            .map(|p| Object::Pod(Box::new(p.clone()))),
-    );
-    for object in objects {
+    let objects = cluster
+        .into_objects()
+        .into_iter()
+        .chain(pods.into_iter().map(|p| Object::Pod(Box::new(p))));
+    for (i, object) in objects.enumerate() {
         pipeline.submit(sequence.upsert(object));
+        if (i + 1) % APPLY_CHUNK == 0 {
+            service.apply_events();
+        }
     }
     let decisions = schedule_until_settled(&mut service, &clock);
     Ok((decisions, service))
 }
+
+/// Whether a pod names its node (runs there).
+fn is_running(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty())
+}
+
+/// Events submitted between two applications while a cluster is loaded: the pipeline never
+/// holds more than this many objects.
+const APPLY_CHUNK: usize = 4096;
 
 /// Runs `service` until no pod is left to try, moving `clock` only to what a pod waits for: the
 /// end of a preempting pod's backoff, or of a Permit wait.

@@ -173,6 +173,10 @@ pub struct MemoryBackend {
     /// Pods by `namespace/name`, volumes by name and claims by `namespace/name`, as this
     /// backend last wrote them.
     pods: HashMap<String, core::Pod>,
+    /// Pods that were running when the backend was made, as JSON: most are never written
+    /// again, and a typed pod takes several times its JSON's size. Made typed (moved to `pods`)
+    /// when first written.
+    running: HashMap<String, Box<str>>,
     volumes: HashMap<String, core::PersistentVolume>,
     claims: HashMap<String, core::PersistentVolumeClaim>,
     /// ResourceClaims by `namespace/name`.
@@ -190,6 +194,7 @@ impl MemoryBackend {
             pipeline,
             sequence,
             pods: pods.into_iter().map(|p| (k8s::pod_key(&p), p)).collect(),
+            running: HashMap::new(),
             volumes: HashMap::new(),
             claims: HashMap::new(),
             resource_claims: HashMap::new(),
@@ -256,7 +261,19 @@ impl MemoryBackend {
         }
     }
 
-    /// The pods as this backend last wrote them.
+    /// This backend, holding `pods` too, kept compact until one is written: for a cluster's
+    /// running pods, which only a preemption ever writes (evicts).
+    pub fn with_running_pods<'p>(mut self, pods: impl IntoIterator<Item = &'p core::Pod>) -> Self {
+        for pod in pods {
+            let json = serde_json::to_string(pod).expect("Kubernetes objects serialize");
+            self.running
+                .insert(k8s::pod_key(pod), json.into_boxed_str());
+        }
+        self
+    }
+
+    /// The pods as this backend last wrote them (those held compact by
+    /// [`MemoryBackend::with_running_pods`] and never written are not listed).
     pub fn pods(&self) -> impl Iterator<Item = &core::Pod> {
         self.pods.values()
     }
@@ -264,6 +281,16 @@ impl MemoryBackend {
     /// Forgets a deleted pod, as the API server would.
     pub fn forget_pod(&mut self, key: &str) {
         self.pods.remove(key);
+        self.running.remove(key);
+    }
+
+    /// The pod `key`, typed (a compact one is made typed here).
+    fn pod_mut(&mut self, key: &str) -> Option<&mut core::Pod> {
+        if let Some(json) = self.running.remove(key) {
+            let pod: core::Pod = serde_json::from_str(&json).expect("the JSON this backend wrote");
+            self.pods.insert(key.to_string(), pod);
+        }
+        self.pods.get_mut(key)
     }
 
     fn claim(&self, namespace: &str, name: &str) -> Result<&core::PersistentVolumeClaim, String> {
@@ -346,16 +373,17 @@ impl Backend for MemoryBackend {
     }
 
     fn bind(&mut self, result: &CycleResult, node: &str) -> Result<(), String> {
-        let pod = self.pods.get_mut(&result.pod).ok_or("unknown pod")?;
+        let pod = self.pod_mut(&result.pod).ok_or("unknown pod")?;
         *pod = bound_pod(pod, node);
-        self.pipeline
-            .submit(self.sequence.upsert(Object::Pod(Box::new(pod.clone()))));
+        let bound = Object::Pod(Box::new(pod.clone()));
+        self.pipeline.submit(self.sequence.upsert(bound));
         Ok(())
     }
 
     /// Deletes the victim at once (nothing here has a grace period), and gives its claims back
     /// as kube's resourceclaim controller would.
     fn evict(&mut self, _result: &CycleResult, victim: &Victim) -> Result<(), String> {
+        self.pod_mut(&victim.pod);
         let evicted = self
             .pods
             .remove(&victim.pod)
@@ -393,13 +421,13 @@ impl Backend for MemoryBackend {
     /// Keeps the condition on the pod; only a change of nomination is fed back, as the queue
     /// takes no notice of a pod's own status.
     fn record_condition(&mut self, result: &CycleResult) -> Result<bool, String> {
-        let Some(pod) = self.pods.get_mut(&result.pod) else {
+        let Some(pod) = self.pod_mut(&result.pod) else {
             return Ok(false);
         };
         let nominated = pod_scheduled_false(pod, result);
         if nominated {
-            self.pipeline
-                .submit(self.sequence.upsert(Object::Pod(Box::new(pod.clone()))));
+            let changed = Object::Pod(Box::new(pod.clone()));
+            self.pipeline.submit(self.sequence.upsert(changed));
         }
         Ok(true)
     }

@@ -219,23 +219,56 @@ fn parse_into(
         location: path.display().to_string(),
         message,
     };
-    let documents: Vec<Value> = if is_json {
-        let value: Value = serde_json::from_str(without_bom(text))
-            .map_err(|e| at_file(format!("invalid JSON: {e}")))?;
-        vec![value]
-    } else {
-        yaml_documents(text).map_err(at_file)?
-    };
-    for (index, document) in documents.into_iter().enumerate() {
+    let mut add = |index: usize, document: Value| {
         if document.is_null() {
-            continue;
+            return Ok(());
         }
         let origin = Origin {
             file: path.to_path_buf(),
             document: index + 1,
             item: None,
         };
-        add_object(document, None, origin, cluster)?;
+        add_object(document, None, origin, cluster)
+    };
+    if is_json {
+        let value: Value = serde_json::from_str(without_bom(text))
+            .map_err(|e| at_file(format!("invalid JSON: {e}")))?;
+        return add(0, value);
+    }
+    // One document at a time, each made an object before the next is read: a dump's documents
+    // as JSON values all at once took several times the dump's size.
+    for_each_yaml_document(text, |index, document| {
+        add(index, document).map_err(Stop::Object)
+    })
+    .map_err(|stop| match stop {
+        Stop::Yaml(e) => at_file(e),
+        Stop::Object(e) => e,
+    })
+}
+
+/// Why [`for_each_yaml_document`] stopped.
+enum Stop<E> {
+    /// The text is not YAML (`document N: ...`).
+    Yaml(String),
+    /// The callback refused a document.
+    Object(E),
+}
+
+/// Calls `each` with every document of a YAML text (index, value), in order, reading the next
+/// only when `each` returns: the documents never all exist at once.
+fn for_each_yaml_document<E>(
+    text: &str,
+    mut each: impl FnMut(usize, Value) -> Result<(), Stop<E>>,
+) -> Result<(), Stop<E>> {
+    let text = without_bom(text);
+    check_nesting(text).map_err(Stop::Yaml)?;
+    for (index, document) in yaml_serde::Deserializer::from_str(text).enumerate() {
+        let yaml: yaml_serde::Value = serde::Deserialize::deserialize(document)
+            .map_err(|e| Stop::Yaml(format!("document {}: invalid YAML: {e}", index + 1)))?;
+        let json = serde_json::to_value(&yaml)
+            .map_err(|e| Stop::Yaml(format!("document {}: {e}", index + 1)))?;
+        drop(yaml);
+        each(index, json)?;
     }
     Ok(())
 }
@@ -257,16 +290,15 @@ pub fn without_bom(text: &str) -> &str {
 /// Nesting deeper than [`MAX_YAML_NESTING`], or the first document that is not valid YAML, as
 /// `document N: ...`.
 pub fn yaml_documents(text: &str) -> Result<Vec<Value>, String> {
-    let text = without_bom(text);
-    check_nesting(text)?;
     let mut documents = Vec::new();
-    for (index, document) in yaml_serde::Deserializer::from_str(text).enumerate() {
-        let yaml: yaml_serde::Value = serde::Deserialize::deserialize(document)
-            .map_err(|e| format!("document {}: invalid YAML: {e}", index + 1))?;
-        let json =
-            serde_json::to_value(&yaml).map_err(|e| format!("document {}: {e}", index + 1))?;
-        documents.push(json);
-    }
+    for_each_yaml_document(text, |_, document| {
+        documents.push(document);
+        Ok::<(), Stop<std::convert::Infallible>>(())
+    })
+    .map_err(|stop| match stop {
+        Stop::Yaml(e) => e,
+        Stop::Object(never) => match never {},
+    })?;
     Ok(documents)
 }
 
