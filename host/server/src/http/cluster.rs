@@ -191,6 +191,19 @@ async fn explain_pod(
 
 /// Parses a request body (JSON, or YAML by `Content-Type` or by its first character).
 fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Vec<Value>, ApiError> {
+    let (text, json) = body_text(headers, body)?;
+    if json {
+        let value: Value = serde_json::from_str(text)
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("invalid JSON: {e}")))?;
+        return Ok(vec![value]);
+    }
+    let documents =
+        input::yaml_documents(text).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;
+    Ok(documents.into_iter().filter(|d| !d.is_null()).collect())
+}
+
+/// A request body's text, and whether it is JSON (by `Content-Type`, or by its first character).
+fn body_text<'b>(headers: &HeaderMap, body: &'b [u8]) -> Result<(&'b str, bool), ApiError> {
     let text = std::str::from_utf8(body)
         .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "the request body is not UTF-8"))?;
     let text = input::without_bom(text);
@@ -211,14 +224,23 @@ fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Vec<Value>, ApiError> 
     } else {
         text.trim_start().starts_with('{')
     };
-    if json {
-        let value: Value = serde_json::from_str(text)
-            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("invalid JSON: {e}")))?;
-        return Ok(vec![value]);
-    }
-    let documents =
-        input::yaml_documents(text).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;
-    Ok(documents.into_iter().filter(|d| !d.is_null()).collect())
+    Ok((text, json))
+}
+
+/// [`objects_of`] a request body, read a document at a time: a large List or many documents
+/// are never all held as JSON values beside the objects made of them.
+fn objects_of_body(
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(Vec<Object>, BTreeMap<String, usize>), ApiError> {
+    let (text, json) = body_text(headers, body)?;
+    let cluster = input::parse_text(text, json, FsPath::new("request body")).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            e.to_string().replace("request body: document 1, ", ""),
+        )
+    })?;
+    checked_objects(cluster)
 }
 
 /// Turns JSON documents (objects or lists) into checked objects, and the kinds wasched does not
@@ -226,12 +248,19 @@ fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Vec<Value>, ApiError> 
 /// skips them too. A request with nothing but such kinds is refused, since it changes nothing.
 fn objects_of(documents: Vec<Value>) -> Result<(Vec<Object>, BTreeMap<String, usize>), ApiError> {
     let text = json!({"kind": "List", "apiVersion": "v1", "items": documents}).to_string();
-    let mut cluster = input::parse_text(&text, true, FsPath::new("request body")).map_err(|e| {
+    let cluster = input::parse_text(&text, true, FsPath::new("request body")).map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
             e.to_string().replace("request body: document 1, ", ""),
         )
     })?;
+    checked_objects(cluster)
+}
+
+/// The objects of a parsed body, namespaced as the API server would, and the kinds skipped.
+fn checked_objects(
+    mut cluster: input::Cluster,
+) -> Result<(Vec<Object>, BTreeMap<String, usize>), ApiError> {
     let skipped = std::mem::take(&mut cluster.skipped);
     if cluster.kept_objects() == 0 && !skipped.is_empty() {
         let kinds: Vec<&str> = skipped.keys().map(String::as_str).collect();
@@ -643,8 +672,7 @@ async fn apply_objects(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body?;
-    let (objects, skipped) =
-        off_the_workers(move || objects_of(parse_body(&headers, &body)?)).await?;
+    let (objects, skipped) = off_the_workers(move || objects_of_body(&headers, &body)).await?;
     let written = write(server, objects, WriteMode::Upsert).await?;
     let items: Vec<Value> = written
         .iter()
