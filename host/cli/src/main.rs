@@ -453,7 +453,7 @@ fn simulate_files(
     if let Some(runtime) = runtime {
         config.default_plugins = runtime;
     }
-    let cluster = input::load_files(cluster)?;
+    let cluster = input::load_files_compact(cluster)?;
     for warning in [cluster.empty_files_warning(), cluster.skipped_warning()]
         .into_iter()
         .flatten()

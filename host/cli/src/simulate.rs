@@ -117,6 +117,7 @@ pub fn simulate_to_end(
     let copy = Cluster {
         nodes: cluster.nodes.clone(),
         pods: cluster.pods.clone(),
+        running_pods: cluster.running_pods.clone(),
         volumes: cluster.volumes.clone(),
         claims: cluster.claims.clone(),
         classes: cluster.classes.clone(),
@@ -168,6 +169,7 @@ pub fn simulate_owned(
         pods[first_pending..].iter().cloned(),
     )
     .with_running_pods(&pods[..first_pending])
+    .with_running_pods_json(cluster.running_pods.iter().cloned())
     .with_storage(&cluster.volumes, &cluster.claims)
     .with_resource_claims(&cluster.devices);
     // Time only moves when every ready pod was tried: then to the end of the earliest backoff,
@@ -183,9 +185,15 @@ pub fn simulate_owned(
     .with_explain(options.explain);
     // Namespaces, storage, Services and controllers, and nodes first, then running pods, then
     // pending pods in priority order, so that the queue's arrival order is the input order.
+    let running = std::mem::take(&mut cluster.running_pods);
     let objects = cluster
         .into_objects()
         .into_iter()
+        .chain(
+            running
+                .into_iter()
+                .map(|(_, json)| Object::Pod(Box::new(crate::input::running_pod(&json)))),
+        )
         .chain(pods.into_iter().map(|p| Object::Pod(Box::new(p))));
     for (i, object) in objects.enumerate() {
         pipeline.submit(sequence.upsert(object));

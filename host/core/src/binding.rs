@@ -272,6 +272,16 @@ impl MemoryBackend {
         self
     }
 
+    /// This backend, holding running pods already as their key and JSON (as
+    /// [`crate::input::Cluster::running_pods`] keeps them).
+    pub fn with_running_pods_json(
+        mut self,
+        pods: impl IntoIterator<Item = (String, Box<str>)>,
+    ) -> Self {
+        self.running.extend(pods);
+        self
+    }
+
     /// The pods as this backend last wrote them (those held compact by
     /// [`MemoryBackend::with_running_pods`] and never written are not listed).
     pub fn pods(&self) -> impl Iterator<Item = &core::Pod> {

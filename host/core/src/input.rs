@@ -51,8 +51,15 @@ pub struct InputError {
 pub struct Cluster {
     /// Nodes.
     pub nodes: Vec<core::Node>,
-    /// Pods.
+    /// Pods (those running on a node are in `running_pods` instead when the cluster was read
+    /// by [`load_files_compact`]).
     pub pods: Vec<core::Pod>,
+    /// Pods running on a node, in input order, as their key and JSON, when the cluster was read
+    /// by [`load_files_compact`]: a typed pod takes several times its JSON's size, and a large
+    /// dump is mostly running pods that are only ever applied once.
+    pub running_pods: Vec<(String, Box<str>)>,
+    /// Whether pods running on a node go to `running_pods` (set by [`load_files_compact`]).
+    pub compact_running: bool,
     /// PersistentVolumes.
     pub volumes: Vec<core::PersistentVolume>,
     /// PersistentVolumeClaims.
@@ -85,6 +92,7 @@ impl Cluster {
     pub fn kept_objects(&self) -> usize {
         self.nodes.len()
             + self.pods.len()
+            + self.running_pods.len()
             + self.volumes.len()
             + self.claims.len()
             + self.classes.len()
@@ -130,6 +138,11 @@ impl Cluster {
         objects.extend(self.devices);
         objects.extend(self.groups);
         objects.extend(self.nodes.into_iter().map(|o| Object::Node(Box::new(o))));
+        objects.extend(
+            self.running_pods
+                .iter()
+                .map(|(_, json)| Object::Pod(Box::new(running_pod(json)))),
+        );
         objects.extend(self.pods.into_iter().map(|o| Object::Pod(Box::new(o))));
         objects
     }
@@ -168,6 +181,30 @@ impl Cluster {
             read.join(", ")
         ))
     }
+}
+
+/// A pod of [`Cluster::running_pods`], typed again.
+///
+/// # Panics
+/// Never for JSON this module wrote from a checked pod.
+pub fn running_pod(json: &str) -> core::Pod {
+    serde_json::from_str(json).expect("a pod this module serialized")
+}
+
+/// [`load_files`], with the pods that run on a node kept as JSON in
+/// [`Cluster::running_pods`].
+///
+/// # Errors
+/// As [`load_files`].
+pub fn load_files_compact(paths: &[PathBuf]) -> Result<Cluster, InputError> {
+    let mut cluster = Cluster {
+        compact_running: true,
+        ..Cluster::default()
+    };
+    for path in paths {
+        load_file(path, &mut cluster)?;
+    }
+    Ok(cluster)
 }
 
 /// Reads every file into one cluster, checking every object before returning.
@@ -394,8 +431,15 @@ fn add_typed(kind: &str, value: Value, cluster: &mut Cluster) -> Result<(), Stri
         }
         "Pod" => {
             let pod: core::Pod = typed(value)?;
-            k8s::pod(&pod).map_err(|e| e.to_string())?;
-            cluster.pods.push(pod);
+            let model = k8s::pod(&pod).map_err(|e| e.to_string())?;
+            if cluster.compact_running && !model.node_name.is_empty() && !k8s::is_terminated(&pod) {
+                let json = serde_json::to_string(&pod).map_err(|e| e.to_string())?;
+                cluster
+                    .running_pods
+                    .push((model.key(), json.into_boxed_str()));
+            } else {
+                cluster.pods.push(pod);
+            }
         }
         "PersistentVolume" => cluster.volumes.push(typed(value)?),
         "PersistentVolumeClaim" => cluster.claims.push(typed(value)?),
@@ -497,6 +541,38 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("wasched-input-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    #[test]
+    fn a_compact_read_keeps_running_pods_as_json_and_gives_back_the_same_objects() {
+        let dir = temp_dir("compact");
+        let file = write(
+            &dir,
+            "cluster.yaml",
+            "kind: Node\nmetadata: {name: n1}\nstatus: {allocatable: {cpu: '4'}}\n---\n\
+             kind: Pod\nmetadata: {name: running, namespace: a, labels: {app: x}}\n\
+             spec: {nodeName: n1, containers: [{name: c, resources: {requests: {cpu: 100m}}}]}\n---\n\
+             kind: Pod\nmetadata: {name: pending}\nspec: {containers: [{name: c}]}\n---\n\
+             kind: Pod\nmetadata: {name: done}\nspec: {nodeName: n1, containers: [{name: c}]}\n\
+             status: {phase: Succeeded}\n",
+        );
+        let typed = load_files(std::slice::from_ref(&file)).unwrap();
+        let compact = load_files_compact(&[file]).unwrap();
+        assert_eq!(compact.running_pods.len(), 1);
+        assert_eq!(compact.running_pods[0].0, "a/running");
+        // Pending and finished pods stay typed.
+        let names: Vec<_> = compact
+            .pods
+            .iter()
+            .map(|p| p.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(names, ["pending", "done"]);
+        assert_eq!(compact.kept_objects(), typed.kept_objects());
+        assert_eq!(
+            running_pod(&compact.running_pods[0].1),
+            typed.pods[0],
+            "the JSON gives back the pod as read"
+        );
     }
 
     #[test]
