@@ -92,6 +92,7 @@ KEPT_EVENTS = 100_000
 class ApiServer(kmock.KubernetesEmulator):
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
+        self._requests = _RecentRequests()
         self.revision = 0
         self.history: list[tuple[int, object, dict]] = []  # (rv, resource, event)
         self.oldest_kept = 1
@@ -450,6 +451,35 @@ class ApiServer(kmock.KubernetesEmulator):
         else:
             return _status(404, 'NotFound', path)
         return aiohttp.web.json_response({'ok': True})
+
+
+class _RecentRequests(list):
+    """kmock's log of the requests it was sent, holding every watch but only the latest
+    `KEPT_REQUESTS` other requests. kmock finds a request in that log through each reaction's
+    filters when it routes it, and again for every event a watch streams, so with the whole log
+    kept each of those cost time in proportion to every request before it (at a few thousand
+    requests, tens of milliseconds). Watches stay for as long as they stream; a list or a discovery
+    request is routed a few awaits after it is logged, long before `KEPT_REQUESTS` others arrive.
+    The length still counts every request, as kmock numbers requests by it."""
+
+    def __init__(self):
+        super().__init__()
+        self.sent = 0
+
+    def append(self, request):
+        self.sent += 1
+        super().append(request)
+        if list.__len__(self) > 2 * KEPT_REQUESTS:
+            older = list.__getitem__(self, slice(None, -KEPT_REQUESTS))
+            recent = list.__getitem__(self, slice(-KEPT_REQUESTS, None))
+            self[:] = [r for r in older if r.action == enums.action.WATCH] + recent
+
+    def __len__(self):
+        return self.sent
+
+
+# Requests other than watches that kmock's log keeps: far more than are ever in flight at once.
+KEPT_REQUESTS = 256
 
 
 def _selected(request, obj: dict) -> bool:
