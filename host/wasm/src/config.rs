@@ -30,7 +30,9 @@ use std::sync::Arc;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::component::{sha256_hex, Limits, WasmRuntime, BUILT_IN_CALL_TIMEOUT};
+use crate::component::{
+    sha256_hex, Limits, WasmRuntime, BUILT_IN_CALL_TIMEOUT, BUILT_IN_MEMORY_LIMIT,
+};
 use wasched_core::framework::{
     FailurePolicy, OnFailure, PluginSpec, PreemptionSettings, ProfileSpec,
 };
@@ -1087,6 +1089,9 @@ impl Config {
                 if raw.as_ref().is_none_or(|r| r.call_timeout_ms.is_none()) {
                     limits.call_timeout = BUILT_IN_CALL_TIMEOUT;
                 }
+                if raw.as_ref().is_none_or(|r| r.memory_limit_mib.is_none()) {
+                    limits.memory = BUILT_IN_MEMORY_LIMIT;
+                }
                 idle_when = plugin.idle_when;
                 default_factory_with(plugin, self.default_plugins, limits, deadlines)
                     .map_err(|e| self.error(definition.map(Spanned::span).unwrap_or(0..0), e))?
@@ -1373,6 +1378,26 @@ mod tests {
         .expect("refused")
         .to_string();
         assert!(refused.contains("0..=60000 (0: no deadline)"), "{refused}");
+    }
+
+    #[test]
+    fn default_plugins_get_the_built_in_memory_limit_unless_configured() {
+        let identity = |text: &str| {
+            let profiles = parse(text).unwrap().profiles().unwrap();
+            profiles[0].filters[0].factory.identity()
+        };
+        let built_in = identity("[[profiles]]\nfilters = [\"NodeName\"]\nscores = []\n");
+        assert!(
+            built_in.contains(&format!("memory: {BUILT_IN_MEMORY_LIMIT}")),
+            "{built_in}"
+        );
+        let configured = identity(
+            "[plugins.NodeName]\nmemory_limit_mib = 64\n[[profiles]]\nfilters = [\"NodeName\"]\nscores = []\n",
+        );
+        assert!(
+            configured.contains(&format!("memory: {}", 64 << 20)),
+            "{configured}"
+        );
     }
 
     #[test]

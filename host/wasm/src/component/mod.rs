@@ -101,6 +101,10 @@ pub const SYNC_PER_MIRRORED_NODE_ALLOWANCE: Duration = Duration::from_micros(2);
 /// Default linear-memory limit of one instance: room for a 50,000-node mirror, or an
 /// interpreter-based guest's runtime plus a 5,000-node mirror.
 pub const DEFAULT_MEMORY_LIMIT: usize = 128 << 20;
+/// Default linear-memory limit of an embedded default plugin. Their mirrors follow the cluster the
+/// host already holds, not a user's code: at 50,000 nodes DynamicResources' mirror of eight GPUs a
+/// node outgrew 128 MiB (`wasched bench --nodes 50000 --scenario dra` failed in `upsert-nodes`).
+pub const BUILT_IN_MEMORY_LIMIT: usize = 1 << 30;
 /// Default limit on table elements of one instance.
 pub const DEFAULT_TABLE_ELEMENTS: usize = 100_000;
 /// Core instances one component may create (Rust and C components hold a few; interpreters more).
