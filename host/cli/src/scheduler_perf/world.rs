@@ -67,6 +67,12 @@ struct World {
     placed: usize,
     last_placed: Option<Instant>,
     preemptions: usize,
+    /// Nodes created so far, for node names and per-node strategies.
+    nodes_made: usize,
+    /// Time from the first measured pod's creation to the last one's placement, summed over
+    /// the `collectMetrics` ops, and how many pods they measured.
+    measured_time: Duration,
+    measured_total: usize,
 }
 
 impl World {
@@ -143,48 +149,75 @@ impl World {
         Ok(object)
     }
 
-    /// Cycles until no pod is ready, with background work between them; with measured pods
-    /// outstanding, stops once the last is placed. `until` keeps it going (and waiting for
-    /// background work) to that moment.
-    fn schedule(&mut self, until: Option<Instant>) {
+    /// Cycles, with background work between them, until `until` says to stop.
+    fn schedule(&mut self, until: Until) {
+        let mut idle_waits = 0;
         loop {
+            if until == Until::MeasuredPlaced && self.measured.is_empty() {
+                break;
+            }
             let now = Instant::now();
             self.poll_background(now);
-            match self.service.schedule_one() {
-                Some(result) => self.count(&result),
-                None => match until {
-                    Some(end) if now < end => {
-                        let wake = self
-                            .background
-                            .iter()
-                            .filter_map(Background::next_due)
-                            .min()
-                            .unwrap_or(end)
-                            .min(end);
-                        std::thread::sleep(
-                            wake.saturating_duration_since(now)
-                                .min(Duration::from_millis(5)),
-                        );
-                        self.service.apply_events();
-                    }
-                    _ => break,
-                },
+            if let Some(result) = self.service.schedule_one() {
+                if self.count(&result) {
+                    idle_waits = 0;
+                }
+                continue;
             }
+            match until {
+                Until::Idle => break,
+                Until::Time(end) => {
+                    if now >= end {
+                        break;
+                    }
+                    let wake = self
+                        .background
+                        .iter()
+                        .filter_map(Background::next_due)
+                        .min()
+                        .unwrap_or(end)
+                        .min(end);
+                    std::thread::sleep(
+                        wake.saturating_duration_since(now)
+                            .min(Duration::from_millis(5)),
+                    );
+                }
+                Until::MeasuredPlaced => {
+                    let next = [
+                        self.service.queue().next_backoff_ready(),
+                        self.service.waiting().next_deadline(),
+                    ]
+                    .into_iter()
+                    .flatten()
+                    .min();
+                    let Some(next) = next else { break };
+                    idle_waits += 1;
+                    if idle_waits > MAX_IDLE_WAITS {
+                        break;
+                    }
+                    std::thread::sleep(next.saturating_sub(self.clock.now()));
+                    self.service.release_expired();
+                }
+            }
+            self.service.apply_events();
         }
         self.service.apply_events();
     }
 
-    fn count(&mut self, result: &CycleResult) {
+    /// Counts a cycle's result; true when it placed a measured pod.
+    fn count(&mut self, result: &CycleResult) -> bool {
         if result.outcome.preemption.is_some() {
             self.preemptions += 1;
         }
         if result.outcome.node.is_none() || !result.waiting_on.is_empty() {
-            return;
+            return false;
         }
-        if self.measured.remove(&result.pod) {
+        let measured = self.measured.remove(&result.pod);
+        if measured {
             self.placed += 1;
             self.last_placed = Some(Instant::now());
         }
+        measured
     }
 
     fn poll_background(&mut self, now: Instant) {
@@ -196,10 +229,23 @@ impl World {
             work.poll(now, self);
         }
         background.retain(|w| !w.finished());
-        // Work started by a poll (none today) would have been pushed onto `self.background`.
-        background.append(&mut self.background);
+        debug_assert!(self.background.is_empty(), "polls start no work");
         self.background = background;
     }
+}
+
+/// When [`World::schedule`] stops cycling.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Until {
+    /// No pod is ready.
+    Idle,
+    /// This moment; until then it waits for background work when no pod is ready.
+    Time(Instant),
+    /// Every measured pod is placed, or none is ready and none will be: a pod waiting out its
+    /// backoff (a preemptor whose victims are gone) or at Permit is waited for, as kube's runner
+    /// waits for its pods, but not past [`MAX_IDLE_WAITS`] waits in a row that place no measured
+    /// pod.
+    MeasuredPlaced,
 }
 
 /// Work that goes on between cycles as wall time passes.
@@ -346,12 +392,35 @@ pub(super) fn run_plan(
         placed: 0,
         last_placed: None,
         preemptions: 0,
+        nodes_made: 0,
+        measured_time: Duration::ZERO,
+        measured_total: 0,
     };
     world.service.warm_up()?;
-    let mut measured_time = Duration::ZERO;
-    let mut measured_total = 0;
-    let mut nodes_made = 0;
     for (index, (op, &count)) in plan.ops.iter().zip(&plan.counts).enumerate() {
+        world.run_op(plan, index, op, count)?;
+    }
+    let pods_per_second = match world.measured_time.as_secs_f64() {
+        t if t > 0.0 => world.placed as f64 / t,
+        _ => 0.0,
+    };
+    Ok(PerfRun {
+        runtime: match runtime {
+            DefaultPluginRuntime::Wasm => "wasm",
+            DefaultPluginRuntime::Native => "native",
+        },
+        pods_per_second,
+        placed: world.placed,
+        unplaced: world.measured_total - world.placed,
+        preemptions: world.preemptions,
+        measured_seconds: world.measured_time.as_secs_f64(),
+        total_seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+impl World {
+    /// Applies the `index`th op of `plan`, `count` times where it repeats.
+    fn run_op(&mut self, plan: &Plan, index: usize, op: &Op, count: usize) -> anyhow::Result<()> {
         let default_namespace = format!("namespace-{index}");
         match op {
             Op::CreateNodes {
@@ -359,16 +428,16 @@ pub(super) fn run_plan(
             } => {
                 for i in 0..count {
                     let (node, csi) =
-                        make_node(&mut world, template, strategy, nodes_made, i, count)?;
-                    nodes_made += 1;
+                        make_node(self, template, strategy, self.nodes_made, i, count)?;
+                    self.nodes_made += 1;
                     if let Some(csi) = csi {
-                        world.submit(csi);
+                        self.submit(csi);
                     }
-                    world.submit(node);
+                    self.submit(node);
                 }
-                world.service.apply_events();
+                self.service.apply_events();
                 // Instances learn the new nodes now, not in the first measured cycle.
-                world.service.warm_up()?;
+                self.service.warm_up()?;
             }
             Op::CreateNamespaces {
                 prefix, template, ..
@@ -381,16 +450,16 @@ pub(super) fn run_plan(
                     };
                     namespace.metadata_mut().name = Some(name.clone());
                     namespace.metadata_mut().generate_name = None;
-                    world.namespaces.insert(name);
-                    world.submit(namespace);
+                    self.namespaces.insert(name);
+                    self.submit(namespace);
                 }
-                world.service.apply_events();
+                self.service.apply_events();
             }
             Op::CreatePods(pods) => {
                 let namespace = pods.namespace.clone().unwrap_or(default_namespace);
-                let (time, total) = create_pods_op(&mut world, pods, count, &namespace)?;
-                measured_time += time;
-                measured_total += total;
+                let (time, total) = create_pods_op(self, pods, count, &namespace)?;
+                self.measured_time += time;
+                self.measured_total += total;
             }
             Op::CreatePodSets {
                 namespace_prefix,
@@ -400,9 +469,9 @@ pub(super) fn run_plan(
                 let per_set = plan.per_set[index];
                 for set in 0..count {
                     let namespace = format!("{namespace_prefix}-{set}");
-                    let (time, total) = create_pods_op(&mut world, pods, per_set, &namespace)?;
-                    measured_time += time;
-                    measured_total += total;
+                    let (time, total) = create_pods_op(self, pods, per_set, &namespace)?;
+                    self.measured_time += time;
+                    self.measured_total += total;
                 }
             }
             Op::CreateAny {
@@ -411,10 +480,10 @@ pub(super) fn run_plan(
                 ..
             } => {
                 for i in 0..count {
-                    let object = world.instance(template, i, count, namespace.as_deref())?;
-                    world.submit(object);
+                    let object = self.instance(template, i, count, namespace.as_deref())?;
+                    self.submit(object);
                 }
-                world.service.apply_events();
+                self.service.apply_events();
             }
             Op::Churn {
                 mode,
@@ -424,8 +493,8 @@ pub(super) fn run_plan(
                 templates,
             } => {
                 let namespace = namespace.clone().unwrap_or(default_namespace);
-                world.ensure_namespace(&namespace);
-                world.background.push(Background::Churn {
+                self.ensure_namespace(&namespace);
+                self.background.push(Background::Churn {
                     mode: *mode,
                     number: *number,
                     interval: *interval,
@@ -437,7 +506,7 @@ pub(super) fn run_plan(
                     made: 0,
                 });
             }
-            Op::Barrier => world.schedule(None),
+            Op::Barrier => self.schedule(Until::Idle),
             Op::DeletePods {
                 namespace,
                 selector,
@@ -445,7 +514,7 @@ pub(super) fn run_plan(
                 skip_wait,
             } => {
                 let pods: Vec<Object> = {
-                    let backend = world
+                    let backend = self
                         .backend
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -466,48 +535,33 @@ pub(super) fn run_plan(
                 pods.sort_by(|a, b| b.metadata().name.cmp(&a.metadata().name));
                 if *per_second == 0 {
                     for pod in pods {
-                        world.delete(pod);
+                        self.delete(pod);
                     }
-                    world.service.apply_events();
+                    self.service.apply_events();
                 } else {
-                    world.background.push(Background::Deletions {
+                    self.background.push(Background::Deletions {
                         pods,
                         interval: Duration::from_secs_f64(1.0 / *per_second as f64),
                         next: Instant::now(),
                     });
                     if !skip_wait {
-                        while world.background.iter().any(
+                        while self.background.iter().any(
                             |b| matches!(b, Background::Deletions { pods, .. } if !pods.is_empty()),
                         ) {
-                            let due = world
+                            let due = self
                                 .background
                                 .iter()
                                 .filter_map(Background::next_due)
                                 .min();
-                            world.schedule(due);
+                            self.schedule(due.map_or(Until::Idle, Until::Time));
                         }
                     }
                 }
             }
-            Op::Sleep(duration) => world.schedule(Some(Instant::now() + *duration)),
+            Op::Sleep(duration) => self.schedule(Until::Time(Instant::now() + *duration)),
         }
+        Ok(())
     }
-    let pods_per_second = match measured_time.as_secs_f64() {
-        t if t > 0.0 => world.placed as f64 / t,
-        _ => 0.0,
-    };
-    Ok(PerfRun {
-        runtime: match runtime {
-            DefaultPluginRuntime::Wasm => "wasm",
-            DefaultPluginRuntime::Native => "native",
-        },
-        pods_per_second,
-        placed: world.placed,
-        unplaced: measured_total - world.placed,
-        preemptions: world.preemptions,
-        measured_seconds: measured_time.as_secs_f64(),
-        total_seconds: started.elapsed().as_secs_f64(),
-    })
 }
 
 /// One createPods op's pods, created in `namespace` and (unless it skips waiting) scheduled;
@@ -535,7 +589,7 @@ fn create_pods_op(
         for pod in pods {
             world.submit(pod);
         }
-        world.schedule(None);
+        world.schedule(Until::Idle);
         return Ok((Duration::ZERO, 0));
     }
     let placed_before = world.placed;
@@ -553,50 +607,13 @@ fn create_pods_op(
     for pod in pods {
         world.submit(pod);
     }
-    world.schedule_measured();
+    world.schedule(Until::MeasuredPlaced);
     let end = match world.last_placed {
         Some(at) if world.placed > placed_before => at,
         _ => start,
     };
     world.measured.clear();
     Ok((end.saturating_duration_since(start), count))
-}
-
-impl World {
-    /// Cycles until every measured pod is placed, or no pod is ready and none will be: a pod
-    /// waiting out its backoff (a preemptor whose victims are gone) or at Permit is waited for,
-    /// as kube's runner waits for its pods, but not past [`MAX_IDLE_WAITS`] waits in a row that
-    /// place no measured pod.
-    fn schedule_measured(&mut self) {
-        let mut idle_waits = 0;
-        while !self.measured.is_empty() {
-            self.poll_background(Instant::now());
-            if let Some(result) = self.service.schedule_one() {
-                let before = self.measured.len();
-                self.count(&result);
-                if self.measured.len() < before {
-                    idle_waits = 0;
-                }
-                continue;
-            }
-            let next = [
-                self.service.queue().next_backoff_ready(),
-                self.service.waiting().next_deadline(),
-            ]
-            .into_iter()
-            .flatten()
-            .min();
-            let Some(next) = next else { break };
-            idle_waits += 1;
-            if idle_waits > MAX_IDLE_WAITS {
-                break;
-            }
-            std::thread::sleep(next.saturating_sub(self.clock.now()));
-            self.service.release_expired();
-            self.service.apply_events();
-        }
-        self.service.apply_events();
-    }
 }
 
 /// Waits for a backoff or a Permit deadline, in a row without a measured pod placed, after which
