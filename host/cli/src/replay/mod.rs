@@ -222,15 +222,15 @@ fn read_csv<T>(
     required: &[&str],
     mut convert: impl FnMut(&HashMap<&str, &str>, usize) -> Result<T, String>,
 ) -> anyhow::Result<(Vec<T>, Vec<SkippedRow>)> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines
+    use std::io::BufRead;
+    // Read a line at a time: a trace can be far larger than the rows kept from it.
+    let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut lines = std::io::BufReader::new(file).lines();
+    let header_line = lines
         .next()
         .with_context(|| format!("{}: empty file", path.display()))?
-        .split(',')
-        .map(str::trim)
-        .collect();
+        .with_context(|| format!("reading {}", path.display()))?;
+    let header: Vec<&str> = header_line.split(',').map(str::trim).collect();
     for column in required {
         if !header.contains(column) {
             anyhow::bail!(
@@ -243,6 +243,7 @@ fn read_csv<T>(
     let (mut rows, mut skipped) = (Vec::new(), Vec::new());
     for (index, line) in lines.enumerate() {
         let number = index + 2;
+        let line = line.with_context(|| format!("{}:{number}: reading", path.display()))?;
         if line.trim().is_empty() {
             continue;
         }
