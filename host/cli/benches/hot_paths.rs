@@ -132,6 +132,33 @@ fn set_pod(c: &mut Criterion) {
     group.finish();
 }
 
+/// A cycle's start as it follows a placement: the node the last pod went to has new usage, which a
+/// component takes together with the pod (`apply-and-set-pod`); native takes it as its own call.
+fn set_pod_after_placement(c: &mut Criterion) {
+    let cluster = synthetic::cluster(Scenario::Mixed, NODES, 500, 1);
+    let pod = busy_pod(&cluster.pods);
+    let mut group = c.benchmark_group("set_pod_after_placement");
+    for name in ["NodeResourcesFit", "NodeResourcesBalancedAllocation"] {
+        for (runtime, label) in runtimes() {
+            let mut instance = loaded(name, runtime, &cluster.nodes, &pod);
+            let mut next = 0usize;
+            group.bench_function(BenchmarkId::new(name, label), |b| {
+                b.iter(|| {
+                    let node = &cluster.nodes[next % NODES];
+                    next += 1;
+                    let mut usage = node.usage.clone();
+                    usage.pod_count += 1;
+                    instance
+                        .update_usage(&[((next % NODES) as u32, &usage)])
+                        .expect("update-usage");
+                    black_box(instance.set_pod(black_box(&pod)).expect("set-pod"))
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
 /// What every cycle after a placement pays: the cache records the pod (moved from the node it was
 /// on, so two nodes change), and a plugin that reads usage is sent the changed nodes.
 fn snapshot_update(c: &mut Criterion) {
@@ -192,6 +219,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = hot_paths;
     config = config();
-    targets = set_pod, filter_batch, score_batch, snapshot_update, node_tree_listing
+    targets = set_pod, set_pod_after_placement, filter_batch, score_batch, snapshot_update, node_tree_listing
 }
 criterion_main!(hot_paths);
