@@ -159,6 +159,40 @@ fn set_pod_after_placement(c: &mut Criterion) {
     group.finish();
 }
 
+/// The same calls as a cycle makes them: every default plugin in turn takes the pod after a
+/// placement, so each call finds the others' memory in the caches, not its own. Throughput is per
+/// call; compare with `set_pod_after_placement`, which calls one instance over and over.
+fn set_pod_in_turn(c: &mut Criterion) {
+    let cluster = synthetic::cluster(Scenario::Mixed, NODES, 500, 1);
+    let pod = busy_pod(&cluster.pods);
+    let mut group = c.benchmark_group("set_pod_in_turn");
+    for (runtime, label) in runtimes() {
+        let mut instances: Vec<Box<dyn PluginInstance>> = DEFAULT_PLUGINS
+            .iter()
+            .map(|plugin| loaded(plugin.name, runtime, &cluster.nodes, &pod))
+            .collect();
+        group.throughput(Throughput::Elements(instances.len() as u64));
+        let mut next = 0usize;
+        group.bench_function(BenchmarkId::new("every_default_plugin", label), |b| {
+            b.iter(|| {
+                let node = &cluster.nodes[next % NODES];
+                next += 1;
+                let mut usage = node.usage.clone();
+                usage.pod_count += 1;
+                for instance in instances.iter_mut() {
+                    if instance.descriptor().reads_usage {
+                        instance
+                            .update_usage(&[((next % NODES) as u32, &usage)])
+                            .expect("update-usage");
+                    }
+                    black_box(instance.set_pod(black_box(&pod)).expect("set-pod"));
+                }
+            })
+        });
+    }
+    group.finish();
+}
+
 /// What every cycle after a placement pays: the cache records the pod (moved from the node it was
 /// on, so two nodes change), and a plugin that reads usage is sent the changed nodes.
 fn snapshot_update(c: &mut Criterion) {
@@ -219,6 +253,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = hot_paths;
     config = config();
-    targets = set_pod, set_pod_after_placement, filter_batch, score_batch, snapshot_update, node_tree_listing
+    targets = set_pod, set_pod_after_placement, set_pod_in_turn, filter_batch, score_batch, snapshot_update, node_tree_listing
 }
 criterion_main!(hot_paths);
