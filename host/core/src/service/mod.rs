@@ -32,8 +32,10 @@ use crate::queue::{ClusterEvent, PendingStatus, QueueName, SchedulingQueue};
 pub use crate::result::{CycleResult, Gated};
 use crate::runtime::LoadError;
 use crate::waiting::{WaitingPod, WaitingPods};
+use kept::KeptObject;
 
 mod gangs;
+mod kept;
 mod shadow;
 pub use gangs::{GangMember, GangProgress};
 
@@ -115,8 +117,8 @@ pub struct Service {
     clock: Arc<dyn Clock>,
     assume_ttl: Duration,
     assumed: HashMap<String, Assumed>,
-    /// The last applied version of every object, for resync.
-    objects: HashMap<ObjectKey, (u64, Object)>,
+    /// The last applied version of every object, for resync and for seeding shadows.
+    objects: HashMap<ObjectKey, (u64, KeptObject)>,
     explain: bool,
     /// Its counters.
     pub stats: Arc<ServiceStats>,
@@ -359,7 +361,8 @@ impl Service {
                 }
                 match event.action {
                     Action::Upsert => {
-                        self.objects.insert(key, (event.version, event.object));
+                        self.objects
+                            .insert(key, (event.version, KeptObject::new(event.object)));
                     }
                     Action::Delete => {
                         self.objects.remove(&key);
@@ -675,7 +678,7 @@ impl Service {
             let same = self
                 .objects
                 .get(&key)
-                .is_some_and(|(_, known)| *known == object);
+                .is_some_and(|(_, known)| known.is(&object));
             if !same {
                 let version = object
                     .resource_version()
@@ -689,7 +692,7 @@ impl Service {
             .objects
             .iter()
             .filter(|(k, _)| !seen.contains(*k))
-            .map(|(k, (_, o))| (k.clone(), o.clone()))
+            .map(|(k, (_, o))| (k.clone(), o.object()))
             .collect();
         for (_, object) in gone {
             repairs += 1;

@@ -97,7 +97,7 @@ impl Service {
                 .values()
                 .map(|(version, object)| Event {
                     action: Action::Upsert,
-                    object: object.clone(),
+                    object: object.object(),
                     version: *version,
                 })
                 .collect();
