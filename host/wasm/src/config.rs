@@ -1354,12 +1354,15 @@ mod tests {
         assert_eq!(shape(&written), shape(&implicit));
     }
 
+    /// The identity (component, limits, deadlines) of the first filter of a configuration's
+    /// first profile.
+    fn identity(text: &str) -> String {
+        let profiles = parse(text).unwrap().profiles().unwrap();
+        profiles[0].filters[0].factory.identity()
+    }
+
     #[test]
     fn default_plugins_get_the_built_in_deadline_unless_configured_or_turned_off() {
-        let identity = |text: &str| {
-            let profiles = parse(text).unwrap().profiles().unwrap();
-            profiles[0].filters[0].factory.identity()
-        };
         let built_in = identity("[[profiles]]\nfilters = [\"NodeName\"]\nscores = []\n");
         assert!(built_in.contains("call_timeout: 1s"), "{built_in}");
         let configured = identity(
@@ -1382,10 +1385,6 @@ mod tests {
 
     #[test]
     fn default_plugins_get_the_built_in_memory_limit_unless_configured() {
-        let identity = |text: &str| {
-            let profiles = parse(text).unwrap().profiles().unwrap();
-            profiles[0].filters[0].factory.identity()
-        };
         let built_in = identity("[[profiles]]\nfilters = [\"NodeName\"]\nscores = []\n");
         assert!(
             built_in.contains(&format!("memory: {BUILT_IN_MEMORY_LIMIT}")),
