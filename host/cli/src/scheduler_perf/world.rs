@@ -457,9 +457,7 @@ impl World {
             }
             Op::CreatePods(pods) => {
                 let namespace = pods.namespace.clone().unwrap_or(default_namespace);
-                let (time, total) = create_pods_op(self, pods, count, &namespace)?;
-                self.measured_time += time;
-                self.measured_total += total;
+                self.create_pods(pods, count, &namespace)?;
             }
             Op::CreatePodSets {
                 namespace_prefix,
@@ -469,9 +467,7 @@ impl World {
                 let per_set = plan.per_set[index];
                 for set in 0..count {
                     let namespace = format!("{namespace_prefix}-{set}");
-                    let (time, total) = create_pods_op(self, pods, per_set, &namespace)?;
-                    self.measured_time += time;
-                    self.measured_total += total;
+                    self.create_pods(pods, per_set, &namespace)?;
                 }
             }
             Op::CreateAny {
@@ -562,58 +558,60 @@ impl World {
         }
         Ok(())
     }
-}
 
-/// One createPods op's pods, created in `namespace` and (unless it skips waiting) scheduled;
-/// returns the measured time and the number of measured pods.
-fn create_pods_op(
-    world: &mut World,
-    op: &CreatePods,
-    count: usize,
-    namespace: &str,
-) -> anyhow::Result<(Duration, usize)> {
-    world.ensure_namespace(namespace);
-    // Built before the clock starts: kube's clients send ready objects too.
-    let mut pods = Vec::with_capacity(count);
-    for i in 0..count {
-        pods.push(world.instance(&op.template, i, count, Some(namespace))?);
-    }
-    if op.skip_wait {
-        for pod in pods {
-            world.submit(pod);
+    /// One createPods op's pods, created in `namespace` and (unless it skips waiting) scheduled;
+    /// with `collectMetrics`, their time and number are added to the measured ones.
+    fn create_pods(
+        &mut self,
+        op: &CreatePods,
+        count: usize,
+        namespace: &str,
+    ) -> anyhow::Result<()> {
+        self.ensure_namespace(namespace);
+        // Built before the clock starts: kube's clients send ready objects too.
+        let mut pods = Vec::with_capacity(count);
+        for i in 0..count {
+            pods.push(self.instance(&op.template, i, count, Some(namespace))?);
         }
-        world.service.apply_events();
-        return Ok((Duration::ZERO, 0));
-    }
-    if !op.collect_metrics {
-        for pod in pods {
-            world.submit(pod);
+        if op.skip_wait {
+            for pod in pods {
+                self.submit(pod);
+            }
+            self.service.apply_events();
+            return Ok(());
         }
-        world.schedule(Until::Idle);
-        return Ok((Duration::ZERO, 0));
+        if !op.collect_metrics {
+            for pod in pods {
+                self.submit(pod);
+            }
+            self.schedule(Until::Idle);
+            return Ok(());
+        }
+        let placed_before = self.placed;
+        self.measured = pods
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}/{}",
+                    namespace,
+                    p.metadata().name.as_deref().unwrap_or_default()
+                )
+            })
+            .collect();
+        let start = Instant::now();
+        for pod in pods {
+            self.submit(pod);
+        }
+        self.schedule(Until::MeasuredPlaced);
+        let end = match self.last_placed {
+            Some(at) if self.placed > placed_before => at,
+            _ => start,
+        };
+        self.measured.clear();
+        self.measured_time += end.saturating_duration_since(start);
+        self.measured_total += count;
+        Ok(())
     }
-    let placed_before = world.placed;
-    world.measured = pods
-        .iter()
-        .map(|p| {
-            format!(
-                "{}/{}",
-                namespace,
-                p.metadata().name.as_deref().unwrap_or_default()
-            )
-        })
-        .collect();
-    let start = Instant::now();
-    for pod in pods {
-        world.submit(pod);
-    }
-    world.schedule(Until::MeasuredPlaced);
-    let end = match world.last_placed {
-        Some(at) if world.placed > placed_before => at,
-        _ => start,
-    };
-    world.measured.clear();
-    Ok((end.saturating_duration_since(start), count))
 }
 
 /// Waits for a backoff or a Permit deadline, in a row without a measured pod placed, after which
