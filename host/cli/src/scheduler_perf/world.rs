@@ -427,9 +427,7 @@ impl World {
                 template, strategy, ..
             } => {
                 for i in 0..count {
-                    let (node, csi) =
-                        make_node(self, template, strategy, self.nodes_made, i, count)?;
-                    self.nodes_made += 1;
+                    let (node, csi) = make_node(self, template, strategy, i, count)?;
                     if let Some(csi) = csi {
                         self.submit(csi);
                     }
@@ -618,16 +616,16 @@ impl World {
 /// the measured pods left are counted as unplaced.
 const MAX_IDLE_WAITS: usize = 3;
 
-/// The `ordinal`th node of the workload (the `index`th of its op), with its CSINode when the
-/// strategy sets volume limits.
+/// The workload's next node (the `index`th of its op; `world.nodes_made` counts it), with its
+/// CSINode when the strategy sets volume limits.
 fn make_node(
     world: &mut World,
     template: &Template,
     strategy: &NodeStrategy,
-    ordinal: usize,
     index: usize,
     count: usize,
 ) -> anyhow::Result<(Object, Option<Object>)> {
+    let ordinal = world.nodes_made;
     let object = world.instance(template, index, count, None)?;
     let Object::Node(mut node) = object else {
         bail!(
@@ -690,5 +688,6 @@ fn make_node(
         }
     }
     crate::k8s::node_info(&node).map_err(|e| anyhow!("{}: {e}", template.path.display()))?;
+    world.nodes_made += 1;
     Ok((Object::Node(node), csi))
 }
