@@ -132,6 +132,15 @@ fn set_pod(c: &mut Criterion) {
     group.finish();
 }
 
+/// The node the next placement goes to, round-robin from `next`, with its usage after it.
+fn next_placement(nodes: &[NodeInfo], next: &mut usize) -> (u32, wasched_sdk::NodeUsage) {
+    let id = *next % nodes.len();
+    *next += 1;
+    let mut usage = nodes[id].usage.clone();
+    usage.pod_count += 1;
+    (id as u32, usage)
+}
+
 /// A cycle's start as it follows a placement: the node the last pod went to has new usage, which a
 /// component takes together with the pod (`apply-and-set-pod`); native takes it as its own call.
 fn set_pod_after_placement(c: &mut Criterion) {
@@ -144,12 +153,9 @@ fn set_pod_after_placement(c: &mut Criterion) {
             let mut next = 0usize;
             group.bench_function(BenchmarkId::new(name, label), |b| {
                 b.iter(|| {
-                    let node = &cluster.nodes[next % NODES];
-                    next += 1;
-                    let mut usage = node.usage.clone();
-                    usage.pod_count += 1;
+                    let (id, usage) = next_placement(&cluster.nodes, &mut next);
                     instance
-                        .update_usage(&[((next % NODES) as u32, &usage)])
+                        .update_usage(&[(id, &usage)])
                         .expect("update-usage");
                     black_box(instance.set_pod(black_box(&pod)).expect("set-pod"))
                 })
@@ -175,14 +181,11 @@ fn set_pod_in_turn(c: &mut Criterion) {
         let mut next = 0usize;
         group.bench_function(BenchmarkId::new("every_default_plugin", label), |b| {
             b.iter(|| {
-                let node = &cluster.nodes[next % NODES];
-                next += 1;
-                let mut usage = node.usage.clone();
-                usage.pod_count += 1;
+                let (id, usage) = next_placement(&cluster.nodes, &mut next);
                 for instance in instances.iter_mut() {
                     if instance.descriptor().reads_usage {
                         instance
-                            .update_usage(&[((next % NODES) as u32, &usage)])
+                            .update_usage(&[(id, &usage)])
                             .expect("update-usage");
                     }
                     black_box(instance.set_pod(black_box(&pod)).expect("set-pod"));
