@@ -3,12 +3,14 @@
 //! `PodScheduled=False` condition.
 //!
 //! The order of those writes and what a failure of each means are written once, in
-//! [`carry_out`]; a [`Backend`] only says how one write is made where the cluster lives: in
+//! [`carry_out_async`]; a [`Backend`] (or [`AsyncBackend`]) only says how one write is made where the cluster lives: in
 //! memory (`simulate`, `replay`, `bench`: [`MemoryBackend`]), in the embedded store (`serve`) or
 //! through the API server (Kubernetes mode). Nothing else binds or evicts.
 
 use std::collections::HashMap;
+use std::future::Future as _;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::resource::v1::ResourceClaim;
@@ -69,6 +71,27 @@ pub trait Backend {
     fn record_condition(&mut self, result: &CycleResult) -> Result<bool, String>;
 }
 
+/// [`Backend`]'s writes made without holding a thread while each waits for its answer: through
+/// the API server, where hundreds of bindings are in flight at once and a thread each would cost
+/// more than the requests. Each method means what [`Backend`]'s method of the same name means.
+// Only generic callers use it, so the futures' `Send` is checked where a concrete backend's are
+// spawned, not promised here.
+#[allow(async_fn_in_trait)]
+pub trait AsyncBackend {
+    /// [`Backend::bind_volumes`].
+    async fn bind_volumes(&mut self, result: &CycleResult, node: &str) -> Result<(), String>;
+    /// [`Backend::bind_claims`].
+    async fn bind_claims(&mut self, result: &CycleResult) -> Result<(), String>;
+    /// [`Backend::unbind_claims`].
+    async fn unbind_claims(&mut self, result: &CycleResult) -> Result<(), String>;
+    /// [`Backend::bind`].
+    async fn bind(&mut self, result: &CycleResult, node: &str) -> Result<(), String>;
+    /// [`Backend::evict`].
+    async fn evict(&mut self, result: &CycleResult, victim: &Victim) -> Result<(), String>;
+    /// [`Backend::record_condition`].
+    async fn record_condition(&mut self, result: &CycleResult) -> Result<bool, String>;
+}
+
 /// What [`carry_out`] made of one result.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Carried {
@@ -103,21 +126,21 @@ pub fn prebind_failure(reason: &str) -> String {
     format!("running PreBind plugin \"VolumeBinding\": {reason}")
 }
 
-/// Makes the writes `result` calls for through `backend`, in kube-scheduler's order (none for a
+/// Makes the writes `result` calls for through `backend`, awaiting each, in kube-scheduler's order (none for a
 /// pod waiting at Permit plugins; for a gated pod, only the condition the API server writes for
 /// scheduling gates):
 /// - a placed pod: PreBind (its volumes, when it has any to bind), then Bind; nothing follows a
 ///   failure. PostBind has no default plugin.
 /// - a pod placed nowhere: its preemption's victims are evicted (a failure is logged and the
 ///   rest still go), then its condition and nomination are written.
-pub fn carry_out(backend: &mut dyn Backend, result: &CycleResult) -> Carried {
+pub async fn carry_out_async<B: AsyncBackend>(backend: &mut B, result: &CycleResult) -> Carried {
     if !result.waiting_on.is_empty() {
         return Carried::Waiting;
     }
     match result.gated {
         Some(Gated::Plugin(_)) => return Carried::Gated,
         Some(Gated::SchedulingGates) => {
-            return match backend.record_condition(result) {
+            return match backend.record_condition(result).await {
                 Ok(_) => Carried::Gated,
                 Err(e) => Carried::ConditionFailed(e),
             }
@@ -126,22 +149,22 @@ pub fn carry_out(backend: &mut dyn Backend, result: &CycleResult) -> Carried {
     }
     if let Some(node) = &result.outcome.node {
         if !result.outcome.volumes.is_empty() {
-            if let Err(e) = backend.bind_volumes(result, node) {
+            if let Err(e) = backend.bind_volumes(result, node).await {
                 return Carried::BindingFailed(prebind_failure(&e));
             }
         }
         if !result.outcome.claim_writes.is_empty() {
-            if let Err(e) = backend.bind_claims(result) {
+            if let Err(e) = backend.bind_claims(result).await {
                 return Carried::BindingFailed(format!(
                     "running PreBind plugin \"DynamicResources\": {e}"
                 ));
             }
         }
-        return match backend.bind(result, node) {
+        return match backend.bind(result, node).await {
             Ok(()) => Carried::Bound,
             Err(e) => {
                 if !result.outcome.claim_writes.is_empty() {
-                    if let Err(undo) = backend.unbind_claims(result) {
+                    if let Err(undo) = backend.unbind_claims(result).await {
                         tracing::warn!(pod = %result.pod, "taking back the claims' allocation failed: {undo}");
                     }
                 }
@@ -151,15 +174,50 @@ pub fn carry_out(backend: &mut dyn Backend, result: &CycleResult) -> Carried {
     }
     if let Some(preemption) = &result.outcome.preemption {
         for victim in preemption.victims.iter().filter(|v| !v.terminating) {
-            if let Err(e) = backend.evict(result, victim) {
+            if let Err(e) = backend.evict(result, victim).await {
                 tracing::warn!(victim = %victim.pod, preemptor = %result.pod, "evicting the victim failed: {e}");
             }
         }
     }
-    match backend.record_condition(result) {
+    match backend.record_condition(result).await {
         Ok(true) => Carried::Recorded,
         Ok(false) => Carried::Stale,
         Err(e) => Carried::ConditionFailed(e),
+    }
+}
+
+/// [`carry_out_async`] through a backend whose writes are done when they return: in memory, in
+/// the embedded store.
+pub fn carry_out(backend: &mut dyn Backend, result: &CycleResult) -> Carried {
+    let mut immediate = Immediate(backend);
+    let carried = std::pin::pin!(carry_out_async(&mut immediate, result));
+    match carried.poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(carried) => carried,
+        Poll::Pending => unreachable!("a synchronous backend's writes are done when they return"),
+    }
+}
+
+/// A [`Backend`] as an [`AsyncBackend`] whose futures are ready at their first poll.
+struct Immediate<'a>(&'a mut dyn Backend);
+
+impl AsyncBackend for Immediate<'_> {
+    async fn bind_volumes(&mut self, result: &CycleResult, node: &str) -> Result<(), String> {
+        self.0.bind_volumes(result, node)
+    }
+    async fn bind_claims(&mut self, result: &CycleResult) -> Result<(), String> {
+        self.0.bind_claims(result)
+    }
+    async fn unbind_claims(&mut self, result: &CycleResult) -> Result<(), String> {
+        self.0.unbind_claims(result)
+    }
+    async fn bind(&mut self, result: &CycleResult, node: &str) -> Result<(), String> {
+        self.0.bind(result, node)
+    }
+    async fn evict(&mut self, result: &CycleResult, victim: &Victim) -> Result<(), String> {
+        self.0.evict(result, victim)
+    }
+    async fn record_condition(&mut self, result: &CycleResult) -> Result<bool, String> {
+        self.0.record_condition(result)
     }
 }
 

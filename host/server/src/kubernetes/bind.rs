@@ -9,7 +9,7 @@ use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use wasched_core::binding::{self, Backend};
+use wasched_core::binding::{self, AsyncBackend};
 use wasched_core::cache::PodVolumes;
 use wasched_core::framework::Victim;
 use wasched_core::k8s;
@@ -95,14 +95,14 @@ impl ResultSink for ApiSink {
                 rate: self.rate.clone(),
                 event_rate: self.event_rate.clone(),
                 metrics: metrics.clone(),
-                runtime: self.runtime.clone(),
             };
             let (failures, sequence, watch) =
                 (self.failures.clone(), self.sequence.clone(), watch.clone());
-            // The writes block on the runtime, each pod on a thread of its own: a slow answer
-            // holds up only its own pod, as kube-scheduler's binding goroutines.
-            self.runtime.spawn_blocking(move || {
-                let carried = binding::carry_out(&mut backend, &result);
+            // Each pod's writes are a task of their own: a slow answer holds up only its own
+            // pod, as kube-scheduler's binding goroutines. A task, not a thread: with hundreds in
+            // flight, a blocked thread each cost more CPU in wake-ups than the requests did.
+            self.runtime.spawn(async move {
+                let carried = binding::carry_out_async(&mut backend, &result).await;
                 failures.record(&result.pod, &carried);
                 if carried.applied() {
                     backend.record_events(&result);
@@ -134,14 +134,13 @@ impl Drop for ApiSink {
 
 /// The binding cycle's writes through the API server, each kept to the client's QPS and bounded
 /// by [`REQUEST_TIMEOUT`]; a refused write is counted in `wasched_api_write_failures_total`.
-/// Called off the async runtime (it blocks on it).
+/// Runs on the async runtime.
 struct ApiBackend {
     client: Client,
     recorder: Arc<Recorder>,
     rate: Arc<RateLimiter>,
     event_rate: Arc<RateLimiter>,
     metrics: Arc<EngineMetrics>,
-    runtime: tokio::runtime::Handle,
 }
 
 impl ApiBackend {
@@ -166,46 +165,30 @@ impl ApiBackend {
             self.metrics.clone(),
         );
         let result = result.clone();
-        self.runtime.spawn(async move {
+        tokio::spawn(async move {
             let refused = &metrics.api_write_failures;
             recorder.record(&client, &rate, &result, refused).await;
         });
     }
 }
 
-impl Backend for ApiBackend {
-    fn bind_volumes(&mut self, result: &CycleResult, node: &str) -> Result<(), String> {
-        let bound = self.runtime.block_on(bind_volumes(
-            &self.client,
-            &self.rate,
-            result,
-            node,
-            BIND_TIMEOUT,
-        ));
+impl AsyncBackend for ApiBackend {
+    async fn bind_volumes(&mut self, result: &CycleResult, node: &str) -> Result<(), String> {
+        let bound = bind_volumes(&self.client, &self.rate, result, node, BIND_TIMEOUT).await;
         bound.map_err(|e| self.refused(ApiWrite::VolumeBinding, format!("binding volumes: {e}")))
     }
 
-    fn bind_claims(&mut self, result: &CycleResult) -> Result<(), String> {
-        let written = self.runtime.block_on(write_claims(
-            &self.client,
-            &self.rate,
-            result,
-            ClaimChange::Reserve,
-        ));
+    async fn bind_claims(&mut self, result: &CycleResult) -> Result<(), String> {
+        let written = write_claims(&self.client, &self.rate, result, ClaimChange::Reserve).await;
         written.map_err(|e| self.refused(ApiWrite::ClaimAllocation, e))
     }
 
-    fn unbind_claims(&mut self, result: &CycleResult) -> Result<(), String> {
-        let written = self.runtime.block_on(write_claims(
-            &self.client,
-            &self.rate,
-            result,
-            ClaimChange::Unreserve,
-        ));
+    async fn unbind_claims(&mut self, result: &CycleResult) -> Result<(), String> {
+        let written = write_claims(&self.client, &self.rate, result, ClaimChange::Unreserve).await;
         written.map_err(|e| self.refused(ApiWrite::ClaimAllocation, e))
     }
 
-    fn bind(&mut self, result: &CycleResult, node: &str) -> Result<(), String> {
+    async fn bind(&mut self, result: &CycleResult, node: &str) -> Result<(), String> {
         let (namespace, name) = result.pod.split_once('/').unwrap_or(("", &result.pod));
         let binding = core::Binding {
             metadata: ObjectMeta {
@@ -222,16 +205,14 @@ impl Backend for ApiBackend {
         };
         self.recorder.forget_condition(&result.pod);
         let pods = self.pods(namespace);
-        let bound = self.runtime.block_on(async {
-            self.rate.acquire().await;
-            bounded(pods.create_subresource::<_, serde_json::Value>(
-                "binding",
-                name,
-                &PostParams::default(),
-                &binding,
-            ))
-            .await
-        });
+        self.rate.acquire().await;
+        let bound = bounded(pods.create_subresource::<_, serde_json::Value>(
+            "binding",
+            name,
+            &PostParams::default(),
+            &binding,
+        ))
+        .await;
         bound
             .map(|_| ())
             .map_err(|e| self.refused(ApiWrite::Binding, e))
@@ -239,7 +220,7 @@ impl Backend for ApiBackend {
 
     /// kube-scheduler's eviction of a preemption victim: the condition `DisruptionTarget`
     /// (reason `PreemptionByScheduler`), then the deletion. A victim already gone is fine.
-    fn evict(&mut self, result: &CycleResult, victim: &Victim) -> Result<(), String> {
+    async fn evict(&mut self, result: &CycleResult, victim: &Victim) -> Result<(), String> {
         let Some((namespace, name)) = victim.pod.split_once('/') else {
             return Ok(());
         };
@@ -251,13 +232,14 @@ impl Backend for ApiBackend {
             "message": format!("{}: preempting to accommodate a higher priority pod", result.scheduler_name),
             "lastTransitionTime": now_rfc3339(),
         }]}});
-        let deleted = self.runtime.block_on(async {
+        let deleted = async {
             self.rate.acquire().await;
             let patch = Patch::Strategic(condition);
             bounded(pods.patch_status(name, &PatchParams::default(), &patch)).await?;
             self.rate.acquire().await;
             bounded(pods.delete(name, &DeleteParams::default())).await
-        });
+        }
+        .await;
         match deleted {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
@@ -266,7 +248,7 @@ impl Backend for ApiBackend {
     }
 
     /// As kube-scheduler: the same condition again is not written again.
-    fn record_condition(&mut self, result: &CycleResult) -> Result<bool, String> {
+    async fn record_condition(&mut self, result: &CycleResult) -> Result<bool, String> {
         if result.outcome.preemption.is_none()
             && !result.outcome.clears_nomination
             && self.recorder.condition_written(result)
@@ -288,11 +270,9 @@ impl Backend for ApiBackend {
             condition["status"]["nominatedNodeName"] = serde_json::Value::Null;
         }
         let pods = self.pods(namespace);
-        let patched = self.runtime.block_on(async {
-            self.rate.acquire().await;
-            let patch = Patch::Strategic(condition);
-            bounded(pods.patch_status(name, &PatchParams::default(), &patch)).await
-        });
+        self.rate.acquire().await;
+        let patch = Patch::Strategic(condition);
+        let patched = bounded(pods.patch_status(name, &PatchParams::default(), &patch)).await;
         match patched {
             Ok(_) => {
                 self.recorder.remember_condition(result);
