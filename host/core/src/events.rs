@@ -371,7 +371,12 @@ pub struct EventPipeline {
 
 impl EventPipeline {
     /// Offers an event. Never blocks for long: it only takes a short lock.
-    pub fn submit(&self, event: Event) -> Submitted {
+    ///
+    /// The object's `managedFields` are dropped here, as kube's controllers' informers drop them:
+    /// nothing schedules by them, and an API server's list or watch carries them for every
+    /// object, often as much as the rest of a pod.
+    pub fn submit(&self, mut event: Event) -> Submitted {
+        event.object.metadata_mut().managed_fields = None;
         self.stats.submitted.fetch_add(1, Ordering::Relaxed);
         let key = event.object.key();
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -477,6 +482,26 @@ mod tests {
         let mut all = Kind::ALL.to_vec();
         all.sort();
         assert_eq!(visited, all);
+    }
+
+    #[test]
+    fn managed_fields_are_not_kept() {
+        let pod: core::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "labels": {"app": "web"},
+                "managedFields": [{"manager": "kubectl", "operation": "Apply",
+                    "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {"f:app": {}}}}}]},
+        }))
+        .unwrap();
+        let pipeline = EventPipeline::default();
+        pipeline.submit(Event::with_version(
+            Action::Upsert,
+            Object::Pod(Box::new(pod)),
+            1,
+        ));
+        let drained = pipeline.drain();
+        let metadata = drained[0].object.metadata();
+        assert_eq!(metadata.managed_fields, None);
+        assert_eq!(metadata.labels.as_ref().unwrap()["app"], "web");
     }
 
     #[test]

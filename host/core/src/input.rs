@@ -418,6 +418,11 @@ fn add_object(
             "the object is {size} bytes or more as JSON, past the {MAX_OBJECT_BYTES} bytes an API server accepts"
         )));
     }
+    // As the event pipeline does for every object: `kubectl get -o yaml --show-managed-fields`
+    // and API server lists carry them, and they would be kept with each running pod's JSON.
+    if let Some(metadata) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+        metadata.remove("managedFields");
+    }
     add_typed(&kind, value, cluster).map_err(error)
 }
 
@@ -573,6 +578,28 @@ mod tests {
             typed.pods[0],
             "the JSON gives back the pod as read"
         );
+    }
+
+    #[test]
+    fn managed_fields_are_dropped_as_objects_are_read() {
+        let managed = "managedFields: [{manager: kubectl, operation: Apply, fieldsType: FieldsV1, \
+                       fieldsV1: {'f:metadata': {'f:labels': {'f:app': {}}}}}]";
+        let text = format!(
+            "kind: Pod\nmetadata: {{name: running, labels: {{app: x}}, {managed}}}\n\
+             spec: {{nodeName: n1, containers: [{{name: c}}]}}\n---\n\
+             kind: Pod\nmetadata: {{name: pending, {managed}}}\nspec: {{containers: [{{name: c}}]}}\n"
+        );
+        let file = write(&temp_dir("managed"), "cluster.yaml", &text);
+        let compact = load_files_compact(&[file]).unwrap();
+        assert!(!compact.running_pods[0].1.contains("managedFields"));
+        assert_eq!(
+            running_pod(&compact.running_pods[0].1)
+                .metadata
+                .labels
+                .unwrap()["app"],
+            "x"
+        );
+        assert_eq!(compact.pods[0].metadata.managed_fields, None);
     }
 
     #[test]
