@@ -8,7 +8,7 @@ pub(super) struct ComponentInstance {
     pub(super) exports: Exports,
     pub(super) descriptor: sdk::Descriptor,
     pub(super) call_ticks: u64,
-    pub(super) deadlines: bool,
+    pub(super) ticker: Option<Arc<Ticker>>,
     pub(super) scratch_nodes: Vec<(u32, wit::NodeInfo)>,
     /// One past the highest node id sent: a bound on the mirror's size.
     pub(super) mirrored: usize,
@@ -80,10 +80,11 @@ impl ComponentInstance {
     /// component is armed once.
     pub(super) fn arm_for(&mut self, allowance: Duration) {
         self.calls += 1;
-        if self.deadlines {
+        if let Some(ticker) = &self.ticker {
             let extra = allowance.as_micros() / EPOCH_TICK.as_micros();
-            self.store
-                .set_epoch_deadline(self.call_ticks + extra as u64);
+            let deadline = self.call_ticks + extra as u64;
+            self.store.set_epoch_deadline(deadline);
+            ticker.arm(deadline);
         }
     }
 }

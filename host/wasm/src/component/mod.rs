@@ -57,6 +57,7 @@ mod held;
 mod instance;
 #[cfg(test)]
 mod tests;
+mod ticker;
 
 use convert::*;
 use exports::*;
@@ -65,6 +66,7 @@ pub use exports::{
 };
 use held::*;
 use instance::*;
+use ticker::Ticker;
 
 /// How often the epoch advances; call deadlines are counted in these ticks.
 pub const EPOCH_TICK: Duration = Duration::from_millis(1);
@@ -143,7 +145,8 @@ pub struct WasmRuntime {
     engine: Engine,
     linker: Arc<Linker<StoreState>>,
     cache_dir: Option<PathBuf>,
-    deadlines: bool,
+    /// Advances the epoch call deadlines count in; none without deadlines.
+    ticker: Option<Arc<Ticker>>,
 }
 
 impl WasmRuntime {
@@ -175,19 +178,12 @@ impl WasmRuntime {
             config.profiler(wasmtime::ProfilingStrategy::PerfMap);
         }
         let engine = Engine::new(&config).map_err(|e| LoadError(format!("wasmtime: {e:#}")))?;
-        if deadlines {
-            let weak = engine.weak();
-            std::thread::Builder::new()
-                .name("wasched-epoch".into())
-                .spawn(move || loop {
-                    std::thread::sleep(EPOCH_TICK);
-                    match weak.upgrade() {
-                        Some(engine) => engine.increment_epoch(),
-                        None => break,
-                    }
-                })
-                .map_err(|e| LoadError(format!("epoch thread: {e}")))?;
-        }
+        let ticker = match deadlines {
+            true => {
+                Some(Ticker::start(&engine).map_err(|e| LoadError(format!("epoch thread: {e}")))?)
+            }
+            false => None,
+        };
         // WASI is linked whole, but `load` refuses any import outside `wasi::ALLOWED_IMPORTS`, and
         // the context grants no preopened directory, network, environment or real wall clock.
         let mut linker = Linker::new(&engine);
@@ -197,7 +193,7 @@ impl WasmRuntime {
             engine,
             linker: Arc::new(linker),
             cache_dir: cache_dir(),
-            deadlines,
+            ticker,
         })
     }
 
@@ -277,7 +273,7 @@ impl WasmRuntime {
             pre,
             limits,
             sha256,
-            deadlines: self.deadlines,
+            ticker: self.ticker.clone(),
         })
     }
 
@@ -434,7 +430,7 @@ pub struct ComponentFactory {
     pre: Pre,
     limits: Limits,
     sha256: String,
-    deadlines: bool,
+    ticker: Option<Arc<Ticker>>,
 }
 
 /// Per-instance host state: the resource limits and the (minimal) WASI context.
@@ -465,7 +461,9 @@ impl PluginFactory for ComponentFactory {
     fn identity(&self) -> String {
         format!(
             "wasm:{}:{:?}:deadlines={}",
-            self.sha256, self.limits, self.deadlines
+            self.sha256,
+            self.limits,
+            self.ticker.is_some()
         )
     }
 }
@@ -494,9 +492,10 @@ impl ComponentFactory {
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limits);
-        if self.deadlines {
+        if let Some(ticker) = &self.ticker {
             store.epoch_deadline_trap();
             store.set_epoch_deadline(start_ticks);
+            ticker.arm(start_ticks);
         }
         store
     }
@@ -548,8 +547,9 @@ impl ComponentFactory {
                 let world =
                     PluginWorld::new(&mut store, &instance).map_err(instantiation_failed)?;
                 optional = self.optional_exports(&mut store, &instance)?;
-                if self.deadlines {
+                if let Some(ticker) = &self.ticker {
                     store.set_epoch_deadline(start_ticks);
+                    ticker.arm(start_ticks);
                 }
                 let mut descriptor = world
                     .call_init(&mut store, config)
@@ -583,8 +583,9 @@ impl ComponentFactory {
             }
             Pre::V01(pre) => {
                 let instance = pre.instantiate(&mut store).map_err(instantiation_failed)?;
-                if self.deadlines {
+                if let Some(ticker) = &self.ticker {
                     store.set_epoch_deadline(start_ticks);
+                    ticker.arm(start_ticks);
                 }
                 let (exports, descriptor) = ExportsV01::new(&mut store, &instance, config)
                     .map_err(|e| {
@@ -612,7 +613,7 @@ impl ComponentFactory {
             exports,
             descriptor,
             call_ticks: ticks,
-            deadlines: self.deadlines,
+            ticker: self.ticker.clone(),
             scratch_nodes: Vec::new(),
             mirrored: 0,
             held: Held::for_exports(
