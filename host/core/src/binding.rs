@@ -3,9 +3,10 @@
 //! `PodScheduled=False` condition.
 //!
 //! The order of those writes and what a failure of each means are written once, in
-//! [`carry_out_async`]; a [`Backend`] (or [`AsyncBackend`]) only says how one write is made where the cluster lives: in
-//! memory (`simulate`, `replay`, `bench`: [`MemoryBackend`]), in the embedded store (`serve`) or
-//! through the API server (Kubernetes mode). Nothing else binds or evicts.
+//! [`carry_out_async`]; a [`Backend`] (or [`AsyncBackend`]) only says how one write is made where
+//! the cluster lives: in memory (`simulate`, `replay`, `bench`: [`MemoryBackend`]), in the
+//! embedded store (`serve`) or through the API server (Kubernetes mode). Nothing else binds or
+//! evicts.
 
 use std::collections::HashMap;
 use std::future::Future as _;
@@ -126,9 +127,9 @@ pub fn prebind_failure(reason: &str) -> String {
     format!("running PreBind plugin \"VolumeBinding\": {reason}")
 }
 
-/// Makes the writes `result` calls for through `backend`, awaiting each, in kube-scheduler's order (none for a
-/// pod waiting at Permit plugins; for a gated pod, only the condition the API server writes for
-/// scheduling gates):
+/// Makes the writes `result` calls for through `backend`, awaiting each, in kube-scheduler's
+/// order (none for a pod waiting at Permit plugins; for a gated pod, only the condition the API
+/// server writes for scheduling gates):
 /// - a placed pod: PreBind (its volumes, when it has any to bind), then Bind; nothing follows a
 ///   failure. PostBind has no default plugin.
 /// - a pod placed nowhere: its preemption's victims are evicted (a failure is logged and the
