@@ -82,9 +82,7 @@ impl ComponentInstance {
         self.calls += 1;
         if let Some(ticker) = &self.ticker {
             let extra = allowance.as_micros() / EPOCH_TICK.as_micros();
-            let deadline = self.call_ticks + extra as u64;
-            self.store.set_epoch_deadline(deadline);
-            ticker.arm(deadline);
+            ticker.set_deadline(&mut self.store, self.call_ticks + extra as u64);
         }
     }
 }

@@ -494,8 +494,7 @@ impl ComponentFactory {
         store.limiter(|state| &mut state.limits);
         if let Some(ticker) = &self.ticker {
             store.epoch_deadline_trap();
-            store.set_epoch_deadline(start_ticks);
-            ticker.arm(start_ticks);
+            ticker.set_deadline(&mut store, start_ticks);
         }
         store
     }
@@ -548,8 +547,7 @@ impl ComponentFactory {
                     PluginWorld::new(&mut store, &instance).map_err(instantiation_failed)?;
                 optional = self.optional_exports(&mut store, &instance)?;
                 if let Some(ticker) = &self.ticker {
-                    store.set_epoch_deadline(start_ticks);
-                    ticker.arm(start_ticks);
+                    ticker.set_deadline(&mut store, start_ticks);
                 }
                 let mut descriptor = world
                     .call_init(&mut store, config)
@@ -584,8 +582,7 @@ impl ComponentFactory {
             Pre::V01(pre) => {
                 let instance = pre.instantiate(&mut store).map_err(instantiation_failed)?;
                 if let Some(ticker) = &self.ticker {
-                    store.set_epoch_deadline(start_ticks);
-                    ticker.arm(start_ticks);
+                    ticker.set_deadline(&mut store, start_ticks);
                 }
                 let (exports, descriptor) = ExportsV01::new(&mut store, &instance, config)
                     .map_err(|e| {

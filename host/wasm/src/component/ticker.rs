@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
 
-use wasmtime::Engine;
+use wasmtime::{Engine, Store};
 
 use super::EPOCH_TICK;
 
@@ -39,9 +39,16 @@ impl Ticker {
         Ok(ticker)
     }
 
+    /// Sets `store`'s next call deadline `deadline` ticks away, and keeps the epoch advancing
+    /// until it has passed: a deadline set without the ticker awake would never fall due.
+    pub(super) fn set_deadline<T>(&self, store: &mut Store<T>, deadline: u64) {
+        store.set_epoch_deadline(deadline);
+        self.arm(deadline);
+    }
+
     /// A call is armed with a deadline `deadline` ticks away: the epoch keeps advancing until it
     /// has passed. Costs two relaxed loads unless the deadline reaches past every earlier one.
-    pub(super) fn arm(&self, deadline: u64) {
+    fn arm(&self, deadline: u64) {
         // One more: `ticks` can trail the engine's epoch by the tick being made.
         let until = self.ticks.load(Ordering::Relaxed) + deadline + 1;
         if self.until.load(Ordering::Relaxed) >= until {
