@@ -206,7 +206,7 @@ impl AsyncBackend for ApiBackend {
         self.recorder.forget_condition(&result.pod);
         let pods = self.pods(namespace);
         self.rate.acquire().await;
-        let bound = bounded(pods.create_subresource::<_, serde_json::Value>(
+        let bound = bounded(pods.create_subresource::<_, serde::de::IgnoredAny>(
             "binding",
             name,
             &PostParams::default(),

@@ -4,6 +4,9 @@ use std::collections::HashMap;
 
 use futures_util::TryFutureExt as _;
 
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use wasched_core::service::CycleResult;
@@ -95,8 +98,6 @@ impl Recorder {
             return;
         };
         let text = EventText::of(result);
-        let events: Api<k8s_openapi::api::events::v1::Event> =
-            Api::namespaced(client.clone(), namespace);
         let key = (result.pod.clone(), text.reason, text.note.clone());
         let now = std::time::Instant::now();
         let outcome = match self.repeat_of(&key, now) {
@@ -107,13 +108,14 @@ impl Recorder {
                     "count": count,
                     "lastObservedTime": now_micro(),
                 }});
+                let events: Api<Event> = Api::namespaced(client.clone(), namespace);
                 bounded(events.patch(&event_name, &PatchParams::default(), &Patch::Merge(&series)))
                     .map_ok(|_| ())
                     .await
             }
             Repeat::New => {
                 rate.acquire().await;
-                self.create(&events, namespace, name, &text, key, now).await
+                self.create(client, namespace, name, &text, key, now).await
             }
         };
         if let Err(e) = outcome {
@@ -144,7 +146,7 @@ impl Recorder {
     /// Creates the Event and, once the API server took it, starts its series.
     async fn create(
         &self,
-        events: &Api<k8s_openapi::api::events::v1::Event>,
+        client: &Client,
         namespace: &str,
         name: &str,
         text: &EventText,
@@ -152,27 +154,29 @@ impl Recorder {
         now: std::time::Instant,
     ) -> Result<(), kube::Error> {
         let event_name = format!("{name}.{:x}", event_suffix());
-        let event = serde_json::json!({
-            "apiVersion": "events.k8s.io/v1",
-            "kind": "Event",
-            "metadata": {"name": event_name, "namespace": namespace},
-            "eventTime": now_micro(),
-            "reportingController": "wasched",
-            "reportingInstance": self.instance,
-            "action": text.action,
-            "reason": text.reason,
-            "type": text.kind,
-            "note": text.note,
-            "regarding": {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name},
-        });
-        let event = match serde_json::from_value(event) {
-            Ok(event) => event,
-            Err(e) => {
-                tracing::warn!("building an Event: {e}");
-                return Ok(());
-            }
+        let event = Event {
+            metadata: ObjectMeta {
+                name: Some(event_name.clone()),
+                namespace: Some(namespace.to_string()),
+                ..Default::default()
+            },
+            event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+            reporting_controller: Some("wasched".into()),
+            reporting_instance: Some(self.instance.clone()),
+            action: Some(text.action.into()),
+            reason: Some(text.reason.into()),
+            type_: Some(text.kind.into()),
+            note: Some(text.note.clone()),
+            regarding: Some(ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                namespace: Some(namespace.to_string()),
+                name: Some(name.to_string()),
+                ..Default::default()
+            }),
+            ..Default::default()
         };
-        bounded(events.create(&PostParams::default(), &event)).await?;
+        bounded(create_unread(client, &event)).await?;
         let series = EventSeries {
             name: event_name,
             count: 1,
@@ -186,6 +190,19 @@ impl Recorder {
             .insert(key, series);
         Ok(())
     }
+}
+
+/// Creates `event` without parsing the API server's copy of it, which the recorder has no use for.
+async fn create_unread(client: &Client, event: &Event) -> kube::Result<()> {
+    let url = <Event as kube::Resource>::url_path(&(), event.metadata.namespace.as_deref());
+    let body = serde_json::to_vec(event).map_err(kube::Error::SerdeError)?;
+    let request = kube::core::Request::new(url)
+        .create(&PostParams::default(), body)
+        .map_err(kube::Error::BuildRequest)?;
+    client
+        .request::<serde::de::IgnoredAny>(request)
+        .await
+        .map(|_| ())
 }
 
 /// Entries kept for [`Recorder::SERIES_WINDOW`]. Those older are dropped at most once a second:
