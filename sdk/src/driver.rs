@@ -2,6 +2,8 @@
 //! current pod and the batch loops. The host drives it directly for a natively linked plugin, and the
 //! component glue drives it inside WebAssembly, so both run exactly the same code.
 
+use std::sync::Arc;
+
 use crate::mirror::Nodes;
 use crate::types::{
     Descriptor, ExistingPod, Failure, FilterResults, Labels, NodeId, NodeInfo, NodeUsage,
@@ -207,14 +209,21 @@ impl<P: Exported> Driver<P> {
     /// Adds volumes to the mirror or replaces them.
     pub fn upsert_volumes(&mut self, volumes: impl IntoIterator<Item = VolumeInfo>) {
         for volume in volumes {
-            self.nodes.upsert_volume(volume);
+            if let Some(old) = self.nodes.remove_volume(&volume.name) {
+                self.plugin.volume_removed(&old);
+            }
+            let volume = Arc::new(volume);
+            self.nodes.insert_volume(Arc::clone(&volume));
+            self.plugin.volume_added(&volume);
         }
     }
 
     /// Removes volumes from the mirror.
     pub fn remove_volumes<'a>(&mut self, names: impl IntoIterator<Item = &'a str>) {
         for name in names {
-            self.nodes.remove_volume(name);
+            if let Some(old) = self.nodes.remove_volume(name) {
+                self.plugin.volume_removed(&old);
+            }
         }
     }
 

@@ -68,6 +68,8 @@ pub use driver::Driver;
 pub use mirror::{LabelColumnId, LabelTest, NodeSummary, Nodes, NO_TAINTS};
 pub use types::*;
 
+use std::sync::Arc;
+
 /// A plugin: its name and how it is built from its configuration.
 pub trait Plugin: Sized + 'static {
     /// The plugin's name, used in configs, messages and metrics (kube-scheduler's names for the
@@ -257,6 +259,21 @@ pub trait Plugin: Sized + 'static {
     /// pod and node before the pod is added again or the node is removed.
     fn pod_removed(&mut self, id: PodId, pod: &ExistingPod, node: &NodeInfo) {
         let _ = (id, pod, node);
+    }
+
+    /// Called when a PersistentVolume enters the mirror (when [`Plugin::READS_VOLUMES`]), after
+    /// [`Plugin::volume_removed`] with its old version when it replaces one. The volume is the
+    /// mirror's own: a plugin that indexes volumes keeps the `Arc`, not a copy (VolumeBinding
+    /// keeps local volumes by the host they are pinned to, so a pod's cycle never walks them all).
+    fn volume_added(&mut self, volume: &Arc<VolumeInfo>) {
+        let _ = volume;
+    }
+
+    /// Called when a PersistentVolume leaves the mirror or is replaced, with the version that
+    /// leaves. Every [`Plugin::volume_added`] is matched by one call here before the volume is
+    /// added again.
+    fn volume_removed(&mut self, volume: &VolumeInfo) {
+        let _ = volume;
     }
 }
 

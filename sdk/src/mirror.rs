@@ -9,6 +9,7 @@
 
 use crate::helpers::FastMap;
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use crate::types::{
     ExistingPod, Failure, Labels, NodeId, NodeInfo, NodeUsage, PodId, Resources, Taint, VolumeInfo,
@@ -113,7 +114,7 @@ pub struct Nodes {
 /// PersistentVolumes by name, and per storage class the names of its volumes, in name order.
 #[derive(Default)]
 struct VolumeMirror {
-    by_name: HashMap<String, VolumeInfo>,
+    by_name: HashMap<String, Arc<VolumeInfo>>,
     by_class: HashMap<String, BTreeSet<String>>,
 }
 
@@ -543,16 +544,16 @@ impl Nodes {
             .get(class)
             .into_iter()
             .flatten()
-            .filter_map(|name| self.volumes.by_name.get(name))
+            .filter_map(|name| self.volumes.by_name.get(name).map(Arc::as_ref))
     }
 
     /// The volume `name`, if the mirror has it.
     pub fn volume(&self, name: &str) -> Option<&VolumeInfo> {
-        self.volumes.by_name.get(name)
+        self.volumes.by_name.get(name).map(Arc::as_ref)
     }
 
-    pub(crate) fn upsert_volume(&mut self, volume: VolumeInfo) {
-        self.remove_volume(&volume.name.clone());
+    /// Adds a volume whose name the mirror does not have (the driver removes the old one first).
+    pub(crate) fn insert_volume(&mut self, volume: Arc<VolumeInfo>) {
         self.volumes
             .by_class
             .entry(volume.storage_class_name.clone())
@@ -561,16 +562,16 @@ impl Nodes {
         self.volumes.by_name.insert(volume.name.clone(), volume);
     }
 
-    pub(crate) fn remove_volume(&mut self, name: &str) {
-        let Some(old) = self.volumes.by_name.remove(name) else {
-            return;
-        };
+    /// Removes the volume `name`, returning it if the mirror had it.
+    pub(crate) fn remove_volume(&mut self, name: &str) -> Option<Arc<VolumeInfo>> {
+        let old = self.volumes.by_name.remove(name)?;
         if let Some(names) = self.volumes.by_class.get_mut(&old.storage_class_name) {
             names.remove(name);
             if names.is_empty() {
                 self.volumes.by_class.remove(&old.storage_class_name);
             }
         }
+        Some(old)
     }
 
     pub(crate) fn upsert_namespace(&mut self, name: String, labels: Labels) {
