@@ -536,6 +536,55 @@ mod tests {
     }
 
     #[test]
+    fn the_volumes_offered_follow_the_mirror_as_volumes_are_bound_moved_and_removed() {
+        let local_class = class("l", "WaitForFirstConsumer", "kubernetes.io/no-provisioner");
+        let pod = claiming(vec![Some(waiting(10, local_class.clone()))]);
+        let pv_on = |host: &str, claim_ref: Option<(&str, &str)>| VolumeInfo {
+            claim_ref: claim_ref.map(|(namespace, name)| ClaimRef {
+                namespace: namespace.into(),
+                name: name.into(),
+                uid: String::new(),
+            }),
+            ..offered(&local_class, vec![local("pv-1", 20, host)]).remove(0)
+        };
+        let mut driver = Driver::<VolumeBinding>::new("{}").expect("no configuration");
+        driver.upsert_nodes([(0, host("n1", "a")), (1, host("n2", "a"))]);
+        let bindings_on = |driver: &mut Driver<VolumeBinding>, node| {
+            let plan = driver.set_pod(pod.clone());
+            assert!(!matches!(plan.filter, FilterPlan::Reject(_)), "{plan:?}");
+            driver
+                .reserve(node)
+                .ok()
+                .map(|reservation| reservation.volumes.static_bindings)
+        };
+        let took_pv_1 = Some(vec![("pvc-0".to_string(), "pv-1".to_string())]);
+
+        driver.upsert_volumes([pv_on("n1", None)]);
+        assert_eq!(bindings_on(&mut driver, 0), took_pv_1);
+        assert_eq!(bindings_on(&mut driver, 1), None, "pinned to n1");
+
+        driver.upsert_volumes([pv_on("n1", Some(("default", "someone-else")))]);
+        assert_eq!(bindings_on(&mut driver, 0), None, "bound to another claim");
+
+        driver.upsert_volumes([pv_on("n2", Some(("default", "pvc-0")))]);
+        assert_eq!(
+            bindings_on(&mut driver, 1),
+            took_pv_1,
+            "pre-bound, now on n2"
+        );
+        assert_eq!(
+            bindings_on(&mut driver, 0),
+            None,
+            "pre-bound to a volume on n2"
+        );
+
+        driver.upsert_volumes([pv_on("n2", None)]);
+        assert_eq!(bindings_on(&mut driver, 1), took_pv_1);
+        driver.remove_volumes(["pv-1"]);
+        assert_eq!(bindings_on(&mut driver, 1), None, "removed");
+    }
+
+    #[test]
     fn a_claim_without_a_volume_is_provisioned_and_bound_claims_need_nothing() {
         let pod = claiming(vec![
             Some(bound("pv-a", Some(volume("pv-a", 1, None)))),
