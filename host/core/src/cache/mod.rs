@@ -118,7 +118,7 @@ pub struct PodOnNode<'a> {
 #[derive(Debug)]
 pub struct DetachedPod {
     key: String,
-    placed: PlacedPod,
+    placed: Box<PlacedPod>,
 }
 
 impl DetachedPod {
@@ -229,7 +229,9 @@ pub struct Cache {
     by_name: HashMap<String, u32>,
     tree: NodeTree,
     listing: Option<Vec<u32>>,
-    pods: HashMap<String, PlacedPod>,
+    /// Boxed: a `PlacedPod` is ~420 bytes, and a table of them inline doubled (and, while it
+    /// grew, briefly held both sizes) with every power of two of placed pods.
+    pods: HashMap<String, Box<PlacedPod>>,
     /// Per pod id: the key of the pod holding it.
     pod_ids: Vec<Option<String>>,
     free_pod_ids: Vec<u32>,
@@ -478,11 +480,11 @@ impl Cache {
             assumed,
             standing: Standing::of(pod),
         };
-        self.insert_placed(key, placed);
+        self.insert_placed(key, Box::new(placed));
     }
 
     /// Files `placed` under a fresh pod id on its node (or among the orphans).
-    fn insert_placed(&mut self, key: String, mut placed: PlacedPod) {
+    fn insert_placed(&mut self, key: String, mut placed: Box<PlacedPod>) {
         let id = self.free_pod_ids.pop().unwrap_or(self.pod_ids.len() as u32);
         if id as usize == self.pod_ids.len() {
             self.pod_ids.push(Some(key.clone()));
@@ -633,7 +635,7 @@ impl Cache {
         self.budgets.values()
     }
 
-    fn take_pod(&mut self, key: &str) -> Option<PlacedPod> {
+    fn take_pod(&mut self, key: &str) -> Option<Box<PlacedPod>> {
         let placed = self.pods.remove(key)?;
         self.pod_ids[placed.id as usize] = None;
         self.free_pod_ids.push(placed.id);

@@ -125,16 +125,23 @@ fn send_everything(
         instance.upsert_nodes(batch)?;
     }
     if !parts.is_empty() {
-        let pods: Vec<(u32, sdk::ExistingPod)> = cache
+        // A batch at a time, so a plugin starting on a large cluster does not make the host hold
+        // a copy of every placed pod at once.
+        let mut pods = cache
             .existing_pods()
             .filter(|(_, _, pod)| worth_sending(pod, parts))
-            .map(|(id, node, pod)| (id, pod.with_parts(node, parts)))
-            .collect();
-        for &(id, _) in &pods {
-            synced.hold(id, true);
-        }
-        for batch in pods.chunks(SYNC_BATCH) {
-            instance.upsert_pods(batch)?;
+            .map(|(id, node, pod)| (id, pod.with_parts(node, parts)));
+        let mut batch: Vec<(u32, sdk::ExistingPod)> = Vec::with_capacity(SYNC_BATCH);
+        loop {
+            batch.clear();
+            batch.extend(pods.by_ref().take(SYNC_BATCH));
+            if batch.is_empty() {
+                break;
+            }
+            for &(id, _) in &batch {
+                synced.hold(id, true);
+            }
+            instance.upsert_pods(&batch)?;
         }
     }
     if reads.namespaces {
