@@ -277,9 +277,6 @@ struct WaitingClaim {
     /// Available volumes not pinned to hosts it could bind to, in name order; those pinned to
     /// hosts are looked up per node in the [`VolumeIndex`].
     elsewhere: Vec<Candidate>,
-    /// The class has a provisioner.
-    provisionable: bool,
-    allowed_topologies: Vec<NodeSelectorTerm>,
     /// The CSIStorageCapacities of the claim's class, when its driver reports capacity and the
     /// claim requests storage: one with room for it must be for the node.
     capacities: Option<Vec<StorageCapacity>>,
@@ -299,17 +296,11 @@ impl WaitingClaim {
     /// The claim `namespace/name`, offered the volumes of `class` (none when the claim already
     /// has a selected node).
     fn new(namespace: &str, name: &str, claim: &ClaimInfo, class: Option<&ClassVolumes>) -> Self {
-        let storage_class = claim.storage_class.as_ref();
         let mut waiting = WaitingClaim {
             name: name.to_string(),
             claim: claim.clone(),
             prebound: Vec::new(),
             elsewhere: Vec::new(),
-            provisionable: storage_class
-                .is_some_and(|c| !c.provisioner.is_empty() && c.provisioner != NO_PROVISIONER),
-            allowed_topologies: storage_class
-                .map(|c| c.allowed_topologies.clone())
-                .unwrap_or_default(),
             capacities: None,
         };
         let Some(class) = class else {
@@ -374,7 +365,13 @@ impl WaitingClaim {
     }
 
     fn provision_on(&self, node: &NodeInfo) -> Provision {
-        if !self.provisionable || !topology_allows(&self.allowed_topologies, node) {
+        // A class with a provisioner whose topologies take the node in.
+        let provisionable = self.claim.storage_class.as_ref().is_some_and(|c| {
+            !c.provisioner.is_empty()
+                && c.provisioner != NO_PROVISIONER
+                && topology_allows(&c.allowed_topologies, node)
+        });
+        if !provisionable {
             return Provision::Impossible;
         }
         let Some(capacities) = &self.capacities else {
