@@ -250,14 +250,14 @@ pub trait Plugin: Sized + 'static {
     /// old node, for every pod of a node whose labels change: a plugin that keeps counts per
     /// topology domain (kube-scheduler's PreFilter state, kept up to date instead of rebuilt per
     /// pod) stays exact through adds, moves, relabels and removals.
-    fn pod_added(&mut self, id: PodId, pod: &ExistingPod, node: &NodeInfo) {
+    fn pod_added(&mut self, id: PodId, pod: ExistingPodRef<'_>, node: &NodeInfo) {
         let _ = (id, pod, node);
     }
 
     /// Called when an existing pod leaves the mirror (or its node is relabelled), with the node
     /// it was added under. Every [`Plugin::pod_added`] is matched by one call here with the same
     /// pod and node before the pod is added again or the node is removed.
-    fn pod_removed(&mut self, id: PodId, pod: &ExistingPod, node: &NodeInfo) {
+    fn pod_removed(&mut self, id: PodId, pod: ExistingPodRef<'_>, node: &NodeInfo) {
         let _ = (id, pod, node);
     }
 

@@ -7,12 +7,13 @@
 //! ([`crate::FilterPlugin::filter_batch`], [`crate::ScorePlugin::score_batch`]) read those and
 //! compute per distinct taint set instead of per node.
 
-use crate::helpers::FastMap;
+use crate::helpers::{FastMap, FastSet};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use crate::types::{
-    ExistingPod, Failure, Labels, NodeId, NodeInfo, NodeUsage, PodId, Resources, Taint, VolumeInfo,
+    ExistingPod, ExistingPodRef, Failure, HostPort, Labels, NodeId, NodeInfo, NodeUsage,
+    PodAffinity, PodId, PodVolume, Resources, Taint, VolumeInfo,
 };
 
 /// The resources and flags of one node in 88 bytes: what the default plugins read per node.
@@ -119,9 +120,15 @@ struct VolumeMirror {
 }
 
 /// Existing pods by id, and per node the ids of its pods.
+///
+/// A slot holds the pod's node and its other parts, which pods that differ only in their node
+/// (the replicas of one Deployment, in the parts the plugin reads) share: in a large cluster's
+/// dump a slot the size of the whole pod per plugin was the largest item of the heap.
 #[derive(Default)]
 struct PodMirror {
-    pods: Vec<Option<ExistingPod>>,
+    slots: Vec<PodSlot>,
+    /// Every distinct set of parts a slot holds, held once.
+    shared: FastSet<Arc<SharedParts>>,
     /// Per node id: its pods' ids, in no particular order.
     on_node: Vec<Vec<PodId>>,
     /// Per pod id: its position in its node's entry of `on_node`.
@@ -129,34 +136,109 @@ struct PodMirror {
     live: usize,
 }
 
+#[derive(Default)]
+struct PodSlot {
+    node: NodeId,
+    /// `None`: no pod has this id.
+    parts: Option<Arc<SharedParts>>,
+}
+
+/// An [`ExistingPod`] but its node.
+#[derive(Default, PartialEq, Eq, Hash)]
+struct SharedParts {
+    namespace: String,
+    labels: Labels,
+    terminating: bool,
+    pod_affinity: PodAffinity,
+    host_ports: Vec<HostPort>,
+    volumes: Vec<PodVolume>,
+}
+
+impl SharedParts {
+    fn lend(&self, node: NodeId) -> ExistingPodRef<'_> {
+        ExistingPodRef {
+            node,
+            namespace: &self.namespace,
+            labels: &self.labels,
+            terminating: self.terminating,
+            pod_affinity: &self.pod_affinity,
+            host_ports: &self.host_ports,
+            volumes: &self.volumes,
+        }
+    }
+}
+
 impl PodMirror {
     fn upsert(&mut self, id: PodId, pod: ExistingPod) {
         self.remove(id);
         let slot = id as usize;
-        if slot >= self.pods.len() {
-            self.pods.resize_with(slot + 1, || None);
+        if slot >= self.slots.len() {
+            self.slots.resize_with(slot + 1, PodSlot::default);
             self.positions.resize(slot + 1, 0);
         }
-        let node = pod.node as usize;
-        if node >= self.on_node.len() {
-            self.on_node.resize_with(node + 1, Vec::new);
+        let ExistingPod {
+            node,
+            namespace,
+            labels,
+            terminating,
+            pod_affinity,
+            host_ports,
+            volumes,
+        } = pod;
+        let parts = SharedParts {
+            namespace,
+            labels,
+            terminating,
+            pod_affinity,
+            host_ports,
+            volumes,
+        };
+        let parts = match self.shared.get(&parts) {
+            Some(held) => Arc::clone(held),
+            None => {
+                let parts = Arc::new(parts);
+                self.shared.insert(Arc::clone(&parts));
+                parts
+            }
+        };
+        let on = node as usize;
+        if on >= self.on_node.len() {
+            self.on_node.resize_with(on + 1, Vec::new);
         }
-        self.positions[slot] = self.on_node[node].len() as u32;
-        self.on_node[node].push(id);
-        self.pods[slot] = Some(pod);
+        self.positions[slot] = self.on_node[on].len() as u32;
+        self.on_node[on].push(id);
+        self.slots[slot] = PodSlot {
+            node,
+            parts: Some(parts),
+        };
         self.live += 1;
     }
 
-    fn remove(&mut self, id: PodId) -> Option<ExistingPod> {
-        let old = self.pods.get_mut(id as usize)?.take()?;
-        let members = &mut self.on_node[old.node as usize];
+    fn get(&self, id: PodId) -> Option<ExistingPodRef<'_>> {
+        let slot = self.slots.get(id as usize)?;
+        Some(slot.parts.as_ref()?.lend(slot.node))
+    }
+
+    /// Takes pod `id` out; true when there was one.
+    fn remove(&mut self, id: PodId) -> bool {
+        let Some(slot) = self.slots.get_mut(id as usize) else {
+            return false;
+        };
+        let Some(parts) = slot.parts.take() else {
+            return false;
+        };
+        // The set's own reference and this slot's: no other pod has these parts.
+        if Arc::strong_count(&parts) == 2 {
+            self.shared.remove(&*parts);
+        }
+        let members = &mut self.on_node[slot.node as usize];
         let position = self.positions[id as usize] as usize;
         members.swap_remove(position);
         if let Some(&moved) = members.get(position) {
             self.positions[moved as usize] = position as u32;
         }
         self.live -= 1;
-        Some(old)
+        true
     }
 
     fn remove_node(&mut self, node: NodeId) {
@@ -488,21 +570,20 @@ impl Nodes {
     }
 
     /// The existing pod with id `id`.
-    pub fn pod(&self, id: PodId) -> Option<&ExistingPod> {
-        self.pods.pods.get(id as usize).and_then(Option::as_ref)
+    pub fn pod(&self, id: PodId) -> Option<ExistingPodRef<'_>> {
+        self.pods.get(id)
     }
 
     /// Every existing pod with its id, in id order (empty unless the plugin reads existing pods).
-    pub fn pods(&self) -> impl Iterator<Item = (PodId, &ExistingPod)> + '_ {
-        self.pods
-            .pods
-            .iter()
-            .enumerate()
-            .filter_map(|(id, pod)| pod.as_ref().map(|pod| (id as PodId, pod)))
+    pub fn pods(&self) -> impl Iterator<Item = (PodId, ExistingPodRef<'_>)> + '_ {
+        self.pods.slots.iter().enumerate().filter_map(|(id, slot)| {
+            let parts = slot.parts.as_ref()?;
+            Some((id as PodId, parts.lend(slot.node)))
+        })
     }
 
     /// The pods on node `node`, in no particular order.
-    pub fn pods_on(&self, node: NodeId) -> impl Iterator<Item = (PodId, &ExistingPod)> + '_ {
+    pub fn pods_on(&self, node: NodeId) -> impl Iterator<Item = (PodId, ExistingPodRef<'_>)> + '_ {
         self.pods
             .on_node
             .get(node as usize)
@@ -532,7 +613,8 @@ impl Nodes {
         self.pods.upsert(id, pod);
     }
 
-    pub(crate) fn remove_pod(&mut self, id: PodId) -> Option<ExistingPod> {
+    /// Takes pod `id` out of the mirror; true when it was there.
+    pub(crate) fn remove_pod(&mut self, id: PodId) -> bool {
         self.pods.remove(id)
     }
 
@@ -999,12 +1081,58 @@ mod tests {
             (vec![11, 13], vec![10, 12]),
             "moved"
         );
-        assert!(nodes.remove_pod(11).is_some());
-        assert!(nodes.remove_pod(11).is_none(), "removing twice");
+        assert!(nodes.remove_pod(11));
+        assert!(!nodes.remove_pod(11), "removing twice");
         assert_eq!(on(&nodes, 1), vec![13]);
         nodes.remove(2);
         assert!(on(&nodes, 2).is_empty(), "a node's pods leave with it");
         assert_eq!(nodes.pod_count(), 1);
         assert_eq!(nodes.pods().map(|(id, _)| id).collect::<Vec<_>>(), vec![13]);
+    }
+
+    #[test]
+    fn pods_that_differ_only_in_their_node_share_one_copy_of_their_parts() {
+        let mut nodes = Nodes::default();
+        for (id, name) in [(1, "a"), (2, "b"), (3, "c")] {
+            nodes.upsert(id, node(name, &[]));
+        }
+        let replica = |app: &str, node: NodeId| ExistingPod {
+            node,
+            namespace: "shop".to_string(),
+            labels: Labels::from_pairs([("app", app)]),
+            ..ExistingPod::default()
+        };
+        for (id, node) in [(10, 1), (11, 2), (12, 3)] {
+            nodes.upsert_pod(id, replica("web", node));
+        }
+        nodes.upsert_pod(13, replica("db", 1));
+        assert_eq!(nodes.pods.shared.len(), 2, "web's three replicas and db");
+        let lent = nodes.pod(11).expect("pod 11");
+        assert_eq!((lent.node, lent.labels.get("app")), (2, Some("web")));
+        assert_eq!(lent.to_existing_pod(), replica("web", 2));
+        assert_eq!(
+            nodes.pod(13).map(|p| p.to_existing_pod()),
+            Some(replica("db", 1))
+        );
+
+        nodes.upsert_pod(12, replica("db", 3));
+        assert_eq!(
+            nodes.pods.shared.len(),
+            2,
+            "relabelled to a shape already held"
+        );
+        assert!(nodes.remove_pod(10));
+        assert_eq!(nodes.pods.shared.len(), 2, "pod 11 still holds web's parts");
+        assert!(nodes.remove_pod(11));
+        assert_eq!(
+            nodes.pods.shared.len(),
+            1,
+            "web's parts leave with its last pod"
+        );
+        nodes.remove(1);
+        assert_eq!(nodes.pods.shared.len(), 1, "pod 12 still holds db's parts");
+        assert!(nodes.remove_pod(12));
+        assert!(nodes.pods.shared.is_empty());
+        assert_eq!(nodes.pod_count(), 0);
     }
 }

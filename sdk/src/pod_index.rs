@@ -4,7 +4,7 @@
 
 use crate::helpers::{FastMap, FastSet};
 
-use crate::{ExistingPod, LabelSelector, Labels, NodeInfo, Nodes, PodId};
+use crate::{ExistingPodRef, LabelSelector, Labels, NodeInfo, Nodes, PodId};
 
 /// A label pair every pod matching `selector` has (a `matchLabels` pair, or an `In` requirement
 /// with one value): only pods with it need checking against the selector.
@@ -170,9 +170,9 @@ impl PodsByLabel {
 pub fn for_each_candidate<'a>(
     nodes: &'a Nodes,
     candidates: Option<Vec<PodId>>,
-    mut each: impl FnMut(&'a ExistingPod, Option<&'a NodeInfo>),
+    mut each: impl FnMut(ExistingPodRef<'a>, Option<&'a NodeInfo>),
 ) {
-    let mut visit = |pod: &'a ExistingPod| each(pod, nodes.get(pod.node));
+    let mut visit = |pod: ExistingPodRef<'a>| each(pod, nodes.get(pod.node));
     match candidates {
         Some(ids) => ids
             .iter()

@@ -1363,6 +1363,58 @@ impl ExistingPod {
     }
 }
 
+/// An existing pod as a plugin reads it from its mirror ([`crate::Nodes::pod`]) and in
+/// [`crate::Plugin::pod_added`] and [`crate::Plugin::pod_removed`]: the mirror keeps one copy of
+/// the parts pods share (a Deployment's replicas differ only in their node), so a pod is lent out
+/// as references into that copy. The parts the plugin does not read are empty.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExistingPodRef<'a> {
+    /// The node it is on.
+    pub node: NodeId,
+    /// `metadata.namespace` ([`ExistingPodParts::LABELS`]).
+    pub namespace: &'a str,
+    /// `metadata.labels` ([`ExistingPodParts::LABELS`]).
+    pub labels: &'a Labels,
+    /// `metadata.deletionTimestamp` is set ([`ExistingPodParts::LABELS`]).
+    pub terminating: bool,
+    /// Its pod (anti-)affinity ([`ExistingPodParts::POD_AFFINITY`]).
+    pub pod_affinity: &'a PodAffinity,
+    /// Its host ports ([`ExistingPodParts::HOST_PORTS`]).
+    pub host_ports: &'a [HostPort],
+    /// Its volumes ([`ExistingPodParts::VOLUMES`]).
+    pub volumes: &'a [PodVolume],
+}
+
+impl ExistingPodRef<'_> {
+    /// An owned copy.
+    pub fn to_existing_pod(&self) -> ExistingPod {
+        ExistingPod {
+            node: self.node,
+            namespace: self.namespace.to_string(),
+            labels: self.labels.clone(),
+            terminating: self.terminating,
+            pod_affinity: self.pod_affinity.clone(),
+            host_ports: self.host_ports.to_vec(),
+            volumes: self.volumes.to_vec(),
+        }
+    }
+}
+
+impl ExistingPod {
+    /// The pod lent out as a plugin's mirror lends its pods.
+    pub fn view(&self) -> ExistingPodRef<'_> {
+        ExistingPodRef {
+            node: self.node,
+            namespace: &self.namespace,
+            labels: &self.labels,
+            terminating: self.terminating,
+            pod_affinity: &self.pod_affinity,
+            host_ports: &self.host_ports,
+            volumes: &self.volumes,
+        }
+    }
+}
+
 /// The parts of existing pods a plugin keeps in its mirror (`reads-existing-pods` in
 /// `wit/plugin.wit`, WIT 0.2). With none the host sends no pods at all.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

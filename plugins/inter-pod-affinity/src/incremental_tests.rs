@@ -6,8 +6,8 @@ use std::collections::HashMap;
 
 use wasched_sdk::testing::{labels, pod, Walk};
 use wasched_sdk::{
-    Driver, ExistingPod, LabelSelector, LabelSelectorRequirement, Labels, NodeId, NodeInfo, Nodes,
-    Plugin, Pod, PodAffinityTerm, PodId, WeightedPodAffinityTerm,
+    Driver, ExistingPod, ExistingPodRef, LabelSelector, LabelSelectorRequirement, Labels, NodeId,
+    NodeInfo, Nodes, Plugin, Pod, PodAffinityTerm, PodId, WeightedPodAffinityTerm,
 };
 
 use crate::state::Counts;
@@ -95,7 +95,7 @@ fn random_pod(walk: &mut Walk, name: &str) -> Pod {
     pod
 }
 
-fn node_labels<'a>(nodes: &'a Nodes, pod: &ExistingPod, none: &'a Labels) -> &'a Labels {
+fn node_labels<'a>(nodes: &'a Nodes, pod: ExistingPodRef<'_>, none: &'a Labels) -> &'a Labels {
     nodes.get(pod.node).map_or(none, |n| &n.labels)
 }
 
@@ -108,7 +108,7 @@ fn assert_counts_are_from_scratch(driver: &Driver<InterPodAffinity>, when: &str)
             if tally
                 .terms
                 .iter()
-                .all(|t| t.matches(&pod.namespace, &pod.labels))
+                .all(|t| t.matches(pod.namespace, pod.labels))
             {
                 let labels = node_labels(nodes, pod, &none);
                 for (term, counts) in tally.terms.iter().zip(&mut expected) {
@@ -123,7 +123,7 @@ fn assert_counts_are_from_scratch(driver: &Driver<InterPodAffinity>, when: &str)
     let mut anti: HashMap<OwnedTerm, (u32, Counts)> = HashMap::new();
     for (_, pod) in nodes.pods() {
         for term in &pod.pod_affinity.required_anti_affinity {
-            let term = OwnedTerm::of(term, &pod.namespace);
+            let term = OwnedTerm::of(term, pod.namespace);
             let value = node_labels(nodes, pod, &none)
                 .get(&term.topology_key)
                 .map(String::from);
@@ -160,7 +160,10 @@ fn from_scratch(driver: &Driver<InterPodAffinity>) -> Driver<InterPodAffinity> {
     let mut fresh = Driver::<InterPodAffinity>::new("{}").unwrap();
     fresh.upsert_namespaces(nodes.namespaces().map(|(n, l)| (n.to_string(), l.clone())));
     fresh.upsert_nodes(nodes.ids().map(|id| (id, nodes.get(id).unwrap().clone())));
-    let pods: Vec<(PodId, ExistingPod)> = nodes.pods().map(|(id, p)| (id, p.clone())).collect();
+    let pods: Vec<(PodId, ExistingPod)> = nodes
+        .pods()
+        .map(|(id, p)| (id, p.to_existing_pod()))
+        .collect();
     fresh.upsert_pods(pods);
     fresh
 }

@@ -16,7 +16,7 @@ pub mod state;
 pub mod terms;
 
 use wasched_sdk::{
-    ExistingPod, ExistingPodParts, Failure, FilterPlan, FilterPlugin, FilterResults, Labels,
+    ExistingPodParts, ExistingPodRef, Failure, FilterPlan, FilterPlugin, FilterResults, Labels,
     NodeId, NodeInfo, Nodes, Normalize, Plugin, Pod, PodId, PodParts, PodPlan, ScorePlugin,
     Verdict, WeightedPodAffinityTerm,
 };
@@ -159,19 +159,19 @@ pub struct InterPodAffinity {
 
 impl InterPodAffinity {
     /// Counts a placed pod in (or out of) every tally and group.
-    fn track(&mut self, id: PodId, pod: &ExistingPod, node_labels: &Labels, up: bool) {
+    fn track(&mut self, id: PodId, pod: ExistingPodRef<'_>, node_labels: &Labels, up: bool) {
         self.tallies.apply(pod, node_labels, up);
-        self.pods_by_label.apply(id, &pod.labels, up);
+        self.pods_by_label.apply(id, pod.labels, up);
         let affinity = &pod.pod_affinity;
         for term in &affinity.required_anti_affinity {
-            let term = OwnedTerm::of(term, &pod.namespace);
+            let term = OwnedTerm::of(term, pod.namespace);
             let value = node_labels.get(&term.topology_key);
             self.existing_anti_affinity.apply(term, value, up);
         }
         let hard = self.args.hard_pod_affinity_weight;
         if hard > 0 {
             for term in &affinity.required_affinity {
-                let term = OwnedTerm::of(term, &pod.namespace);
+                let term = OwnedTerm::of(term, pod.namespace);
                 let value = node_labels.get(&term.topology_key);
                 self.scoring.apply((term, hard), value, up);
             }
@@ -180,7 +180,7 @@ impl InterPodAffinity {
             list.iter()
                 .map(|w| {
                     (
-                        OwnedTerm::of(&w.term, &pod.namespace),
+                        OwnedTerm::of(&w.term, pod.namespace),
                         sign * i64::from(w.weight),
                     )
                 })
@@ -443,11 +443,11 @@ impl Plugin for InterPodAffinity {
         PodPlan { filter, score }
     }
 
-    fn pod_added(&mut self, id: PodId, pod: &ExistingPod, node: &NodeInfo) {
+    fn pod_added(&mut self, id: PodId, pod: ExistingPodRef<'_>, node: &NodeInfo) {
         self.track(id, pod, &node.labels, true);
     }
 
-    fn pod_removed(&mut self, id: PodId, pod: &ExistingPod, node: &NodeInfo) {
+    fn pod_removed(&mut self, id: PodId, pod: ExistingPodRef<'_>, node: &NodeInfo) {
         self.track(id, pod, &node.labels, false);
     }
 }

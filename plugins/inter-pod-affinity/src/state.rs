@@ -9,7 +9,7 @@ use wasched_sdk::helpers::{DenseCounts, FastMap};
 use wasched_sdk::pod_index::{
     anchor, for_each_candidate, place_least_recently_used, ByAnchor, PodsByLabel,
 };
-use wasched_sdk::{ExistingPod, LabelColumnId, Labels, Nodes};
+use wasched_sdk::{ExistingPodRef, LabelColumnId, Labels, Nodes};
 
 use crate::terms::{IncomingTerm, OwnedTerm};
 
@@ -104,11 +104,11 @@ pub struct Tally {
 }
 
 impl Tally {
-    fn apply(&mut self, pod: &ExistingPod, node_labels: &Labels, up: bool) {
+    fn apply(&mut self, pod: ExistingPodRef<'_>, node_labels: &Labels, up: bool) {
         if !self
             .terms
             .iter()
-            .all(|term| term.matches(&pod.namespace, &pod.labels))
+            .all(|term| term.matches(pod.namespace, pod.labels))
         {
             return;
         }
@@ -199,8 +199,8 @@ impl Tallies {
 
     /// Counts `pod`, on a node labelled `node_labels`, in (`up`) or out of every tally whose
     /// terms it matches.
-    pub fn apply(&mut self, pod: &ExistingPod, node_labels: &Labels, up: bool) {
-        for slots in self.by_anchor.matching(&pod.labels) {
+    pub fn apply(&mut self, pod: ExistingPodRef<'_>, node_labels: &Labels, up: bool) {
+        for slots in self.by_anchor.matching(pod.labels) {
             for &slot in slots {
                 self.slots[slot].apply(pod, node_labels, up);
             }

@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 
 use wasched_sdk::helpers::FastMap;
 use wasched_sdk::{
-    ExistingPod, ExistingPodParts, Failure, FilterPlan, FilterPlugin, FilterResults, HostPort,
+    ExistingPodParts, ExistingPodRef, Failure, FilterPlan, FilterPlugin, FilterResults, HostPort,
     NodeId, NodeInfo, Nodes, Plugin, Pod, PodId, PodParts, PodPlan, Verdict,
 };
 
@@ -95,15 +95,15 @@ impl Plugin for NodePorts {
         PodPlan { filter, ..plan }
     }
 
-    fn pod_added(&mut self, id: PodId, pod: &ExistingPod, _node: &NodeInfo) {
-        for port in &pod.host_ports {
+    fn pod_added(&mut self, id: PodId, pod: ExistingPodRef<'_>, _node: &NodeInfo) {
+        for port in pod.host_ports {
             let used = self.used.entry(port.port).or_default();
             used.push((id, pod.node, port.clone()));
         }
     }
 
-    fn pod_removed(&mut self, id: PodId, pod: &ExistingPod, _node: &NodeInfo) {
-        for port in &pod.host_ports {
+    fn pod_removed(&mut self, id: PodId, pod: ExistingPodRef<'_>, _node: &NodeInfo) {
+        for port in pod.host_ports {
             if let Some(used) = self.used.get_mut(&port.port) {
                 used.retain(|&(pod, _, _)| pod != id);
                 if used.is_empty() {

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use wasched_sdk::{
-    ExistingPod, ExistingPodParts, Failure, FilterPlan, FilterPlugin, FilterResults, NodeId,
+    ExistingPodParts, ExistingPodRef, Failure, FilterPlan, FilterPlugin, FilterResults, NodeId,
     NodeInfo, Nodes, Plugin, Pod, PodId, PodParts, PodPlan, PodVolume, Verdict, CSI_PLUGIN,
 };
 
@@ -189,7 +189,7 @@ pub struct NodeVolumeLimits {
 }
 
 impl NodeVolumeLimits {
-    fn count(&mut self, pod: &ExistingPod, node: &NodeInfo, added: bool) {
+    fn count(&mut self, pod: ExistingPodRef<'_>, node: &NodeInfo, added: bool) {
         let id = pod.node as usize;
         if self.attached.len() <= id {
             self.attached.resize(id + 1, Attached::default());
@@ -197,8 +197,8 @@ impl NodeVolumeLimits {
         if added {
             self.ids_by_name.insert(node.name.clone(), pod.node);
         }
-        for volume in &pod.volumes {
-            let Some(attachment) = attachment(&pod.namespace, volume) else {
+        for volume in pod.volumes {
+            let Some(attachment) = attachment(pod.namespace, volume) else {
                 continue;
             };
             let (attachment, driver) = self.interned.ids(&attachment);
@@ -288,11 +288,11 @@ impl Plugin for NodeVolumeLimits {
         }
     }
 
-    fn pod_added(&mut self, _id: PodId, pod: &ExistingPod, node: &NodeInfo) {
+    fn pod_added(&mut self, _id: PodId, pod: ExistingPodRef<'_>, node: &NodeInfo) {
         self.count(pod, node, true);
     }
 
-    fn pod_removed(&mut self, _id: PodId, pod: &ExistingPod, node: &NodeInfo) {
+    fn pod_removed(&mut self, _id: PodId, pod: ExistingPodRef<'_>, node: &NodeInfo) {
         self.count(pod, node, false);
     }
 }

@@ -12,8 +12,8 @@ use wasched_sdk::pod_index::{
     for_each_candidate, place_least_recently_used, ByAnchor, PodsByLabel,
 };
 use wasched_sdk::{
-    effect, ExistingPod, LabelColumnId, Labels, NodeAffinity, NodeId, NodeInfo, NodeSelectorTerm,
-    Nodes, Pod, Toleration,
+    effect, ExistingPodRef, LabelColumnId, Labels, NodeAffinity, NodeId, NodeInfo,
+    NodeSelectorTerm, Nodes, Pod, Toleration,
 };
 
 use crate::constraints::{Constraint, SpreadSelector};
@@ -34,11 +34,11 @@ pub struct Tally {
 }
 
 impl Tally {
-    fn counts(&self, pod: &ExistingPod) -> bool {
-        !pod.terminating && pod.namespace == self.namespace && self.selector.matches(&pod.labels)
+    fn counts(&self, pod: ExistingPodRef<'_>) -> bool {
+        !pod.terminating && pod.namespace == self.namespace && self.selector.matches(pod.labels)
     }
 
-    fn apply(&mut self, pod: &ExistingPod, node: &NodeInfo, up: bool) {
+    fn apply(&mut self, pod: ExistingPodRef<'_>, node: &NodeInfo, up: bool) {
         if !self.counts(pod) {
             return;
         }
@@ -142,9 +142,15 @@ impl Tallies {
     }
 
     /// Counts a placed pod in (or out of) every tally it matches.
-    pub fn apply(&mut self, id: wasched_sdk::PodId, pod: &ExistingPod, node: &NodeInfo, up: bool) {
-        self.by_label.apply(id, &pod.labels, up);
-        for slots in self.by_anchor.matching(&pod.labels) {
+    pub fn apply(
+        &mut self,
+        id: wasched_sdk::PodId,
+        pod: ExistingPodRef<'_>,
+        node: &NodeInfo,
+        up: bool,
+    ) {
+        self.by_label.apply(id, pod.labels, up);
+        for slots in self.by_anchor.matching(pod.labels) {
             for &slot in slots {
                 self.slots[slot].apply(pod, node, up);
             }

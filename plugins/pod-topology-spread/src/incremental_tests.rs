@@ -143,7 +143,7 @@ fn assert_tallies_are_from_scratch(driver: &Driver<PodTopologySpread>, when: &st
         for (_, pod) in nodes.pods() {
             if !pod.terminating
                 && pod.namespace == tally.namespace
-                && tally.selector.matches(&pod.labels)
+                && tally.selector.matches(pod.labels)
             {
                 *per_node.entry(pod.node).or_insert(0) += 1;
                 let name = nodes.get(pod.node).map_or("", |n| n.name.as_str());
@@ -188,7 +188,7 @@ fn prefilter_counts(driver: &Driver<PodTopologySpread>, pod: &Pod) -> Vec<HashMa
                     .filter(|(_, p)| {
                         !p.terminating
                             && p.namespace == pod.namespace
-                            && c.selector.matches(&p.labels)
+                            && c.selector.matches(p.labels)
                     })
                     .count() as i64;
                 if matching > 0 {
@@ -218,7 +218,10 @@ fn from_scratch(driver: &Driver<PodTopologySpread>, config: &str) -> Driver<PodT
     let nodes = driver.nodes();
     let mut fresh = Driver::<PodTopologySpread>::new(config).unwrap();
     fresh.upsert_nodes(nodes.ids().map(|id| (id, nodes.get(id).unwrap().clone())));
-    let pods: Vec<(PodId, ExistingPod)> = nodes.pods().map(|(id, p)| (id, p.clone())).collect();
+    let pods: Vec<(PodId, ExistingPod)> = nodes
+        .pods()
+        .map(|(id, p)| (id, p.to_existing_pod()))
+        .collect();
     fresh.upsert_pods(pods);
     fresh
 }

@@ -21,9 +21,9 @@ use std::collections::HashMap;
 use wasched_sdk::helpers::{for_each_in_blocks, round_half_away, FastMap};
 
 use wasched_sdk::{
-    ExistingPod, ExistingPodParts, Failure, FilterPlan, FilterPlugin, FilterResults, LabelColumnId,
-    NodeId, NodeInfo, Nodes, Normalize, Plugin, Pod, PodId, PodParts, PodPlan, ScorePlugin,
-    Verdict,
+    ExistingPodParts, ExistingPodRef, Failure, FilterPlan, FilterPlugin, FilterResults,
+    LabelColumnId, NodeId, NodeInfo, Nodes, Normalize, Plugin, Pod, PodId, PodParts, PodPlan,
+    ScorePlugin, Verdict,
 };
 
 pub use args::{Args, Defaulting};
@@ -619,11 +619,11 @@ impl Plugin for PodTopologySpread {
         PodPlan { filter, score }
     }
 
-    fn pod_added(&mut self, id: PodId, pod: &ExistingPod, node: &NodeInfo) {
+    fn pod_added(&mut self, id: PodId, pod: ExistingPodRef<'_>, node: &NodeInfo) {
         self.tallies.apply(id, pod, node, true);
     }
 
-    fn pod_removed(&mut self, id: PodId, pod: &ExistingPod, node: &NodeInfo) {
+    fn pod_removed(&mut self, id: PodId, pod: ExistingPodRef<'_>, node: &NodeInfo) {
         self.tallies.apply(id, pod, node, false);
     }
 }

@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 
 use wasched_sdk::{
-    ExistingPod, ExistingPodParts, Failure, FilterPlan, FilterPlugin, NodeInfo, Nodes, Plugin, Pod,
-    PodId, PodParts, PodPlan, PodVolume, Verdict,
+    ExistingPodParts, ExistingPodRef, Failure, FilterPlan, FilterPlugin, NodeInfo, Nodes, Plugin,
+    Pod, PodId, PodParts, PodPlan, PodVolume, Verdict,
 };
 
 /// The name used in configs and messages.
@@ -70,7 +70,7 @@ fn claims_of(volumes: &[PodVolume]) -> impl Iterator<Item = &PodVolume> {
 }
 
 impl VolumeRestrictions {
-    fn count(&mut self, pod: &ExistingPod, node: &NodeInfo, id: PodId, added: bool) {
+    fn count(&mut self, pod: ExistingPodRef<'_>, node: &NodeInfo, id: PodId, added: bool) {
         let disks = self.disks.entry(node.name.clone()).or_default();
         disks.retain(|(holder, _)| *holder != id);
         if added {
@@ -80,8 +80,8 @@ impl VolumeRestrictions {
         if disks.is_empty() {
             self.disks.remove(&node.name);
         }
-        for claim in claims_of(&pod.volumes) {
-            let key = (pod.namespace.clone(), claim.claim_name.clone());
+        for claim in claims_of(pod.volumes) {
+            let key = (pod.namespace.to_string(), claim.claim_name.clone());
             let users = self.claim_users.entry(key.clone()).or_default();
             if added {
                 *users += 1;
@@ -145,11 +145,11 @@ impl Plugin for VolumeRestrictions {
         }
     }
 
-    fn pod_added(&mut self, id: PodId, pod: &ExistingPod, node: &NodeInfo) {
+    fn pod_added(&mut self, id: PodId, pod: ExistingPodRef<'_>, node: &NodeInfo) {
         self.count(pod, node, id, true);
     }
 
-    fn pod_removed(&mut self, id: PodId, pod: &ExistingPod, node: &NodeInfo) {
+    fn pod_removed(&mut self, id: PodId, pod: ExistingPodRef<'_>, node: &NodeInfo) {
         self.count(pod, node, id, false);
     }
 }
