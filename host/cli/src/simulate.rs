@@ -182,7 +182,8 @@ pub fn simulate_owned(
         Arc::new(clock.clone()),
         pipeline.clone(),
     )
-    .with_explain(options.explain);
+    .with_explain(options.explain)
+    .without_resync();
     // Namespaces, storage, Services and controllers, and nodes first, then running pods, then
     // pending pods in priority order, so that the queue's arrival order is the input order.
     let running = std::mem::take(&mut cluster.running_pods);

@@ -649,6 +649,11 @@ impl Decider {
             .collect()
     }
 
+    /// Whether a profile has a shadow not yet taken out.
+    pub fn has_shadows(&self) -> bool {
+        self.profiles.iter().any(|p| p.shadow.is_some())
+    }
+
     /// Takes out the shadows built with the profiles, to run on threads of their own.
     pub fn take_shadows(&mut self) -> Vec<ShadowPair> {
         self.profiles

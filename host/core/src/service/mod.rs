@@ -119,6 +119,8 @@ pub struct Service {
     assumed: HashMap<String, Assumed>,
     /// The last applied version of every object, for resync and for seeding shadows.
     objects: HashMap<ObjectKey, (u64, KeptObject)>,
+    /// False for a service that never resyncs and has no shadow to seed: `objects` stays empty.
+    keeps_objects: bool,
     explain: bool,
     /// Its counters.
     pub stats: Arc<ServiceStats>,
@@ -241,6 +243,7 @@ impl Service {
             assume_ttl: DEFAULT_ASSUME_TTL,
             assumed: HashMap::new(),
             objects: HashMap::new(),
+            keeps_objects: true,
             explain: false,
             stats: Arc::new(ServiceStats::default()),
             unreadable: Default::default(),
@@ -252,6 +255,15 @@ impl Service {
             gangs: Gangs::default(),
             shadows: shadow::Shadows::new(),
         }
+    }
+
+    /// A service that will never [`Service::resync`] and whose profiles will gain no shadow
+    /// (`simulate`, whose configuration is fixed): it then keeps no copy of every object unless
+    /// a shadow is there to be seeded from it. In a large cluster's dump that copy was the
+    /// largest item of the host's heap.
+    pub fn without_resync(mut self) -> Self {
+        self.keeps_objects = self.decider.has_shadows();
+        self
     }
 
     /// Sets how long a placement may wait for confirmation.
@@ -360,10 +372,11 @@ impl Service {
                     self.told_unreadable.remove(&pod);
                 }
                 match event.action {
-                    Action::Upsert => {
+                    Action::Upsert if self.keeps_objects => {
                         self.objects
                             .insert(key, (event.version, KeptObject::new(event.object)));
                     }
+                    Action::Upsert => {}
                     Action::Delete => {
                         self.objects.remove(&key);
                     }
@@ -669,6 +682,10 @@ impl Service {
     /// applies what differs or is missing, deletes what no longer exists, and returns how many
     /// objects it repaired.
     pub fn resync(&mut self, truth: Vec<Object>) -> usize {
+        debug_assert!(
+            self.keeps_objects,
+            "a service built without_resync resynced"
+        );
         self.apply_events();
         let mut repairs = 0;
         let mut seen = std::collections::HashSet::new();
