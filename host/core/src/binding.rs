@@ -232,10 +232,11 @@ pub struct MemoryBackend {
     /// Pods by `namespace/name`, volumes by name and claims by `namespace/name`, as this
     /// backend last wrote them.
     pods: HashMap<String, core::Pod>,
-    /// Pods that were running when the backend was made, as JSON: most are never written
-    /// again, and a typed pod takes several times its JSON's size. Made typed (moved to `pods`)
-    /// when first written.
-    running: HashMap<String, Box<str>>,
+    /// Pods that were running when the backend was made, as JSON (shared with the dump as
+    /// read: `simulate` applies them from the same copy): most are never written again, and a
+    /// typed pod takes several times its JSON's size. Made typed (moved to `pods`) when first
+    /// written.
+    running: HashMap<String, Arc<str>>,
     volumes: HashMap<String, core::PersistentVolume>,
     claims: HashMap<String, core::PersistentVolumeClaim>,
     /// ResourceClaims by `namespace/name`.
@@ -325,17 +326,16 @@ impl MemoryBackend {
     pub fn with_running_pods<'p>(mut self, pods: impl IntoIterator<Item = &'p core::Pod>) -> Self {
         for pod in pods {
             let json = serde_json::to_string(pod).expect("Kubernetes objects serialize");
-            self.running
-                .insert(k8s::pod_key(pod), json.into_boxed_str());
+            self.running.insert(k8s::pod_key(pod), Arc::from(json));
         }
         self
     }
 
     /// This backend, holding running pods already as their key and JSON (as
-    /// [`crate::input::Cluster::running_pods`] keeps them).
+    /// [`crate::input::Cluster::running_pods`] keeps them: shared, not copied).
     pub fn with_running_pods_json(
         mut self,
-        pods: impl IntoIterator<Item = (String, Box<str>)>,
+        pods: impl IntoIterator<Item = (String, Arc<str>)>,
     ) -> Self {
         self.running.extend(pods);
         self

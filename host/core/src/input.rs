@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::policy::v1 as policy;
@@ -57,7 +58,7 @@ pub struct Cluster {
     /// Pods running on a node, in input order, as their key and JSON, when the cluster was read
     /// by [`load_files_compact`]: a typed pod takes several times its JSON's size, and a large
     /// dump is mostly running pods that are only ever applied once.
-    pub running_pods: Vec<(String, Box<str>)>,
+    pub running_pods: Vec<(String, Arc<str>)>,
     /// Whether pods running on a node go to `running_pods` (set by [`load_files_compact`]).
     pub compact_running: bool,
     /// PersistentVolumes.
@@ -439,9 +440,7 @@ fn add_typed(kind: &str, value: Value, cluster: &mut Cluster) -> Result<(), Stri
             let model = k8s::pod(&pod).map_err(|e| e.to_string())?;
             if cluster.compact_running && !model.node_name.is_empty() && !k8s::is_terminated(&pod) {
                 let json = serde_json::to_string(&pod).map_err(|e| e.to_string())?;
-                cluster
-                    .running_pods
-                    .push((model.key(), json.into_boxed_str()));
+                cluster.running_pods.push((model.key(), Arc::from(json)));
             } else {
                 cluster.pods.push(pod);
             }
