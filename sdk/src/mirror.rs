@@ -12,8 +12,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use crate::types::{
-    ExistingPod, ExistingPodRef, Failure, HostPort, Labels, NodeId, NodeInfo, NodeUsage,
-    PodAffinity, PodId, PodVolume, Resources, Taint, VolumeInfo,
+    ExistingPod, ExistingPodRef, Failure, Labels, NodeId, NodeInfo, NodeUsage, PodId, Resources,
+    Taint, VolumeInfo,
 };
 
 /// The resources and flags of one node in 88 bytes: what the default plugins read per node.
@@ -127,8 +127,8 @@ struct VolumeMirror {
 #[derive(Default)]
 struct PodMirror {
     slots: Vec<PodSlot>,
-    /// Every distinct set of parts a slot holds, held once.
-    shared: FastSet<Arc<SharedParts>>,
+    /// Every distinct set of parts a slot holds (a pod with node 0), held once.
+    shared: FastSet<Arc<ExistingPod>>,
     /// Per node id: its pods' ids, in no particular order.
     on_node: Vec<Vec<PodId>>,
     /// Per pod id: its position in its node's entry of `on_node`.
@@ -139,33 +139,17 @@ struct PodMirror {
 #[derive(Default)]
 struct PodSlot {
     node: NodeId,
-    /// `None`: no pod has this id.
-    parts: Option<Arc<SharedParts>>,
+    /// `None`: no pod has this id. The pod's node is in `node`; the shared copy's is 0.
+    parts: Option<Arc<ExistingPod>>,
 }
 
-/// An [`ExistingPod`] but its node.
-#[derive(Default, PartialEq, Eq, Hash)]
-struct SharedParts {
-    namespace: String,
-    labels: Labels,
-    terminating: bool,
-    pod_affinity: PodAffinity,
-    host_ports: Vec<HostPort>,
-    volumes: Vec<PodVolume>,
-}
-
-impl SharedParts {
-    fn lend(&self, node: NodeId) -> ExistingPodRef<'_> {
-        ExistingPodRef {
-            node,
-            namespace: &self.namespace,
-            labels: &self.labels,
-            terminating: self.terminating,
-            pod_affinity: &self.pod_affinity,
-            host_ports: &self.host_ports,
-            volumes: &self.volumes,
-        }
-    }
+/// The pod in `slot`, if any, on its node.
+fn lend(slot: &PodSlot) -> Option<ExistingPodRef<'_>> {
+    let parts = slot.parts.as_ref()?;
+    Some(ExistingPodRef {
+        node: slot.node,
+        ..parts.view()
+    })
 }
 
 impl PodMirror {
@@ -176,23 +160,8 @@ impl PodMirror {
             self.slots.resize_with(slot + 1, PodSlot::default);
             self.positions.resize(slot + 1, 0);
         }
-        let ExistingPod {
-            node,
-            namespace,
-            labels,
-            terminating,
-            pod_affinity,
-            host_ports,
-            volumes,
-        } = pod;
-        let parts = SharedParts {
-            namespace,
-            labels,
-            terminating,
-            pod_affinity,
-            host_ports,
-            volumes,
-        };
+        let node = pod.node;
+        let parts = ExistingPod { node: 0, ..pod };
         let parts = match self.shared.get(&parts) {
             Some(held) => Arc::clone(held),
             None => {
@@ -215,8 +184,7 @@ impl PodMirror {
     }
 
     fn get(&self, id: PodId) -> Option<ExistingPodRef<'_>> {
-        let slot = self.slots.get(id as usize)?;
-        Some(slot.parts.as_ref()?.lend(slot.node))
+        lend(self.slots.get(id as usize)?)
     }
 
     /// Takes pod `id` out; true when there was one.
@@ -576,10 +544,11 @@ impl Nodes {
 
     /// Every existing pod with its id, in id order (empty unless the plugin reads existing pods).
     pub fn pods(&self) -> impl Iterator<Item = (PodId, ExistingPodRef<'_>)> + '_ {
-        self.pods.slots.iter().enumerate().filter_map(|(id, slot)| {
-            let parts = slot.parts.as_ref()?;
-            Some((id as PodId, parts.lend(slot.node)))
-        })
+        self.pods
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(id, slot)| Some((id as PodId, lend(slot)?)))
     }
 
     /// The pods on node `node`, in no particular order.
