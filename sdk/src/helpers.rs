@@ -1,6 +1,8 @@
 //! Kubernetes rules that more than one plugin (or the host) needs.
 
 use crate::types::{LabelSelector, Labels, Taint, Toleration};
+use std::hash::Hash;
+use std::sync::Arc;
 
 /// The highest node score.
 pub const MAX_NODE_SCORE: i64 = 100;
@@ -199,6 +201,64 @@ pub type FastMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherD
 /// A `HashSet` with [`FastHasher`].
 pub type FastSet<T> = std::collections::HashSet<T, std::hash::BuildHasherDefault<FastHasher>>;
 
+/// One shared copy of each distinct value: how a plugin's mirror and the host's cache keep the
+/// parts of placed pods, which a Deployment's replicas have in common. A holder takes a copy with
+/// [`Interner::intern`] and gives it back with [`Interner::release`]; a copy whose last holder
+/// dropped it without releasing it is swept out once the interner has doubled.
+#[derive(Debug)]
+pub struct Interner<T> {
+    held: FastSet<Arc<T>>,
+    /// Sweep when `held` reaches this size.
+    sweep_at: usize,
+}
+
+impl<T> Default for Interner<T> {
+    fn default() -> Self {
+        Interner {
+            held: FastSet::default(),
+            sweep_at: FIRST_SWEEP,
+        }
+    }
+}
+
+/// An [`Interner`]'s size at its first sweep.
+const FIRST_SWEEP: usize = 1024;
+
+impl<T: Hash + Eq> Interner<T> {
+    /// The shared copy equal to `value`, made from it if there is none.
+    pub fn intern(&mut self, value: T) -> Arc<T> {
+        if let Some(held) = self.held.get(&value) {
+            return Arc::clone(held);
+        }
+        if self.held.len() >= self.sweep_at {
+            self.held.retain(|held| Arc::strong_count(held) > 1);
+            self.sweep_at = (self.held.len() * 2).max(FIRST_SWEEP);
+        }
+        let value = Arc::new(value);
+        self.held.insert(Arc::clone(&value));
+        value
+    }
+
+    /// Gives back a copy [`Interner::intern`] returned: the interner forgets it with its last
+    /// holder.
+    pub fn release(&mut self, value: Arc<T>) {
+        // The interner's own reference and this one: no other holder is left.
+        if Arc::strong_count(&value) == 2 {
+            self.held.remove(&*value);
+        }
+    }
+
+    /// How many distinct values it holds.
+    pub fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    /// True when it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+}
+
 /// Counts per key in one dense list, found by key through a [`FastMap`] index. Walking every
 /// counted key, which pod-aware plugins do for each pod they schedule, then reads a vector,
 /// where walking a hash map scans its control bytes (four at a time as WebAssembly, sixteen
@@ -292,6 +352,35 @@ impl<K: std::hash::Hash + Eq + Clone, E: Default> DenseCounts<K, E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_interner_shares_equal_values_forgets_released_ones_and_sweeps_dropped_ones() {
+        let mut interner = Interner::default();
+        let first = interner.intern("web".to_string());
+        let second = interner.intern("web".to_string());
+        assert!(Arc::ptr_eq(&first, &second), "equal values share one copy");
+        let other = interner.intern("db".to_string());
+        assert_eq!(interner.len(), 2);
+        interner.release(first);
+        assert_eq!(interner.len(), 2, "the second holder keeps web");
+        interner.release(second);
+        assert_eq!(interner.len(), 1, "web leaves with its last holder");
+        // Copies dropped without being released stay until the interner reaches its sweep size.
+        for n in 0..FIRST_SWEEP - 1 {
+            drop(interner.intern(n.to_string()));
+        }
+        assert_eq!(interner.len(), FIRST_SWEEP);
+        let kept = interner.intern("kept".to_string());
+        assert_eq!(
+            interner.len(),
+            2,
+            "db and the new value are left after the sweep"
+        );
+        assert_eq!(*kept, "kept");
+        interner.release(other);
+        interner.release(kept);
+        assert!(interner.is_empty());
+    }
 
     #[test]
     fn dense_counts_follow_adds_and_removals_like_a_map() {

@@ -7,7 +7,7 @@
 //! ([`crate::FilterPlugin::filter_batch`], [`crate::ScorePlugin::score_batch`]) read those and
 //! compute per distinct taint set instead of per node.
 
-use crate::helpers::{FastMap, FastSet};
+use crate::helpers::{FastMap, Interner};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -128,7 +128,7 @@ struct VolumeMirror {
 struct PodMirror {
     slots: Vec<PodSlot>,
     /// Every distinct set of parts a slot holds (a pod with node 0), held once.
-    shared: FastSet<Arc<ExistingPod>>,
+    shared: Interner<ExistingPod>,
     /// Per node id: its pods' ids, in no particular order.
     on_node: Vec<Vec<PodId>>,
     /// Per pod id: its position in its node's entry of `on_node`.
@@ -162,14 +162,7 @@ impl PodMirror {
         }
         let node = pod.node;
         let parts = ExistingPod { node: 0, ..pod };
-        let parts = match self.shared.get(&parts) {
-            Some(held) => Arc::clone(held),
-            None => {
-                let parts = Arc::new(parts);
-                self.shared.insert(Arc::clone(&parts));
-                parts
-            }
-        };
+        let parts = self.shared.intern(parts);
         let on = node as usize;
         if on >= self.on_node.len() {
             self.on_node.resize_with(on + 1, Vec::new);
@@ -195,10 +188,7 @@ impl PodMirror {
         let Some(parts) = slot.parts.take() else {
             return false;
         };
-        // The set's own reference and this slot's: no other pod has these parts.
-        if Arc::strong_count(&parts) == 2 {
-            self.shared.remove(&*parts);
-        }
+        self.shared.release(parts);
         let members = &mut self.on_node[slot.node as usize];
         let position = self.positions[id as usize] as usize;
         members.swap_remove(position);

@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::storage::v1::StorageClass;
+use std::sync::Arc;
 use wasched_sdk as sdk;
+use wasched_sdk::helpers::Interner;
 pub use wasched_sdk::PodVolumes;
 
 use crate::nodetree::{zone_key, NodeTree};
@@ -59,8 +61,9 @@ impl NodeEntry {
 struct PlacedPod {
     /// Its id in plugin mirrors (reused after it leaves).
     id: u32,
-    /// What plugins that read existing pods see of it (every part; the node filled in when sent).
-    existing: sdk::ExistingPod,
+    /// What plugins that read existing pods see of it (every part; the node filled in when sent),
+    /// shared with the pods that have the same parts ([`Cache::pod_parts`]).
+    existing: Arc<sdk::ExistingPod>,
     node: String,
     requests: sdk::Resources,
     non_zero_requests: sdk::Resources,
@@ -232,6 +235,10 @@ pub struct Cache {
     /// Boxed: a `PlacedPod` is ~420 bytes, and a table of them inline doubled (and, while it
     /// grew, briefly held both sizes) with every power of two of placed pods.
     pods: HashMap<String, Box<PlacedPod>>,
+    /// One copy of each distinct [`PlacedPod::existing`]: a Deployment's replicas have the same
+    /// namespace, labels and affinity, and held whole per pod they were the largest part of a
+    /// placed pod.
+    pod_parts: Interner<sdk::ExistingPod>,
     /// Per pod id: the key of the pod holding it.
     pod_ids: Vec<Option<String>>,
     free_pod_ids: Vec<u32>,
@@ -431,8 +438,10 @@ impl Cache {
                 let before = usize::from(!placed.existing.pod_affinity.is_empty());
                 let after = usize::from(!pod.pod_affinity.is_empty());
                 self.pods_with_pod_affinity = self.pods_with_pod_affinity + after - before;
-                placed.existing = sdk::ExistingPod::of(pod, 0);
-                placed.existing.volumes = volumes;
+                let mut existing = sdk::ExistingPod::of(pod, 0);
+                existing.volumes = volumes;
+                let old = std::mem::replace(&mut placed.existing, self.pod_parts.intern(existing));
+                self.pod_parts.release(old);
                 self.log.push(Change::Pod(placed.id));
             }
             return;
@@ -473,7 +482,7 @@ impl Cache {
         existing.volumes = volumes;
         let placed = PlacedPod {
             id: 0,
-            existing,
+            existing: self.pod_parts.intern(existing),
             node: node.to_string(),
             requests: pod.requests.clone(),
             non_zero_requests: pod.non_zero_requests.clone(),
@@ -515,7 +524,11 @@ impl Cache {
 
     /// Releases a pod's resources, assumed or observed. Returns false if the pod was not placed.
     pub fn remove_pod(&mut self, key: &str) -> bool {
-        self.take_pod(key).is_some()
+        let Some(placed) = self.take_pod(key) else {
+            return false;
+        };
+        self.pod_parts.release(placed.existing);
+        true
     }
 
     /// Takes a placed pod out as [`Cache::remove_pod`] does, keeping what is needed to put it
@@ -1050,6 +1063,48 @@ mod tests {
             500,
             "the usage stays with the node"
         );
+    }
+
+    #[test]
+    fn placed_pods_with_the_same_parts_share_one_copy_until_the_last_leaves() {
+        let mut cache = Cache::default();
+        cache.upsert_node(node("n1", "a"));
+        cache.upsert_node(node("n2", "b"));
+        let replica = |name: &str, app: &str| sdk::Pod {
+            labels: sdk::Labels::from_pairs([("app", app)]),
+            ..pod(name, 100)
+        };
+        cache.add_pod(&replica("web-1", "web"), "n1");
+        cache.add_pod(&replica("web-2", "web"), "n2");
+        cache.assume_pod(&replica("web-3", "web"), "n2");
+        cache.add_pod(&replica("db-1", "db"), "n1");
+        assert_eq!(cache.pod_parts.len(), 2, "web's three replicas and db");
+        let parts = |cache: &Cache, key: &str| {
+            let id = cache.pods[key].id;
+            cache.existing_pod(id).map(|(_, pod)| pod.clone())
+        };
+        let web = parts(&cache, "default/web-2").expect("placed");
+        assert_eq!(web.labels.get("app"), Some("web"));
+        assert_eq!(web, sdk::ExistingPod::of(&replica("web-2", "web"), 0));
+
+        cache.add_pod(&replica("web-2", "db"), "n2");
+        assert_eq!(cache.pod_parts.len(), 2, "relabelled to parts already held");
+        assert_eq!(
+            parts(&cache, "default/web-2").unwrap().labels.get("app"),
+            Some("db")
+        );
+        assert!(cache.remove_pod("default/web-1"));
+        assert!(cache.forget_pod("default/web-3"));
+        assert_eq!(
+            cache.pod_parts.len(),
+            1,
+            "web's parts leave with its last pod"
+        );
+        let detached = cache.detach_pod("default/db-1").expect("placed");
+        cache.reattach_pod(detached);
+        assert!(cache.remove_pod("default/db-1"));
+        assert!(cache.remove_pod("default/web-2"));
+        assert!(cache.pod_parts.is_empty());
     }
 
     #[test]
