@@ -159,19 +159,14 @@ pub fn simulate_owned(
             -i64::from(p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)),
         ),
     });
-    let first_pending = pods
-        .iter()
-        .position(|p| !is_running(p))
-        .unwrap_or(pods.len());
-    let backend = MemoryBackend::new(
-        pipeline.clone(),
-        sequence.clone(),
-        pods[first_pending..].iter().cloned(),
-    )
-    .with_running_pods(&pods[..first_pending])
-    .with_running_pods_json(cluster.running_pods.iter().cloned())
-    .with_storage(&cluster.volumes, &cluster.claims)
-    .with_resource_claims(&cluster.devices);
+    // The in-memory API server keeps every pod as JSON: a typed pod is several times larger, and
+    // a dump's pods are written once (bound) or never.
+    let backend = MemoryBackend::new(pipeline.clone(), sequence.clone(), [])
+        .kept_compact()
+        .with_compact_pods(&pods)
+        .with_running_pods_json(cluster.running_pods.iter().cloned())
+        .with_storage(&cluster.volumes, &cluster.claims)
+        .with_resource_claims(&cluster.devices);
     // Time only moves when every ready pod was tried: then to the end of the earliest backoff,
     // so a pod an event sent back (a preemptor whose victims are gone) is tried again without
     // the simulation waiting for it.

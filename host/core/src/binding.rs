@@ -232,11 +232,12 @@ pub struct MemoryBackend {
     /// Pods by `namespace/name`, volumes by name and claims by `namespace/name`, as this
     /// backend last wrote them.
     pods: HashMap<String, core::Pod>,
-    /// Pods that were running when the backend was made, as JSON (shared with the dump as
-    /// read: `simulate` applies them from the same copy): most are never written again, and a
-    /// typed pod takes several times its JSON's size. Made typed (moved to `pods`) when first
-    /// written.
-    running: HashMap<String, Arc<str>>,
+    /// Pods held as JSON (for running pods, shared with the dump as read: `simulate` applies
+    /// them from the same copy): most are never written, and a typed pod takes several times its
+    /// JSON's size. Made typed (moved to `pods`) when written.
+    compact: HashMap<String, Arc<str>>,
+    /// Whether a pod goes back to `compact` after each write ([`MemoryBackend::kept_compact`]).
+    compact_after_writes: bool,
     volumes: HashMap<String, core::PersistentVolume>,
     claims: HashMap<String, core::PersistentVolumeClaim>,
     /// ResourceClaims by `namespace/name`.
@@ -254,7 +255,8 @@ impl MemoryBackend {
             pipeline,
             sequence,
             pods: pods.into_iter().map(|p| (k8s::pod_key(&p), p)).collect(),
-            running: HashMap::new(),
+            compact: HashMap::new(),
+            compact_after_writes: false,
             volumes: HashMap::new(),
             claims: HashMap::new(),
             resource_claims: HashMap::new(),
@@ -321,12 +323,12 @@ impl MemoryBackend {
         }
     }
 
-    /// This backend, holding `pods` too, kept compact until one is written: for a cluster's
-    /// running pods, which only a preemption ever writes (evicts).
-    pub fn with_running_pods<'p>(mut self, pods: impl IntoIterator<Item = &'p core::Pod>) -> Self {
+    /// This backend, holding `pods` too, as JSON until one is written: for a dump's pods, most of
+    /// which are never written (running pods) or written once (pending pods, bound).
+    pub fn with_compact_pods<'p>(mut self, pods: impl IntoIterator<Item = &'p core::Pod>) -> Self {
         for pod in pods {
             let json = serde_json::to_string(pod).expect("Kubernetes objects serialize");
-            self.running.insert(k8s::pod_key(pod), Arc::from(json));
+            self.compact.insert(k8s::pod_key(pod), Arc::from(json));
         }
         self
     }
@@ -337,12 +339,19 @@ impl MemoryBackend {
         mut self,
         pods: impl IntoIterator<Item = (String, Arc<str>)>,
     ) -> Self {
-        self.running.extend(pods);
+        self.compact.extend(pods);
         self
     }
 
-    /// The pods as this backend last wrote them (those held compact by
-    /// [`MemoryBackend::with_running_pods`] and never written are not listed).
+    /// This backend, putting each pod back into JSON after a write (`simulate`, whose dump may
+    /// have tens of thousands of pending pods to bind): [`MemoryBackend::pods`] then lists none.
+    pub fn kept_compact(mut self) -> Self {
+        self.compact_after_writes = true;
+        self
+    }
+
+    /// The pods as this backend last wrote them (those held as JSON, by
+    /// [`MemoryBackend::with_compact_pods`] or [`MemoryBackend::kept_compact`], are not listed).
     pub fn pods(&self) -> impl Iterator<Item = &core::Pod> {
         self.pods.values()
     }
@@ -350,12 +359,23 @@ impl MemoryBackend {
     /// Forgets a deleted pod, as the API server would.
     pub fn forget_pod(&mut self, key: &str) {
         self.pods.remove(key);
-        self.running.remove(key);
+        self.compact.remove(key);
+    }
+
+    /// Puts pod `key` back into JSON after a write, when the backend is [`MemoryBackend::kept_compact`].
+    fn written(&mut self, key: &str) {
+        if !self.compact_after_writes {
+            return;
+        }
+        if let Some(pod) = self.pods.remove(key) {
+            let json = serde_json::to_string(&pod).expect("Kubernetes objects serialize");
+            self.compact.insert(key.to_string(), Arc::from(json));
+        }
     }
 
     /// The pod `key`, typed (a compact one is made typed here).
     fn pod_mut(&mut self, key: &str) -> Option<&mut core::Pod> {
-        if let Some(json) = self.running.remove(key) {
+        if let Some(json) = self.compact.remove(key) {
             let pod: core::Pod = serde_json::from_str(&json).expect("the JSON this backend wrote");
             self.pods.insert(key.to_string(), pod);
         }
@@ -446,6 +466,7 @@ impl Backend for MemoryBackend {
         *pod = bound_pod(pod, node);
         let bound = Object::Pod(Box::new(pod.clone()));
         self.pipeline.submit(self.sequence.upsert(bound));
+        self.written(&result.pod);
         Ok(())
     }
 
@@ -498,6 +519,7 @@ impl Backend for MemoryBackend {
             let changed = Object::Pod(Box::new(pod.clone()));
             self.pipeline.submit(self.sequence.upsert(changed));
         }
+        self.written(&result.pod);
         Ok(true)
     }
 }

@@ -144,6 +144,24 @@ fn through_memory() -> (Vec<CycleResult>, Vec<String>) {
     two_cycles(service, &sequence, |_| written.drain())
 }
 
+/// As [`through_memory`], with every pod held as JSON between writes, as `simulate` holds them.
+fn through_memory_kept_compact() -> (Vec<CycleResult>, Vec<String>) {
+    let cluster = cluster();
+    let written = Arc::new(EventPipeline::default());
+    let sequence = Arc::new(Sequencer::default());
+    let backend = MemoryBackend::new(written.clone(), sequence.clone(), [])
+        .kept_compact()
+        .with_compact_pods(&cluster.pods)
+        .with_storage(&cluster.volumes, &cluster.claims);
+    let service = Service::with_pipeline(
+        decider(),
+        Some(Box::new(backend)),
+        Arc::new(FakeClock::default()),
+        Arc::new(EventPipeline::default()),
+    );
+    two_cycles(service, &sequence, |_| written.drain())
+}
+
 fn through_store(dir: &Path) -> (Vec<CycleResult>, Vec<String>) {
     let store = Store::open(&dir.join("state.redb")).unwrap();
     store
@@ -176,6 +194,12 @@ fn the_memory_and_store_backends_make_the_same_writes_in_the_same_order() {
     let dir = std::env::temp_dir().join(format!("wasched-backends-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let (memory_results, memory) = through_memory();
+    let (compact_results, compact) = through_memory_kept_compact();
+    assert_eq!(
+        compact_results, memory_results,
+        "pods kept as JSON between writes"
+    );
+    assert_eq!(compact, memory, "pods kept as JSON between writes");
     let (store_results, store) = through_store(&dir);
     let _ = std::fs::remove_dir_all(&dir);
     let placed = |results: &[CycleResult]| -> Vec<(String, Option<String>)> {
