@@ -582,3 +582,72 @@ pub fn condition_reason(result: &CycleResult) -> &'static str {
         "Unschedulable"
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::Action;
+
+    fn pending(name: &str) -> core::Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+            "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+        }))
+        .unwrap()
+    }
+
+    /// The pods of `events`, by action, with the node each names.
+    fn written(events: Vec<crate::events::Event>) -> Vec<(bool, String, Option<String>)> {
+        events
+            .into_iter()
+            .filter_map(|event| match event.object {
+                Object::Pod(pod) => Some((
+                    event.action == Action::Delete,
+                    pod.metadata.name.clone().unwrap_or_default(),
+                    pod.spec.and_then(|s| s.node_name),
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_backend_kept_compact_writes_each_pod_over_its_last_write() {
+        let pipeline = Arc::new(EventPipeline::default());
+        let sequence = Arc::new(Sequencer::default());
+        let mut backend = MemoryBackend::new(pipeline.clone(), sequence, [])
+            .kept_compact()
+            .with_compact_pods(&[pending("web"), pending("db")]);
+        let result = |name: &str| CycleResult::attempt(format!("default/{name}"), String::new(), 1);
+        Backend::bind(&mut backend, &result("web"), "node-a").unwrap();
+        assert!(
+            backend.pods().next().is_none(),
+            "back in JSON after the binding"
+        );
+        assert_eq!(
+            written(pipeline.drain()),
+            [(false, "web".to_string(), Some("node-a".to_string()))]
+        );
+        let victim = Victim {
+            pod: "default/web".into(),
+            uid: "uid-web".into(),
+            priority: 0,
+            terminating: false,
+        };
+        Backend::evict(&mut backend, &result("high"), &victim).unwrap();
+        assert_eq!(
+            written(pipeline.drain()),
+            [(true, "web".to_string(), Some("node-a".to_string()))],
+            "the eviction deletes the pod as bound"
+        );
+        assert!(
+            Backend::bind(&mut backend, &result("web"), "node-b").is_err(),
+            "gone once evicted"
+        );
+        Backend::bind(&mut backend, &result("db"), "node-b").unwrap();
+        assert_eq!(
+            written(pipeline.drain()),
+            [(false, "db".to_string(), Some("node-b".to_string()))]
+        );
+    }
+}
