@@ -25,21 +25,21 @@ pub struct NodeEntry {
     /// The node as plugins see it (usage included).
     pub info: sdk::NodeInfo,
     zone: String,
-    /// Keys (`namespace/name`) of the pods on the node.
-    pods: Vec<String>,
+    /// Ids of the pods on the node (the cache's `pod_ids` names each), in the order they came.
+    pods: Vec<u32>,
     /// How many of its pods have each priority: preemption asks for the lowest on every node
     /// a failed cycle leaves, which looking each pod up would make cost more than the cycle.
     priorities: BTreeMap<i32, u32>,
 }
 
 impl NodeEntry {
-    fn hold(&mut self, key: String, priority: i32) {
-        self.pods.push(key);
+    fn hold(&mut self, id: u32, priority: i32) {
+        self.pods.push(id);
         *self.priorities.entry(priority).or_default() += 1;
     }
 
-    fn release(&mut self, key: &str, priority: i32) {
-        self.pods.retain(|k| k != key);
+    fn release(&mut self, id: u32, priority: i32) {
+        self.pods.retain(|&held| held != id);
         if let Some(count) = self.priorities.get_mut(&priority) {
             *count -= 1;
             if *count == 0 {
@@ -234,13 +234,13 @@ pub struct Cache {
     listing: Option<Vec<u32>>,
     /// Boxed: a `PlacedPod` is ~420 bytes, and a table of them inline doubled (and, while it
     /// grew, briefly held both sizes) with every power of two of placed pods.
-    pods: HashMap<String, Box<PlacedPod>>,
+    pods: HashMap<Arc<str>, Box<PlacedPod>>,
     /// One copy of each distinct [`PlacedPod::existing`]: a Deployment's replicas have the same
     /// namespace, labels and affinity, and held whole per pod they were the largest part of a
     /// placed pod.
     pod_parts: Interner<sdk::ExistingPod>,
-    /// Per pod id: the key of the pod holding it.
-    pod_ids: Vec<Option<String>>,
+    /// Per pod id: the key of the pod holding it (the allocation of its key in `pods`).
+    pod_ids: Vec<Option<Arc<str>>>,
     free_pod_ids: Vec<u32>,
     /// Namespaces by id; ids are not reused (namespaces are few and rarely deleted).
     namespaces: Vec<NamespaceSlot>,
@@ -371,10 +371,10 @@ impl Cache {
             priorities: BTreeMap::new(),
         };
         for key in self.orphans.remove(&name).unwrap_or_default() {
-            if let Some(pod) = self.pods.get(&key) {
+            if let Some(pod) = self.pods.get(key.as_str()) {
                 add_usage(&mut entry.info.usage, pod);
                 self.log.push(Change::Pod(pod.id));
-                entry.hold(key, pod.standing.priority);
+                entry.hold(pod.id, pod.standing.priority);
             }
         }
         self.tree.add(id, &entry.zone);
@@ -395,15 +395,18 @@ impl Cache {
             return false;
         };
         let entry = self.nodes[id as usize].take().expect("indexed node exists");
-        for key in &entry.pods {
-            if let Some(pod) = self.pods.get(key) {
-                self.log.push(Change::Pod(pod.id));
-            }
+        let keys: Vec<String> = entry
+            .pods
+            .iter()
+            .filter_map(|&pod| self.pod_ids[pod as usize].as_deref().map(str::to_string))
+            .collect();
+        for &pod in &entry.pods {
+            self.log.push(Change::Pod(pod));
         }
         self.tree.remove(id, &entry.zone);
         self.listing = None;
-        if !entry.pods.is_empty() {
-            self.orphans.insert(name.to_string(), entry.pods);
+        if !keys.is_empty() {
+            self.orphans.insert(name.to_string(), keys);
         }
         self.free_ids.push(id);
         self.log.push(Change::Remove(id));
@@ -415,7 +418,7 @@ impl Cache {
     pub fn add_pod(&mut self, pod: &sdk::Pod, node: &str) {
         let key = pod.key();
         let volumes = self.resolved_volumes(&pod.namespace, &pod.volumes);
-        if let Some(placed) = self.pods.get_mut(&key).filter(|p| p.node == node) {
+        if let Some(placed) = self.pods.get_mut(key.as_str()).filter(|p| p.node == node) {
             placed.assumed = false;
             if !placed.standing.is_of(pod) {
                 let standing = Standing::of(pod);
@@ -425,8 +428,8 @@ impl Cache {
                         .get(node)
                         .and_then(|&id| self.nodes[id as usize].as_mut())
                     {
-                        entry.release(&key, placed.standing.priority);
-                        entry.hold(key.clone(), standing.priority);
+                        entry.release(placed.id, placed.standing.priority);
+                        entry.hold(placed.id, standing.priority);
                     }
                 }
                 placed.standing = standing;
@@ -494,6 +497,7 @@ impl Cache {
 
     /// Files `placed` under a fresh pod id on its node (or among the orphans).
     fn insert_placed(&mut self, key: String, mut placed: Box<PlacedPod>) {
+        let key: Arc<str> = Arc::from(key);
         let id = self.free_pod_ids.pop().unwrap_or(self.pod_ids.len() as u32);
         if id as usize == self.pod_ids.len() {
             self.pod_ids.push(Some(key.clone()));
@@ -509,7 +513,7 @@ impl Cache {
                     .as_mut()
                     .expect("indexed node exists");
                 add_usage(&mut entry.info.usage, &placed);
-                entry.hold(key.clone(), placed.standing.priority);
+                entry.hold(placed.id, placed.standing.priority);
                 self.log.push(Change::Usage(id));
                 self.log.push(Change::Pod(placed.id));
             }
@@ -517,7 +521,7 @@ impl Cache {
                 .orphans
                 .entry(node.to_string())
                 .or_default()
-                .push(key.clone()),
+                .push(key.to_string()),
         }
         self.pods.insert(key, placed);
     }
@@ -573,7 +577,8 @@ impl Cache {
         entry
             .pods
             .iter()
-            .filter_map(|key| {
+            .filter_map(|&pod| {
+                let key = self.pod_ids[pod as usize].as_deref()?;
                 self.pods.get(key).map(|placed| PodOnNode {
                     key,
                     pod: &placed.existing,
@@ -636,7 +641,7 @@ impl Cache {
             .filter(|(k, p)| {
                 **k != key
                     && p.priority >= pod.priority
-                    && !self.pods.contains_key(*k)
+                    && !self.pods.contains_key(k.as_str())
                     && self.by_name.contains_key(&p.nominated_node_name)
             })
             .map(|(_, p)| p.clone())
@@ -662,7 +667,7 @@ impl Cache {
                 usage.requested.subtract(&placed.requests);
                 usage.non_zero_requested.subtract(&placed.non_zero_requests);
                 usage.pod_count = usage.pod_count.saturating_sub(1);
-                entry.release(key, placed.standing.priority);
+                entry.release(placed.id, placed.standing.priority);
                 self.log.push(Change::Usage(id));
                 self.log.push(Change::Pod(placed.id));
             }
@@ -761,7 +766,7 @@ impl Cache {
 
     /// Keys of every placed pod with its node.
     pub fn placed_pods(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.pods.iter().map(|(k, p)| (k.as_str(), p.node.as_str()))
+        self.pods.iter().map(|(k, p)| (&**k, p.node.as_str()))
     }
 
     /// The Services and controllers known, by which pods without spread constraints of their
