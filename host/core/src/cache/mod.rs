@@ -65,13 +65,21 @@ struct PlacedPod {
     /// shared with the pods that have the same parts ([`Cache::pod_parts`]).
     existing: Arc<sdk::ExistingPod>,
     node: String,
-    requests: sdk::Resources,
-    non_zero_requests: sdk::Resources,
+    /// Shared with the pods that request the same (the cache's `shared_requests`).
+    requests: Arc<PodRequests>,
     /// Placed by this scheduler and not yet seen bound: [`Cache::forget_pod`] may release it,
     /// [`Cache::add_pod`] on the same node confirms it.
     assumed: bool,
     /// What preemption weighs a pod by.
     standing: Standing,
+}
+
+/// What a placed pod holds on its node: its requests, and the same with kube's defaults for
+/// containers that request no CPU or memory (what scoring counts).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct PodRequests {
+    requests: sdk::Resources,
+    non_zero: sdk::Resources,
 }
 
 /// What preemption reads of a placed pod besides its labels.
@@ -239,6 +247,8 @@ pub struct Cache {
     /// namespace, labels and affinity, and held whole per pod they were the largest part of a
     /// placed pod.
     pod_parts: Interner<sdk::ExistingPod>,
+    /// One copy of each distinct [`PlacedPod::requests`], for the same reason.
+    shared_requests: Interner<PodRequests>,
     /// Per pod id: the key of the pod holding it (the allocation of its key in `pods`).
     pod_ids: Vec<Option<Arc<str>>>,
     free_pod_ids: Vec<u32>,
@@ -487,8 +497,10 @@ impl Cache {
             id: 0,
             existing: self.pod_parts.intern(existing),
             node: node.to_string(),
-            requests: pod.requests.clone(),
-            non_zero_requests: pod.non_zero_requests.clone(),
+            requests: self.shared_requests.intern(PodRequests {
+                requests: pod.requests.clone(),
+                non_zero: pod.non_zero_requests.clone(),
+            }),
             assumed,
             standing: Standing::of(pod),
         };
@@ -531,7 +543,9 @@ impl Cache {
         let Some(placed) = self.take_pod(key) else {
             return false;
         };
+        let placed = *placed;
         self.pod_parts.release(placed.existing);
+        self.shared_requests.release(placed.requests);
         true
     }
 
@@ -664,8 +678,8 @@ impl Cache {
                     .as_mut()
                     .expect("indexed node exists");
                 let usage = &mut entry.info.usage;
-                usage.requested.subtract(&placed.requests);
-                usage.non_zero_requested.subtract(&placed.non_zero_requests);
+                usage.requested.subtract(&placed.requests.requests);
+                usage.non_zero_requested.subtract(&placed.requests.non_zero);
                 usage.pod_count = usage.pod_count.saturating_sub(1);
                 entry.release(placed.id, placed.standing.priority);
                 self.log.push(Change::Usage(id));
@@ -687,7 +701,7 @@ impl Cache {
 
     /// The requests of a placed pod, if it is placed.
     pub fn pod_requests(&self, key: &str) -> Option<&sdk::Resources> {
-        self.pods.get(key).map(|p| &p.requests)
+        self.pods.get(key).map(|p| &p.requests.requests)
     }
 
     /// The node a pod is placed on, if any.
@@ -858,8 +872,8 @@ impl Cache {
 }
 
 fn add_usage(usage: &mut sdk::NodeUsage, pod: &PlacedPod) {
-    usage.requested.add(&pod.requests);
-    usage.non_zero_requested.add(&pod.non_zero_requests);
+    usage.requested.add(&pod.requests.requests);
+    usage.non_zero_requested.add(&pod.requests.non_zero);
     usage.pod_count += 1;
 }
 
@@ -1071,7 +1085,7 @@ mod tests {
     }
 
     #[test]
-    fn placed_pods_with_the_same_parts_share_one_copy_until_the_last_leaves() {
+    fn placed_pods_with_the_same_parts_and_requests_share_one_copy_until_the_last_leaves() {
         let mut cache = Cache::default();
         cache.upsert_node(node("n1", "a"));
         cache.upsert_node(node("n2", "b"));
@@ -1084,6 +1098,7 @@ mod tests {
         cache.assume_pod(&replica("web-3", "web"), "n2");
         cache.add_pod(&replica("db-1", "db"), "n1");
         assert_eq!(cache.pod_parts.len(), 2, "web's three replicas and db");
+        assert_eq!(cache.shared_requests.len(), 1, "all four request 100m");
         let parts = |cache: &Cache, key: &str| {
             let id = cache.pods[key].id;
             cache.existing_pod(id).map(|(_, pod)| pod.clone())
@@ -1110,6 +1125,7 @@ mod tests {
         assert!(cache.remove_pod("default/db-1"));
         assert!(cache.remove_pod("default/web-2"));
         assert!(cache.pod_parts.is_empty());
+        assert!(cache.shared_requests.is_empty());
     }
 
     #[test]
