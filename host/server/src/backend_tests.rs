@@ -129,30 +129,19 @@ fn two_cycles(
     (results, writes)
 }
 
-fn through_memory() -> (Vec<CycleResult>, Vec<String>) {
+/// Through the in-memory API server; `compact`: with every pod held as JSON between writes, as
+/// `simulate` holds them.
+fn through_memory(compact: bool) -> (Vec<CycleResult>, Vec<String>) {
     let cluster = cluster();
     let written = Arc::new(EventPipeline::default());
     let sequence = Arc::new(Sequencer::default());
-    let backend = MemoryBackend::new(written.clone(), sequence.clone(), cluster.pods.clone())
-        .with_storage(&cluster.volumes, &cluster.claims);
-    let service = Service::with_pipeline(
-        decider(),
-        Some(Box::new(backend)),
-        Arc::new(FakeClock::default()),
-        Arc::new(EventPipeline::default()),
-    );
-    two_cycles(service, &sequence, |_| written.drain())
-}
-
-/// As [`through_memory`], with every pod held as JSON between writes, as `simulate` holds them.
-fn through_memory_kept_compact() -> (Vec<CycleResult>, Vec<String>) {
-    let cluster = cluster();
-    let written = Arc::new(EventPipeline::default());
-    let sequence = Arc::new(Sequencer::default());
-    let backend = MemoryBackend::new(written.clone(), sequence.clone(), [])
-        .kept_compact()
-        .with_compact_pods(&cluster.pods)
-        .with_storage(&cluster.volumes, &cluster.claims);
+    let backend = match compact {
+        false => MemoryBackend::new(written.clone(), sequence.clone(), cluster.pods.clone()),
+        true => MemoryBackend::new(written.clone(), sequence.clone(), [])
+            .kept_compact()
+            .with_compact_pods(&cluster.pods),
+    }
+    .with_storage(&cluster.volumes, &cluster.claims);
     let service = Service::with_pipeline(
         decider(),
         Some(Box::new(backend)),
@@ -193,8 +182,8 @@ fn through_store(dir: &Path) -> (Vec<CycleResult>, Vec<String>) {
 fn the_memory_and_store_backends_make_the_same_writes_in_the_same_order() {
     let dir = std::env::temp_dir().join(format!("wasched-backends-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let (memory_results, memory) = through_memory();
-    let (compact_results, compact) = through_memory_kept_compact();
+    let (memory_results, memory) = through_memory(false);
+    let (compact_results, compact) = through_memory(true);
     assert_eq!(
         compact_results, memory_results,
         "pods kept as JSON between writes"
