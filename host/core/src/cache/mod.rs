@@ -62,7 +62,7 @@ struct PlacedPod {
     /// Its id in plugin mirrors (reused after it leaves).
     id: u32,
     /// What plugins that read existing pods see of it (every part; the node filled in when sent),
-    /// shared with the pods that have the same parts ([`Cache::pod_parts`]).
+    /// shared with the pods that have the same parts (the cache's `shared_parts`).
     existing: Arc<sdk::ExistingPod>,
     node: String,
     /// Shared with the pods that request the same (the cache's `shared_requests`).
@@ -240,13 +240,13 @@ pub struct Cache {
     by_name: HashMap<String, u32>,
     tree: NodeTree,
     listing: Option<Vec<u32>>,
-    /// Boxed: a `PlacedPod` is ~420 bytes, and a table of them inline doubled (and, while it
+    /// Boxed: a `PlacedPod` is ~200 bytes, and a table of them inline doubled (and, while it
     /// grew, briefly held both sizes) with every power of two of placed pods.
     pods: HashMap<Arc<str>, Box<PlacedPod>>,
     /// One copy of each distinct [`PlacedPod::existing`]: a Deployment's replicas have the same
     /// namespace, labels and affinity, and held whole per pod they were the largest part of a
     /// placed pod.
-    pod_parts: Interner<sdk::ExistingPod>,
+    shared_parts: Interner<sdk::ExistingPod>,
     /// One copy of each distinct [`PlacedPod::requests`], for the same reason.
     shared_requests: Interner<PodRequests>,
     /// Per pod id: the key of the pod holding it (the allocation of its key in `pods`).
@@ -453,8 +453,9 @@ impl Cache {
                 self.pods_with_pod_affinity = self.pods_with_pod_affinity + after - before;
                 let mut existing = sdk::ExistingPod::of(pod, 0);
                 existing.volumes = volumes;
-                let old = std::mem::replace(&mut placed.existing, self.pod_parts.intern(existing));
-                self.pod_parts.release(old);
+                let old =
+                    std::mem::replace(&mut placed.existing, self.shared_parts.intern(existing));
+                self.shared_parts.release(old);
                 self.log.push(Change::Pod(placed.id));
             }
             return;
@@ -495,7 +496,7 @@ impl Cache {
         existing.volumes = volumes;
         let placed = PlacedPod {
             id: 0,
-            existing: self.pod_parts.intern(existing),
+            existing: self.shared_parts.intern(existing),
             node: node.to_string(),
             requests: self.shared_requests.intern(PodRequests {
                 requests: pod.requests.clone(),
@@ -544,7 +545,7 @@ impl Cache {
             return false;
         };
         let placed = *placed;
-        self.pod_parts.release(placed.existing);
+        self.shared_parts.release(placed.existing);
         self.shared_requests.release(placed.requests);
         true
     }
@@ -1097,7 +1098,7 @@ mod tests {
         cache.add_pod(&replica("web-2", "web"), "n2");
         cache.assume_pod(&replica("web-3", "web"), "n2");
         cache.add_pod(&replica("db-1", "db"), "n1");
-        assert_eq!(cache.pod_parts.len(), 2, "web's three replicas and db");
+        assert_eq!(cache.shared_parts.len(), 2, "web's three replicas and db");
         assert_eq!(cache.shared_requests.len(), 1, "all four request 100m");
         let parts = |cache: &Cache, key: &str| {
             let id = cache.pods[key].id;
@@ -1108,7 +1109,11 @@ mod tests {
         assert_eq!(web, sdk::ExistingPod::of(&replica("web-2", "web"), 0));
 
         cache.add_pod(&replica("web-2", "db"), "n2");
-        assert_eq!(cache.pod_parts.len(), 2, "relabelled to parts already held");
+        assert_eq!(
+            cache.shared_parts.len(),
+            2,
+            "relabelled to parts already held"
+        );
         assert_eq!(
             parts(&cache, "default/web-2").unwrap().labels.get("app"),
             Some("db")
@@ -1116,7 +1121,7 @@ mod tests {
         assert!(cache.remove_pod("default/web-1"));
         assert!(cache.forget_pod("default/web-3"));
         assert_eq!(
-            cache.pod_parts.len(),
+            cache.shared_parts.len(),
             1,
             "web's parts leave with its last pod"
         );
@@ -1124,7 +1129,7 @@ mod tests {
         cache.reattach_pod(detached);
         assert!(cache.remove_pod("default/db-1"));
         assert!(cache.remove_pod("default/web-2"));
-        assert!(cache.pod_parts.is_empty());
+        assert!(cache.shared_parts.is_empty());
         assert!(cache.shared_requests.is_empty());
     }
 
