@@ -1107,14 +1107,20 @@ impl Driven {
             .flatten()
             .map(|c| Object::ResourceClaim(Box::new(c.clone())))
             .collect();
-        let backend = MemoryBackend::new(pipeline.clone(), sequence.clone(), objects.pods.clone())
+        // The in-memory API server keeps the trace's pods as JSON (a typed pod is several times
+        // larger; `objects` has them typed), and the service no copy of every object: a replay
+        // never resyncs.
+        let backend = MemoryBackend::new(pipeline.clone(), sequence.clone(), [])
+            .kept_compact()
+            .with_compact_pods(&objects.pods)
             .with_resource_claims(&claims);
         let service = Service::with_pipeline(
             decider,
             Some(Box::new(backend)),
             Arc::new(clock.clone()),
             pipeline.clone(),
-        );
+        )
+        .without_resync();
         for object in &objects.cluster {
             pipeline.submit(sequence.upsert(object.clone()));
         }
