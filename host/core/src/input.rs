@@ -10,11 +10,14 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::policy::v1 as policy;
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, DeserializeSeed};
 use serde_json::Value;
 
 use crate::events::{Kind, Object};
 use crate::k8s;
+
+mod document;
+use document::{Document, DocumentSeed};
 
 /// Where an object came from, for error messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -257,31 +260,67 @@ fn parse_into(
         location: path.display().to_string(),
         message,
     };
-    let mut add = |index: usize, document: Value| {
-        if document.is_null() {
-            return Ok(());
-        }
-        let origin = Origin {
-            file: path.to_path_buf(),
-            document: index + 1,
-            item: None,
-        };
-        add_object(document, None, origin, cluster)
+    let origin = |index: usize| Origin {
+        file: path.to_path_buf(),
+        document: index + 1,
+        item: None,
     };
     if is_json {
-        let value: Value = serde_json::from_str(without_bom(text))
+        let mut reader = serde_json::Deserializer::from_str(without_bom(text));
+        let document = DocumentSeed { json: true }
+            .deserialize(&mut reader)
+            .and_then(|document| reader.end().map(|()| document))
             .map_err(|e| at_file(format!("invalid JSON: {e}")))?;
-        return add(0, value);
+        return add_document(document, origin(0), cluster);
     }
-    // One document at a time, each made an object before the next is read: a dump's documents
+    // One document at a time, each made objects before the next is read: a dump's documents
     // as JSON values all at once took several times the dump's size.
     for_each_yaml_document(text, |index, document| {
-        add(index, document).map_err(Stop::Object)
+        add_document(document, origin(index), cluster).map_err(Stop::Object)
     })
     .map_err(|stop| match stop {
         Stop::Yaml(e) => at_file(e),
         Stop::Object(e) => e,
     })
+}
+
+/// Adds a document's objects, a List's items one at a time.
+fn add_document(
+    document: Document<'_>,
+    origin: Origin,
+    cluster: &mut Cluster,
+) -> Result<(), InputError> {
+    let (fields, items) = match document {
+        Document::Other(Value::Null) => return Ok(()),
+        Document::Other(value) => return add_object(value, None, origin, cluster),
+        Document::Object { fields, items } => (fields, items),
+    };
+    let item_kind = fields
+        .get("kind")
+        .and_then(Value::as_str)
+        .and_then(|kind| kind.strip_suffix("List"));
+    let (Some(items), Some(item_kind)) = (items.as_ref(), item_kind) else {
+        let value = Document::Object { fields, items }
+            .into_value()
+            .map_err(|message| InputError {
+                location: origin.to_string(),
+                message,
+            })?;
+        return add_object(value, None, origin, cluster);
+    };
+    let item_kind = (!item_kind.is_empty()).then_some(item_kind);
+    for (i, item) in items.iter().enumerate() {
+        let origin = Origin {
+            item: Some(i),
+            ..origin.clone()
+        };
+        let value = item.value().map_err(|message| InputError {
+            location: origin.to_string(),
+            message,
+        })?;
+        add_object(value, item_kind, origin, cluster)?;
+    }
+    Ok(())
 }
 
 /// Why [`for_each_yaml_document`] stopped.
@@ -292,21 +331,19 @@ enum Stop<E> {
     Object(E),
 }
 
-/// Calls `each` with every document of a YAML text (index, value), in order, reading the next
+/// Calls `each` with every document of a YAML text (index, document), in order, reading the next
 /// only when `each` returns: the documents never all exist at once.
-fn for_each_yaml_document<E>(
-    text: &str,
-    mut each: impl FnMut(usize, Value) -> Result<(), Stop<E>>,
+fn for_each_yaml_document<'t, E>(
+    text: &'t str,
+    mut each: impl FnMut(usize, Document<'t>) -> Result<(), Stop<E>>,
 ) -> Result<(), Stop<E>> {
     let text = without_bom(text);
     check_nesting(text).map_err(Stop::Yaml)?;
     for (index, document) in yaml_serde::Deserializer::from_str(text).enumerate() {
-        let yaml: yaml_serde::Value = serde::Deserialize::deserialize(document)
+        let document = DocumentSeed { json: false }
+            .deserialize(document)
             .map_err(|e| Stop::Yaml(format!("document {}: invalid YAML: {e}", index + 1)))?;
-        let json = serde_json::to_value(&yaml)
-            .map_err(|e| Stop::Yaml(format!("document {}: {e}", index + 1)))?;
-        drop(yaml);
-        each(index, json)?;
+        each(index, document)?;
     }
     Ok(())
 }
@@ -329,8 +366,11 @@ pub fn without_bom(text: &str) -> &str {
 /// `document N: ...`.
 pub fn yaml_documents(text: &str) -> Result<Vec<Value>, String> {
     let mut documents = Vec::new();
-    for_each_yaml_document(text, |_, document| {
-        documents.push(document);
+    for_each_yaml_document(text, |index, document| {
+        let value = document
+            .into_value()
+            .map_err(|e| Stop::Yaml(format!("document {}: {e}", index + 1)))?;
+        documents.push(value);
         Ok::<(), Stop<std::convert::Infallible>>(())
     })
     .map_err(|stop| match stop {
@@ -639,6 +679,79 @@ mod tests {
             cluster.empty_files_warning(),
             Some(format!("warning: no objects in {}", empty.display()))
         );
+    }
+
+    /// kubectl writes a List's `items` before its `kind`, an API server's PodList writes `kind`
+    /// first and no kind in its items: read an item at a time, each gives the same objects as
+    /// the same objects one per document.
+    #[test]
+    fn a_list_gives_the_objects_of_its_items_whatever_its_fields_order() {
+        let node = r#"{"kind":"Node","metadata":{"name":"n1","labels":{"zone":"a"}}}"#;
+        let pod = r#"{"metadata":{"name":"p1"},"spec":{"containers":[{"name":"c"}]}}"#;
+        let kind_pod = pod.replacen('{', r#"{"kind":"Pod","#, 1);
+        let one_per_document = parse_text(
+            &format!("{node}\n---\n{kind_pod}\n"),
+            false,
+            Path::new("docs.yaml"),
+        )
+        .unwrap();
+        let lists = [
+            (
+                format!(
+                    r#"{{"apiVersion":"v1","items":[{node},{kind_pod}],"kind":"List","metadata":{{}}}}"#
+                ),
+                true,
+            ),
+            (
+                format!("apiVersion: v1\nitems:\n- {node}\n- {kind_pod}\nkind: List\n"),
+                false,
+            ),
+            (
+                format!(r#"{{"kind":"List","items":[{node},{kind_pod}]}}"#),
+                true,
+            ),
+        ];
+        for (text, json) in &lists {
+            let cluster = parse_text(text, *json, Path::new("list")).unwrap();
+            assert_eq!(cluster.nodes, one_per_document.nodes, "{text}");
+            assert_eq!(cluster.pods, one_per_document.pods, "{text}");
+        }
+        for (text, json) in [
+            (format!(r#"{{"items":[{pod}],"kind":"PodList"}}"#), true),
+            (format!("items:\n- {pod}\nkind: PodList\n"), false),
+        ] {
+            let cluster = parse_text(&text, json, Path::new("list")).unwrap();
+            assert_eq!(cluster.pods, one_per_document.pods, "{text}");
+        }
+
+        let refused = |text: &str, json: bool| {
+            parse_text(text, json, Path::new("list"))
+                .unwrap_err()
+                .to_string()
+        };
+        let error = refused(
+            &format!(r#"{{"items":[{node},{{"kind":"Pod"}}],"kind":"List"}}"#),
+            true,
+        );
+        assert!(
+            error.contains("items[1]") && error.contains("no `metadata.name`"),
+            "{error}"
+        );
+        let error = refused(r#"{"kind":"List","items":5}"#, true);
+        assert!(error.contains("`items` is not a list"), "{error}");
+        let error = refused(&format!(r#"{{"items":[{node}]}}"#), true);
+        assert!(error.contains("no `kind`"), "{error}");
+        let error = refused(&format!(r#"{{"items":[{node}],"kind":"List"}} x"#), true);
+        assert!(
+            error.contains("invalid JSON: trailing characters"),
+            "{error}"
+        );
+        // An object that is not a List keeps `items` as one of its fields.
+        let not_a_list =
+            format!(r#"{{"kind":"ConfigMap","metadata":{{"name":"c"}},"items":[{node}]}}"#);
+        let cluster = parse_text(&not_a_list, true, Path::new("list")).unwrap();
+        assert!(cluster.nodes.is_empty());
+        assert_eq!(cluster.skipped.get("ConfigMap"), Some(&1));
     }
 
     #[test]
