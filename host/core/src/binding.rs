@@ -334,7 +334,7 @@ impl MemoryBackend {
     }
 
     /// This backend, holding running pods already as their key and JSON (as
-    /// [`crate::input::Cluster::running_pods`] keeps them: shared, not copied).
+    /// [`crate::input::Cluster::json_pods`] keeps them: shared, not copied).
     pub fn with_running_pods_json(
         mut self,
         pods: impl IntoIterator<Item = (String, Arc<str>)>,
@@ -597,7 +597,9 @@ mod tests {
     }
 
     /// The pods of `events`, by action, with the node each names.
-    fn written(events: Vec<crate::events::Event>) -> Vec<(bool, String, Option<String>)> {
+    fn written(
+        events: impl IntoIterator<Item = crate::events::Event>,
+    ) -> Vec<(bool, String, Option<String>)> {
         events
             .into_iter()
             .filter_map(|event| match event.object {

@@ -10,7 +10,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1 as apps;
@@ -102,6 +102,16 @@ macro_rules! object_kinds {
             ) -> Result<Object, serde_json::Error> {
                 Ok(match kind {
                     $(Kind::$kind => Object::$kind(Box::new(serde_json::from_value(value)?)),)+
+                })
+            }
+
+            /// An object of `kind` read from its JSON text.
+            ///
+            /// # Errors
+            /// The JSON does not fit the kind.
+            pub fn from_json_slice(kind: Kind, json: &[u8]) -> Result<Object, serde_json::Error> {
+                Ok(match kind {
+                    $(Kind::$kind => Object::$kind(Box::new(serde_json::from_slice(json)?)),)+
                 })
             }
 
@@ -349,9 +359,59 @@ pub struct PipelineStats {
     pub stale: AtomicU64,
 }
 
+/// An event as it waits: typed, or as its object's JSON until it is drained. A write of many
+/// objects (a 440,000-pod List) submits them all at once, and typed they take several times
+/// their JSON.
+#[derive(Debug)]
+enum Waiting {
+    Typed(Event),
+    Json {
+        action: Action,
+        kind: Kind,
+        json: Arc<[u8]>,
+        version: u64,
+    },
+}
+
+impl Waiting {
+    fn version(&self) -> u64 {
+        match self {
+            Waiting::Typed(event) => event.version,
+            Waiting::Json { version, .. } => *version,
+        }
+    }
+
+    /// The event, typed. JSON the pipeline was given is what a typed object was written as, so
+    /// it reads back; if it did not, the event is dropped and said.
+    fn into_event(self) -> Option<Event> {
+        match self {
+            Waiting::Typed(event) => Some(event),
+            Waiting::Json {
+                action,
+                kind,
+                json,
+                version,
+            } => match Object::from_json_slice(kind, &json) {
+                Ok(mut object) => {
+                    object.metadata_mut().managed_fields = None;
+                    Some(Event {
+                        action,
+                        object,
+                        version,
+                    })
+                }
+                Err(e) => {
+                    tracing::error!(kind = ?kind, version, "event dropped: its JSON does not read as the kind: {e}");
+                    None
+                }
+            },
+        }
+    }
+}
+
 #[derive(Default)]
 struct Inner {
-    waiting: HashMap<ObjectKey, Event>,
+    waiting: HashMap<ObjectKey, Waiting>,
     /// Keys with a waiting event, in the order their first waiting event arrived.
     order: VecDeque<ObjectKey>,
     /// The newest version drained per object (deleted objects included, so a late update of a
@@ -369,6 +429,23 @@ pub struct EventPipeline {
     pub stats: PipelineStats,
 }
 
+/// The events [`EventPipeline::drain`] took, oldest arrival first, each typed as it is reached.
+pub struct Drained {
+    events: std::vec::IntoIter<Waiting>,
+}
+
+impl Iterator for Drained {
+    type Item = Event;
+
+    fn next(&mut self) -> Option<Event> {
+        self.events.by_ref().find_map(Waiting::into_event)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, Some(self.events.len()))
+    }
+}
+
 impl EventPipeline {
     /// Offers an event. Never blocks for long: it only takes a short lock.
     ///
@@ -377,15 +454,41 @@ impl EventPipeline {
     /// object, often as much as the rest of a pod.
     pub fn submit(&self, mut event: Event) -> Submitted {
         event.object.metadata_mut().managed_fields = None;
-        self.stats.submitted.fetch_add(1, Ordering::Relaxed);
         let key = event.object.key();
+        self.offer(key, Waiting::Typed(event))
+    }
+
+    /// Offers an event whose object is `json`, the JSON of an object of `key.kind` (as a store
+    /// wrote it); it is typed only when drained. As [`EventPipeline::submit`] otherwise.
+    pub fn submit_json(
+        &self,
+        action: Action,
+        key: ObjectKey,
+        json: Arc<[u8]>,
+        version: u64,
+    ) -> Submitted {
+        let kind = key.kind;
+        self.offer(
+            key,
+            Waiting::Json {
+                action,
+                kind,
+                json,
+                version,
+            },
+        )
+    }
+
+    fn offer(&self, key: ObjectKey, event: Waiting) -> Submitted {
+        self.stats.submitted.fetch_add(1, Ordering::Relaxed);
+        let version = event.version();
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if inner.drained.get(&key).is_some_and(|&v| v >= event.version) {
+        if inner.drained.get(&key).is_some_and(|&v| v >= version) {
             self.stats.stale.fetch_add(1, Ordering::Relaxed);
             return Submitted::Stale;
         }
         match inner.waiting.get_mut(&key) {
-            Some(waiting) if waiting.version >= event.version => {
+            Some(waiting) if waiting.version() >= version => {
                 self.stats.stale.fetch_add(1, Ordering::Relaxed);
                 Submitted::Stale
             }
@@ -418,20 +521,23 @@ impl EventPipeline {
         self.arrived.notify_all();
     }
 
-    /// Takes every waiting event, oldest arrival first, one per object.
-    pub fn drain(&self) -> Vec<Event> {
+    /// Takes every waiting event, oldest arrival first, one per object. Events submitted as
+    /// JSON are typed one at a time as the iterator reaches them.
+    pub fn drain(&self) -> Drained {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let mut events = Vec::with_capacity(inner.order.len());
         while let Some(key) = inner.order.pop_front() {
             if let Some(event) = inner.waiting.remove(&key) {
-                inner.drained.insert(key, event.version);
+                inner.drained.insert(key, event.version());
                 events.push(event);
             }
         }
         self.stats
             .drained
             .fetch_add(events.len() as u64, Ordering::Relaxed);
-        events
+        Drained {
+            events: events.into_iter(),
+        }
     }
 
     /// The newest version drained for an object.
@@ -498,7 +604,7 @@ mod tests {
             Object::Pod(Box::new(pod)),
             1,
         ));
-        let drained = pipeline.drain();
+        let drained = pipeline.drain().collect::<Vec<_>>();
         let metadata = drained[0].object.metadata();
         assert_eq!(metadata.managed_fields, None);
         assert_eq!(metadata.labels.as_ref().unwrap()["app"], "web");
@@ -515,7 +621,7 @@ mod tests {
             Submitted::Stale,
             "older than the waiting one"
         );
-        let drained = pipeline.drain();
+        let drained = pipeline.drain().collect::<Vec<_>>();
         let got: Vec<(String, u64)> = drained
             .iter()
             .map(|e| (e.object.key().name, e.version))
@@ -533,6 +639,55 @@ mod tests {
         assert_eq!(pipeline.submit(node_event("a", 4)), Submitted::Queued);
         assert_eq!(pipeline.stats.stale.load(Ordering::Relaxed), 2);
         assert_eq!(pipeline.stats.collapsed.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn events_offered_as_json_are_typed_when_drained_and_ordered_with_typed_ones() {
+        let pipeline = EventPipeline::default();
+        let json = |name: &str| -> Arc<[u8]> {
+            Arc::from(
+                serde_json::to_vec(&serde_json::json!({"metadata": {"name": name,
+                    "labels": {"zone": "a"},
+                    "managedFields": [{"manager": "kubectl", "operation": "Apply"}]}}))
+                .unwrap(),
+            )
+        };
+        let key = |name: &str| node_event(name, 0).object.key();
+        assert_eq!(
+            pipeline.submit_json(Action::Upsert, key("a"), json("a"), 2),
+            Submitted::Queued
+        );
+        assert_eq!(pipeline.submit(node_event("b", 1)), Submitted::Queued);
+        assert_eq!(
+            pipeline.submit(node_event("a", 1)),
+            Submitted::Stale,
+            "older than the JSON waiting"
+        );
+        assert_eq!(
+            pipeline.submit_json(Action::Upsert, key("b"), json("b"), 5),
+            Submitted::Collapsed
+        );
+        let unreadable: Arc<[u8]> = Arc::from(&b"{\"metadata\": 7}"[..]);
+        pipeline.submit_json(Action::Upsert, key("c"), unreadable, 1);
+        assert_eq!(pipeline.submit(node_event("d", 1)), Submitted::Queued);
+        let drained: Vec<Event> = pipeline.drain().collect();
+        let got: Vec<(String, u64)> = drained
+            .iter()
+            .map(|e| (e.object.key().name, e.version))
+            .collect();
+        assert_eq!(
+            got,
+            vec![("a".into(), 2), ("b".into(), 5), ("d".into(), 1)],
+            "arrival order; what does not read as a Node is dropped, not the rest"
+        );
+        let metadata = drained[1].object.metadata();
+        assert_eq!(metadata.managed_fields, None);
+        assert_eq!(metadata.labels.as_ref().unwrap()["zone"], "a");
+        assert_eq!(
+            pipeline.submit_json(Action::Upsert, key("b"), json("b"), 5),
+            Submitted::Stale,
+            "already drained"
+        );
     }
 
     #[test]

@@ -148,7 +148,7 @@ fn through_memory(compact: bool) -> (Vec<CycleResult>, Vec<String>) {
         Arc::new(FakeClock::default()),
         Arc::new(EventPipeline::default()),
     );
-    two_cycles(service, &sequence, |_| written.drain())
+    two_cycles(service, &sequence, |_| written.drain().collect())
 }
 
 fn through_store(dir: &Path) -> (Vec<CycleResult>, Vec<String>) {
@@ -174,7 +174,7 @@ fn through_store(dir: &Path) -> (Vec<CycleResult>, Vec<String>) {
     );
     two_cycles(service, &Sequencer::default(), |result| {
         sink.record(vec![result], &watch, &metrics);
-        written.drain()
+        written.drain().collect()
     })
 }
 

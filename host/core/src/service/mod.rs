@@ -343,10 +343,10 @@ impl Service {
 
     /// Applies every waiting event. Returns how many were applied.
     pub fn apply_events(&mut self) -> usize {
-        let events = self.pipeline.drain();
-        let count = events.len();
-        for event in events {
+        let mut count = 0;
+        for event in self.pipeline.drain() {
             self.apply(event);
+            count += 1;
         }
         self.shadows.flush();
         count
