@@ -117,7 +117,7 @@ pub fn simulate_to_end(
     let copy = Cluster {
         nodes: cluster.nodes.clone(),
         pods: cluster.pods.clone(),
-        running_pods: cluster.running_pods.clone(),
+        json_pods: cluster.json_pods.clone(),
         volumes: cluster.volumes.clone(),
         claims: cluster.claims.clone(),
         classes: cluster.classes.clone(),
@@ -164,7 +164,7 @@ pub fn simulate_owned(
     let backend = MemoryBackend::new(pipeline.clone(), sequence.clone(), [])
         .kept_compact()
         .with_compact_pods(&pods)
-        .with_running_pods_json(cluster.running_pods.iter().cloned())
+        .with_running_pods_json(cluster.json_pods.iter().cloned())
         .with_storage(&cluster.volumes, &cluster.claims)
         .with_resource_claims(&cluster.devices);
     // Time only moves when every ready pod was tried: then to the end of the earliest backoff,
@@ -181,14 +181,14 @@ pub fn simulate_owned(
     .without_resync();
     // Namespaces, storage, Services and controllers, and nodes first, then running pods, then
     // pending pods in priority order, so that the queue's arrival order is the input order.
-    let running = std::mem::take(&mut cluster.running_pods);
+    let running = std::mem::take(&mut cluster.json_pods);
     let objects = cluster
         .into_objects()
         .into_iter()
         .chain(
             running
                 .into_iter()
-                .map(|(_, json)| Object::Pod(Box::new(crate::input::running_pod(&json)))),
+                .map(|(_, json)| Object::Pod(Box::new(crate::input::json_pod(&json)))),
         )
         .chain(pods.into_iter().map(|p| Object::Pod(Box::new(p))));
     for (i, object) in objects.enumerate() {

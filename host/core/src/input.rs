@@ -40,6 +40,18 @@ impl fmt::Display for Origin {
     }
 }
 
+/// Which pods a read keeps as JSON ([`Cluster::json_pods`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum Compact {
+    /// None.
+    #[default]
+    Nothing,
+    /// Those running on a node (not finished).
+    RunningPods,
+    /// Every pod.
+    Pods,
+}
+
 /// An input file or object that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{location}: {message}")]
@@ -55,15 +67,14 @@ pub struct InputError {
 pub struct Cluster {
     /// Nodes.
     pub nodes: Vec<core::Node>,
-    /// Pods (those running on a node are in `running_pods` instead when the cluster was read
-    /// by [`load_files_compact`]).
+    /// Pods (but those in `json_pods`).
     pub pods: Vec<core::Pod>,
-    /// Pods running on a node, in input order, as their key and JSON, when the cluster was read
-    /// by [`load_files_compact`]: a typed pod takes several times its JSON's size, and a large
-    /// dump is mostly running pods that are only ever applied once.
-    pub running_pods: Vec<(String, Arc<str>)>,
-    /// Whether pods running on a node go to `running_pods` (set by [`load_files_compact`]).
-    pub compact_running: bool,
+    /// Pods kept as their key and JSON, in input order: a typed pod takes several times its
+    /// JSON's size. [`load_files_compact`] keeps the pods running on a node so (a large dump is
+    /// mostly pods only ever applied once), [`parse_text_compact`] every pod.
+    pub json_pods: Vec<(String, Arc<str>)>,
+    /// Which pods go to `json_pods`.
+    pub compact: Compact,
     /// PersistentVolumes.
     pub volumes: Vec<core::PersistentVolume>,
     /// PersistentVolumeClaims.
@@ -96,7 +107,7 @@ impl Cluster {
     pub fn kept_objects(&self) -> usize {
         self.nodes.len()
             + self.pods.len()
-            + self.running_pods.len()
+            + self.json_pods.len()
             + self.volumes.len()
             + self.claims.len()
             + self.classes.len()
@@ -109,9 +120,14 @@ impl Cluster {
     }
 
     /// Every kept object, in the order a cluster is best loaded: namespaces, storage, selectors,
-    /// nodes, then pods in input order.
+    /// nodes, then pods in input order (those kept as JSON first).
     pub fn into_objects(self) -> Vec<Object> {
-        let mut objects: Vec<Object> = Vec::with_capacity(self.kept_objects());
+        self.into_object_iter().collect()
+    }
+
+    /// [`Cluster::into_objects`], each pod kept as JSON typed only when the iterator reaches it.
+    pub fn into_object_iter(self) -> impl Iterator<Item = Object> + Send {
+        let mut objects: Vec<Object> = Vec::new();
         objects.extend(
             self.namespaces
                 .into_iter()
@@ -141,14 +157,15 @@ impl Cluster {
         objects.extend(self.csi);
         objects.extend(self.devices);
         objects.extend(self.groups);
-        objects.extend(self.nodes.into_iter().map(|o| Object::Node(Box::new(o))));
-        objects.extend(
-            self.running_pods
-                .iter()
-                .map(|(_, json)| Object::Pod(Box::new(running_pod(json)))),
-        );
-        objects.extend(self.pods.into_iter().map(|o| Object::Pod(Box::new(o))));
+        let json_pods = self
+            .json_pods
+            .into_iter()
+            .map(|(_, json)| Object::Pod(Box::new(json_pod(&json))));
         objects
+            .into_iter()
+            .chain(self.nodes.into_iter().map(|o| Object::Node(Box::new(o))))
+            .chain(json_pods)
+            .chain(self.pods.into_iter().map(|o| Object::Pod(Box::new(o))))
     }
 
     /// Objects of every kind, skipped ones included.
@@ -187,22 +204,22 @@ impl Cluster {
     }
 }
 
-/// A pod of [`Cluster::running_pods`], typed again.
+/// A pod of [`Cluster::json_pods`], typed again.
 ///
 /// # Panics
 /// Never for JSON this module wrote from a checked pod.
-pub fn running_pod(json: &str) -> core::Pod {
+pub fn json_pod(json: &str) -> core::Pod {
     serde_json::from_str(json).expect("a pod this module serialized")
 }
 
 /// [`load_files`], with the pods that run on a node kept as JSON in
-/// [`Cluster::running_pods`].
+/// [`Cluster::json_pods`].
 ///
 /// # Errors
 /// As [`load_files`].
 pub fn load_files_compact(paths: &[PathBuf]) -> Result<Cluster, InputError> {
     let mut cluster = Cluster {
-        compact_running: true,
+        compact: Compact::RunningPods,
         ..Cluster::default()
     };
     for path in paths {
@@ -246,6 +263,19 @@ fn load_file(path: &Path, cluster: &mut Cluster) -> Result<(), InputError> {
 /// As [`load_files`].
 pub fn parse_text(text: &str, is_json: bool, source: &Path) -> Result<Cluster, InputError> {
     let mut cluster = Cluster::default();
+    parse_into(text, is_json, source, &mut cluster)?;
+    Ok(cluster)
+}
+
+/// [`parse_text`], with every pod kept as JSON in [`Cluster::json_pods`].
+///
+/// # Errors
+/// As [`load_files`].
+pub fn parse_text_compact(text: &str, is_json: bool, source: &Path) -> Result<Cluster, InputError> {
+    let mut cluster = Cluster {
+        compact: Compact::Pods,
+        ..Cluster::default()
+    };
     parse_into(text, is_json, source, &mut cluster)?;
     Ok(cluster)
 }
@@ -478,9 +508,14 @@ fn add_typed(kind: &str, value: Value, cluster: &mut Cluster) -> Result<(), Stri
         "Pod" => {
             let pod: core::Pod = typed(value)?;
             let model = k8s::pod(&pod).map_err(|e| e.to_string())?;
-            if cluster.compact_running && !model.node_name.is_empty() && !k8s::is_terminated(&pod) {
+            let compact = match cluster.compact {
+                Compact::Nothing => false,
+                Compact::RunningPods => !model.node_name.is_empty() && !k8s::is_terminated(&pod),
+                Compact::Pods => true,
+            };
+            if compact {
                 let json = serde_json::to_string(&pod).map_err(|e| e.to_string())?;
-                cluster.running_pods.push((model.key(), Arc::from(json)));
+                cluster.json_pods.push((model.key(), Arc::from(json)));
             } else {
                 cluster.pods.push(pod);
             }
@@ -602,8 +637,8 @@ mod tests {
         );
         let typed = load_files(std::slice::from_ref(&file)).unwrap();
         let compact = load_files_compact(&[file]).unwrap();
-        assert_eq!(compact.running_pods.len(), 1);
-        assert_eq!(compact.running_pods[0].0, "a/running");
+        assert_eq!(compact.json_pods.len(), 1);
+        assert_eq!(compact.json_pods[0].0, "a/running");
         // Pending and finished pods stay typed.
         let names: Vec<_> = compact
             .pods
@@ -613,7 +648,7 @@ mod tests {
         assert_eq!(names, ["pending", "done"]);
         assert_eq!(compact.kept_objects(), typed.kept_objects());
         assert_eq!(
-            running_pod(&compact.running_pods[0].1),
+            json_pod(&compact.json_pods[0].1),
             typed.pods[0],
             "the JSON gives back the pod as read"
         );
@@ -630,12 +665,9 @@ mod tests {
         );
         let file = write(&temp_dir("managed"), "cluster.yaml", &text);
         let compact = load_files_compact(&[file]).unwrap();
-        assert!(!compact.running_pods[0].1.contains("managedFields"));
+        assert!(!compact.json_pods[0].1.contains("managedFields"));
         assert_eq!(
-            running_pod(&compact.running_pods[0].1)
-                .metadata
-                .labels
-                .unwrap()["app"],
+            json_pod(&compact.json_pods[0].1).metadata.labels.unwrap()["app"],
             "x"
         );
         assert_eq!(compact.pods[0].metadata.managed_fields, None);

@@ -10,7 +10,7 @@ use wasched_core::events::{Action, Event, Kind, Object, ObjectKey};
 use wasched_core::k8s::resourceclaims::{self, Released};
 use wasched_core::util::Rng;
 
-use crate::store::{ObjectTxn, StoreError, Written};
+use crate::store::{ObjectTxn, StoreError};
 
 fn claim_key(namespace: &str, name: &str) -> ObjectKey {
     ObjectKey {
@@ -31,37 +31,35 @@ fn stored_claim(
     }
 }
 
-/// What the controller writes after `written`: claims for the template entries of each pod
-/// written (or of each pod waiting for a template written), and the claims of each pod written
-/// as done given back. Returns the events of those writes, in order.
+/// What the controller writes after `written` (an object just written): claims for the
+/// template entries of a pod (or of each pod waiting for a template), and the claims of a pod
+/// done given back. Returns the events of those writes, in order.
 ///
 /// # Errors
 /// A store failure: the whole transaction is dropped.
-pub fn follow_writes(
+pub fn follow_write(
     txn: &mut ObjectTxn<'_>,
-    written: &[Written],
+    written: &Object,
     rng: &mut Rng,
 ) -> Result<Vec<Event>, StoreError> {
     let mut events = Vec::new();
-    for w in written {
-        match &w.object {
-            Object::Pod(pod) if wasched_core::k8s::is_terminated(pod) => {
-                release(txn, pod, &mut events)?;
-            }
-            Object::Pod(pod) => make_claims(txn, pod, rng, &mut events)?,
-            Object::ResourceClaimTemplate(template) => {
-                let namespace = template.metadata.namespace.as_deref().unwrap_or("default");
-                let name = template.metadata.name.as_deref().unwrap_or_default();
-                for object in txn.list(Kind::Pod, namespace)? {
-                    if let Object::Pod(pod) = object {
-                        if resourceclaims::awaits_template(&pod, name) {
-                            make_claims(txn, &pod, rng, &mut events)?;
-                        }
+    match written {
+        Object::Pod(pod) if wasched_core::k8s::is_terminated(pod) => {
+            release(txn, pod, &mut events)?;
+        }
+        Object::Pod(pod) => make_claims(txn, pod, rng, &mut events)?,
+        Object::ResourceClaimTemplate(template) => {
+            let namespace = template.metadata.namespace.as_deref().unwrap_or("default");
+            let name = template.metadata.name.as_deref().unwrap_or_default();
+            for object in txn.list(Kind::Pod, namespace)? {
+                if let Object::Pod(pod) = object {
+                    if resourceclaims::awaits_template(&pod, name) {
+                        make_claims(txn, &pod, rng, &mut events)?;
                     }
                 }
             }
-            _ => {}
         }
+        _ => {}
     }
     Ok(events)
 }

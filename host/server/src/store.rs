@@ -103,8 +103,11 @@ pub enum WriteMode {
 /// A stored object as written.
 #[derive(Debug)]
 pub struct Written {
-    /// The object as stored, with its new resourceVersion.
-    pub object: Object,
+    /// The object's key.
+    pub key: ObjectKey,
+    /// The object as stored (JSON, with its new resourceVersion): a write of a large List keeps
+    /// every object it wrote until it commits, and typed they take several times their JSON.
+    pub json: Arc<[u8]>,
     /// The store's version after the write.
     pub version: u64,
     /// It did not exist before.
@@ -121,11 +124,15 @@ pub enum Rejection {
     Exists {
         /// The object's position in the write.
         index: usize,
+        /// Its key.
+        key: ObjectKey,
     },
     /// `merge` refused object `index`.
     Refused {
         /// The object's position in the write.
         index: usize,
+        /// Its key.
+        key: ObjectKey,
         /// Why.
         reason: String,
     },
@@ -155,13 +162,21 @@ impl ObjectTxn<'_> {
     /// # Errors
     /// A store failure.
     pub fn put(&mut self, object: &mut Object) -> Result<u64, StoreError> {
+        self.put_json(object).map(|(version, _)| version)
+    }
+
+    /// [`ObjectTxn::put`], returning the JSON stored too.
+    ///
+    /// # Errors
+    /// A store failure.
+    pub fn put_json(&mut self, object: &mut Object) -> Result<(u64, Vec<u8>), StoreError> {
         self.version += 1;
         set_resource_version(object, self.version);
         let bytes = serde_json::to_vec(&object_json(object)).map_err(err)?;
         self.table
             .insert(storage_key(&object.key()).as_str(), bytes.as_slice())
             .map_err(err)?;
-        Ok(self.version)
+        Ok((self.version, bytes))
     }
 
     /// The objects of `kind` in `namespace`, as this transaction has them.
@@ -234,7 +249,7 @@ impl Store {
     /// A store failure: nothing was written.
     pub fn write_objects(
         &self,
-        objects: Vec<Object>,
+        objects: impl IntoIterator<Item = Object>,
         mode: WriteMode,
         merge: impl Fn(
             Option<&Object>,
@@ -246,26 +261,27 @@ impl Store {
         Ok(written.map(|(written, _)| written))
     }
 
-    /// [`Store::write_objects`], then `follow_up(txn, written)` in the same transaction: the
-    /// writes a controller makes because of these (claims made from a pod's templates), with the
-    /// events they send to the scheduler.
+    /// [`Store::write_objects`], with `follow_up(txn, object)` after each object is written, in
+    /// the same transaction: the writes a controller makes because of it (claims made from a
+    /// pod's templates), with the events they send to the scheduler. Objects are taken from
+    /// `objects` one at a time and kept only as the JSON written.
     ///
     /// # Errors
     /// A store failure: nothing was written.
     pub fn write_objects_then(
         &self,
-        objects: Vec<Object>,
+        objects: impl IntoIterator<Item = Object>,
         mode: WriteMode,
         merge: impl Fn(
             Option<&Object>,
             &mut Object,
             &dyn Fn(&ObjectKey) -> Option<Object>,
         ) -> Result<(), String>,
-        follow_up: impl FnOnce(&mut ObjectTxn<'_>, &[Written]) -> Result<Vec<Event>, StoreError>,
+        mut follow_up: impl FnMut(&mut ObjectTxn<'_>, &Object) -> Result<Vec<Event>, StoreError>,
     ) -> Result<Result<WrittenAndFollowed, Rejection>, StoreError> {
         let tx = self.db.begin_write().map_err(err)?;
-        let mut written = Vec::with_capacity(objects.len());
-        let followed;
+        let mut written = Vec::new();
+        let mut followed = Vec::new();
         {
             let mut meta = tx.open_table(META).map_err(err)?;
             let mut txn = ObjectTxn {
@@ -273,23 +289,25 @@ impl Store {
                 version: read_u64(meta.get(RESOURCE_VERSION).map_err(err)?),
             };
             for (index, mut object) in objects.into_iter().enumerate() {
-                let stored = txn.get(&object.key())?;
+                let key = object.key();
+                let stored = txn.get(&key)?;
                 if stored.is_some() && mode == WriteMode::Create {
-                    return Ok(Err(Rejection::Exists { index }));
+                    return Ok(Err(Rejection::Exists { index, key }));
                 }
                 // Other objects as this transaction has them (earlier ones of the batch written).
                 let lookup = |other: &ObjectKey| txn.get(other).ok()?;
                 if let Err(reason) = merge(stored.as_ref(), &mut object, &lookup) {
-                    return Ok(Err(Rejection::Refused { index, reason }));
+                    return Ok(Err(Rejection::Refused { index, key, reason }));
                 }
-                let version = txn.put(&mut object)?;
+                let (version, json) = txn.put_json(&mut object)?;
+                followed.extend(follow_up(&mut txn, &object)?);
                 written.push(Written {
-                    object,
+                    key,
+                    json: Arc::from(json),
                     version,
                     created: stored.is_none(),
                 });
             }
-            followed = follow_up(&mut txn, &written)?;
             meta.insert(RESOURCE_VERSION, txn.version.to_le_bytes().as_slice())
                 .map_err(err)?;
         }
@@ -488,7 +506,13 @@ mod tests {
                     Ok(())
                 })
                 .unwrap();
-            assert_eq!(again.unwrap_err(), Rejection::Exists { index: 1 });
+            assert_eq!(
+                again.unwrap_err(),
+                Rejection::Exists {
+                    index: 1,
+                    key: node("a").key()
+                }
+            );
             let refused = store
                 .write_objects(vec![node("c")], WriteMode::Upsert, |_, _, _| {
                     Err("no".into())

@@ -227,19 +227,21 @@ fn body_text<'b>(headers: &HeaderMap, body: &'b [u8]) -> Result<(&'b str, bool),
     Ok((text, json))
 }
 
-/// [`objects_of`] a request body, read a document at a time: a large List or many documents
-/// are never all held as JSON values beside the objects made of them.
+/// The objects of a request body, read a document (or a List's item) at a time and every pod
+/// kept as JSON until it is written: a large List is never held as JSON values, nor as typed
+/// objects, all at once.
 fn objects_of_body(
     headers: &HeaderMap,
     body: &[u8],
-) -> Result<(Vec<Object>, BTreeMap<String, usize>), ApiError> {
+) -> Result<(CheckedObjects, BTreeMap<String, usize>), ApiError> {
     let (text, json) = body_text(headers, body)?;
-    let cluster = input::parse_text(text, json, FsPath::new("request body")).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            e.to_string().replace("request body: document 1, ", ""),
-        )
-    })?;
+    let cluster =
+        input::parse_text_compact(text, json, FsPath::new("request body")).map_err(|e| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                e.to_string().replace("request body: document 1, ", ""),
+            )
+        })?;
     checked_objects(cluster)
 }
 
@@ -254,13 +256,18 @@ fn objects_of(documents: Vec<Value>) -> Result<(Vec<Object>, BTreeMap<String, us
             e.to_string().replace("request body: document 1, ", ""),
         )
     })?;
-    checked_objects(cluster)
+    let (objects, skipped) = checked_objects(cluster)?;
+    Ok((objects.collect(), skipped))
 }
 
-/// The objects of a parsed body, namespaced as the API server would, and the kinds skipped.
+/// The objects of a parsed body, in the order a cluster is best loaded, namespaced as the API
+/// server would as each is reached.
+type CheckedObjects = Box<dyn Iterator<Item = Object> + Send>;
+
+/// The objects of a parsed body, and the kinds skipped.
 fn checked_objects(
     mut cluster: input::Cluster,
-) -> Result<(Vec<Object>, BTreeMap<String, usize>), ApiError> {
+) -> Result<(CheckedObjects, BTreeMap<String, usize>), ApiError> {
     let skipped = std::mem::take(&mut cluster.skipped);
     if cluster.kept_objects() == 0 && !skipped.is_empty() {
         let kinds: Vec<&str> = skipped.keys().map(String::as_str).collect();
@@ -273,8 +280,7 @@ fn checked_objects(
             ),
         ));
     }
-    let mut objects = cluster.into_objects();
-    for object in &mut objects {
+    let objects = cluster.into_object_iter().map(|mut object| {
         let namespaced = object.kind().is_namespaced();
         let metadata = object.metadata_mut();
         if namespaced {
@@ -284,8 +290,9 @@ fn checked_objects(
         } else {
             metadata.namespace = None;
         }
-    }
-    Ok((objects, skipped))
+        object
+    });
+    Ok((Box::new(objects), skipped))
 }
 
 /// One object of `kind` from a resource endpoint's body, with the path's namespace and name.
@@ -558,22 +565,39 @@ fn keep_volume_binding(
     Ok(())
 }
 
+/// Hands what was written to the scheduler, as the JSON stored: a write of a large List submits
+/// every object at once, and the pipeline types each only when the scheduler applies it.
 fn submit_written(server: &Server, written: &[Written]) {
     for w in written {
-        server.pipeline.submit(Event::with_version(
-            Action::Upsert,
-            w.object.clone(),
-            w.version,
-        ));
+        server
+            .pipeline
+            .submit_json(Action::Upsert, w.key.clone(), w.json.clone(), w.version);
     }
+}
+
+/// `POST /v1/objects`'s answer: what was written, and the kinds skipped.
+#[derive(serde::Serialize)]
+struct AppliedObjects<'a> {
+    items: Vec<Applied<'a>>,
+    skipped: &'a BTreeMap<String, usize>,
+}
+
+/// An object written, as `POST /v1/objects` answers it.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Applied<'a> {
+    kind: &'static str,
+    name: &'a str,
+    namespace: &'a str,
+    resource_version: String,
+    result: &'static str,
 }
 
 async fn write(
     server: Shared,
-    objects: Vec<Object>,
+    objects: impl IntoIterator<Item = Object> + Send + 'static,
     mode: WriteMode,
 ) -> Result<Vec<Written>, ApiError> {
-    let keys: Vec<ObjectKey> = objects.iter().map(Object::key).collect();
     let s = server.clone();
     let outcome = tokio::task::spawn_blocking(move || {
         s.store.write_objects_then(
@@ -582,14 +606,13 @@ async fn write(
             |stored, incoming, lookup| merge(&s, stored, incoming, lookup),
             |txn, written| {
                 let mut rng = s.uids.lock().unwrap_or_else(|e| e.into_inner());
-                crate::claims::follow_writes(txn, written, &mut rng)
+                crate::claims::follow_write(txn, written, &mut rng)
             },
         )
     })
     .await
     .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
-    let describe = |index: usize| {
-        let key = &keys[index];
+    let describe = |key: &ObjectKey| {
         if key.namespace.is_empty() {
             format!("{} {}", kind_name(key.kind), key.name)
         } else {
@@ -604,13 +627,13 @@ async fn write(
             }
             Ok(written)
         }
-        Err(Rejection::Exists { index }) => Err(ApiError::new(
+        Err(Rejection::Exists { key, .. }) => Err(ApiError::new(
             StatusCode::CONFLICT,
-            format!("{} already exists (PUT replaces it)", describe(index)),
+            format!("{} already exists (PUT replaces it)", describe(&key)),
         )),
-        Err(Rejection::Refused { index, reason }) => Err(ApiError::new(
+        Err(Rejection::Refused { key, reason, .. }) => Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
-            format!("{}: {reason}", describe(index)),
+            format!("{}: {reason}", describe(&key)),
         )),
     }
 }
@@ -638,7 +661,7 @@ async fn create(
         off_the_workers(move || one_object(kind, namespace.as_deref(), None, &headers, &body))
             .await?;
     let written = write(server, vec![object], WriteMode::Create).await?;
-    Ok((StatusCode::CREATED, Json(object_json(&written[0].object))).into_response())
+    Ok(stored_json(StatusCode::CREATED, &written[0]))
 }
 
 async fn replace(
@@ -661,7 +684,7 @@ async fn replace(
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(object_json(&written[0].object))).into_response())
+    Ok(stored_json(status, &written[0]))
 }
 
 /// `POST /v1/objects`: any number of objects (multi-document YAML, a `List`, or one object),
@@ -674,20 +697,31 @@ async fn apply_objects(
     let body = body?;
     let (objects, skipped) = off_the_workers(move || objects_of_body(&headers, &body)).await?;
     let written = write(server, objects, WriteMode::Upsert).await?;
-    let items: Vec<Value> = written
+    let items: Vec<Applied<'_>> = written
         .iter()
-        .map(|w| {
-            let key = w.object.key();
-            json!({
-                "kind": kind_name(key.kind),
-                "namespace": key.namespace,
-                "name": key.name,
-                "resourceVersion": w.version.to_string(),
-                "result": if w.created { "created" } else { "updated" },
-            })
+        .map(|w| Applied {
+            kind: kind_name(w.key.kind),
+            name: &w.key.name,
+            namespace: &w.key.namespace,
+            resource_version: w.version.to_string(),
+            result: if w.created { "created" } else { "updated" },
         })
         .collect();
-    Ok(Json(json!({ "items": items, "skipped": skipped })).into_response())
+    Ok(Json(AppliedObjects {
+        items,
+        skipped: &skipped,
+    })
+    .into_response())
+}
+
+/// An object as the store wrote it, as the answer to its write.
+fn stored_json(status: StatusCode, written: &Written) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        Bytes::copy_from_slice(&written.json),
+    )
+        .into_response()
 }
 
 async fn list(

@@ -584,3 +584,88 @@ fn an_unauthenticated_chunked_body_is_not_read_before_the_refusal() {
     });
     assert_eq!(status.as_u16(), 401);
 }
+
+/// `POST /v1/objects` takes a List's objects one at a time into one transaction: what one
+/// object's write sets off (claims made from a template) still sees the objects after it, and
+/// an object refused late leaves nothing of the earlier ones.
+#[test]
+fn a_list_is_written_an_object_at_a_time_in_one_transaction() {
+    let h = Harness::open(&[], &[]);
+    let pod = json!({"kind": "Pod", "apiVersion": "v1",
+        "metadata": {"name": "trainer", "namespace": "ml"},
+        "spec": {"containers": [{"name": "c"}],
+                 "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]}});
+    let template = json!({"kind": "ResourceClaimTemplate", "apiVersion": "resource.k8s.io/v1",
+        "metadata": {"name": "one-gpu", "namespace": "ml"},
+        "spec": {"spec": {"devices": {"requests": [
+            {"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}}}});
+    // As kubectl writes a List: `items` before `kind`, the pod before its template.
+    let list = format!(
+        r#"{{"apiVersion":"v1","items":[{pod},{template},{}],"kind":"List","metadata":{{}}}}"#,
+        node("n1")
+    );
+    let (status, answer) = h.json("POST", "/v1/objects", None, &list);
+    assert_eq!(status, 200, "{answer}");
+    let written: Vec<(&str, &str)> = answer["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["kind"].as_str().unwrap(), i["result"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        written,
+        [
+            ("ResourceClaimTemplate", "created"),
+            ("Node", "created"),
+            ("Pod", "created")
+        ]
+    );
+    let (_, stored) = h.json("GET", "/v1/namespaces/ml/pods/trainer", None, "");
+    let claim = stored["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the pod got a claim from its template: {stored}"));
+    assert!(claim.starts_with("trainer-gpu-"), "{claim}");
+    let (status, _) = h.json(
+        "GET",
+        &format!("/v1/namespaces/ml/resourceclaims/{claim}"),
+        None,
+        "",
+    );
+    assert_eq!(status, 200);
+
+    // The second node is written before the pod that is refused: neither stays.
+    let mut moved = pod.clone();
+    moved["spec"]["nodeName"] = json!("n1");
+    let mut moved_again = moved.clone();
+    moved_again["spec"]["nodeName"] = json!("n2");
+    assert_eq!(
+        h.call(
+            "PUT",
+            "/v1/namespaces/ml/pods/trainer",
+            None,
+            &moved.to_string()
+        )
+        .0,
+        200
+    );
+    let refused = format!(
+        r#"{{"kind":"List","items":[{},{moved_again}]}}"#,
+        node("n2")
+    );
+    let (status, answer) = h.json("POST", "/v1/objects", None, &refused);
+    assert_eq!(status, 422, "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Pod ml/trainer: spec.nodeName is immutable"),
+        "{answer}"
+    );
+    assert_eq!(h.call("GET", "/v1/nodes/n2", None, "").0, 404);
+
+    // A create answers with the object as stored, as a read gives it back.
+    let (status, created) = h.json("POST", "/v1/nodes", None, &node("n3"));
+    assert_eq!(status, 201);
+    let (_, read) = h.json("GET", "/v1/nodes/n3", None, "");
+    assert_eq!(created, read);
+}
