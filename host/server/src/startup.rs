@@ -13,13 +13,13 @@ use anyhow::Context as _;
 use crate::auth::{self, Tokens};
 use crate::engine::{Engine, EngineMetrics, ResultSink, StartGate};
 use crate::policy::{config_location, parse_and_load};
-use crate::store::{PluginRecord, Store};
+use crate::store::{stored_version, PluginRecord, Store};
 use crate::store_binding::StoreSink;
 use crate::watch::WatchLog;
 use crate::{http, kubernetes, shared_policy, ConfigSource, KubeMode, Mode, ServeArgs, Server};
 use crate::{leader, Policy, PolicyError};
 use wasched_core::clock::{Clock, SystemClock};
-use wasched_core::events::{Event, EventPipeline, Kind};
+use wasched_core::events::{Action, EventPipeline, Kind, ObjectKey};
 use wasched_core::framework::{Decider, ProfileSpec};
 use wasched_core::metrics::PluginStatsRegistry;
 use wasched_core::service::Service;
@@ -264,16 +264,18 @@ fn store_source(
     pipeline: &Arc<EventPipeline>,
     bindings: wasched_core::service::BindingFailures,
 ) -> anyhow::Result<Source> {
-    let (version, mut objects) = store.list_objects(None, None)?;
-    objects.sort_by_key(|o| o.kind() == Kind::Pod);
+    // Kept as the JSON stored and typed only as the scheduler applies each: a store of a large
+    // cluster's objects, all typed at once, took several times the memory of the cluster.
+    let mut objects: Vec<(ObjectKey, Arc<[u8]>)> = Vec::new();
+    let version = store.for_each_json(None, None, |key, json| {
+        objects.push((key, Arc::from(json)));
+        Ok(())
+    })?;
+    objects.sort_by_key(|(key, _)| key.kind == Kind::Pod);
     let restored = objects.len();
-    for object in objects {
-        let object_version = object.resource_version().unwrap_or(0);
-        pipeline.submit(Event::with_version(
-            wasched_core::events::Action::Upsert,
-            object,
-            object_version,
-        ));
+    for (key, json) in objects {
+        let object_version = stored_version(&json).unwrap_or(0);
+        pipeline.submit_json(Action::Upsert, key, json, object_version);
     }
     Ok(Source {
         sink: Box::new(StoreSink {

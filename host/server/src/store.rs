@@ -82,8 +82,29 @@ fn decode(kind: Kind, bytes: &[u8]) -> Result<Object, StoreError> {
     Object::from_json(kind, value).map_err(err)
 }
 
-fn kind_of_key(key: &str) -> Option<Kind> {
-    Kind::named(key.split('/').next()?)
+/// The key a storage key ([`storage_key`]) was made of.
+fn object_key_of(key: &str) -> Option<ObjectKey> {
+    let mut parts = key.splitn(3, '/');
+    Some(ObjectKey {
+        kind: Kind::named(parts.next()?)?,
+        namespace: parts.next()?.to_string(),
+        name: parts.next()?.to_string(),
+    })
+}
+
+/// `metadata.resourceVersion` of a stored object's JSON, read without decoding the rest.
+pub fn stored_version(json: &[u8]) -> Option<u64> {
+    #[derive(serde::Deserialize)]
+    struct Versioned {
+        metadata: Metadata,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Metadata {
+        resource_version: Option<String>,
+    }
+    let versioned: Versioned = serde_json::from_slice(json).ok()?;
+    versioned.metadata.resource_version?.parse().ok()
 }
 
 /// Sets `metadata.resourceVersion`.
@@ -354,16 +375,19 @@ impl Store {
             .transpose()
     }
 
-    /// Objects of one kind (all kinds with `None`), in one namespace or all, and the resource
-    /// version the listing reflects.
+    /// Calls `each` with every stored object of one kind (all kinds with `None`), in one
+    /// namespace or all, as its key and the JSON stored, in key order; returns the resource
+    /// version the listing reflects. Nothing is decoded: a listing of every pod of a large
+    /// cluster is never held as objects.
     ///
     /// # Errors
-    /// A store failure.
-    pub fn list_objects(
+    /// A store failure, or the first error of `each`.
+    pub fn for_each_json(
         &self,
         kind: Option<Kind>,
         namespace: Option<&str>,
-    ) -> Result<(u64, Vec<Object>), StoreError> {
+        mut each: impl FnMut(ObjectKey, &[u8]) -> Result<(), StoreError>,
+    ) -> Result<u64, StoreError> {
         let tx = self.db.begin_read().map_err(err)?;
         let table = tx.open_table(OBJECTS).map_err(err)?;
         let meta = tx.open_table(META).map_err(err)?;
@@ -373,19 +397,18 @@ impl Store {
             (Some(k), None) => format!("{}/", kind_name(k)),
             (Some(k), Some(ns)) => format!("{}/{ns}/", kind_name(k)),
         };
-        let mut objects = Vec::new();
         for entry in table.range(prefix.as_str()..).map_err(err)? {
             let (key, value) = entry.map_err(err)?;
             let key = key.value();
             if !key.starts_with(&prefix) {
                 break;
             }
-            let Some(kind) = kind_of_key(key) else {
+            let Some(key) = object_key_of(key) else {
                 continue;
             };
-            objects.push(decode(kind, value.value())?);
+            each(key, value.value())?;
         }
-        Ok((version, objects))
+        Ok(version)
     }
 
     /// Stores (or replaces) an uploaded component.
@@ -540,16 +563,17 @@ mod tests {
             store.set_config("[runtime]\n").unwrap();
         }
         let store = Store::open(&path).unwrap();
-        let (version, objects) = store.list_objects(Some(Kind::Node), None).unwrap();
+        let mut objects = Vec::new();
+        let version = store
+            .for_each_json(Some(Kind::Node), None, |key, json| {
+                objects.push((key.clone(), stored_version(json), decode(key.kind, json)?));
+                Ok(())
+            })
+            .unwrap();
         assert_eq!(version, 3);
-        assert_eq!(
-            objects,
-            vec![{
-                let mut a = node("a");
-                set_resource_version(&mut a, 1);
-                a
-            }]
-        );
+        let mut a = node("a");
+        set_resource_version(&mut a, 1);
+        assert_eq!(objects, vec![(a.key(), Some(1), a)]);
         assert_eq!(store.plugins().unwrap()[0].1, b"abc");
         assert_eq!(store.config().unwrap().as_deref(), Some("[runtime]\n"));
         assert!(store.remove_plugin("P").unwrap());

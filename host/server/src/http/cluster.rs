@@ -724,22 +724,43 @@ fn stored_json(status: StatusCode, written: &Written) -> Response {
         .into_response()
 }
 
+/// A List of the stored objects, written from the JSON stored: listing every pod of a large
+/// cluster decodes none of them.
 async fn list(
     State(server): State<Shared>,
     kind: Kind,
     namespace: Option<String>,
 ) -> Result<Response, ApiError> {
-    let (version, objects) = server
-        .store
-        .list_objects(Some(kind), namespace.as_deref())?;
-    let items: Vec<Value> = objects.iter().map(object_json).collect();
-    Ok(Json(json!({
-        "apiVersion": kind.api_version(),
-        "kind": format!("{}List", kind_name(kind)),
-        "metadata": { "resourceVersion": version.to_string() },
-        "items": items,
-    }))
-    .into_response())
+    let body = off_the_workers(move || {
+        let mut body = Vec::new();
+        body.extend_from_slice(b"{\"apiVersion\":");
+        write_json(&mut body, kind.api_version());
+        body.extend_from_slice(b",\"items\":[");
+        let mut first = true;
+        let version = server
+            .store
+            .for_each_json(Some(kind), namespace.as_deref(), |_, json| {
+                if !first {
+                    body.push(b',');
+                }
+                first = false;
+                body.extend_from_slice(json);
+                Ok(())
+            })?;
+        body.extend_from_slice(b"],\"kind\":");
+        write_json(&mut body, &format!("{}List", kind_name(kind)));
+        body.extend_from_slice(b",\"metadata\":{\"resourceVersion\":");
+        write_json(&mut body, &version.to_string());
+        body.extend_from_slice(b"}}");
+        Ok(body)
+    })
+    .await?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+/// Appends `text` as a JSON string.
+fn write_json(body: &mut Vec<u8>, text: &str) {
+    serde_json::to_writer(body, text).expect("a string serializes");
 }
 
 fn key(kind: Kind, namespace: String, name: String) -> ObjectKey {
