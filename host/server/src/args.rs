@@ -63,6 +63,10 @@ pub struct ServeArgs {
     /// Largest plugin upload, in bytes (Python and JavaScript components are 12-18 MB).
     #[arg(long, default_value_t = wasched_wasm::config::DEFAULT_MAX_COMPONENT_BYTES)]
     pub max_component_bytes: usize,
+    /// Memory the store may use to cache its file's pages, in bytes (a tenth of it buffers a
+    /// write before it is committed). Reads past it come from the operating system's cache.
+    #[arg(long, default_value_t = crate::store::DEFAULT_CACHE_BYTES)]
+    pub store_cache_bytes: usize,
     /// Confine `component` paths in configurations to this directory (symbolic links resolved):
     /// without it, any regular file the server can read may be named.
     #[arg(long)]

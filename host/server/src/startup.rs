@@ -68,7 +68,7 @@ impl Server {
         let tokens = read_tokens(&args)?;
         warn_about_open_parts(&tokens, &args);
         let store_path = args.data_dir.join("wasched.redb");
-        let store = Store::open(&store_path)?;
+        let store = Store::open_with_cache(&store_path, args.store_cache_bytes)?;
         let plugin_stats = Arc::new(PluginStatsRegistry::default());
 
         let kube = kube_connection(&args)?;

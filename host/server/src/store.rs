@@ -232,17 +232,33 @@ impl ObjectTxn<'_> {
     }
 }
 
+/// What the store caches of its file's pages unless told otherwise (`--store-cache-bytes`).
+/// redb's own default, 1 GiB, came on top of the scheduler's memory: with 128 MiB, applying a
+/// 215 MB List peaked 74 MB lower and a restart restoring it 330 MB lower, with the same apply
+/// and scheduling times (pages past the cache are read from the operating system's).
+pub const DEFAULT_CACHE_BYTES: usize = 128 << 20;
+
 impl Store {
     /// Opens (or creates) the store file.
     ///
     /// # Errors
     /// The file cannot be opened (held by another server, unreadable, not a store).
     pub fn open(path: &Path) -> Result<Store, StoreError> {
+        Store::open_with_cache(path, DEFAULT_CACHE_BYTES)
+    }
+
+    /// [`Store::open`], caching up to `cache_bytes` of the file's pages.
+    ///
+    /// # Errors
+    /// As [`Store::open`].
+    pub fn open_with_cache(path: &Path, cache_bytes: usize) -> Result<Store, StoreError> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)
                 .map_err(|e| StoreError(format!("cannot create {}: {e}", dir.display())))?;
         }
-        let db = Database::create(path)
+        let db = redb::Builder::new()
+            .set_cache_size(cache_bytes)
+            .create(path)
             .map_err(|e| StoreError(format!("cannot open {}: {e}", path.display())))?;
         let tx = db.begin_write().map_err(err)?;
         for table in [OBJECTS, PLUGIN_BYTES, PLUGIN_RECORDS, META] {
