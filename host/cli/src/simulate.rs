@@ -164,7 +164,7 @@ pub fn simulate_owned(
     let backend = MemoryBackend::new(pipeline.clone(), sequence.clone(), [])
         .kept_compact()
         .with_compact_pods(&pods)
-        .with_running_pods_json(cluster.json_pods.iter().cloned())
+        .with_pods_json(cluster.json_pods.iter().cloned())
         .with_storage(&cluster.volumes, &cluster.claims)
         .with_resource_claims(&cluster.devices);
     // Time only moves when every ready pod was tried: then to the end of the earliest backoff,

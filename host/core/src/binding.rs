@@ -333,12 +333,9 @@ impl MemoryBackend {
         self
     }
 
-    /// This backend, holding running pods already as their key and JSON (as
+    /// This backend, holding pods already as their key and JSON (as
     /// [`crate::input::Cluster::json_pods`] keeps them: shared, not copied).
-    pub fn with_running_pods_json(
-        mut self,
-        pods: impl IntoIterator<Item = (String, Arc<str>)>,
-    ) -> Self {
+    pub fn with_pods_json(mut self, pods: impl IntoIterator<Item = (String, Arc<str>)>) -> Self {
         self.compact.extend(pods);
         self
     }

@@ -1015,10 +1015,18 @@ impl<'a> Sampler<'a> {
 struct TraceObjects {
     /// Nodes, then what the pods refer to (DRA's classes, slices and templates).
     cluster: Vec<Object>,
-    /// The pods, in the trace's order.
-    pods: Vec<core::Pod>,
+    /// The pods, in the trace's order, as their key and JSON (shared with the in-memory API
+    /// server), each typed when it is created or deleted: typed, a 163,000-pod trace's pods
+    /// took over half a gigabyte until the end of the replay.
+    pods: Vec<(String, Arc<str>)>,
     /// Each pod's ResourceClaim, created with it and deleted with it.
     claims: Vec<Option<k8s_openapi::api::resource::v1::ResourceClaim>>,
+}
+
+/// A pod as its key and JSON.
+fn pod_json(pod: &core::Pod) -> (String, Arc<str>) {
+    let json = serde_json::to_string(pod).expect("Kubernetes objects serialize");
+    (wasched_core::k8s::pod_key(pod), Arc::from(json))
 }
 
 impl TraceObjects {
@@ -1031,7 +1039,7 @@ impl TraceObjects {
             cluster.extend(job_groups(pods));
             return TraceObjects {
                 cluster,
-                pods: pods.iter().map(pod_object).collect(),
+                pods: pods.iter().map(|p| pod_json(&pod_object(p))).collect(),
                 claims: vec![None; pods.len()],
             };
         }
@@ -1044,9 +1052,14 @@ impl TraceObjects {
         cluster.extend(job_groups(pods));
         TraceObjects {
             cluster,
-            pods: workload.pods,
+            pods: workload.pods.iter().map(pod_json).collect(),
             claims: workload.claims,
         }
+    }
+
+    /// Pod row `i`, typed.
+    fn pod(&self, i: usize) -> core::Pod {
+        wasched_core::input::json_pod(&self.pods[i].1)
     }
 
     /// Pod row `i` created: its claim, then the pod.
@@ -1055,14 +1068,14 @@ impl TraceObjects {
             let claim = Object::ResourceClaim(Box::new(claim.clone()));
             driven.pipeline.submit(driven.sequence.upsert(claim));
         }
-        let pod = Object::Pod(Box::new(self.pods[i].clone()));
+        let pod = Object::Pod(Box::new(self.pod(i)));
         driven.pipeline.submit(driven.sequence.upsert(pod));
     }
 
     /// Pod row `i` deleted: the pod, then its claims given back as kube's resourceclaim
     /// controller gives them back (the claim made for it deleted).
     fn delete(&self, i: usize, driven: &Driven) {
-        let pod = &self.pods[i];
+        let pod = self.pod(i);
         driven
             .pipeline
             .submit(driven.sequence.delete(Object::Pod(Box::new(pod.clone()))));
@@ -1071,7 +1084,7 @@ impl TraceObjects {
                 .clone()
                 .filter(|c| c.metadata.name.as_deref() == Some(name))
         };
-        for released in wasched_core::k8s::resourceclaims::released_claims(pod, claim) {
+        for released in wasched_core::k8s::resourceclaims::released_claims(&pod, claim) {
             let event = match released {
                 Released::Deleted(claim) => driven
                     .sequence
@@ -1108,11 +1121,11 @@ impl Driven {
             .map(|c| Object::ResourceClaim(Box::new(c.clone())))
             .collect();
         // The in-memory API server keeps the trace's pods as JSON (a typed pod is several times
-        // larger; `objects` has them typed), and the service no copy of every object: a replay
-        // never resyncs.
+        // larger), the same copy as `objects`, and the service no copy of every object: a
+        // replay never resyncs.
         let backend = MemoryBackend::new(pipeline.clone(), sequence.clone(), [])
             .kept_compact()
-            .with_compact_pods(&objects.pods)
+            .with_pods_json(objects.pods.iter().cloned())
             .with_resource_claims(&claims);
         let service = Service::with_pipeline(
             decider,
