@@ -563,6 +563,13 @@ mod tests {
         Event::with_version(Action::Upsert, Object::Node(Box::new(node)), version)
     }
 
+    fn names_and_versions(events: &[Event]) -> Vec<(String, u64)> {
+        events
+            .iter()
+            .map(|e| (e.object.key().name, e.version))
+            .collect()
+    }
+
     /// Records the kinds it visits, and checks that each type's objects are of its kind.
     struct Visited(Vec<Kind>);
 
@@ -621,13 +628,8 @@ mod tests {
             Submitted::Stale,
             "older than the waiting one"
         );
-        let drained = pipeline.drain().collect::<Vec<_>>();
-        let got: Vec<(String, u64)> = drained
-            .iter()
-            .map(|e| (e.object.key().name, e.version))
-            .collect();
         assert_eq!(
-            got,
+            names_and_versions(&pipeline.drain().collect::<Vec<_>>()),
             vec![("a".into(), 3), ("b".into(), 1)],
             "first-arrival order, newest version"
         );
@@ -671,12 +673,8 @@ mod tests {
         pipeline.submit_json(Action::Upsert, key("c"), unreadable, 1);
         assert_eq!(pipeline.submit(node_event("d", 1)), Submitted::Queued);
         let drained: Vec<Event> = pipeline.drain().collect();
-        let got: Vec<(String, u64)> = drained
-            .iter()
-            .map(|e| (e.object.key().name, e.version))
-            .collect();
         assert_eq!(
-            got,
+            names_and_versions(&drained),
             vec![("a".into(), 2), ("b".into(), 5), ("d".into(), 1)],
             "arrival order; what does not read as a Node is dropped, not the rest"
         );

@@ -120,12 +120,20 @@ struct DocumentVisitor {
     json: bool,
 }
 
-impl DocumentVisitor {
-    fn field<'de, A: MapAccess<'de>>(&self, map: &mut A) -> Result<Value, A::Error> {
+/// Reads any value as a JSON value: from JSON directly, from YAML as a YAML value converted.
+#[derive(Clone, Copy)]
+struct ValueSeed {
+    json: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for ValueSeed {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
         if self.json {
-            map.next_value()
+            Value::deserialize(deserializer)
         } else {
-            let yaml: yaml_serde::Value = map.next_value()?;
+            let yaml = yaml_serde::Value::deserialize(deserializer)?;
             serde_json::to_value(yaml).map_err(serde::de::Error::custom)
         }
     }
@@ -154,7 +162,7 @@ impl<'de> Visitor<'de> for DocumentVisitor {
                     }
                 }
             } else {
-                let value = self.field(&mut map)?;
+                let value = map.next_value_seed(ValueSeed { json: self.json })?;
                 fields.insert(key, value);
             }
         }
@@ -162,12 +170,7 @@ impl<'de> Visitor<'de> for DocumentVisitor {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Document<'de>, A::Error> {
-        let value = if self.json {
-            Value::deserialize(SeqAccessDeserializer::new(seq))?
-        } else {
-            let yaml = yaml_serde::Value::deserialize(SeqAccessDeserializer::new(seq))?;
-            serde_json::to_value(yaml).map_err(serde::de::Error::custom)?
-        };
+        let value = ValueSeed { json: self.json }.deserialize(SeqAccessDeserializer::new(seq))?;
         Ok(Document::Other(value))
     }
 
@@ -215,12 +218,7 @@ impl<'de> Visitor<'de> for ItemsSeed {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Items<'de>, A::Error> {
-        let value = if self.json {
-            Value::deserialize(MapAccessDeserializer::new(map))?
-        } else {
-            let yaml = yaml_serde::Value::deserialize(MapAccessDeserializer::new(map))?;
-            serde_json::to_value(yaml).map_err(serde::de::Error::custom)?
-        };
+        let value = ValueSeed { json: self.json }.deserialize(MapAccessDeserializer::new(map))?;
         Ok(Items::Other(value))
     }
 
