@@ -78,8 +78,7 @@ pub fn object_json(object: &Object) -> serde_json::Value {
 }
 
 fn decode(kind: Kind, bytes: &[u8]) -> Result<Object, StoreError> {
-    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(err)?;
-    Object::from_json(kind, value).map_err(err)
+    Object::from_json_slice(kind, bytes).map_err(err)
 }
 
 /// The key a storage key ([`storage_key`]) was made of.
