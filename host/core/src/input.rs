@@ -17,6 +17,7 @@ use crate::events::{Kind, Object};
 use crate::k8s;
 
 mod document;
+mod yaml_outline;
 use document::{Document, DocumentSeed};
 
 /// Where an object came from, for error messages.
@@ -344,9 +345,15 @@ fn add_document(
             item: Some(i),
             ..origin.clone()
         };
-        let value = item.value().map_err(|message| InputError {
-            location: origin.to_string(),
-            message,
+        let value = item.value().map_err(|message| match item.yaml_text() {
+            Some(text) => InputError {
+                location: origin.file.display().to_string(),
+                message: located_yaml_error(text).unwrap_or(message),
+            },
+            None => InputError {
+                location: origin.to_string(),
+                message,
+            },
         })?;
         add_object(value, item_kind, origin, cluster)?;
     }
@@ -369,6 +376,37 @@ fn for_each_yaml_document<'t, E>(
 ) -> Result<(), Stop<E>> {
     let text = without_bom(text);
     check_nesting(text).map_err(Stop::Yaml)?;
+    // The deserializer holds every event of a document until it is read: a List's items are
+    // read from their own text instead, one at a time.
+    let Some(outline) = yaml_outline::outline(text) else {
+        return for_each_whole_yaml_document(text, each);
+    };
+    for (index, document) in outline.into_iter().enumerate() {
+        let document = document::read_outlined(text, document).map_err(|e| {
+            Stop::Yaml(
+                located_yaml_error(text)
+                    .unwrap_or_else(|| format!("document {}: invalid YAML: {e}", index + 1)),
+            )
+        })?;
+        each(index, document)?;
+    }
+    Ok(())
+}
+
+/// The first error in reading a YAML text whole, which names its line in the file: a node read
+/// alone from its own text counts lines from its own start.
+fn located_yaml_error(text: &str) -> Option<String> {
+    match for_each_whole_yaml_document(text, |_, _| Ok::<(), Stop<()>>(())) {
+        Err(Stop::Yaml(located)) => Some(located),
+        _ => None,
+    }
+}
+
+/// [`for_each_yaml_document`] with each document read whole.
+fn for_each_whole_yaml_document<'t, E>(
+    text: &'t str,
+    mut each: impl FnMut(usize, Document<'t>) -> Result<(), Stop<E>>,
+) -> Result<(), Stop<E>> {
     for (index, document) in yaml_serde::Deserializer::from_str(text).enumerate() {
         let document = DocumentSeed { json: false }
             .deserialize(document)
@@ -784,6 +822,109 @@ mod tests {
         let cluster = parse_text(&not_a_list, true, Path::new("list")).unwrap();
         assert!(cluster.nodes.is_empty());
         assert_eq!(cluster.skipped.get("ConfigMap"), Some(&1));
+    }
+
+    /// Every document of `text` read whole, as the deserializer reads a stream.
+    fn yaml_documents_read_whole(text: &str) -> Result<Vec<Value>, String> {
+        let mut documents = Vec::new();
+        for_each_whole_yaml_document(without_bom(text), |index, document| {
+            let value = document
+                .into_value()
+                .map_err(|e| Stop::Yaml(format!("document {}: {e}", index + 1)))?;
+            documents.push(value);
+            Ok::<(), Stop<()>>(())
+        })
+        .map_err(|stop| match stop {
+            Stop::Yaml(e) => e,
+            Stop::Object(()) => unreachable!(),
+        })?;
+        Ok(documents)
+    }
+
+    #[test]
+    fn a_yaml_list_read_an_item_at_a_time_reads_as_the_whole_document() {
+        let kubectl = "apiVersion: v1\nitems:\n- apiVersion: v1\n  kind: Node\n  metadata:\n    name: n1\n    labels: {zone: a, \"quoted key\": 'x'}\n    annotations:\n      literal: |\n        line one\n          indented\n\n        after a blank line\n      kept: |+\n        trailing\n\n      stripped: >-\n        folded\n        text\n      multiline: \"first\n        second\"\n      plain: a long\n        plain scalar\n  status:\n    allocatable: {cpu: '64', memory: 256Gi}\n# a comment between items\n-   kind: Pod\n    metadata:\n      name: p1\n    spec:\n      containers:\n      - name: c\n        args: [--x, \"1\"]\n        ports:\n        - containerPort: 80\n      priority: 1e3\n      flags: [yes, no, ~, 0x1F, .inf, 010, +5]\n-\n- just a scalar\n- - nested\n  - sequence\n- {kind: Pod, metadata: {name: flow}}\n- kind: Pod\n  metadata:\n    name: \u{3b1}\u{3b2}\n    labels:\n      \u{3ba}\u{3bb}\u{3b5}\u{3b9}\u{3b4}\u{3af}: \u{3c4}\u{3b9}\u{3bc}\u{3ae}\nkind: List\nmetadata:\n  resourceVersion: \"\"\n";
+        let indented =
+            "kind: PodList\nitems:\n  - metadata: {name: a}\n  - metadata:\n      name: b\n";
+        let stream = format!(
+            "kind: Node\nmetadata: {{name: n0}}\n---\n{kubectl}...\n---\n---\n# only a comment\n---\n{indented}"
+        );
+        let many = format!(
+            "kind: List\nitems:\n-\n{}- last\n",
+            (0..3000)
+                .map(|i| format!(
+                    "- kind: Pod\n  metadata:\n    name: p{i}\n  spec: {{nodeName: n{}}}\n",
+                    i % 7
+                ))
+                .collect::<String>()
+        );
+        for text in [kubectl, indented, stream.as_str(), many.as_str()] {
+            let outline = yaml_outline::outline(text).expect("outlined");
+            assert!(
+                outline
+                    .iter()
+                    .any(|d| matches!(d, yaml_outline::DocumentOutline::List { .. })),
+                "{text}"
+            );
+            assert_eq!(
+                yaml_documents(text),
+                yaml_documents_read_whole(text),
+                "{text}"
+            );
+        }
+        let documents = yaml_documents(&stream).unwrap();
+        assert_eq!(documents.len(), 5);
+        assert_eq!(documents[1]["items"].as_array().unwrap().len(), 7);
+        assert_eq!(
+            documents[1]["items"][0]["metadata"]["annotations"]["literal"],
+            "line one\n  indented\n\nafter a blank line\n"
+        );
+
+        // What refers outside an item, or cannot be cut out by lines, is read whole, with the
+        // same result; so is anything that is not valid YAML, with the same error.
+        for text in [
+            "kind: List\nitems:\n- &shared {kind: Pod, metadata: {name: a}}\n- *shared\n",
+            "kind: List\nitems:\n- !!map {kind: Pod}\n",
+            "%YAML 1.1\n---\nkind: List\nitems:\n- {kind: Pod}\n",
+            "kind: List\nitems: [{kind: Pod}, {kind: Node}]\n",
+            "{kind: List, items: [{kind: Pod}]}\n",
+            "kind: List\n? [complex, key]\n: 1\nitems:\n- {kind: Pod}\n",
+            "kind: List\nitems:\n- {kind: Pod}\nitems:\n- {kind: Node}\n",
+            "kind: List\nitems:\n- kind: Pod\n   bad: indent\n",
+            "kind: List\nitems:\n- {kind: Pod}\n---\n- [unclosed\n",
+        ] {
+            assert!(
+                !yaml_outline::outline(text).is_some_and(|outline| outline
+                    .iter()
+                    .any(|d| matches!(d, yaml_outline::DocumentOutline::List { .. }))),
+                "{text}"
+            );
+            assert_eq!(
+                yaml_documents(text),
+                yaml_documents_read_whole(text),
+                "{text}"
+            );
+        }
+        // An item the deserializer refuses though it parses names the item's line in the file.
+        let duplicate = "kind: PodList\nitems:\n- metadata: {name: a}\n- metadata: {name: b}\n  spec: {}\n  spec: {}\n";
+        let error = parse_text(duplicate, false, Path::new("list.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            Err(error.trim_start_matches("list.yaml: ").to_string()),
+            yaml_documents_read_whole(duplicate),
+        );
+        assert!(
+            error.contains("items[1]") && error.contains("line 4"),
+            "{error}"
+        );
+        let deep = format!(
+            "kind: List\nitems:\n- {}x\n",
+            (1..120)
+                .map(|depth| format!("k{depth}:\n{}", "  ".repeat(depth + 1)))
+                .collect::<String>()
+        );
+        assert_eq!(yaml_documents(&deep), yaml_documents_read_whole(&deep));
     }
 
     #[test]

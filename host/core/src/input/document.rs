@@ -13,6 +13,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use super::yaml_outline::{DocumentOutline, NodeText};
+
 /// The `visit_*` methods of a visitor for the scalars, each made a JSON value wrapped by `$wrap`.
 macro_rules! scalars_as_values {
     ($wrap:path) => {
@@ -64,11 +66,13 @@ pub(super) enum Document<'t> {
     Other(Value),
 }
 
-/// One item's JSON: borrowed from a JSON text, or written from a YAML one.
+/// One item's text: JSON borrowed from a JSON text or written from a YAML one, or where the
+/// item is in a YAML text.
 #[derive(Debug)]
 pub(super) enum ItemText<'t> {
     Borrowed(&'t RawValue),
     Owned(String),
+    YamlNode(&'t str, NodeText),
 }
 
 impl ItemText<'_> {
@@ -77,8 +81,65 @@ impl ItemText<'_> {
         let text = match self {
             ItemText::Borrowed(raw) => raw.get(),
             ItemText::Owned(text) => text.as_str(),
+            ItemText::YamlNode(text, node) => return yaml_node_value(text, node),
         };
         serde_json::from_str(text).map_err(|e| e.to_string())
+    }
+}
+
+impl<'t> ItemText<'t> {
+    /// The YAML text the item is in, if it is read from there.
+    pub(super) fn yaml_text(&self) -> Option<&'t str> {
+        match self {
+            ItemText::YamlNode(text, _) => Some(text),
+            _ => None,
+        }
+    }
+}
+
+/// A node of a YAML text, read from its own text as a value.
+pub(super) fn yaml_node_value(text: &str, node: &NodeText) -> Result<Value, String> {
+    let own = node.text(text);
+    let first = yaml_serde::Deserializer::from_str(&own).next();
+    match first {
+        Some(document) => ValueSeed { json: false }
+            .deserialize(document)
+            .map_err(|e| e.to_string()),
+        // Nothing but spaces: an empty node, which YAML reads as null.
+        None => Ok(Value::Null),
+    }
+}
+
+/// Reads one document of a YAML text from its outline: a List's fields now and its items when
+/// each is added, any other document whole.
+pub(super) fn read_outlined<'t>(
+    text: &'t str,
+    outline: DocumentOutline,
+) -> Result<Document<'t>, String> {
+    match outline {
+        DocumentOutline::Whole(range) => {
+            match yaml_serde::Deserializer::from_str(&text[range]).next() {
+                Some(document) => DocumentSeed { json: false }
+                    .deserialize(document)
+                    .map_err(|e| e.to_string()),
+                None => Ok(Document::Other(Value::Null)),
+            }
+        }
+        DocumentOutline::List { fields, items } => {
+            let mut values = Map::new();
+            for (key, node) in fields {
+                values.insert(key, yaml_node_value(text, &node)?);
+            }
+            Ok(Document::Object {
+                fields: values,
+                items: Some(
+                    items
+                        .into_iter()
+                        .map(|node| ItemText::YamlNode(text, node))
+                        .collect(),
+                ),
+            })
+        }
     }
 }
 
