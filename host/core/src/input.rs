@@ -435,9 +435,11 @@ pub fn without_bom(text: &str) -> &str {
 pub fn yaml_documents(text: &str) -> Result<Vec<Value>, String> {
     let mut documents = Vec::new();
     for_each_yaml_document(text, |index, document| {
-        let value = document
-            .into_value()
-            .map_err(|e| Stop::Yaml(format!("document {}: {e}", index + 1)))?;
+        let value = document.into_value().map_err(|e| {
+            Stop::Yaml(
+                located_yaml_error(text).unwrap_or_else(|| format!("document {}: {e}", index + 1)),
+            )
+        })?;
         documents.push(value);
         Ok::<(), Stop<std::convert::Infallible>>(())
     })
@@ -827,7 +829,9 @@ mod tests {
     /// Every document of `text` read whole, as the deserializer reads a stream.
     fn yaml_documents_read_whole(text: &str) -> Result<Vec<Value>, String> {
         let mut documents = Vec::new();
-        for_each_whole_yaml_document(without_bom(text), |index, document| {
+        let text = without_bom(text);
+        check_nesting(text)?;
+        for_each_whole_yaml_document(text, |index, document| {
             let value = document
                 .into_value()
                 .map_err(|e| Stop::Yaml(format!("document {}: {e}", index + 1)))?;
@@ -858,7 +862,14 @@ mod tests {
                 ))
                 .collect::<String>()
         );
-        for text in [kubectl, indented, stream.as_str(), many.as_str()] {
+        let crlf = kubectl.replace('\n', "\r\n");
+        for text in [
+            kubectl,
+            indented,
+            stream.as_str(),
+            many.as_str(),
+            crlf.as_str(),
+        ] {
             let outline = yaml_outline::outline(text).expect("outlined");
             assert!(
                 outline
@@ -1182,6 +1193,22 @@ mod tests {
         ) {
             let _ = parse_text(&text, false, Path::new("fuzz.yaml"));
             let _ = parse_text(&text, true, Path::new("fuzz.json"));
+        }
+    }
+
+    /// A YAML List as kubectl writes it, cut and spliced into itself: splices from the other
+    /// seeds left one mutated text in ten a List that still parses.
+    const LIST_SEEDS: &[&str] = &[include_str!("../../../tests/fuzz-corpus/list.yaml")];
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+        /// A YAML List cut and spliced reads the same an item at a time as whole: the same
+        /// documents, or the same error.
+        #[test]
+        fn a_mutated_yaml_list_reads_the_same_an_item_at_a_time_as_whole(
+            text in crate::util::fuzz::mutated(LIST_SEEDS)
+        ) {
+            proptest::prop_assert_eq!(yaml_documents(&text), yaml_documents_read_whole(&text));
         }
     }
 
