@@ -18,7 +18,11 @@ lacks (see ../shared/TESTING.md):
 - `reason: NotFound` on a 404 for a missing object (kmock says "Object Not Found");
 - Event validation's note limit: 422 for a `note` over 1,024 bytes;
 - `fieldSelector` on `metadata.name` / `metadata.namespace` and equality `labelSelector`s on
-  lists and watches (kmock returns every object).
+  lists and watches (kmock returns every object);
+- lists in pages of `limit` objects, continued by `continue`, each page from the first page's
+  snapshot and naming its resourceVersion, as an API server serves a list from one etcd revision
+  (kmock answers a list in one page, whatever its size). The snapshot holds the objects, not
+  copies: one changed between pages is served as it is then, newer than the list's version.
 
 Test hooks under /_test/: `POST /_test/drop-watches` ends every open watch at once (a dropped
 connection), `POST /_test/block-watches` also answers every list and watch with 503 until
@@ -103,6 +107,8 @@ class ApiServer(kmock.KubernetesEmulator):
         self.changed = asyncio.Event()
         self.watch_generation = 0
         self.watches_blocked = False
+        # Lists being paged: continue token -> (revision, the objects listed).
+        self.paged_lists: dict[str, tuple[int, list]] = {}
         self.binding_failures: list[int] = []
         self.binding_delays: list[float] = []
         self.counts: collections.Counter[str] = collections.Counter()
@@ -367,10 +373,29 @@ class ApiServer(kmock.KubernetesEmulator):
         return aiohttp.web.json_response(obj.raw)
 
     async def _serve_list(self, request):
-        listed = await super()._serve_list(request)
-        listed['items'] = [item for item in listed['items'] if _selected(request, item)]
-        listed['metadata'] = {'resourceVersion': str(self.revision)}
-        return listed
+        params = request.params
+        token = params.get('continue')
+        if token:
+            if token not in self.paged_lists:
+                raise aiohttp.web.HTTPGone(
+                    text=json.dumps({'kind': 'Status', 'apiVersion': 'v1', 'status': 'Failure',
+                                     'reason': 'Expired', 'code': 410,
+                                     'message': 'the continue token is no longer valid'}),
+                    content_type='application/json')
+            listed, revision, items = self.paged_lists.pop(token)
+        else:
+            listed = await super()._serve_list(request)
+            revision = self.revision
+            items = [item for item in listed['items'] if _selected(request, item)]
+        limit = int(params.get('limit') or 0)
+        metadata = {'resourceVersion': str(revision)}
+        if limit > 0 and len(items) > limit:
+            token = str(uuid.uuid4())
+            self.paged_lists[token] = (listed, revision, items[limit:])
+            metadata['continue'] = token
+            metadata['remainingItemCount'] = len(items) - limit
+            items = items[:limit]
+        return {**listed, 'metadata': metadata, 'items': items}
 
     async def _serve_watch(self, request):
         yield b''
