@@ -632,6 +632,11 @@ fn only_the_leader_binds_and_a_standby_takes_over_when_it_is_killed() {
     );
 
     let (leader, standby) = if a.leads() { (a, b) } else { (b, a) };
+    // A standby keeps its cache current as it watches (the node and the five pods at least),
+    // rather than holding every object it saw until it leads.
+    wait_for("the standby to apply what it watched", || {
+        standby.metric("wasched_events_applied_total") >= 6
+    });
     leader.kill9();
     let killed = Instant::now();
     for i in 0..5 {

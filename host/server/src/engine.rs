@@ -495,6 +495,10 @@ impl SchedulingLoop {
     /// Waits until `gate` opens (false: stopped first). A standby waiting for the Lease is alive,
     /// so `/healthz` must say so, and takes the plugin and configuration changes it will lead
     /// with.
+    ///
+    /// What the watches list meanwhile is applied to the cache as it comes, without scheduling:
+    /// left waiting in the pipeline until the last kind was listed, a 200,000-pod cluster's
+    /// objects were all held typed at once (and a standby's until it leads).
     fn wait_for(&mut self, gate: &StartGate) -> bool {
         while !gate.wait(Duration::from_millis(200)) {
             if self.stop.load(Ordering::Acquire) {
@@ -502,6 +506,7 @@ impl SchedulingLoop {
             }
             self.heartbeat.store(now_seconds(), Ordering::Relaxed);
             handle_controls(&mut self.service, &self.control, &self.metrics, false);
+            self.service.apply_events();
         }
         true
     }
