@@ -372,13 +372,28 @@ enum Stop<E> {
 /// only when `each` returns: the documents never all exist at once.
 fn for_each_yaml_document<'t, E>(
     text: &'t str,
+    each: impl FnMut(usize, Document<'t>) -> Result<(), Stop<E>>,
+) -> Result<(), Stop<E>> {
+    read_yaml_documents(text, true, each)
+}
+
+/// [`for_each_yaml_document`], with Lists outlined only when `outlined`: every document read
+/// whole is what the outline must agree with.
+fn read_yaml_documents<'t, E>(
+    text: &'t str,
+    outlined: bool,
     mut each: impl FnMut(usize, Document<'t>) -> Result<(), Stop<E>>,
 ) -> Result<(), Stop<E>> {
     let text = without_bom(text);
     check_nesting(text).map_err(Stop::Yaml)?;
     // The deserializer holds every event of a document until it is read: a List's items are
     // read from their own text instead, one at a time.
-    let Some(outline) = yaml_outline::outline(text) else {
+    let outline = if outlined {
+        yaml_outline::outline(text)
+    } else {
+        None
+    };
+    let Some(outline) = outline else {
         return for_each_whole_yaml_document(text, each);
     };
     for (index, document) in outline.into_iter().enumerate() {
@@ -433,8 +448,13 @@ pub fn without_bom(text: &str) -> &str {
 /// Nesting deeper than [`MAX_YAML_NESTING`], or the first document that is not valid YAML, as
 /// `document N: ...`.
 pub fn yaml_documents(text: &str) -> Result<Vec<Value>, String> {
+    yaml_documents_read(text, true)
+}
+
+/// [`yaml_documents`], with Lists outlined only when `outlined` (see [`read_yaml_documents`]).
+fn yaml_documents_read(text: &str, outlined: bool) -> Result<Vec<Value>, String> {
     let mut documents = Vec::new();
-    for_each_yaml_document(text, |index, document| {
+    read_yaml_documents(text, outlined, |index, document| {
         let value = document.into_value().map_err(|e| {
             Stop::Yaml(
                 located_yaml_error(text).unwrap_or_else(|| format!("document {}: {e}", index + 1)),
@@ -828,21 +848,7 @@ mod tests {
 
     /// Every document of `text` read whole, as the deserializer reads a stream.
     fn yaml_documents_read_whole(text: &str) -> Result<Vec<Value>, String> {
-        let mut documents = Vec::new();
-        let text = without_bom(text);
-        check_nesting(text)?;
-        for_each_whole_yaml_document(text, |index, document| {
-            let value = document
-                .into_value()
-                .map_err(|e| Stop::Yaml(format!("document {}: {e}", index + 1)))?;
-            documents.push(value);
-            Ok::<(), Stop<()>>(())
-        })
-        .map_err(|stop| match stop {
-            Stop::Yaml(e) => e,
-            Stop::Object(()) => unreachable!(),
-        })?;
-        Ok(documents)
+        yaml_documents_read(text, false)
     }
 
     #[test]

@@ -75,7 +75,7 @@ pub(super) enum ItemText<'t> {
     YamlNode(&'t str, NodeText),
 }
 
-impl ItemText<'_> {
+impl<'t> ItemText<'t> {
     /// The item as a value.
     pub(super) fn value(&self) -> Result<Value, String> {
         let text = match self {
@@ -85,9 +85,7 @@ impl ItemText<'_> {
         };
         serde_json::from_str(text).map_err(|e| e.to_string())
     }
-}
 
-impl<'t> ItemText<'t> {
     /// The YAML text the item is in, if it is read from there.
     pub(super) fn yaml_text(&self) -> Option<&'t str> {
         match self {
