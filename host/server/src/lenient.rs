@@ -13,15 +13,15 @@ use serde::de::DeserializeOwned;
 /// unready and log the list again at every retry.
 #[derive(Clone, Debug)]
 pub struct Lenient<K> {
-    /// The object's metadata (what a list needs of every object).
-    pub metadata: ObjectMeta,
-    /// The object, or why it did not decode.
+    /// The object, or why it did not decode (with the metadata a list needs of every object).
     pub decoded: Result<K, Undecodable>,
 }
 
 /// Why an object did not decode, and the object as it came.
 #[derive(Clone, Debug)]
 pub struct Undecodable {
+    /// The object's metadata, as far as it decodes.
+    pub metadata: ObjectMeta,
     /// Where the first error is (`spec.containers`).
     pub field: String,
     /// What it is.
@@ -30,20 +30,38 @@ pub struct Undecodable {
     pub raw: serde_json::Value,
 }
 
-impl<'de, K: DeserializeOwned> serde::Deserialize<'de> for Lenient<K> {
+impl<'de, K: DeserializeOwned + kube::Resource> serde::Deserialize<'de> for Lenient<K> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         use serde::de::Error as _;
         let raw = serde_json::Value::deserialize(deserializer)?;
+        // Every watch event of every pod comes through here, and nearly all decode: the path to
+        // an error (a String for each key passed, in serde_path_to_error) is only worked out for
+        // an object that fails.
+        if let Ok(object) = K::deserialize(&raw) {
+            return Ok(Lenient {
+                decoded: Ok(object),
+            });
+        }
         let metadata = match raw.get("metadata") {
             Some(m) => ObjectMeta::deserialize(m).map_err(D::Error::custom)?,
             None => ObjectMeta::default(),
         };
-        let decoded = serde_path_to_error::deserialize::<_, K>(&raw).map_err(|e| Undecodable {
-            field: e.path().to_string(),
-            message: e.inner().to_string(),
-            raw: raw.clone(),
-        });
-        Ok(Lenient { metadata, decoded })
+        let error = match serde_path_to_error::deserialize::<_, K>(&raw) {
+            Err(e) => e,
+            Ok(object) => {
+                return Ok(Lenient {
+                    decoded: Ok(object),
+                })
+            }
+        };
+        Ok(Lenient {
+            decoded: Err(Undecodable {
+                metadata,
+                field: error.path().to_string(),
+                message: error.inner().to_string(),
+                raw,
+            }),
+        })
     }
 }
 
@@ -64,10 +82,16 @@ impl<K: kube::Resource<DynamicType = ()>> kube::Resource for Lenient<K> {
         K::plural(dt)
     }
     fn meta(&self) -> &ObjectMeta {
-        &self.metadata
+        match &self.decoded {
+            Ok(object) => object.meta(),
+            Err(undecodable) => &undecodable.metadata,
+        }
     }
     fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
+        match &mut self.decoded {
+            Ok(object) => object.meta_mut(),
+            Err(undecodable) => &mut undecodable.metadata,
+        }
     }
 }
 
@@ -87,6 +111,7 @@ pub fn shortened(text: &str) -> &str {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::Pod;
+    use kube::Resource as _;
 
     #[test]
     fn one_object_that_does_not_decode_leaves_the_others_of_its_list_readable() {
@@ -95,9 +120,9 @@ mod tests {
             {"metadata": {"name": "shapeless"}, "spec": {"containers": "not a list"}}
         ]"#;
         let objects: Vec<Lenient<Pod>> = serde_json::from_str(list).unwrap();
-        assert_eq!(objects[0].metadata.name.as_deref(), Some("fine"));
+        assert_eq!(objects[0].meta().name.as_deref(), Some("fine"));
         assert!(objects[0].decoded.is_ok());
-        assert_eq!(objects[1].metadata.name.as_deref(), Some("shapeless"));
+        assert_eq!(objects[1].meta().name.as_deref(), Some("shapeless"));
         let error = objects[1].decoded.as_ref().unwrap_err();
         assert_eq!(error.field, "spec.containers");
         assert!(

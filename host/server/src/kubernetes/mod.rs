@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher;
 use kube::runtime::WatchStreamExt as _;
-use kube::{Api, Client, Config};
+use kube::{Api, Client, Config, Resource as _};
 use wasched_core::events::{
     Action, Event, EventPipeline, Kind, KindType, KindVisitor, Object, ObjectKey,
 };
@@ -284,7 +284,7 @@ async fn watch_kind<K: KindType>(api: Api<K>, feed: Feed) {
         Err(undecodable) => {
             tracing::warn!(
                 ?kind,
-                name = object.metadata.name.as_deref().unwrap_or_default(),
+                name = undecodable.metadata.name.as_deref().unwrap_or_default(),
                 "an object that does not decode: {}: {}",
                 undecodable.field,
                 shortened(&undecodable.message)
@@ -332,7 +332,7 @@ async fn watch_kind<K: KindType>(api: Api<K>, feed: Feed) {
         match event {
             watcher::Event::Init => listing = Some(HashMap::new()),
             watcher::Event::InitApply(object) | watcher::Event::Apply(object) => {
-                let Some((key, version)) = parts(&feed, &object.metadata) else {
+                let Some((key, version)) = parts(&feed, object.meta()) else {
                     continue;
                 };
                 feed.apply(key.clone(), version, decode(object));
@@ -342,7 +342,7 @@ async fn watch_kind<K: KindType>(api: Api<K>, feed: Feed) {
                 known.insert(key, version);
             }
             watcher::Event::Delete(object) => {
-                if let Some((key, version)) = parts(&feed, &object.metadata) {
+                if let Some((key, version)) = parts(&feed, object.meta()) {
                     feed.delete(key.clone(), version);
                     known.remove(&key);
                 }
