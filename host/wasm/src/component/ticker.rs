@@ -190,11 +190,15 @@ mod tests {
         }
     }
 
-    #[test]
-    fn ticks_while_a_deadline_is_ahead_and_sleeps_otherwise() {
+    fn epoch_engine() -> Engine {
         let mut config = wasmtime::Config::new();
         config.epoch_interruption(true);
-        let engine = Engine::new(&config).unwrap();
+        Engine::new(&config).unwrap()
+    }
+
+    #[test]
+    fn ticks_while_a_deadline_is_ahead_and_sleeps_otherwise() {
+        let engine = epoch_engine();
         let ticker = Ticker::start(&engine).unwrap();
         wait_until("sleeping with no call armed", || ticker.is_parked());
         let asleep_at = ticker.ticks();
@@ -211,9 +215,7 @@ mod tests {
 
     #[test]
     fn with_only_second_long_deadlines_it_wakes_a_twentieth_as_often_and_keeps_time() {
-        let mut config = wasmtime::Config::new();
-        config.epoch_interruption(true);
-        let engine = Engine::new(&config).unwrap();
+        let engine = epoch_engine();
         let started = Instant::now();
         let ticker = Ticker::start(&engine).unwrap();
         ticker.arm(1_000);
@@ -239,9 +241,7 @@ mod tests {
 
     #[test]
     fn a_shorter_deadline_shortens_the_period_and_is_allowed_for_the_longer_one() {
-        let mut config = wasmtime::Config::new();
-        config.epoch_interruption(true);
-        let engine = Engine::new(&config).unwrap();
+        let engine = epoch_engine();
         let ticker = Ticker::start(&engine).unwrap();
         // Armed while the ticker may sleep 50 ticks at a time: the epoch may be up to a wake
         // behind, so the store's deadline reaches past that.
