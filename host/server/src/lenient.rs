@@ -37,22 +37,19 @@ impl<'de, K: DeserializeOwned + kube::Resource> serde::Deserialize<'de> for Leni
         // Every watch event of every pod comes through here, and nearly all decode: the path to
         // an error (a String for each key passed, in serde_path_to_error) is only worked out for
         // an object that fails.
-        if let Ok(object) = K::deserialize(&raw) {
-            return Ok(Lenient {
-                decoded: Ok(object),
-            });
-        }
-        let metadata = match raw.get("metadata") {
-            Some(m) => ObjectMeta::deserialize(m).map_err(D::Error::custom)?,
-            None => ObjectMeta::default(),
-        };
-        let error = match serde_path_to_error::deserialize::<_, K>(&raw) {
-            Err(e) => e,
+        let decoded =
+            K::deserialize(&raw).or_else(|_| serde_path_to_error::deserialize::<_, K>(&raw));
+        let error = match decoded {
             Ok(object) => {
                 return Ok(Lenient {
                     decoded: Ok(object),
                 })
             }
+            Err(e) => e,
+        };
+        let metadata = match raw.get("metadata") {
+            Some(m) => ObjectMeta::deserialize(m).map_err(D::Error::custom)?,
+            None => ObjectMeta::default(),
         };
         Ok(Lenient {
             decoded: Err(Undecodable {

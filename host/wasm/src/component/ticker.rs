@@ -165,7 +165,8 @@ impl Ticker {
             self.parked.store(true, Ordering::SeqCst);
             if now >= self.until.load(Ordering::SeqCst) {
                 drop(engine);
-                // A spurious wake-up only costs a tick and another look at `until`.
+                // A spurious wake-up only costs another look at `until`: the time asleep is
+                // not counted.
                 std::thread::park();
                 counted_to = Instant::now();
             }
