@@ -168,6 +168,9 @@ fn set_pod_after_placement(c: &mut Criterion) {
 /// The same calls as a cycle makes them: every default plugin in turn takes the pod after a
 /// placement, so each call finds the others' memory in the caches, not its own. Throughput is per
 /// call; compare with `set_pod_after_placement`, which calls one instance over and over.
+/// `instances_of_NodeResourcesFit` makes as many calls in turn to instances of one plugin: they
+/// share their compiled code but not their memory, so it separates what the instances' memories
+/// cost from what the plugins' different code costs.
 fn set_pod_in_turn(c: &mut Criterion) {
     let cluster = synthetic::cluster(Scenario::Mixed, NODES, 500, 1);
     let pod = busy_pod(&cluster.pods);
@@ -176,6 +179,9 @@ fn set_pod_in_turn(c: &mut Criterion) {
         let mut instances: Vec<Box<dyn PluginInstance>> = DEFAULT_PLUGINS
             .iter()
             .map(|plugin| loaded(plugin.name, runtime, &cluster.nodes, &pod))
+            .collect();
+        let mut fits: Vec<Box<dyn PluginInstance>> = (0..instances.len())
+            .map(|_| loaded("NodeResourcesFit", runtime, &cluster.nodes, &pod))
             .collect();
         group.throughput(Throughput::Elements(instances.len() as u64));
         let mut next = 0usize;
@@ -188,6 +194,18 @@ fn set_pod_in_turn(c: &mut Criterion) {
                             .update_usage(&[(id, &usage)])
                             .expect("update-usage");
                     }
+                    black_box(instance.set_pod(black_box(&pod)).expect("set-pod"));
+                }
+            })
+        });
+        let name = BenchmarkId::new("instances_of_NodeResourcesFit", label);
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let (id, usage) = next_placement(&cluster.nodes, &mut next);
+                for instance in fits.iter_mut() {
+                    instance
+                        .update_usage(&[(id, &usage)])
+                        .expect("update-usage");
                     black_box(instance.set_pod(black_box(&pod)).expect("set-pod"));
                 }
             })
