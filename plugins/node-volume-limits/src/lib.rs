@@ -100,6 +100,12 @@ fn attachment(namespace: &str, volume: &PodVolume) -> Option<Attachment> {
 #[derive(Default)]
 struct Interned {
     attachments: HashMap<String, u32>,
+    /// Per attachment id: how many placed pods use it, on any node.
+    placed_uses: Vec<u32>,
+    /// Attachment ids with placed uses.
+    in_use: usize,
+    /// Attachment ids given back by [`Interned::release_unused`], to be given out again.
+    free: Vec<u32>,
     drivers: HashMap<String, u32>,
     driver_names: Vec<String>,
 }
@@ -107,12 +113,51 @@ struct Interned {
 impl Interned {
     /// The ids of `attachment` and of its driver, made if new.
     fn ids(&mut self, attachment: &Attachment) -> (u32, u32) {
-        let next = self.attachments.len() as u32;
-        let id = *self
-            .attachments
-            .entry(attachment.unique.clone())
-            .or_insert(next);
+        let id = match self.attachments.get(&attachment.unique) {
+            Some(&id) => id,
+            None => {
+                let id = self.free.pop().unwrap_or(self.placed_uses.len() as u32);
+                if id as usize == self.placed_uses.len() {
+                    self.placed_uses.push(0);
+                }
+                self.attachments.insert(attachment.unique.clone(), id);
+                id
+            }
+        };
         (id, self.driver_id(&attachment.driver))
+    }
+
+    /// Counts a placed pod's use of `attachment` (`added`), or its end.
+    fn placed(&mut self, attachment: u32, added: bool) {
+        let uses = &mut self.placed_uses[attachment as usize];
+        match added {
+            true => {
+                *uses += 1;
+                self.in_use += usize::from(*uses == 1);
+            }
+            false => {
+                *uses = uses.saturating_sub(1);
+                self.in_use -= usize::from(*uses == 0);
+            }
+        }
+    }
+
+    /// Pods bring volumes of their own (the claim of a generic ephemeral volume is named after
+    /// its pod), so attachments no placed pod uses are let go once they outnumber those in use:
+    /// without this a long-running scheduler's table grows with every pod it ever saw. Called
+    /// before a pod is prepared, so the ids of the pod being filtered stay as they are.
+    fn release_unused(&mut self) {
+        if self.attachments.len() <= 2 * self.in_use + 1024 {
+            return;
+        }
+        let (uses, free) = (&self.placed_uses, &mut self.free);
+        self.attachments.retain(|_, &mut id| {
+            let kept = uses[id as usize] > 0;
+            if !kept {
+                free.push(id);
+            }
+            kept
+        });
     }
 
     /// The id of the driver `name`, made if new.
@@ -218,30 +263,34 @@ impl Attached {
             .map_or(0, |&(_, n)| n)
     }
 
-    fn add(&mut self, attachment: u32, driver: u32) {
+    /// Counts one more pod using `attachment` on the node; true when it is new there.
+    fn add(&mut self, attachment: u32, driver: u32) -> bool {
         if let Some(user) = self.users.iter_mut().find(|u| u.0 == attachment) {
             user.2 += 1;
-            return;
+            return false;
         }
         self.users.push((attachment, driver, 1));
         match self.per_driver.iter_mut().find(|d| d.0 == driver) {
             Some(d) => d.1 += 1,
             None => self.per_driver.push((driver, 1)),
         }
+        true
     }
 
-    fn remove(&mut self, attachment: u32) {
+    /// Counts one pod fewer using `attachment` on the node; true when none is left there.
+    fn remove(&mut self, attachment: u32) -> bool {
         let Some(i) = self.users.iter().position(|u| u.0 == attachment) else {
-            return;
+            return false;
         };
         self.users[i].2 -= 1;
         if self.users[i].2 > 0 {
-            return;
+            return false;
         }
         let (_, driver, _) = self.users.swap_remove(i);
         if let Some(d) = self.per_driver.iter_mut().find(|d| d.0 == driver) {
             d.1 -= 1;
         }
+        true
     }
 }
 
@@ -278,10 +327,13 @@ impl NodeVolumeLimits {
                 continue;
             };
             let (attachment, driver) = self.interned.ids(&attachment);
-            if added {
-                self.attached[id].add(attachment, driver);
+            let counted = if added {
+                self.attached[id].add(attachment, driver)
             } else {
-                self.attached[id].remove(attachment);
+                self.attached[id].remove(attachment)
+            };
+            if counted {
+                self.interned.placed(attachment, added);
             }
         }
         if !added && self.attached[id].users.is_empty() {
@@ -358,6 +410,7 @@ impl Plugin for NodeVolumeLimits {
         self.pod_attachments.clear();
         self.pod_drivers.clear();
         self.missing_claim = None;
+        self.interned.release_unused();
         for volume in &pod.volumes {
             if !volume.claim_name.is_empty() && !volume.claim_found {
                 // kube-scheduler's Filter looks the claim up on every node and fails them all.
@@ -639,7 +692,7 @@ pub fn cases() -> Vec<wasched_sdk::testing::Case> {
 mod tests {
     use super::*;
     use wasched_sdk::testing::{node, pod};
-    use wasched_sdk::{CsiDriverLimit, CsiNode, Driver};
+    use wasched_sdk::{CsiDriverLimit, CsiNode, Driver, ExistingPod};
 
     #[test]
     fn answers_as_kube_scheduler() {
@@ -706,6 +759,50 @@ mod tests {
             fitting(&mut driver, 2, 3),
             [true, true, true],
             "unlimited, then no CSINode"
+        );
+    }
+
+    #[test]
+    fn volumes_of_pods_long_gone_are_let_go_and_shared_ones_still_count() {
+        let mut driver = Driver::<NodeVolumeLimits>::new("{}").unwrap();
+        driver.upsert_nodes([(0, with_limit("a", Some(2))), (1, with_limit("b", Some(2)))]);
+        let using = |handles: &[String]| Pod {
+            volumes: handles
+                .iter()
+                .map(|handle| PodVolume {
+                    name: handle.clone(),
+                    plugin: "kubernetes.io/aws-ebs".into(),
+                    handle: handle.clone(),
+                    ..PodVolume::default()
+                })
+                .collect(),
+            ..pod("p")
+        };
+        // Node a holds "shared" for good; pods with volumes of their own come and go on b.
+        driver.upsert_pods([(0, ExistingPod::of(&using(&["shared".into()]), 0))]);
+        for i in 1..20_000u32 {
+            let own = using(&[format!("vol-{i}")]);
+            driver.set_pod(own.clone());
+            driver.upsert_pods([(i, ExistingPod::of(&own, 1))]);
+            driver.remove_pods(&[i]);
+        }
+        let interned = driver.plugin().interned.attachments.len();
+        assert!(
+            interned <= 2 + 1024 + 1,
+            "{interned} attachments kept for 1 in use"
+        );
+        let fits = |driver: &mut Driver<NodeVolumeLimits>, handles: &[String]| {
+            driver.set_pod(using(handles));
+            let mut out = FilterResults::default();
+            driver.filter(&[0, 1], &mut out);
+            (0..2).map(|k| out.failure(k).is_none()).collect::<Vec<_>>()
+        };
+        let [shared, x, y] = ["shared", "x", "y"].map(String::from);
+        assert_eq!(fits(&mut driver, &[x.clone(), y.clone()]), [false, true]);
+        assert_eq!(
+            fits(&mut driver, &[shared, x]),
+            [true, true],
+            "shared is attached to a"
         );
     }
 
