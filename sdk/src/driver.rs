@@ -65,6 +65,7 @@ impl<P: Exported> Driver<P> {
             reads_groups: P::READS_GROUPS,
             post_filter: P::POST_FILTER,
             queue_sort: P::QUEUE_SORT,
+            plan_ignores_usage: P::PLAN_IGNORES_USAGE,
         }
     }
 

@@ -781,3 +781,21 @@ impl From<sdk::Descriptor> for wit::Descriptor {
         }
     }
 }
+
+use bindings::exports::wasched::plugin::usage_with_calls;
+
+impl<P: Exported> usage_with_calls::Guest for Component<P> {
+    fn plans_ignore_usage() -> bool {
+        P::PLAN_IGNORES_USAGE
+    }
+
+    fn apply_and_filter(changes: Vec<u8>, nodes: Vec<u32>) -> wit::FilterResults {
+        <Self as bindings::exports::wasched::plugin::encoded::Guest>::apply(changes);
+        <Self as bindings::Guest>::filter(nodes)
+    }
+
+    fn apply_and_score(changes: Vec<u8>, nodes: Vec<u32>) -> Vec<i64> {
+        <Self as bindings::exports::wasched::plugin::encoded::Guest>::apply(changes);
+        <Self as bindings::Guest>::score(nodes)
+    }
+}

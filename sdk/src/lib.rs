@@ -143,6 +143,15 @@ pub trait Plugin: Sized + 'static {
     /// it orders the scheduling queue of its profile. A profile has at most one.
     const QUEUE_SORT: bool = false;
 
+    /// True when what [`Plugin::prepare`] answers and works out depends on the pod alone, never
+    /// on [`NodeInfo::usage`] (NodeResourcesFit's and NodeResourcesBalancedAllocation's: the
+    /// pod's requests). After a placement the host then keeps the plan it has for a pod with the
+    /// same parts instead of asking again, and a component gets the usage changes with its next
+    /// filter or score call (the `usage-with-calls` interface, WIT 0.2.1): one call a cycle
+    /// fewer. `sdk::testing` checks the promise on every case of the plugin's table. The
+    /// default, false, promises nothing.
+    const PLAN_IGNORES_USAGE: bool = false;
+
     /// The parts of the pod without which the plugin has no opinion on it: when every part named
     /// here is empty in a pod (and, if this names [`PodParts::POD_AFFINITY`] and the plugin reads
     /// placed pods' [`ExistingPodParts::POD_AFFINITY`], no placed pod has a pod (anti-)affinity

@@ -595,8 +595,26 @@ pub fn answers<P: Exported>(case: &Case) -> Answers {
         false => pass(),
     };
     let seen = case.pod.with_parts(P::READS_POD);
-    let plan = driver.set_pod(seen.clone());
     let what = |path: &str| format!("{}: {}: {path}", P::NAME, case.name);
+    if P::PLAN_IGNORES_USAGE {
+        // The promise: the plan for the pod on idle nodes is the plan on the case's nodes.
+        let idle = ids.iter().map(|&id| (id, crate::NodeUsage::default()));
+        driver.update_usage(idle.collect::<Vec<_>>());
+        let on_idle_nodes = driver.set_pod(seen.clone());
+        let usage = ids
+            .iter()
+            .copied()
+            .zip(case.nodes.iter().map(|n| n.usage.clone()));
+        driver.update_usage(usage.collect::<Vec<_>>());
+        let plan = driver.set_pod(seen.clone());
+        assert_eq!(
+            on_idle_nodes,
+            plan,
+            "{}",
+            what("PLAN_IGNORES_USAGE, but the plan changes with the nodes' usage")
+        );
+    }
+    let plan = driver.set_pod(seen.clone());
     if idle_for::<P>(case) {
         assert!(
             matches!(plan.filter, FilterPlan::Skip) && !plan.score,

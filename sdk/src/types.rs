@@ -1293,6 +1293,9 @@ pub struct Descriptor {
     pub post_filter: bool,
     /// [`crate::Plugin::QUEUE_SORT`]: it orders the scheduling queue (through `groups`).
     pub queue_sort: bool,
+    /// [`crate::Plugin::PLAN_IGNORES_USAGE`] (for a component: it exports the
+    /// `usage-with-calls` interface and says so): usage changes leave its plans standing.
+    pub plan_ignores_usage: bool,
 }
 
 /// A pod already on a node (bound, or assumed by this scheduler), as a plugin's mirror keeps it.

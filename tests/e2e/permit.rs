@@ -130,6 +130,7 @@ impl PluginFactory for GangFactory {
                 reads_groups: false,
                 post_filter: false,
                 queue_sort: false,
+                plan_ignores_usage: false,
             },
             reserved: HashMap::new(),
             unreserved: self.unreserved.clone(),

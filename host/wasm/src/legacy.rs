@@ -104,6 +104,7 @@ impl From<DescriptorV01> for sdk::Descriptor {
             reads_groups: false,
             post_filter: false,
             queue_sort: false,
+            plan_ignores_usage: false,
         }
     }
 }

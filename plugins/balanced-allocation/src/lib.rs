@@ -78,6 +78,7 @@ impl Plugin for BalancedAllocation {
     const NAME: &'static str = NAME;
     const READS_POD: PodParts = PodParts::REQUESTS;
     const READS_USAGE: bool = true;
+    const PLAN_IGNORES_USAGE: bool = true;
 
     fn new(config: &str) -> Result<Self, String> {
         let args: Args = serde_json::from_str(config).map_err(|e| e.to_string())?;

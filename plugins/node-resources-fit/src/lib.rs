@@ -38,6 +38,7 @@ impl Plugin for NodeResourcesFit {
     const NAME: &'static str = NAME;
     const READS_POD: PodParts = PodParts::REQUESTS;
     const READS_USAGE: bool = true;
+    const PLAN_IGNORES_USAGE: bool = true;
 
     fn new(config: &str) -> Result<Self, String> {
         let args = Args::parse(config)?;

@@ -1469,6 +1469,7 @@ mod stage_tests {
                     reads_groups: false,
                     post_filter: false,
                     queue_sort: false,
+                    plan_ignores_usage: false,
                 },
                 names: HashMap::new(),
             }))

@@ -28,6 +28,8 @@ impl PluginSpec {
 ///
 /// A `set-pod` is left out when the parts of the pod the plugin reads equal those of the pod it
 /// holds and its mirror has not changed since: it keeps its current pod and its plan stands.
+/// For a plugin whose plans ignore usage ([`sdk::Descriptor::plan_ignores_usage`]), a change of
+/// usage alone leaves them standing too.
 /// Pods of one ReplicaSet or Job arrive together, and for each of them most plugins would
 /// otherwise be asked the same question; a call into a component costs several times what the
 /// comparison does.
@@ -113,7 +115,16 @@ impl PluginInstance for FrameworkInstance {
         self.mirror_change(|i| i.remove_nodes(ids))
     }
     fn update_usage(&mut self, usage: &[(u32, &sdk::NodeUsage)]) -> Result<(), CallError> {
-        self.mirror_change(|i| i.update_usage(usage))
+        if !self.inner.descriptor().plan_ignores_usage {
+            return self.mirror_change(|i| i.update_usage(usage));
+        }
+        // Its plans stand (it says they depend on the pod alone); the usage reaches it before
+        // its next filter or score.
+        let applied = self.timed(ExtensionPoint::Sync, |i| i.update_usage(usage));
+        if applied.is_err() {
+            self.forget();
+        }
+        applied
     }
     fn upsert_pods(&mut self, pods: &[(u32, sdk::ExistingPod)]) -> Result<(), CallError> {
         self.mirror_change(|i| i.upsert_pods(pods))

@@ -890,6 +890,15 @@ mod tests {
         settling: bool,
         fail_next: Arc<std::sync::atomic::AtomicBool>,
     ) -> FrameworkInstance {
+        counting_reuse_ignoring_usage(settling, fail_next, false)
+    }
+
+    /// [`counting_reuse`], whose plans ignore usage if `plan_ignores_usage`.
+    fn counting_reuse_ignoring_usage(
+        settling: bool,
+        fail_next: Arc<std::sync::atomic::AtomicBool>,
+        plan_ignores_usage: bool,
+    ) -> FrameworkInstance {
         FrameworkInstance {
             stats: Arc::default(),
             inner: Box::new(CountingInstance {
@@ -913,6 +922,7 @@ mod tests {
                     reads_groups: false,
                     post_filter: false,
                     queue_sort: false,
+                    plan_ignores_usage,
                 },
                 set_pods: 0,
                 fail_next,
@@ -973,6 +983,26 @@ mod tests {
             .expect("usage");
         let after = reuse.set_pod(&tolerating("p", "gpu")).expect("set-pod");
         assert_eq!(call_of(&after), "call 3", "after a mirror change");
+    }
+
+    #[test]
+    fn usage_leaves_the_plans_of_a_plugin_that_ignores_it_standing() {
+        let mut reuse = counting_reuse_ignoring_usage(false, Arc::default(), true);
+        let set_pod = |reuse: &mut FrameworkInstance, name: &str| {
+            call_of(&reuse.set_pod(&tolerating(name, "gpu")).expect("set-pod"))
+        };
+        assert_eq!(set_pod(&mut reuse, "a"), "call 1");
+        reuse
+            .update_usage(&[(0, &sdk::NodeUsage::default())])
+            .expect("usage");
+        assert_eq!(set_pod(&mut reuse, "b"), "call 1", "after usage alone");
+        let node = sdk::NodeInfo::default();
+        reuse.upsert_nodes(&[(0, &node)]).expect("upsert");
+        assert_eq!(
+            set_pod(&mut reuse, "c"),
+            "call 2",
+            "a node change still counts"
+        );
     }
 
     #[test]
@@ -1155,6 +1185,7 @@ mod tests {
                     reads_groups: false,
                     post_filter: false,
                     queue_sort: false,
+                    plan_ignores_usage: false,
                 },
                 sent: self.sent.clone(),
             }))

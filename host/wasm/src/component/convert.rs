@@ -413,6 +413,7 @@ impl From<wit::Descriptor> for sdk::Descriptor {
             reads_groups: false,
             post_filter: false,
             queue_sort: false,
+            plan_ignores_usage: false,
         }
     }
 }

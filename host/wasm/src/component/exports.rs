@@ -401,3 +401,76 @@ pub(super) fn batched_export(
     };
     func.typed(&*store).map(Some)
 }
+
+/// The interface through which a component whose plans depend on the pod alone takes usage
+/// changes with its next filter or score call.
+pub const USAGE_WITH_CALLS_INTERFACE: &str = "wasched:plugin/usage-with-calls@0.2.1";
+
+/// A call of [`USAGE_WITH_CALLS_INTERFACE`]: the encoded changes and the node ids, then what the
+/// plain call answers.
+pub(super) type WithUsage<'a, Answer> = TypedFunc<(&'a [u8], &'a [u32]), (Answer,)>;
+
+/// The calls of [`USAGE_WITH_CALLS_INTERFACE`], type-checked when the instance starts.
+#[derive(Clone, Copy)]
+pub(super) struct UsageWithCallsExports {
+    pub(super) plans_ignore_usage: TypedFunc<(), (bool,)>,
+    pub(super) apply_and_filter: Func,
+    pub(super) apply_and_score: Func,
+}
+
+impl UsageWithCallsExports {
+    pub(super) fn apply_and_filter<'a>(&self) -> WithUsage<'a, wit::FilterResults> {
+        // SAFETY: `usage_with_calls_exports` checked this type when the instance started.
+        unsafe { TypedFunc::new_unchecked(self.apply_and_filter) }
+    }
+
+    pub(super) fn apply_and_score<'a>(&self) -> WithUsage<'a, Vec<i64>> {
+        // SAFETY: as in `apply_and_filter`.
+        unsafe { TypedFunc::new_unchecked(self.apply_and_score) }
+    }
+}
+
+/// The functions of [`USAGE_WITH_CALLS_INTERFACE`] of `instance`, if it exports it.
+pub(super) fn usage_with_calls_exports(
+    store: &mut Store<StoreState>,
+    instance: &Instance,
+) -> wasmtime::Result<Option<UsageWithCallsExports>> {
+    let Some([plans_ignore_usage, apply_and_filter, apply_and_score]) = interface_funcs(
+        store,
+        instance,
+        USAGE_WITH_CALLS_INTERFACE,
+        ["plans-ignore-usage", "apply-and-filter", "apply-and-score"],
+    )?
+    else {
+        return Ok(None);
+    };
+    apply_and_filter.typed::<(&[u8], &[u32]), (wit::FilterResults,)>(&*store)?;
+    apply_and_score.typed::<(&[u8], &[u32]), (Vec<i64>,)>(&*store)?;
+    Ok(Some(UsageWithCallsExports {
+        plans_ignore_usage: plans_ignore_usage.typed(&*store)?,
+        apply_and_filter,
+        apply_and_score,
+    }))
+}
+
+/// Asks the component whether its plans ignore usage (once, after `init`) and puts the answer
+/// into `descriptor`. The held changes it then gets with its calls are bytes, so only a
+/// component exporting [`ENCODED_INTERFACE`] may say yes.
+pub(super) fn declare_usage_with_calls(
+    store: &mut Store<StoreState>,
+    exports: &UsageWithCallsExports,
+    encoded: bool,
+    descriptor: &mut sdk::Descriptor,
+) -> wasmtime::Result<()> {
+    let (ignores,) = exports
+        .plans_ignore_usage
+        .call(&mut *store, ())
+        .map_err(|e| e.context("trapped saying whether its plans ignore usage"))?;
+    if ignores && !encoded {
+        return Err(wasmtime::Error::msg(format!(
+            "says its plans ignore usage without {ENCODED_INTERFACE}, through which usage would come"
+        )));
+    }
+    descriptor.plan_ignores_usage = ignores;
+    Ok(())
+}

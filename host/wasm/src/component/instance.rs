@@ -26,6 +26,9 @@ pub(super) struct ComponentInstance {
     /// The exports of [`GROUPS_INTERFACE`], when the component has them and reads groups:
     /// Permit and Unreserve go through them instead.
     pub(super) groups: Option<GroupsExports>,
+    /// The exports of [`USAGE_WITH_CALLS_INTERFACE`], when the component has them and its plans
+    /// ignore usage: held updates then go with a filter or score call.
+    pub(super) usage_with_calls: Option<UsageWithCallsExports>,
     /// Pod and usage updates held back for the next `set-pod`: as bytes with `encoded`, as
     /// records with `batched`, none without either.
     pub(super) held: Option<Held>,
@@ -133,6 +136,24 @@ impl ComponentInstance {
                 Ok(())
             }
         }
+    }
+
+    /// For a component that takes usage with its calls and has updates held: the held updates
+    /// written into `input`, the next call armed for them and `nodes`, and the exports to call
+    /// with them. None when nothing is held or the component takes them only through `apply`.
+    pub(super) fn usage_with_call(&mut self, nodes: usize) -> Option<UsageWithCallsExports> {
+        let usage = self.usage_with_calls?;
+        let Some(Held::Bytes(held)) = &mut self.held else {
+            return None;
+        };
+        let count = held.count();
+        if count == 0 {
+            return None;
+        }
+        self.input.clear();
+        held.write(&mut self.input);
+        self.arm_for(PER_NODE_ALLOWANCE * nodes as u32 + SYNC_PER_NODE_ALLOWANCE * count as u32);
+        Some(usage)
     }
 
     /// Holds an update back if the component takes updates with its pods (`add` holds it),
@@ -390,9 +411,18 @@ impl PluginInstance for ComponentInstance {
     }
 
     fn filter(&mut self, ids: &[u32], out: &mut sdk::FilterResults) -> Result<(), CallError> {
-        self.send_held()?;
-        self.arm(ids.len());
-        let results = call!(self, call_filter, filter, ids).map_err(|e| trapped("filter", e))?;
+        let results = match self.usage_with_call(ids.len()) {
+            Some(usage) => usage
+                .apply_and_filter()
+                .call(&mut self.store, (&self.input, ids))
+                .map(|(results,)| results)
+                .map_err(|e| trapped("apply-and-filter", e))?,
+            None => {
+                self.send_held()?;
+                self.arm(ids.len());
+                call!(self, call_filter, filter, ids).map_err(|e| trapped("filter", e))?
+            }
+        };
         check_failures("filter", &results.failures, ids.len())?;
         let results = sdk::FilterResults {
             verdicts: results.verdicts,
@@ -406,9 +436,18 @@ impl PluginInstance for ComponentInstance {
     }
 
     fn score(&mut self, ids: &[u32], out: &mut Vec<i64>) -> Result<(), CallError> {
-        self.send_held()?;
-        self.arm(ids.len());
-        let scores = call!(self, call_score, score, ids).map_err(|e| trapped("score", e))?;
+        let scores = match self.usage_with_call(ids.len()) {
+            Some(usage) => usage
+                .apply_and_score()
+                .call(&mut self.store, (&self.input, ids))
+                .map(|(scores,)| scores)
+                .map_err(|e| trapped("apply-and-score", e))?,
+            None => {
+                self.send_held()?;
+                self.arm(ids.len());
+                call!(self, call_score, score, ids).map_err(|e| trapped("score", e))?
+            }
+        };
         check_len("score", scores.len(), ids.len())?;
         if out.is_empty() {
             *out = scores;

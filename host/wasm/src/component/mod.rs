@@ -524,6 +524,8 @@ impl ComponentFactory {
             devices: devices_exports(store, instance)
                 .map_err(|e| wrong_type(DEVICES_INTERFACE, e))?,
             groups: groups_exports(store, instance).map_err(|e| wrong_type(GROUPS_INTERFACE, e))?,
+            usage_with_calls: usage_with_calls_exports(store, instance)
+                .map_err(|e| wrong_type(USAGE_WITH_CALLS_INTERFACE, e))?,
         })
     }
 
@@ -576,6 +578,11 @@ impl ComponentFactory {
                         declare_groups(&mut store, groups, encoded, descriptor)
                             .map_err(|e| LoadError(format!("plugin {}: {e:#}", self.name)))?;
                     }
+                    if let Some(usage) = &optional.usage_with_calls {
+                        let encoded = optional.encoded.is_some();
+                        declare_usage_with_calls(&mut store, usage, encoded, descriptor)
+                            .map_err(|e| LoadError(format!("plugin {}: {e:#}", self.name)))?;
+                    }
                 }
                 (Exports::Current(Box::new(world)), descriptor)
             }
@@ -602,6 +609,7 @@ impl ComponentFactory {
         })?;
         let reads_devices = descriptor.reads_devices;
         let reads_groups = descriptor.reads_groups;
+        let plan_ignores_usage = descriptor.plan_ignores_usage;
         let placed_volumes = descriptor
             .reads_existing_pods
             .contains(sdk::ExistingPodParts::VOLUMES);
@@ -624,6 +632,7 @@ impl ComponentFactory {
             reserve: optional.reserve,
             devices: optional.devices.filter(|_| reads_devices),
             groups: optional.groups.filter(|_| reads_groups),
+            usage_with_calls: optional.usage_with_calls.filter(|_| plan_ignores_usage),
             input: Vec::new(),
             calls: 0,
         })
@@ -640,6 +649,7 @@ struct OptionalExports {
     details: Option<DetailsFunc>,
     devices: Option<DevicesExports>,
     groups: Option<GroupsExports>,
+    usage_with_calls: Option<UsageWithCallsExports>,
 }
 
 fn ticks(timeout: Duration) -> u64 {

@@ -254,6 +254,67 @@ fn held_back_updates_go_with_the_next_pod_sent(sending: Sending) {
 }
 
 #[test]
+fn usage_after_a_placement_goes_with_the_next_filter_or_score_of_a_plugin_whose_plans_ignore_it() {
+    for name in ["NodeResourcesFit", "NodeResourcesBalancedAllocation"] {
+        let (wasm, native) = instances(name);
+        assert!(wasm.descriptor.plan_ignores_usage, "{name} says so");
+        assert!(
+            native.descriptor().plan_ignores_usage,
+            "{name}, natively too"
+        );
+        assert!(
+            wasm.usage_with_calls.is_some(),
+            "{USAGE_WITH_CALLS_INTERFACE}"
+        );
+    }
+    let (mut wasm, _) = instances("NodeResourcesFit");
+    let nodes: Vec<sdk::NodeInfo> = (0..2).map(node).collect();
+    let entries: Vec<(u32, &sdk::NodeInfo)> = (0u32..).zip(&nodes).collect();
+    wasm.upsert_nodes(&entries).unwrap();
+    let pod = sdk::Pod {
+        requests: sdk::Resources {
+            milli_cpu: 1000,
+            ..sdk::Resources::default()
+        },
+        ..sdk::Pod::default()
+    };
+    wasm.set_pod(&pod).unwrap();
+    let full = sdk::NodeUsage {
+        requested: sdk::Resources {
+            milli_cpu: 3500,
+            ..sdk::Resources::default()
+        },
+        pod_count: 1,
+        ..sdk::NodeUsage::default()
+    };
+    let before = wasm.calls;
+    wasm.update_usage(&[(0, &full)]).unwrap();
+    assert_eq!(wasm.calls, before, "the usage is held back");
+    let mut results = sdk::FilterResults::default();
+    wasm.filter(&[0, 1], &mut results).unwrap();
+    assert_eq!(wasm.calls, before + 1, "one call: the usage, then filter");
+    let reasons = |k: usize| results.failure(k).map(|f| f.reasons.clone());
+    assert_eq!(
+        reasons(0),
+        Some(vec!["Insufficient cpu".into()]),
+        "n0 is full"
+    );
+    assert_eq!(reasons(1), None);
+
+    wasm.update_usage(&[(1, &full)]).unwrap();
+    let mut scores = Vec::new();
+    wasm.score(&[0, 1], &mut scores).unwrap();
+    assert_eq!(wasm.calls, before + 2, "one call: the usage, then score");
+    let (_, mut native) = instances("NodeResourcesFit");
+    native.upsert_nodes(&entries).unwrap();
+    native.update_usage(&[(0, &full), (1, &full)]).unwrap();
+    native.set_pod(&pod).unwrap();
+    let mut expected = Vec::new();
+    native.score(&[0, 1], &mut expected).unwrap();
+    assert_eq!(scores, expected, "both nodes scored with their new usage");
+}
+
+#[test]
 fn a_component_without_the_batched_interface_gets_each_update_at_once() {
     let (mut wasm, _) = instances_sending("InterPodAffinity", Sending::Plain);
     let nodes: Vec<sdk::NodeInfo> = (0..4).map(node).collect();
