@@ -500,4 +500,49 @@ mod tests {
     fn kube_scheduler_rows() {
         wasched_sdk::testing::check::<DynamicResources>(&cases());
     }
+
+    #[test]
+    fn devices_of_nodes_long_gone_are_let_go_and_the_rest_still_allocate() {
+        use wasched_sdk::{Driver, FilterResults};
+        let mut driver = Driver::<DynamicResources>::new("{}").unwrap();
+        let h100s = selecting(
+            request("gpu", 2),
+            "device.attributes['gpu.example.com'].model == 'h100'",
+        );
+        let job = claiming(vec![claim("gpus", vec![h100s])]);
+        let h100 = |name: &str| gpu(name, "h100", "80Gi", "0");
+        let a100 = |name: &str| gpu(name, "a100", "40Gi", "0");
+        let fits = |driver: &mut Driver<DynamicResources>, ids: &[u32]| {
+            driver.set_pod(job.clone());
+            let mut out = FilterResults::default();
+            driver.filter(ids, &mut out);
+            (0..ids.len())
+                .map(|k| out.failure(k).is_none())
+                .collect::<Vec<_>>()
+        };
+        // The first devices numbered are A100s, and what they matched is remembered by number.
+        let first = vec![a100("gpu-0"), a100("gpu-1"), a100("gpu-2")];
+        driver.upsert_nodes([(1, gpu_node("first", first))]);
+        assert_eq!(fits(&mut driver, &[1]), [false]);
+        driver.upsert_nodes([(0, gpu_node("stays", vec![h100("gpu-0"), h100("gpu-1")]))]);
+        // Node id 1 is given to a new node, with a pool of its own, again and again.
+        for i in 0..3_000 {
+            driver.upsert_nodes([(1, gpu_node(&format!("n{i}"), vec![a100("gpu-0")]))]);
+            driver.set_pod(job.clone());
+        }
+        let devices = driver.plugin().devices.len();
+        assert!(
+            devices <= 2 * 3 + 1024 + 1,
+            "{devices} devices kept for 3 published"
+        );
+        // Renumbered, the H100s that stayed took numbers the A100s matched under.
+        driver.upsert_nodes([(1, gpu_node("last", vec![h100("gpu-0"), h100("gpu-1")]))]);
+        assert_eq!(fits(&mut driver, &[0, 1]), [true, true]);
+        driver.upsert_nodes([(1, gpu_node("a100s", vec![a100("gpu-0"), a100("gpu-1")]))]);
+        assert_eq!(
+            fits(&mut driver, &[0, 1]),
+            [true, false],
+            "an A100 is no H100"
+        );
+    }
 }

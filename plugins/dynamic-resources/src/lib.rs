@@ -59,6 +59,8 @@ pub struct DynamicResources {
     matched: RefCell<Vec<Vec<Option<Matched>>>>,
     /// Per device number, its driver, pool and device, for evaluating.
     devices: Vec<(String, String, Device)>,
+    /// How many device numbers `node_devices` holds, counted with repeats.
+    held_numbers: usize,
     pod: PodState,
 }
 
@@ -120,6 +122,39 @@ impl DynamicResources {
         self.matched.borrow_mut().push(Vec::new());
         self.selector_sets.insert(key, id);
         id
+    }
+
+    /// Devices no node publishes any more (a node gone, its slices republished) are let go once
+    /// they outnumber those held, and the rest renumbered: without this a scheduler in a cluster
+    /// whose nodes come and go keeps every device it ever saw, and what it matched against
+    /// each. Called before a pod is prepared, when nothing of the last pod's numbers is kept.
+    fn release_unheld_devices(&mut self) {
+        if self.devices.len() <= 2 * self.held_numbers + 1024 {
+            return;
+        }
+        let mut renumbered = vec![u32::MAX; self.devices.len()];
+        let mut devices = Vec::new();
+        for pools in self.node_devices.values_mut() {
+            for number in pools.iter_mut().flatten() {
+                let Some(new) = renumbered.get_mut(*number as usize) else {
+                    continue;
+                };
+                if *new == u32::MAX {
+                    *new = devices.len() as u32;
+                    devices.push(std::mem::take(&mut self.devices[*number as usize]));
+                }
+                *number = *new;
+            }
+        }
+        self.device_ids = (0u32..)
+            .zip(&devices)
+            .map(|(n, d)| (d.clone(), n))
+            .collect();
+        self.devices = devices;
+        // Matches are by device number: worked out again as they are needed.
+        for row in self.matched.get_mut() {
+            row.clear();
+        }
     }
 
     /// The device numbers of `pools` (a node's), looked up by content.
@@ -320,8 +355,10 @@ impl Plugin for DynamicResources {
     }
 
     fn node_upserted(&mut self, id: NodeId, node: &NodeInfo) {
+        if let Some(old) = self.node_devices.remove(&id) {
+            self.held_numbers -= old.iter().map(Vec::len).sum::<usize>();
+        }
         if node.device_pools.is_empty() {
-            self.node_devices.remove(&id);
             return;
         }
         let mut numbers = Vec::with_capacity(node.device_pools.len());
@@ -338,6 +375,7 @@ impl Plugin for DynamicResources {
             }
             numbers.push(of_pool);
         }
+        self.held_numbers += numbers.iter().map(Vec::len).sum::<usize>();
         self.node_devices.insert(id, numbers);
     }
 
@@ -347,6 +385,7 @@ impl Plugin for DynamicResources {
 
     fn prepare(&mut self, pod: &Pod, _nodes: &Nodes) -> PodPlan {
         self.pod = PodState::default();
+        self.release_unheld_devices();
         let plan = |filter| PodPlan {
             filter,
             score: false,
