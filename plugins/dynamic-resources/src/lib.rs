@@ -124,10 +124,11 @@ impl DynamicResources {
         id
     }
 
-    /// Devices no node publishes any more (a node gone, its slices republished) are let go once
-    /// they outnumber those held, and the rest renumbered: without this a scheduler in a cluster
-    /// whose nodes come and go keeps every device it ever saw, and what it matched against
-    /// each. Called before a pod is prepared, when nothing of the last pod's numbers is kept.
+    /// Devices no node publishes any more (its slices republished, or its node's id given to a
+    /// new node: the host reuses the ids of removed nodes) are let go once they outnumber those
+    /// held, and the rest renumbered: without this a scheduler in a cluster whose nodes come and
+    /// go keeps every device it ever saw, and what it matched against each. Called before a pod
+    /// is prepared, when nothing of the last pod's numbers is kept.
     fn release_unheld_devices(&mut self) {
         if self.devices.len() <= 2 * self.held_numbers + 1024 {
             return;
