@@ -6,6 +6,9 @@
 #![warn(missing_docs)]
 
 use std::collections::HashMap;
+use std::sync::Arc;
+
+use wasched_sdk::helpers::Interner;
 
 use wasched_sdk::{
     ExistingPodParts, ExistingPodRef, Failure, FilterPlan, FilterPlugin, FilterResults, NodeId,
@@ -172,74 +175,42 @@ impl Interned {
     }
 }
 
-/// A node without a CSINode, which no driver limits.
-const NO_CSI_NODE: u32 = u32::MAX;
+/// A CSINode's `spec.drivers` as (driver id, `allocatable.count`), in order.
+type Limits = Vec<(u32, Option<i32>)>;
 
-/// Each node's CSINode limits by small ids: nodes with equal lists share one list of (driver
-/// id, count) pairs, so Filter compares integers in a list that stays in the cache rather than
-/// driver names behind three pointers per node (`volume-limits` at 5,000 nodes: 17.6 µs a pod
-/// as WebAssembly, 8.4 natively, before).
+/// Each node's CSINode limits by node id, as driver ids: nodes with equal CSINodes share one
+/// list, so Filter compares integers in a list that stays in the cache rather than driver
+/// names behind three pointers per node (`volume-limits` at 5,000 nodes: 17.6 µs a pod as
+/// WebAssembly, 8.4 natively, before).
 #[derive(Default)]
 struct LimitSets {
-    /// Per node id: its list's index in `lists`, or [`NO_CSI_NODE`].
-    of_node: Vec<u32>,
-    /// `spec.drivers` of the CSINodes, as (driver id, `allocatable.count`), in order.
-    lists: Vec<Vec<(u32, Option<i32>)>>,
-    ids: HashMap<Vec<(u32, Option<i32>)>, u32>,
+    /// Per node id: its CSINode's limits; none without a CSINode.
+    of_node: Vec<Option<Arc<Limits>>>,
+    /// One shared copy of each distinct list, forgotten with the last node holding it.
+    lists: Interner<Limits>,
 }
 
 impl LimitSets {
-    fn set(&mut self, id: NodeId, list: Option<Vec<(u32, Option<i32>)>>) {
+    fn set(&mut self, id: NodeId, list: Option<Limits>) {
         let id = id as usize;
         if self.of_node.len() <= id {
-            self.of_node.resize(id + 1, NO_CSI_NODE);
+            self.of_node.resize(id + 1, None);
         }
-        self.of_node[id] = match list {
-            None => NO_CSI_NODE,
-            Some(list) => match self.ids.get(&list) {
-                Some(&known) => known,
-                None => {
-                    let next = self.lists.len() as u32;
-                    self.lists.push(list.clone());
-                    self.ids.insert(list, next);
-                    next
-                }
-            },
-        };
-        self.compact_if_sparse();
+        let list = list.map(|list| self.lists.intern(list));
+        if let Some(old) = std::mem::replace(&mut self.of_node[id], list) {
+            self.lists.release(old);
+        }
     }
 
     /// The limit node `id`'s CSINode gives `driver`: none without a CSINode, a driver it does
     /// not name, or a count it leaves out (unlimited). The first entry for a driver counts.
     fn limit(&self, id: NodeId, driver: u32) -> Option<i32> {
-        let list = *self.of_node.get(id as usize)?;
-        let list = self.lists.get(list as usize)?;
+        let list = self.of_node.get(id as usize)?.as_ref()?;
         list.iter().find(|&&(d, _)| d == driver)?.1
     }
 
     fn has_csi_node(&self, id: NodeId) -> bool {
-        self.of_node
-            .get(id as usize)
-            .is_some_and(|&list| list != NO_CSI_NODE)
-    }
-
-    /// Lists no node holds any more stay until they outnumber the node ids; then only the held
-    /// ones are kept, so CSINodes that change again and again cannot grow the table without
-    /// bound. (A removed node's id keeps its list until the id is reused, which bounds it too.)
-    fn compact_if_sparse(&mut self) {
-        if self.lists.len() <= 2 * self.of_node.len() + 64 {
-            return;
-        }
-        let mut renumbered: HashMap<u32, u32> = HashMap::new();
-        let mut lists = Vec::new();
-        for list in self.of_node.iter_mut().filter(|l| **l != NO_CSI_NODE) {
-            *list = *renumbered.entry(*list).or_insert_with(|| {
-                lists.push(std::mem::take(&mut self.lists[*list as usize]));
-                lists.len() as u32 - 1
-            });
-        }
-        self.ids = (0u32..).zip(&lists).map(|(i, l)| (l.clone(), i)).collect();
-        self.lists = lists;
+        matches!(self.of_node.get(id as usize), Some(Some(_)))
     }
 }
 
@@ -815,7 +786,7 @@ mod tests {
         }
         let lists = driver.plugin().limits.lists.len();
         assert!(lists <= 2 * 4 + 64 + 1, "{lists} lists for 4 nodes");
-        // The last round's limits still hold after every compaction: 1996..=1999.
+        // The last round's limits still hold after every list let go: 1996..=1999.
         assert_eq!(fitting(&mut driver, 1997, 4), [false, true, true, true]);
     }
 }
