@@ -102,6 +102,8 @@ pub struct Nodes {
     member_positions: Vec<u32>,
     /// Present when the plugin asked for it ([`crate::Plugin::INDEXES_LABELS`]).
     labels: Option<LabelIndex>,
+    /// How many times the label index was rebuilt ([`Nodes::label_ids_epoch`]).
+    label_rebuilds: u64,
     /// Changes whenever a node is added, replaced or removed.
     generation: u64,
     /// The pods on the nodes, when the plugin reads them ([`crate::Plugin::READS_EXISTING_PODS`]).
@@ -316,6 +318,7 @@ impl Nodes {
             taint_set_members: vec![Vec::new()],
             member_positions: Vec::new(),
             labels: index_labels.then(LabelIndex::default),
+            label_rebuilds: 0,
             generation: 0,
             pods: PodMirror::default(),
             namespaces: HashMap::new(),
@@ -419,6 +422,14 @@ impl Nodes {
     pub fn label_value_id(&self, column: LabelColumnId, value: &str) -> Option<u32> {
         let index = self.labels.as_ref()?;
         index.columns[column.0].ids.get(value).copied()
+    }
+
+    /// A number that stays the same for as long as every label column id and value id keeps the
+    /// key and text it stands for. Ids are only added as nodes bring new labels, except when the
+    /// index drops the values of nodes long gone, which numbers them again and changes this: a
+    /// plugin may keep what it worked out per value id across cycles while this holds.
+    pub fn label_ids_epoch(&self) -> u64 {
+        self.label_rebuilds
     }
 
     /// The nodes whose value of `column` is `value` ([`Nodes::nodes_with_label`] by value id).
@@ -694,6 +705,7 @@ impl Nodes {
             }
         }
         self.labels = Some(rebuilt);
+        self.label_rebuilds += 1;
     }
 
     pub(crate) fn update_usage(&mut self, id: u32, usage: NodeUsage) {
@@ -930,15 +942,24 @@ mod tests {
     #[test]
     fn churn_of_one_off_label_values_is_compacted() {
         let mut nodes = Nodes::new(true);
+        let mut epochs = vec![nodes.label_ids_epoch()];
         for round in 0..5_000 {
             let name = format!("node-{round}");
             nodes.upsert(
                 round % 4,
                 labelled(&[("kubernetes.io/hostname", name.as_str())]),
             );
+            let column = nodes.label_column("kubernetes.io/hostname").unwrap();
+            let value = nodes.label_value(column, round % 4);
+            if nodes.label_ids_epoch() != *epochs.last().unwrap() {
+                epochs.push(nodes.label_ids_epoch());
+            }
+            assert_eq!(nodes.label_value_text(column, value), Some(name.as_str()));
         }
         let index = nodes.labels.as_ref().unwrap();
         assert!(index.interned <= 2 * index.live_pairs + 1024 + 1);
+        // Each compaction numbered the values again, and said so.
+        assert!(epochs.len() > 4, "{epochs:?}");
         let last = nodes.label_test("kubernetes.io/hostname", |v| v == Some("node-4999"));
         assert_eq!((0..4).filter(|&id| nodes.passes(id, &last)).count(), 1);
     }

@@ -1,0 +1,78 @@
+//! The batch filter finds each node's host through the mirror's label index and remembers what
+//! each hostname value stands for. Checked against the one-node filter, which reads the node's
+//! labels, as volumes are pinned to hosts already looked up and as the mirror numbers its labels
+//! again.
+
+use wasched_sdk::{Driver, Exported, FilterResults, NodeId, NodeInfo};
+
+use crate::cases::{claiming, class, host, local, offered, waiting};
+use crate::VolumeBinding;
+
+const LOCAL: &str = "kubernetes.io/no-provisioner";
+
+/// A mirror with `nodes` (ids 0, 1, ...) and a pod whose one claim waits for a local volume.
+fn driver(nodes: Vec<NodeInfo>) -> Driver<VolumeBinding> {
+    let mut driver = Driver::<VolumeBinding>::new("{}").expect("no configuration");
+    driver.upsert_nodes((0u32..).zip(nodes));
+    driver
+}
+
+fn pin(driver: &mut Driver<VolumeBinding>, name: &str, on: &str) {
+    let local_class = class("local", "WaitForFirstConsumer", LOCAL);
+    driver.upsert_volumes(offered(&local_class, vec![local(name, 20, on)]));
+}
+
+/// Whether each of `ids` passes, by the batch filter; asserts the one-node filter agrees.
+fn passing(driver: &mut Driver<VolumeBinding>, ids: &[NodeId]) -> Vec<bool> {
+    let pod = claiming(vec![Some(waiting(
+        10,
+        class("local", "WaitForFirstConsumer", LOCAL),
+    ))]);
+    driver.set_pod(pod.clone());
+    let mut out = FilterResults::default();
+    driver.filter(ids, &mut out);
+    let batched: Vec<bool> = out.verdicts.iter().map(|&v| v == 0).collect();
+    let one_by_one: Vec<bool> = ids
+        .iter()
+        .map(|&id| {
+            let node = driver.nodes().get(id).expect("node in the mirror");
+            driver.plugin().filter_one(&pod, node).is_ok()
+        })
+        .collect();
+    assert_eq!(batched, one_by_one, "batch and one-node filters disagree");
+    batched
+}
+
+#[test]
+fn a_host_given_a_volume_after_it_was_looked_up_passes() {
+    let mut driver = driver(vec![host("a", "z1"), host("b", "z1")]);
+    pin(&mut driver, "pv-a", "a");
+    assert_eq!(passing(&mut driver, &[0, 1]), [true, false]);
+    pin(&mut driver, "pv-b", "b");
+    assert_eq!(passing(&mut driver, &[0, 1]), [true, true]);
+}
+
+#[test]
+fn hosts_stay_right_when_the_mirror_numbers_its_labels_again() {
+    let mut driver = driver(vec![host("a", "z1"), host("x", "z1")]);
+    pin(&mut driver, "pv-a", "a");
+    pin(&mut driver, "pv-b", "b");
+    // Node 1 takes a new hostname again and again; each is looked up while it has no volume,
+    // until the mirror drops the values gone and numbers the rest again.
+    let mut relabels = 0;
+    while driver.nodes().label_ids_epoch() == 0 {
+        relabels += 1;
+        assert!(relabels < 10_000, "the mirror never compacted its labels");
+        driver.upsert_nodes([(1, host(&format!("x{relabels}"), "z1"))]);
+        assert_eq!(passing(&mut driver, &[0, 1]), [true, false]);
+    }
+    // Every value id the new numbering gives out was looked up under the old one.
+    for more in 0..relabels {
+        driver.upsert_nodes([(1, host(&format!("y{more}"), "z1"))]);
+        assert_eq!(passing(&mut driver, &[0, 1]), [true, false]);
+        if more % 97 == 0 {
+            driver.upsert_nodes([(1, host("b", "z1"))]);
+            assert_eq!(passing(&mut driver, &[0, 1]), [true, true], "after {more}");
+        }
+    }
+}
