@@ -355,6 +355,26 @@ pub fn cases() -> Vec<Case> {
                         },
                     ])),
         Case::filter(
+            "a volume of another attributes class is skipped",
+            claiming(vec![Some(ClaimInfo {
+                volume_attributes_class_name: Some("gold".into()),
+                ..waiting(1, local_class())
+            })]),
+            three(),
+            vec![bind_conflict(), pass(), bind_conflict()],
+        )
+        .with_volumes(offered(&local_class(), vec![
+                        local("pv-1", 1, "n1"),
+                        VolumeInfo {
+                            volume_attributes_class_name: Some("gold".into()),
+                            ..local("pv-2", 1, "n2")
+                        },
+                        VolumeInfo {
+                            volume_attributes_class_name: Some("silver".into()),
+                            ..local("pv-3", 1, "n3")
+                        },
+                    ])),
+        Case::filter(
             "a volume pre-bound to the claim decides alone: only its node",
             claiming(vec![Some(waiting(1, local_class()))]),
             three(),

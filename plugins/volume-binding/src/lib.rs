@@ -157,6 +157,50 @@ struct VolumeIndex {
     classes: FastMap<String, ClassVolumes>,
     /// Every host a volume was ever pinned to, numbered; the numbers are never reused.
     hosts: FastMap<String, HostId>,
+    /// Every [`Shape`] of a volume pinned to a host, numbered in `shape_list`'s order.
+    shapes: FastMap<Shape, u32>,
+    shape_list: Vec<Shape>,
+}
+
+/// What a claim asks of a volume's kind, as a pinned volume has it: its mode, attributes class
+/// and access modes. Volumes share a handful of shapes, so a pod's claim is checked against each
+/// shape once rather than against each volume's strings on every node.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Shape {
+    volume_mode: String,
+    attributes_class: Option<String>,
+    access_modes: Vec<String>,
+}
+
+impl Shape {
+    fn of(volume: &VolumeInfo) -> Shape {
+        Shape {
+            volume_mode: volume.volume_mode.clone(),
+            attributes_class: volume.volume_attributes_class_name.clone(),
+            access_modes: volume.access_modes.clone(),
+        }
+    }
+
+    /// [`bindable`]'s checks of these fields.
+    fn fits(&self, claim: &ClaimInfo) -> bool {
+        self.volume_mode == claim.volume_mode
+            && self.attributes_class == claim.volume_attributes_class_name
+            && claim
+                .access_modes
+                .iter()
+                .all(|mode| self.access_modes.contains(mode))
+    }
+}
+
+/// An [`offered`] volume pinned to a host, with what a filter checks first kept beside its name:
+/// a node's check reads this record, and the volume itself only for a claim with a selector.
+#[derive(Debug)]
+struct Pinned {
+    name: String,
+    capacity: i64,
+    /// Its [`Shape`]'s number in [`VolumeIndex::shapes`].
+    shape: u32,
+    volume: Arc<VolumeInfo>,
 }
 
 /// A host's number in [`VolumeIndex::hosts`].
@@ -167,8 +211,9 @@ type HostId = u32;
 struct ClassVolumes {
     /// Volumes with a claim reference, by the claim's namespace and name, in name order.
     claimed: FastMap<(String, String), BTreeMap<String, Arc<VolumeInfo>>>,
-    /// [`offered`] volumes pinned to hosts, by host, in name order.
-    on_host: FastMap<HostId, BTreeMap<String, Arc<VolumeInfo>>>,
+    /// [`offered`] volumes pinned to hosts, by host (in no order: a claim takes the smallest,
+    /// the first by name of equals).
+    on_host: FastMap<HostId, Vec<Pinned>>,
     /// The other [`offered`] volumes, in name order.
     elsewhere: BTreeMap<String, Arc<VolumeInfo>>,
 }
@@ -217,11 +262,22 @@ impl VolumeIndex {
                 volumes.insert(name.clone(), Arc::clone(volume));
             }
             Group::OnHosts(hosts) => {
+                let next = self.shape_list.len() as u32;
+                let shape = *self.shapes.entry(Shape::of(volume)).or_insert(next);
+                if shape == next {
+                    self.shape_list.push(Shape::of(volume));
+                }
                 for host in hosts {
                     let next = self.hosts.len() as HostId;
                     let host = *self.hosts.entry(host.clone()).or_insert(next);
                     let volumes = class.on_host.entry(host).or_default();
-                    volumes.insert(name.clone(), Arc::clone(volume));
+                    volumes.retain(|v| v.name != *name);
+                    volumes.push(Pinned {
+                        name: name.clone(),
+                        capacity: volume.capacity,
+                        shape,
+                        volume: Arc::clone(volume),
+                    });
                 }
             }
             Group::Elsewhere => {
@@ -243,7 +299,12 @@ impl VolumeIndex {
             }
             Group::OnHosts(hosts) => {
                 for host in hosts.iter().filter_map(|h| self.hosts.get(h)) {
-                    remove_named(&mut class.on_host, host, &volume.name);
+                    if let Some(volumes) = class.on_host.get_mut(host) {
+                        volumes.retain(|v| v.name != volume.name);
+                        if volumes.is_empty() {
+                            class.on_host.remove(host);
+                        }
+                    }
                 }
             }
             Group::Elsewhere => {
@@ -288,6 +349,8 @@ struct WaitingClaim {
     /// The CSIStorageCapacities of the claim's class, when its driver reports capacity and the
     /// claim requests storage: one with room for it must be for the node.
     capacities: Option<Vec<StorageCapacity>>,
+    /// Per [`Shape`] number: whether the claim can take a volume of that shape.
+    shape_fits: Vec<bool>,
 }
 
 /// Whether a claim can be provisioned for a node (kube-scheduler's `checkVolumeProvisions`).
@@ -310,6 +373,7 @@ impl WaitingClaim {
             prebound: Vec::new(),
             elsewhere: Vec::new(),
             capacities: None,
+            shape_fits: Vec::new(),
         };
         let Some(class) = class else {
             return waiting;
@@ -358,8 +422,8 @@ impl WaitingClaim {
             .zip(host)
             .and_then(|(class, host)| class.on_host.get(&host))
             .into_iter()
-            .flat_map(BTreeMap::values)
-            .filter(|v| bindable(v, &self.claim))
+            .flatten()
+            .filter(|v| self.takes(v))
             .map(|v| (v.capacity, v.name.as_str()));
         let elsewhere = self
             .elsewhere
@@ -371,6 +435,22 @@ impl WaitingClaim {
             .filter(|&(_, name)| free(name))
             .min()
             .map(|(_, name)| name)
+    }
+
+    /// [`bindable`] for a pinned volume, from its record and the claim's [`Shape`] answers
+    /// (pinned volumes are [`offered`], so none is being deleted).
+    fn takes(&self, pinned: &Pinned) -> bool {
+        pinned.capacity >= self.claim.requested_storage
+            && match self.shape_fits.get(pinned.shape as usize) {
+                Some(&fits) => {
+                    fits && self
+                        .claim
+                        .selector
+                        .as_ref()
+                        .is_none_or(|s| selector_matches(s, &pinned.volume.labels))
+                }
+                None => bindable(&pinned.volume, &self.claim),
+            }
     }
 
     fn provision_on(&self, node: &NodeInfo) -> Provision {
@@ -506,6 +586,7 @@ impl Claims {
                 };
                 let mut waiting = WaitingClaim::new(&pod.namespace, name, claim, offered);
                 waiting.capacities = tracked_capacities(pod, name, claim);
+                waiting.shape_fits = volumes.shape_list.iter().map(|s| s.fits(claim)).collect();
                 claims.waiting.push(waiting);
             } else {
                 immediate = true;
