@@ -50,13 +50,18 @@ pub struct DynamicResources {
     selectors: HashMap<String, Selector>,
     /// Devices by content (driver, pool, the device as published), each given a number once.
     device_ids: HashMap<(String, String, Device), u32>,
-    /// Per node, the numbers of its devices, pool by pool.
-    node_devices: HashMap<NodeId, Vec<Vec<u32>>>,
+    /// Per node id, the numbers of its devices, pool by pool (none for a node without devices).
+    node_devices: Vec<Vec<Vec<u32>>>,
     /// Selector sets by their expressions (class selectors, then the request's): their numbers.
     selector_sets: HashMap<SelectorSetKey, u32>,
     sets: Vec<SelectorSet>,
-    /// Per selector set and device number, what matching gave (computed once).
-    matched: RefCell<Vec<Vec<Option<Matched>>>>,
+    /// Per selector set and device number, what matching gave (computed once): one byte each
+    /// ([`MatchedByte`]), the errors beside them in `match_errors`. With eight devices a node, a
+    /// 50,000-node cluster has 400,000 numbers, and a row of full `Matched` values (56 bytes
+    /// each) missed the cache on every device a filter looked at.
+    matched: RefCell<Vec<Vec<u8>>>,
+    /// What matching gave for the (set, device number) pairs that failed with an error.
+    match_errors: RefCell<HashMap<(u32, u32), Matched>>,
     /// Per device number, its driver, pool and device, for evaluating.
     devices: Vec<(String, String, Device)>,
     /// How many device numbers `node_devices` holds, counted with repeats.
@@ -86,6 +91,17 @@ enum Matched {
         compile: bool,
         message: String,
     },
+}
+
+/// A [`Matched`] as `matched` keeps it.
+struct MatchedByte;
+
+impl MatchedByte {
+    const UNKNOWN: u8 = 0;
+    const YES: u8 = 1;
+    const NO: u8 = 2;
+    /// In `match_errors`.
+    const ERROR: u8 = 3;
 }
 
 /// What PreFilter worked out for the pod.
@@ -135,7 +151,7 @@ impl DynamicResources {
         }
         let mut renumbered = vec![u32::MAX; self.devices.len()];
         let mut devices = Vec::new();
-        for pools in self.node_devices.values_mut() {
+        for pools in &mut self.node_devices {
             for number in pools.iter_mut().flatten() {
                 let Some(new) = renumbered.get_mut(*number as usize) else {
                     continue;
@@ -156,6 +172,7 @@ impl DynamicResources {
         for row in self.matched.get_mut() {
             row.clear();
         }
+        self.match_errors.get_mut().clear();
     }
 
     /// The device numbers of `pools` (a node's), looked up by content.
@@ -230,18 +247,30 @@ impl Matcher for NodeMatcher<'_> {
             .matched
             .borrow()
             .get(set as usize)
-            .and_then(|m| m.get(number as usize).cloned().flatten());
+            .and_then(|m| m.get(number as usize).copied())
+            .unwrap_or(MatchedByte::UNKNOWN);
         let matched = match cached {
-            Some(m) => m,
-            None => {
+            MatchedByte::YES => Matched::Yes,
+            MatchedByte::NO => Matched::No,
+            MatchedByte::ERROR => self.plugin.match_errors.borrow()[&(set, number)].clone(),
+            _ => {
                 let m = self.plugin.evaluate(set, &pool.driver, device);
                 if number != u32::MAX {
+                    let byte = match &m {
+                        Matched::Yes => MatchedByte::YES,
+                        Matched::No => MatchedByte::NO,
+                        Matched::Error { .. } => {
+                            let mut errors = self.plugin.match_errors.borrow_mut();
+                            errors.insert((set, number), m.clone());
+                            MatchedByte::ERROR
+                        }
+                    };
                     let mut all = self.plugin.matched.borrow_mut();
                     let of_set = &mut all[set as usize];
                     if of_set.len() <= number as usize {
-                        of_set.resize(number as usize + 1, None);
+                        of_set.resize(number as usize + 1, MatchedByte::UNKNOWN);
                     }
-                    of_set[number as usize] = Some(m.clone());
+                    of_set[number as usize] = byte;
                 }
                 m
             }
@@ -356,8 +385,9 @@ impl Plugin for DynamicResources {
     }
 
     fn node_upserted(&mut self, id: NodeId, node: &NodeInfo) {
-        if let Some(old) = self.node_devices.remove(&id) {
+        if let Some(old) = self.node_devices.get_mut(id as usize) {
             self.held_numbers -= old.iter().map(Vec::len).sum::<usize>();
+            old.clear();
         }
         if node.device_pools.is_empty() {
             return;
@@ -377,7 +407,10 @@ impl Plugin for DynamicResources {
             numbers.push(of_pool);
         }
         self.held_numbers += numbers.iter().map(Vec::len).sum::<usize>();
-        self.node_devices.insert(id, numbers);
+        if self.node_devices.len() <= id as usize {
+            self.node_devices.resize_with(id as usize + 1, Vec::new);
+        }
+        self.node_devices[id as usize] = numbers;
     }
 
     fn pre_enqueue(&mut self, pod: &Pod) -> Option<Failure> {
@@ -516,9 +549,11 @@ impl FilterPlugin for DynamicResources {
                 continue;
             };
             let looked_up;
-            let numbers = match self.node_devices.get(&id) {
-                Some(numbers) => numbers.as_slice(),
-                None => {
+            let numbers = match self.node_devices.get(id as usize) {
+                Some(numbers) if !numbers.is_empty() || node.device_pools.is_empty() => {
+                    numbers.as_slice()
+                }
+                _ => {
                     looked_up = self.numbers_of(&node.device_pools);
                     looked_up.as_slice()
                 }
