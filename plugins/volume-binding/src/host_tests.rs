@@ -76,3 +76,23 @@ fn hosts_stay_right_when_the_mirror_numbers_its_labels_again() {
         }
     }
 }
+
+#[test]
+fn a_hosts_volumes_come_and_go_one_by_one_and_an_emptied_class_is_dropped() {
+    let mut driver = driver(vec![host("a", "z1"), host("b", "z1")]);
+    pin(&mut driver, "pv-1", "a");
+    pin(&mut driver, "pv-2", "a");
+    // Sent again, as an update is: still two volumes on one host.
+    pin(&mut driver, "pv-2", "a");
+    assert_eq!(passing(&mut driver, &[0, 1]), [true, false]);
+    driver.remove_volumes(["pv-1"]);
+    assert_eq!(passing(&mut driver, &[0, 1]), [true, false]);
+    driver.remove_volumes(["pv-2"]);
+    assert_eq!(passing(&mut driver, &[0, 1]), [false, false]);
+    assert!(
+        driver.plugin().volumes.classes.is_empty(),
+        "a class with no volume left is dropped"
+    );
+    pin(&mut driver, "pv-3", "b");
+    assert_eq!(passing(&mut driver, &[0, 1]), [false, true]);
+}

@@ -211,16 +211,94 @@ type HostId = u32;
 struct ClassVolumes {
     /// Volumes with a claim reference, by the claim's namespace and name, in name order.
     claimed: FastMap<(String, String), BTreeMap<String, Arc<VolumeInfo>>>,
-    /// [`offered`] volumes pinned to hosts, by host (in no order: a claim takes the smallest,
-    /// the first by name of equals).
-    on_host: FastMap<HostId, Vec<Pinned>>,
+    /// [`offered`] volumes pinned to hosts, indexed by host number: a node's are one read away,
+    /// with no hashing and, for the usual one volume, no pointer to follow.
+    on_host: Vec<HostVolumes>,
+    /// How many entries of `on_host` hold a volume.
+    hosts_with_volumes: usize,
     /// The other [`offered`] volumes, in name order.
     elsewhere: BTreeMap<String, Arc<VolumeInfo>>,
 }
 
 impl ClassVolumes {
     fn is_empty(&self) -> bool {
-        self.claimed.is_empty() && self.on_host.is_empty() && self.elsewhere.is_empty()
+        self.claimed.is_empty() && self.hosts_with_volumes == 0 && self.elsewhere.is_empty()
+    }
+
+    /// The volumes pinned to host `host`.
+    fn pinned_to(&self, host: HostId) -> &[Pinned] {
+        self.on_host
+            .get(host as usize)
+            .map_or(&[], HostVolumes::as_slice)
+    }
+
+    fn pin(&mut self, host: HostId, pinned: Pinned) {
+        if self.on_host.len() <= host as usize {
+            self.on_host
+                .resize_with(host as usize + 1, HostVolumes::default);
+        }
+        let volumes = &mut self.on_host[host as usize];
+        if volumes.as_slice().is_empty() {
+            self.hosts_with_volumes += 1;
+        }
+        volumes.remove(&pinned.name);
+        volumes.insert(pinned);
+    }
+
+    fn unpin(&mut self, host: HostId, name: &str) {
+        if let Some(volumes) = self.on_host.get_mut(host as usize) {
+            let had = !volumes.as_slice().is_empty();
+            volumes.remove(name);
+            if had && volumes.as_slice().is_empty() {
+                self.hosts_with_volumes -= 1;
+            }
+        }
+    }
+}
+
+/// The volumes of one class pinned to one host (in no order: a claim takes the smallest, the
+/// first by name of equals).
+#[derive(Debug, Default)]
+enum HostVolumes {
+    #[default]
+    None,
+    One(Pinned),
+    Many(Vec<Pinned>),
+}
+
+impl HostVolumes {
+    fn as_slice(&self) -> &[Pinned] {
+        match self {
+            HostVolumes::None => &[],
+            HostVolumes::One(pinned) => std::slice::from_ref(pinned),
+            HostVolumes::Many(pinned) => pinned,
+        }
+    }
+
+    fn insert(&mut self, pinned: Pinned) {
+        *self = match std::mem::take(self) {
+            HostVolumes::None => HostVolumes::One(pinned),
+            HostVolumes::One(first) => HostVolumes::Many(vec![first, pinned]),
+            HostVolumes::Many(mut all) => {
+                all.push(pinned);
+                HostVolumes::Many(all)
+            }
+        };
+    }
+
+    fn remove(&mut self, name: &str) {
+        *self = match std::mem::take(self) {
+            HostVolumes::One(pinned) if pinned.name == name => HostVolumes::None,
+            HostVolumes::Many(mut all) => {
+                all.retain(|v| v.name != name);
+                match all.len() {
+                    0 => HostVolumes::None,
+                    1 => HostVolumes::One(all.remove(0)),
+                    _ => HostVolumes::Many(all),
+                }
+            }
+            unchanged => unchanged,
+        };
     }
 }
 
@@ -270,14 +348,15 @@ impl VolumeIndex {
                 for host in hosts {
                     let next = self.hosts.len() as HostId;
                     let host = *self.hosts.entry(host.clone()).or_insert(next);
-                    let volumes = class.on_host.entry(host).or_default();
-                    volumes.retain(|v| v.name != *name);
-                    volumes.push(Pinned {
-                        name: name.clone(),
-                        capacity: volume.capacity,
-                        shape,
-                        volume: Arc::clone(volume),
-                    });
+                    class.pin(
+                        host,
+                        Pinned {
+                            name: name.clone(),
+                            capacity: volume.capacity,
+                            shape,
+                            volume: Arc::clone(volume),
+                        },
+                    );
                 }
             }
             Group::Elsewhere => {
@@ -298,13 +377,8 @@ impl VolumeIndex {
                 remove_named(&mut class.claimed, &key, &volume.name);
             }
             Group::OnHosts(hosts) => {
-                for host in hosts.iter().filter_map(|h| self.hosts.get(h)) {
-                    if let Some(volumes) = class.on_host.get_mut(host) {
-                        volumes.retain(|v| v.name != volume.name);
-                        if volumes.is_empty() {
-                            class.on_host.remove(host);
-                        }
-                    }
+                for &host in hosts.iter().filter_map(|h| self.hosts.get(h)) {
+                    class.unpin(host, &volume.name);
                 }
             }
             Group::Elsewhere => {
@@ -420,9 +494,8 @@ impl WaitingClaim {
         }
         let pinned = class
             .zip(host)
-            .and_then(|(class, host)| class.on_host.get(&host))
-            .into_iter()
-            .flatten()
+            .map_or(&[][..], |(class, host)| class.pinned_to(host))
+            .iter()
             .filter(|v| self.takes(v))
             .map(|v| (v.capacity, v.name.as_str()));
         let elsewhere = self
