@@ -502,6 +502,48 @@ mod tests {
     }
 
     #[test]
+    fn devices_alike_in_what_selectors_read_share_one_number_and_each_still_allocates() {
+        use wasched_sdk::{Driver, FilterResults};
+        let mut driver = Driver::<DynamicResources>::new("{}").unwrap();
+        let h100s = selecting(
+            request("gpu", 2),
+            "device.attributes['gpu.example.com'].model == 'h100'",
+        );
+        // Forty nodes of two H100s each, in pools of their own, and one of a single H100 and an
+        // A100: the H100s differ only in name and pool.
+        let mut nodes: Vec<(u32, NodeInfo)> = (0..40)
+            .map(|i| {
+                let pool = vec![
+                    gpu("gpu-0", "h100", "80Gi", "0"),
+                    gpu("gpu-1", "h100", "80Gi", "0"),
+                ];
+                (i, gpu_node(&format!("n{i}"), pool))
+            })
+            .collect();
+        let mixed = vec![
+            gpu("gpu-0", "h100", "80Gi", "0"),
+            gpu("gpu-1", "a100", "40Gi", "0"),
+        ];
+        nodes.push((40, gpu_node("mixed", mixed)));
+        driver.upsert_nodes(nodes);
+        assert_eq!(
+            driver.plugin().devices.len(),
+            2,
+            "one number per kind of GPU"
+        );
+        driver.set_pod(claiming(vec![claim("gpus", vec![h100s])]));
+        let ids: Vec<u32> = (0..=40).collect();
+        let mut out = FilterResults::default();
+        driver.filter(&ids, &mut out);
+        let fits: Vec<bool> = (0..ids.len()).map(|k| out.failure(k).is_none()).collect();
+        assert!(
+            fits[..40].iter().all(|&f| f),
+            "two H100s on each of the forty"
+        );
+        assert!(!fits[40], "one H100 is not two");
+    }
+
+    #[test]
     fn devices_of_nodes_long_gone_are_let_go_and_the_rest_still_allocate() {
         use wasched_sdk::{Driver, FilterResults};
         let mut driver = Driver::<DynamicResources>::new("{}").unwrap();
@@ -525,9 +567,11 @@ mod tests {
         driver.upsert_nodes([(1, gpu_node("first", first))]);
         assert_eq!(fits(&mut driver, &[1]), [false]);
         driver.upsert_nodes([(0, gpu_node("stays", vec![h100("gpu-0"), h100("gpu-1")]))]);
-        // Node id 1 is given to a new node, with a pool of its own, again and again.
+        // Node id 1 is given to a new node, with a pool of its own, again and again; its GPU
+        // differs from every other (its PCIe root), so it is numbered anew.
         for i in 0..3_000 {
-            driver.upsert_nodes([(1, gpu_node(&format!("n{i}"), vec![a100("gpu-0")]))]);
+            let own = gpu("gpu-0", "a100", "40Gi", &format!("pci-{i}"));
+            driver.upsert_nodes([(1, gpu_node(&format!("n{i}"), vec![own]))]);
             driver.set_pod(job.clone());
         }
         let devices = driver.plugin().devices.len();

@@ -24,8 +24,9 @@ use std::collections::HashMap;
 
 use wasched_sdk::node_selector::{parse_term, Term};
 use wasched_sdk::{
-    Device, DevicePool, DeviceRequest, Failure, FilterPlan, FilterPlugin, FilterResults, NodeId,
-    NodeInfo, Nodes, Plugin, Pod, PodClaim, PodParts, PodPlan, Reservation, Verdict,
+    AttributeValue, Device, DevicePool, DeviceRequest, Failure, FilterPlan, FilterPlugin,
+    FilterResults, NodeId, NodeInfo, Nodes, Plugin, Pod, PodClaim, PodParts, PodPlan, Reservation,
+    Verdict,
 };
 
 use allocator::{Alternative, ClaimPlan, ConstraintPlan, Matcher, RequestPlan};
@@ -48,8 +49,9 @@ pub struct DynamicResources {
     env: Environment,
     /// Selectors compiled, by expression.
     selectors: HashMap<String, Selector>,
-    /// Devices by content (driver, pool, the device as published), each given a number once.
-    device_ids: HashMap<(String, String, Device), u32>,
+    /// Devices by what a selector can read of them (driver, attributes, capacity), each such
+    /// content given a number once: devices alike in every node share their matches.
+    device_ids: HashMap<MatchKey, u32>,
     /// Per node id, the numbers of its devices, pool by pool (none for a node without devices).
     node_devices: Vec<Vec<Vec<u32>>>,
     /// Selector sets by their expressions (class selectors, then the request's): their numbers.
@@ -62,8 +64,8 @@ pub struct DynamicResources {
     matched: RefCell<Vec<Vec<u8>>>,
     /// What matching gave for the (set, device number) pairs that failed with an error.
     match_errors: RefCell<HashMap<(u32, u32), Matched>>,
-    /// Per device number, its driver, pool and device, for evaluating.
-    devices: Vec<(String, String, Device)>,
+    /// Per device number, its content.
+    devices: Vec<MatchKey>,
     /// How many device numbers `node_devices` holds, counted with repeats.
     held_numbers: usize,
     pod: PodState,
@@ -183,7 +185,7 @@ impl DynamicResources {
                 pool.devices
                     .iter()
                     .map(|d| {
-                        let key = (pool.driver.clone(), pool.name.clone(), unallocated(d));
+                        let key = match_key(&pool.driver, d);
                         self.device_ids.get(&key).copied().unwrap_or(u32::MAX)
                     })
                     .collect()
@@ -216,12 +218,17 @@ impl DynamicResources {
     }
 }
 
-/// A device as its content is numbered: whether it is allocated is not part of it.
-fn unallocated(device: &Device) -> Device {
-    Device {
-        allocated: false,
-        ..device.clone()
-    }
+/// What a selector sees of a device (kube's CEL environment declares `device.driver`,
+/// `device.attributes` and `device.capacity`): two devices alike in these match alike, whatever
+/// their names, pools and allocations. A model of GPU is matched once, not once per GPU.
+type MatchKey = (String, Vec<(String, AttributeValue)>, Vec<(String, String)>);
+
+fn match_key(driver: &str, device: &Device) -> MatchKey {
+    (
+        driver.to_string(),
+        device.attributes.clone(),
+        device.capacity.clone(),
+    )
 }
 
 /// Matches devices of one node against selector sets, through the plugin's cache.
@@ -396,7 +403,7 @@ impl Plugin for DynamicResources {
         for pool in &node.device_pools {
             let mut of_pool = Vec::with_capacity(pool.devices.len());
             for device in &pool.devices {
-                let key = (pool.driver.clone(), pool.name.clone(), unallocated(device));
+                let key = match_key(&pool.driver, device);
                 let next = self.devices.len() as u32;
                 let number = *self.device_ids.entry(key.clone()).or_insert(next);
                 if number == next {
