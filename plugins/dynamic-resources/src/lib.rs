@@ -220,7 +220,9 @@ impl DynamicResources {
 
 /// What a selector sees of a device (kube's CEL environment declares `device.driver`,
 /// `device.attributes` and `device.capacity`): two devices alike in these match alike, whatever
-/// their names, pools and allocations. A model of GPU is matched once, not once per GPU.
+/// their names, pools and allocations. A model of GPU is matched once, not once per GPU. kube
+/// 1.34 adds `device.allowMultipleAllocations` behind the DRAConsumableCapacity gate; this
+/// environment does not show it, and if it ever does it belongs in the key.
 type MatchKey = (String, Vec<(String, AttributeValue)>, Vec<(String, String)>);
 
 fn match_key(driver: &str, device: &Device) -> MatchKey {
