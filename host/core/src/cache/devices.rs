@@ -255,6 +255,9 @@ impl DeviceStore {
 
     /// The node selector of an allocation of `devices`: none when every device comes from slices
     /// for all nodes, the slice's selector when from one with a selector, else the node itself.
+    /// A device is looked for in its pool's slices of the newest generation, the ones the
+    /// allocator saw (every slice of the cluster was searched before, once per device of every
+    /// reservation: 50,000 slices at 50,000 nodes).
     fn node_selector(
         &self,
         devices: &[sdk::DeviceResult],
@@ -262,11 +265,17 @@ impl DeviceStore {
     ) -> Option<Vec<sdk::NodeSelectorTerm>> {
         let mut selector = None;
         for device in devices {
-            let slice = self.slices.values().find(|s| {
-                s.driver == device.driver
-                    && s.pool == device.pool
-                    && s.devices.iter().any(|d| d.name == device.device)
-            });
+            let (generation, _, _) = self.pool_state(&device.driver, &device.pool);
+            let key = (device.driver.clone(), device.pool.clone());
+            let slice = self
+                .pool_slices
+                .get(&key)
+                .into_iter()
+                .flatten()
+                .map(|name| &self.slices[name])
+                .find(|s| {
+                    s.generation == generation && s.devices.iter().any(|d| d.name == device.device)
+                });
             match slice {
                 Some(s) if s.all_nodes => {}
                 Some(Slice {
@@ -729,6 +738,67 @@ mod tests {
                 prop_assert_eq!(held, recounted);
             }
         }
+    }
+
+    #[test]
+    fn an_allocation_is_for_the_nodes_its_devices_newest_slices_serve() {
+        let mut cache = Cache::default();
+        cache.upsert_node(node(0));
+        let zone = |z: &str| {
+            vec![sdk::NodeSelectorTerm {
+                match_expressions: vec![sdk::NodeSelectorRequirement {
+                    key: "zone".into(),
+                    operator: "In".into(),
+                    values: vec![z.into()],
+                }],
+                match_fields: Vec::new(),
+            }]
+        };
+        let shared = |pool: &str, generation, node_selector, all_nodes| Slice {
+            driver: "net".into(),
+            pool: pool.into(),
+            generation,
+            slice_count: 1,
+            node_name: None,
+            node_selector,
+            all_nodes,
+            devices: vec![sdk::Device {
+                name: "d0".into(),
+                ..sdk::Device::default()
+            }],
+        };
+        // Many slices of other pools, and two generations of pool "fabric".
+        for i in 0..50 {
+            let other = shared(&format!("other-{i}"), 1, Some(zone("x")), false);
+            cache.upsert_resource_slice(&format!("other-{i}"), other);
+        }
+        cache.upsert_resource_slice("fabric-1", shared("fabric", 1, Some(zone("a")), false));
+        cache.upsert_resource_slice("fabric-2", shared("fabric", 2, Some(zone("b")), false));
+        cache.upsert_resource_slice("everywhere", shared("everywhere", 1, None, true));
+        let device = |pool: &str| sdk::DeviceResult {
+            request: "gpu".into(),
+            driver: "net".into(),
+            pool: pool.into(),
+            device: "d0".into(),
+            admin_access: false,
+        };
+        let selector_for = |cache: &mut Cache, claim: usize, pool: &str| {
+            cache.upsert_resource_claim("ns", &format!("c{claim}"), Claim::default());
+            let allocated = [sdk::ClaimAllocation {
+                claim: format!("c{claim}"),
+                devices: vec![device(pool)],
+            }];
+            let writes = cache.reserve_claims(&pod(claim), "n0", &allocated);
+            writes[0].allocation.as_ref().unwrap().node_selector.clone()
+        };
+        assert_eq!(selector_for(&mut cache, 0, "fabric"), Some(zone("b")));
+        assert_eq!(selector_for(&mut cache, 1, "everywhere"), None);
+        let local = selector_for(&mut cache, 2, "nowhere");
+        assert_eq!(
+            local.unwrap()[0].match_fields[0].values,
+            ["n0"],
+            "a device of no known slice is the node's own"
+        );
     }
 
     #[test]
