@@ -681,13 +681,23 @@ impl Claims {
                 .all(|c| matches!(c.volume, Some(Affinity::Any)))
     }
 
+    /// The volumes of each waiting claim's class in `volumes`, in the order of `waiting`: looked
+    /// up once for all the nodes a batch examines rather than by class name on every node.
+    fn classes<'a>(&self, volumes: &'a VolumeIndex) -> Vec<Option<&'a ClassVolumes>> {
+        self.waiting
+            .iter()
+            .map(|c| volumes.classes.get(&c.claim.storage_class_name))
+            .collect()
+    }
+
     /// kube-scheduler's `FindPodVolumes`: the volumes for `node`, whose `kubernetes.io/hostname`
-    /// is `host` in `volumes` (none when no volume was ever pinned to it), or the node's reasons.
+    /// is `host` (none when no volume was ever pinned to it), with `classes` from
+    /// [`Claims::classes`]; or the node's reasons.
     fn find<'a>(
         &'a self,
         node: &NodeInfo,
         host: Option<HostId>,
-        volumes: &'a VolumeIndex,
+        classes: &[Option<&'a ClassVolumes>],
     ) -> Result<Found<'a>, Reasons> {
         let mut node_conflict = false;
         let mut missing_volume = false;
@@ -708,7 +718,7 @@ impl Claims {
         let provision = if self.waiting.is_empty() {
             Provision::Possible
         } else {
-            self.bind_waiting(node, host, volumes, &mut found)
+            self.bind_waiting(node, host, classes, &mut found)
         };
         let reasons = Reasons(
             [
@@ -734,7 +744,7 @@ impl Claims {
         &'a self,
         node: &NodeInfo,
         host: Option<HostId>,
-        volumes: &'a VolumeIndex,
+        classes: &[Option<&'a ClassVolumes>],
         found: &mut Found<'a>,
     ) -> Provision {
         if self.waiting.iter().any(|c| {
@@ -750,12 +760,12 @@ impl Claims {
                 .iter()
                 .filter(|c| c.claim.selected_node.is_some()),
         );
-        for claim in self
+        for (claim, &class) in self
             .waiting
             .iter()
-            .filter(|c| c.claim.selected_node.is_none())
+            .zip(classes)
+            .filter(|(c, _)| c.claim.selected_node.is_none())
         {
-            let class = volumes.classes.get(&claim.claim.storage_class_name);
             match claim.matching_volume(node, host, class, &found.static_bindings) {
                 Some(volume) => found.static_bindings.push((&claim.name, volume)),
                 None => found.provisions.push(claim),
@@ -912,7 +922,11 @@ impl Plugin for VolumeBinding {
     fn reserve(&mut self, _pod: &Pod, node: &NodeInfo) -> Result<Reservation, Failure> {
         let found = self
             .claims
-            .find(node, host_of(node, &self.volumes), &self.volumes)
+            .find(
+                node,
+                host_of(node, &self.volumes),
+                &self.claims.classes(&self.volumes),
+            )
             .map_err(Reasons::failure)?;
         Ok(Reservation {
             volumes: found.owned(),
@@ -950,13 +964,18 @@ impl Plugin for VolumeBinding {
 impl FilterPlugin for VolumeBinding {
     fn filter(&self, _pod: &Pod, node: &NodeInfo) -> Verdict {
         self.claims
-            .find(node, host_of(node, &self.volumes), &self.volumes)
+            .find(
+                node,
+                host_of(node, &self.volumes),
+                &self.claims.classes(&self.volumes),
+            )
             .map(drop)
             .map_err(Reasons::failure)
     }
 
     fn filter_batch(&mut self, _pod: &Pod, nodes: &Nodes, ids: &[NodeId], out: &mut FilterResults) {
         self.hosts.refresh(nodes);
+        let classes = self.claims.classes(&self.volumes);
         // Per combination of reasons, its failure interned the first time a node fails with it.
         let mut interned = [0u32; 1 << Reasons::ORDER.len()];
         for &id in ids {
@@ -965,7 +984,7 @@ impl FilterPlugin for VolumeBinding {
                 continue;
             };
             let host = self.hosts.host(nodes, id, &self.volumes);
-            let verdict = match self.claims.find(node, host, &self.volumes) {
+            let verdict = match self.claims.find(node, host, &classes) {
                 Ok(_) => 0,
                 Err(reasons) => {
                     let failure = &mut interned[usize::from(reasons.0)];
