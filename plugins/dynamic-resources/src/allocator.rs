@@ -74,6 +74,40 @@ pub fn allocate(
     claims: &[ClaimPlan],
     matcher: &mut dyn Matcher,
 ) -> Result<Option<Vec<ClaimAllocation>>, String> {
+    let Some(search) = search(pools, claims, matcher)? else {
+        return Ok(None);
+    };
+    Ok(Some(
+        claims
+            .iter()
+            .zip(&search.results)
+            .map(|(claim, taken)| ClaimAllocation {
+                claim: claim.name.clone(),
+                devices: taken
+                    .iter()
+                    .map(|&(step, device)| search.result(step, device))
+                    .collect(),
+            })
+            .collect(),
+    ))
+}
+
+/// Whether [`allocate`] finds a solution, without writing it out: what a filter asks of each
+/// node (the names each device result carries cost four strings a device).
+pub fn allocates(
+    pools: &[DevicePool],
+    claims: &[ClaimPlan],
+    matcher: &mut dyn Matcher,
+) -> Result<bool, String> {
+    Ok(search(pools, claims, matcher)?.is_some())
+}
+
+/// The search behind [`allocate`], done: `None` when there is no solution.
+fn search<'a>(
+    pools: &'a [DevicePool],
+    claims: &'a [ClaimPlan],
+    matcher: &'a mut dyn Matcher,
+) -> Result<Option<Search<'a>>, String> {
     let mut search = Search {
         pools,
         claims,
@@ -128,16 +162,7 @@ pub fn allocate(
     if !search.allocate_one(Step::default(), false)? {
         return Ok(None);
     }
-    Ok(Some(
-        claims
-            .iter()
-            .zip(search.results)
-            .map(|(claim, devices)| ClaimAllocation {
-                claim: claim.name.clone(),
-                devices,
-            })
-            .collect(),
-    ))
+    Ok(Some(search))
 }
 
 /// Where the search is: which device of which alternative of which request of which claim.
@@ -166,7 +191,8 @@ struct Search<'a> {
     all_devices: Vec<Vec<Vec<Option<Vec<DeviceRef>>>>>,
     /// Devices taken in this attempt, with the claim taking each.
     allocating: Vec<(DeviceRef, usize)>,
-    results: Vec<Vec<DeviceResult>>,
+    /// Per claim, the devices taken so far and the step that took each.
+    results: Vec<Vec<(Step, DeviceRef)>>,
     constraints: Vec<Vec<ConstraintState>>,
 }
 
@@ -383,13 +409,7 @@ impl Search<'_> {
             state.devices += 1;
             added.push(i);
         }
-        self.results[step.claim].push(DeviceResult {
-            request: full_name(request, alternative),
-            driver: pool.driver.clone(),
-            pool: pool.name.clone(),
-            device: d.name.clone(),
-            admin_access: alternative.admin_access,
-        });
+        self.results[step.claim].push((step, device));
         self.allocating.push((device, step.claim));
         Ok(true)
     }
@@ -434,6 +454,22 @@ impl Search<'_> {
 }
 
 /// `request` or `request/sub`.
+impl Search<'_> {
+    /// The result of device `device`, taken at `step`.
+    fn result(&self, step: Step, device: DeviceRef) -> DeviceResult {
+        let request = &self.claims[step.claim].requests[step.request];
+        let alternative = &request.alternatives[step.alternative];
+        let pool = &self.pools[device.0];
+        DeviceResult {
+            request: full_name(request, alternative),
+            driver: pool.driver.clone(),
+            pool: pool.name.clone(),
+            device: pool.devices[device.1].name.clone(),
+            admin_access: alternative.admin_access,
+        }
+    }
+}
+
 fn full_name(request: &RequestPlan, alternative: &Alternative) -> String {
     match &alternative.sub_name {
         Some(sub) => format!("{}/{sub}", request.name),

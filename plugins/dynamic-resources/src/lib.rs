@@ -200,10 +200,10 @@ impl DynamicResources {
                 pools: &node.device_pools,
                 numbers,
             };
-            match allocator::allocate(&node.device_pools, &self.pod.plans, &mut matcher) {
+            match allocator::allocates(&node.device_pools, &self.pod.plans, &mut matcher) {
                 Err(e) => return Err(Failure::error(e)),
-                Ok(None) => return Err(Failure::unresolvable(REASON_CANNOT_ALLOCATE)),
-                Ok(Some(_)) => {}
+                Ok(false) => return Err(Failure::unresolvable(REASON_CANNOT_ALLOCATE)),
+                Ok(true) => {}
             }
         }
         if self
