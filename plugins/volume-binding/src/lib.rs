@@ -341,10 +341,14 @@ impl VolumeIndex {
             }
             Group::OnHosts(hosts) => {
                 let next = self.shape_list.len() as u32;
-                let shape = *self.shapes.entry(Shape::of(volume)).or_insert(next);
-                if shape == next {
-                    self.shape_list.push(Shape::of(volume));
-                }
+                let shape_list = &mut self.shape_list;
+                let shape = *self
+                    .shapes
+                    .entry(Shape::of(volume))
+                    .or_insert_with_key(|shape| {
+                        shape_list.push(shape.clone());
+                        next
+                    });
                 for host in hosts {
                     let next = self.hosts.len() as HostId;
                     let host = *self.hosts.entry(host.clone()).or_insert(next);
