@@ -96,3 +96,34 @@ fn a_hosts_volumes_come_and_go_one_by_one_and_an_emptied_class_is_dropped() {
     pin(&mut driver, "pv-3", "b");
     assert_eq!(passing(&mut driver, &[0, 1]), [false, true]);
 }
+
+#[test]
+fn hosts_long_gone_are_let_go_and_the_rest_still_found() {
+    let mut driver = driver(vec![host("a", "z1"), host("b", "z1")]);
+    // Local volumes of nodes that come and go, then node a's: it is numbered after them.
+    let mut churned = 0;
+    let mut churn = |driver: &mut Driver<VolumeBinding>, count: usize| {
+        for _ in 0..count {
+            let name = format!("pv-gone-{churned}");
+            pin(driver, &name, &format!("gone-{churned}"));
+            driver.remove_volumes([name.as_str()]);
+            churned += 1;
+        }
+    };
+    churn(&mut driver, 500);
+    pin(&mut driver, "pv-a", "a");
+    // The batch filter looks node a's host up under its first number.
+    assert_eq!(passing(&mut driver, &[0, 1]), [true, false]);
+    let epoch = driver.plugin().volumes.hosts_epoch;
+    churn(&mut driver, 3_000);
+    let volumes = &driver.plugin().volumes;
+    assert!(volumes.hosts_epoch > epoch, "the hosts were numbered again");
+    assert!(
+        volumes.hosts.len() <= 2 + 1024 + 1,
+        "{} hosts kept for 1 with a volume",
+        volumes.hosts.len()
+    );
+    assert_eq!(passing(&mut driver, &[0, 1]), [true, false]);
+    pin(&mut driver, "pv-b", "b");
+    assert_eq!(passing(&mut driver, &[0, 1]), [true, true]);
+}

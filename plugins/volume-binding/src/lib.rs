@@ -155,8 +155,11 @@ impl Candidate {
 #[derive(Debug, Default)]
 struct VolumeIndex {
     classes: FastMap<String, ClassVolumes>,
-    /// Every host a volume was ever pinned to, numbered; the numbers are never reused.
+    /// Every host a volume is pinned to, numbered. Hosts that no volume is pinned to any more
+    /// stay until they outnumber the others ([`VolumeIndex::release_unpinned_hosts`]).
     hosts: FastMap<String, HostId>,
+    /// Changes whenever `hosts` is numbered again.
+    hosts_epoch: u64,
     /// Every [`Shape`] of a volume pinned to a host, numbered in `shape_list`'s order.
     shapes: FastMap<Shape, u32>,
     shape_list: Vec<Shape>,
@@ -368,6 +371,42 @@ impl VolumeIndex {
             }
             Group::Unoffered => {}
         }
+    }
+
+    /// Lets go of the hosts no volume is pinned to any more once they outnumber those that have
+    /// one, and numbers the rest again: in a cluster whose nodes come and go, each with local
+    /// volumes, every hostname ever seen would otherwise stay, with an entry in each class's
+    /// vector by host number.
+    fn release_unpinned_hosts(&mut self) {
+        let pinned: usize = self.classes.values().map(|c| c.hosts_with_volumes).sum();
+        if self.hosts.len() <= 2 * pinned + 1024 {
+            return;
+        }
+        let mut renumbered = vec![HostId::MAX; self.hosts.len()];
+        let mut kept: HostId = 0;
+        for class in self.classes.values() {
+            for (old, volumes) in class.on_host.iter().enumerate() {
+                if !volumes.as_slice().is_empty() && renumbered[old] == HostId::MAX {
+                    renumbered[old] = kept;
+                    kept += 1;
+                }
+            }
+        }
+        self.hosts.retain(|_, id| {
+            *id = renumbered[*id as usize];
+            *id != HostId::MAX
+        });
+        for class in self.classes.values_mut() {
+            let mut on_host = Vec::new();
+            on_host.resize_with(kept as usize, HostVolumes::default);
+            for (old, volumes) in std::mem::take(&mut class.on_host).into_iter().enumerate() {
+                if !volumes.as_slice().is_empty() {
+                    on_host[renumbered[old] as usize] = volumes;
+                }
+            }
+            class.on_host = on_host;
+        }
+        self.hosts_epoch += 1;
     }
 
     /// Removes `volume`, which must be the version [`VolumeIndex::add`] was given.
@@ -852,6 +891,8 @@ pub struct VolumeBinding {
 struct HostsByValue {
     /// The mirror's [`Nodes::label_ids_epoch`] the entries were made in.
     epoch: u64,
+    /// [`VolumeIndex::hosts_epoch`] when the entries were made.
+    hosts_epoch: u64,
     column: Option<LabelColumnId>,
     /// Per value id of the hostname column: the host's number + 1 (0: no volume was pinned to
     /// it), and how many hosts the index had when that was looked up (a host added since may be
@@ -860,12 +901,13 @@ struct HostsByValue {
 }
 
 impl HostsByValue {
-    /// Forgets what the mirror numbered differently since the last batch.
-    fn refresh(&mut self, nodes: &Nodes) {
+    /// Forgets what the mirror or `index` numbered differently since the last batch.
+    fn refresh(&mut self, nodes: &Nodes, index: &VolumeIndex) {
         let epoch = nodes.label_ids_epoch();
-        if epoch != self.epoch {
+        if epoch != self.epoch || index.hosts_epoch != self.hosts_epoch {
             self.entries.clear();
             self.epoch = epoch;
+            self.hosts_epoch = index.hosts_epoch;
             self.column = None;
         }
         if self.column.is_none() {
@@ -944,6 +986,7 @@ impl Plugin for VolumeBinding {
 
     fn volume_removed(&mut self, volume: &VolumeInfo) {
         self.volumes.remove(volume);
+        self.volumes.release_unpinned_hosts();
     }
 
     fn prepare(&mut self, pod: &Pod, _nodes: &Nodes) -> PodPlan {
@@ -978,7 +1021,7 @@ impl FilterPlugin for VolumeBinding {
     }
 
     fn filter_batch(&mut self, _pod: &Pod, nodes: &Nodes, ids: &[NodeId], out: &mut FilterResults) {
-        self.hosts.refresh(nodes);
+        self.hosts.refresh(nodes, &self.volumes);
         let classes = self.claims.classes(&self.volumes);
         // Per combination of reasons, its failure interned the first time a node fails with it.
         let mut interned = [0u32; 1 << Reasons::ORDER.len()];
