@@ -159,6 +159,17 @@ fn apply<P: Exported>(changes: crate::wire::MirrorChanges) {
     driver.update_usage(changes.usage);
 }
 
+/// `encoded.apply-and-set-pod` up to the plan, which the `encoded` and `plain-plans` exports return
+/// in their own ways.
+fn apply_and_set_encoded_pod<P: Exported>(input: &[u8]) -> sdk::PodPlan {
+    let mut reader = crate::wire::Reader::new(input);
+    let changes = decoded(reader.changes(reads_volumes::<P>()));
+    let pod = decoded(reader.pod());
+    decoded(reader.finish());
+    apply::<P>(changes);
+    driver::<P>().set_pod(pod)
+}
+
 /// Whether the host sends `P`'s placed pods with their volumes.
 fn reads_volumes<P: Exported>() -> bool {
     P::READS_EXISTING_PODS.contains(sdk::ExistingPodParts::VOLUMES)
@@ -179,12 +190,7 @@ impl<P: Exported> bindings::exports::wasched::plugin::encoded::Guest for Compone
     }
 
     fn apply_and_set_pod(input: Vec<u8>) -> wit::PodPlan {
-        let mut reader = crate::wire::Reader::new(&input);
-        let changes = decoded(reader.changes(reads_volumes::<P>()));
-        let pod = decoded(reader.pod());
-        decoded(reader.finish());
-        apply::<P>(changes);
-        driver::<P>().set_pod(pod).into()
+        apply_and_set_encoded_pod::<P>(&input).into()
     }
 
     fn upsert_nodes(nodes: Vec<u8>) {
@@ -797,5 +803,36 @@ impl<P: Exported> usage_with_calls::Guest for Component<P> {
     fn apply_and_score(changes: Vec<u8>, nodes: Vec<u32>) -> Vec<i64> {
         <Self as bindings::exports::wasched::plugin::encoded::Guest>::apply(changes);
         <Self as bindings::Guest>::score(nodes)
+    }
+}
+
+use bindings::exports::wasched::plugin::plain_plans;
+
+/// The plan `last-plan` gives: the last one `apply-and-plan` could not give as a number.
+struct HeldPlan(UnsafeCell<Option<sdk::PodPlan>>);
+
+// SAFETY: as for `Slot`: wasm32 has no threads here.
+unsafe impl Sync for HeldPlan {}
+
+static HELD_PLAN: HeldPlan = HeldPlan(UnsafeCell::new(None));
+
+impl<P: Exported> plain_plans::Guest for Component<P> {
+    fn apply_and_plan(input: Vec<u8>) -> u32 {
+        let plan = apply_and_set_encoded_pod::<P>(&input);
+        let number = crate::wire::plain_plan(&plan);
+        if number == crate::wire::PLAN_FOLLOWS {
+            // SAFETY: single-threaded instance, and no other borrow of the held plan lives.
+            unsafe { *HELD_PLAN.0.get() = Some(plan) };
+        }
+        number
+    }
+
+    fn last_plan() -> wit::PodPlan {
+        // SAFETY: as in `apply_and_plan`.
+        let held = unsafe { (*HELD_PLAN.0.get()).take() };
+        held.expect(
+            "the host asks for the last plan only after apply-and-plan returned PLAN_FOLLOWS",
+        )
+        .into()
     }
 }

@@ -26,6 +26,43 @@ use crate::types::*;
 
 mod devices;
 
+/// What `plain-plans.apply-and-plan` returns for a plan it does not give as a number: the host
+/// then asks `last-plan` for it.
+pub const PLAN_FOLLOWS: u32 = 4;
+
+/// The number `plain-plans.apply-and-plan` returns for `plan`: bit 0 for a `skip` filter plan,
+/// bit 1 for `score`; [`PLAN_FOLLOWS`] for any other filter plan.
+pub fn plain_plan(plan: &PodPlan) -> u32 {
+    let skip = match plan.filter {
+        FilterPlan::Run => 0,
+        FilterPlan::Skip => 1,
+        _ => return PLAN_FOLLOWS,
+    };
+    skip | (u32::from(plan.score) << 1)
+}
+
+/// The plan a number from `plain-plans.apply-and-plan` stands for: `Ok(None)` for
+/// [`PLAN_FOLLOWS`].
+///
+/// # Errors
+/// A number the interface does not define.
+pub fn plan_of_number(number: u32) -> Result<Option<PodPlan>, String> {
+    let filter = match number {
+        PLAN_FOLLOWS => return Ok(None),
+        0 | 2 => FilterPlan::Run,
+        1 | 3 => FilterPlan::Skip,
+        other => {
+            return Err(format!(
+                "returned plan number {other}, which is none of 0-{PLAN_FOLLOWS}"
+            ))
+        }
+    };
+    Ok(Some(PodPlan {
+        filter,
+        score: number & 2 != 0,
+    }))
+}
+
 /// Why bytes could not be decoded: the host and the component disagree on the encoding.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WireError(pub String);
@@ -1025,6 +1062,35 @@ impl<'a> Reader<'a> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn run_and_skip_plans_travel_as_numbers_and_the_rest_follow() {
+        let failure = Failure::unschedulable("no");
+        for filter in [
+            FilterPlan::Run,
+            FilterPlan::Skip,
+            FilterPlan::OnlyNodes(vec!["n1".into()]),
+            FilterPlan::Reject(failure.clone()),
+            FilterPlan::FailingNodes {
+                nodes: vec![3],
+                results: FilterResults::default(),
+            },
+        ] {
+            for score in [false, true] {
+                let plan = PodPlan {
+                    filter: filter.clone(),
+                    score,
+                };
+                let number = plain_plan(&plan);
+                let simple = matches!(filter, FilterPlan::Run | FilterPlan::Skip);
+                assert_eq!(number == PLAN_FOLLOWS, !simple, "{plan:?}");
+                let back = plan_of_number(number).expect("a defined number");
+                assert_eq!(back, simple.then(|| plan.clone()), "{plan:?}");
+            }
+        }
+        assert!(plan_of_number(PLAN_FOLLOWS + 1).is_err());
+        assert!(plan_of_number(u32::MAX).is_err());
+    }
     use super::*;
     use crate::{AttributeValue, Device, DevicePool};
 

@@ -474,3 +474,41 @@ pub(super) fn declare_usage_with_calls(
     descriptor.plan_ignores_usage = ignores;
     Ok(())
 }
+
+/// The interface through which a component answers `set-pod` with a number for the common plans.
+pub const PLAIN_PLANS_INTERFACE: &str = "wasched:plugin/plain-plans@0.2.1";
+
+/// The functions of [`PLAIN_PLANS_INTERFACE`], type-checked when the instance starts.
+#[derive(Clone, Copy)]
+pub(super) struct PlainPlansExports {
+    pub(super) apply_and_plan: Func,
+    pub(super) last_plan: TypedFunc<(), (wit::PodPlan,)>,
+}
+
+impl PlainPlansExports {
+    pub(super) fn apply_and_plan(&self) -> TypedFunc<(&[u8],), (u32,)> {
+        // SAFETY: `plain_plans_exports` checked this type when the instance started.
+        unsafe { TypedFunc::new_unchecked(self.apply_and_plan) }
+    }
+}
+
+/// The functions of [`PLAIN_PLANS_INTERFACE`] of `instance`, if it exports it.
+pub(super) fn plain_plans_exports(
+    store: &mut Store<StoreState>,
+    instance: &Instance,
+) -> wasmtime::Result<Option<PlainPlansExports>> {
+    let Some([apply_and_plan, last_plan]) = interface_funcs(
+        store,
+        instance,
+        PLAIN_PLANS_INTERFACE,
+        ["apply-and-plan", "last-plan"],
+    )?
+    else {
+        return Ok(None);
+    };
+    apply_and_plan.typed::<(&[u8],), (u32,)>(&*store)?;
+    Ok(Some(PlainPlansExports {
+        apply_and_plan,
+        last_plan: last_plan.typed(&*store)?,
+    }))
+}

@@ -29,6 +29,9 @@ pub(super) struct ComponentInstance {
     /// The exports of [`USAGE_WITH_CALLS_INTERFACE`], when the component has them and its plans
     /// ignore usage: held updates then go with a filter or score call.
     pub(super) usage_with_calls: Option<UsageWithCallsExports>,
+    /// The exports of [`PLAIN_PLANS_INTERFACE`], when the component has them and `encoded`: the
+    /// pod then goes through `apply-and-plan` instead of `encoded.apply-and-set-pod`.
+    pub(super) plain_plans: Option<PlainPlansExports>,
     /// Pod and usage updates held back for the next `set-pod`: as bytes with `encoded`, as
     /// records with `batched`, none without either.
     pub(super) held: Option<Held>,
@@ -204,6 +207,27 @@ impl ComponentInstance {
                 .map_err(|e| trapped("set-pod", e))?
             }
         })
+    }
+
+    /// `plain-plans.apply-and-plan` of the bytes in `input` (armed already), and `last-plan`
+    /// when the plan did not come back as a number.
+    fn apply_and_plan(&mut self, plain: PlainPlansExports) -> Result<sdk::PodPlan, CallError> {
+        let (number,) = plain
+            .apply_and_plan()
+            .call(&mut self.store, (&self.input,))
+            .map_err(|e| trapped("apply-and-plan", e))?;
+        match sdk::wire::plan_of_number(number) {
+            Ok(Some(plan)) => Ok(plan),
+            Ok(None) => {
+                self.arm_for(Duration::ZERO);
+                let (plan,) = plain
+                    .last_plan
+                    .call(&mut self.store, ())
+                    .map_err(|e| trapped("last-plan", e))?;
+                check_plan(plan)
+            }
+            Err(message) => Err(CallError::new("apply-and-plan", message)),
+        }
     }
 
     /// Sends what is held once there is a batch's worth.
@@ -399,11 +423,14 @@ impl PluginInstance for ComponentInstance {
             self.arm_for(
                 SET_POD_PER_ITEM_ALLOWANCE * items as u32 + SYNC_PER_NODE_ALLOWANCE * count as u32,
             );
-            encoded
-                .apply_and_set_pod()
-                .call(&mut self.store, (&self.input,))
-                .map(|(plan,)| plan)
-                .map_err(|e| trapped("apply-and-set-pod", e))?
+            match self.plain_plans {
+                Some(plain) => return self.apply_and_plan(plain),
+                None => encoded
+                    .apply_and_set_pod()
+                    .call(&mut self.store, (&self.input,))
+                    .map(|(plan,)| plan)
+                    .map_err(|e| trapped("apply-and-set-pod", e))?,
+            }
         } else {
             self.set_pod_lowered(pod, items)?
         };

@@ -62,7 +62,8 @@ mod ticker;
 use convert::*;
 use exports::*;
 pub use exports::{
-    BATCHED_INTERFACE, DETAILS_INTERFACE, ENCODED_INTERFACE, RESERVE_INTERFACE, STAGES_INTERFACE,
+    BATCHED_INTERFACE, DETAILS_INTERFACE, ENCODED_INTERFACE, PLAIN_PLANS_INTERFACE,
+    RESERVE_INTERFACE, STAGES_INTERFACE,
 };
 use held::*;
 use instance::*;
@@ -526,6 +527,8 @@ impl ComponentFactory {
             groups: groups_exports(store, instance).map_err(|e| wrong_type(GROUPS_INTERFACE, e))?,
             usage_with_calls: usage_with_calls_exports(store, instance)
                 .map_err(|e| wrong_type(USAGE_WITH_CALLS_INTERFACE, e))?,
+            plain_plans: plain_plans_exports(store, instance)
+                .map_err(|e| wrong_type(PLAIN_PLANS_INTERFACE, e))?,
         })
     }
 
@@ -633,6 +636,8 @@ impl ComponentFactory {
             devices: optional.devices.filter(|_| reads_devices),
             groups: optional.groups.filter(|_| reads_groups),
             usage_with_calls: optional.usage_with_calls.filter(|_| plan_ignores_usage),
+            // Its input is the `encoded` interface's.
+            plain_plans: optional.plain_plans.filter(|_| optional.encoded.is_some()),
             input: Vec::new(),
             calls: 0,
         })
@@ -650,6 +655,7 @@ struct OptionalExports {
     devices: Option<DevicesExports>,
     groups: Option<GroupsExports>,
     usage_with_calls: Option<UsageWithCallsExports>,
+    plain_plans: Option<PlainPlansExports>,
 }
 
 fn ticks(timeout: Duration) -> u64 {
