@@ -32,6 +32,10 @@ pub(super) struct ComponentInstance {
     /// The exports of [`PLAIN_PLANS_INTERFACE`], when the component has them and `encoded`: the
     /// pod then goes through `apply-and-plan` instead of `encoded.apply-and-set-pod`.
     pub(super) plain_plans: Option<PlainPlansExports>,
+    /// The last plan was not a number: a plugin that lists nodes (cordoned ones, ones with a
+    /// pod its pod keeps off) tends to again, and `apply-and-plan` then `last-plan` would be two
+    /// calls where `encoded.apply-and-set-pod` is one, so the next pod goes that way.
+    pub(super) plans_follow: bool,
     /// Pod and usage updates held back for the next `set-pod`: as bytes with `encoded`, as
     /// records with `batched`, none without either.
     pub(super) held: Option<Held>,
@@ -219,6 +223,7 @@ impl ComponentInstance {
         match sdk::wire::plan_of_number(number) {
             Ok(Some(plan)) => Ok(plan),
             Ok(None) => {
+                self.plans_follow = true;
                 self.arm_for(Duration::ZERO);
                 let (plan,) = plain
                     .last_plan
@@ -424,12 +429,17 @@ impl PluginInstance for ComponentInstance {
                 SET_POD_PER_ITEM_ALLOWANCE * items as u32 + SYNC_PER_NODE_ALLOWANCE * count as u32,
             );
             match self.plain_plans {
-                Some(plain) => return self.apply_and_plan(plain),
-                None => encoded
-                    .apply_and_set_pod()
-                    .call(&mut self.store, (&self.input,))
-                    .map(|(plan,)| plan)
-                    .map_err(|e| trapped("apply-and-set-pod", e))?,
+                Some(plain) if !self.plans_follow => return self.apply_and_plan(plain),
+                _ => {
+                    let plan = encoded
+                        .apply_and_set_pod()
+                        .call(&mut self.store, (&self.input,))
+                        .map(|(plan,)| plan)
+                        .map_err(|e| trapped("apply-and-set-pod", e))?;
+                    self.plans_follow =
+                        !matches!(plan.filter, wit::FilterPlan::Run | wit::FilterPlan::Skip);
+                    plan
+                }
             }
         } else {
             self.set_pod_lowered(pod, items)?

@@ -638,6 +638,7 @@ impl ComponentFactory {
             usage_with_calls: optional.usage_with_calls.filter(|_| plan_ignores_usage),
             // Its input is the `encoded` interface's.
             plain_plans: optional.plain_plans.filter(|_| optional.encoded.is_some()),
+            plans_follow: false,
             input: Vec::new(),
             calls: 0,
         })

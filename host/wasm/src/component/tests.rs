@@ -254,6 +254,14 @@ fn held_back_updates_go_with_the_next_pod_sent(sending: Sending) {
         sdk::FilterPlan::FailingNodes { nodes, .. } => assert_eq!(nodes, vec![1]),
         other => panic!("the a1 pod on n1 was not in the mirror: {other:?}"),
     }
+    let before = wasm.calls;
+    let again = wasm.set_pod(&keeps_off_a1).unwrap();
+    assert_eq!(
+        wasm.calls,
+        before + 1,
+        "after a plan that was not a number, the next comes as a record in one call ({sending:?})"
+    );
+    assert!(matches!(again.filter, sdk::FilterPlan::FailingNodes { .. }));
 
     let before = wasm.calls;
     wasm.remove_pods(&[7]).unwrap();
@@ -262,15 +270,15 @@ fn held_back_updates_go_with_the_next_pod_sent(sending: Sending) {
     wasm.score(&[0, 1, 2, 3], &mut scores).unwrap();
     assert_eq!(wasm.calls, before + 2, "remove-pods, then score");
     let plan = wasm.set_pod(&keeps_off_a1).unwrap();
-    assert_eq!(
-        wasm.calls,
-        before + 3,
-        "nothing held: a plain set-pod, whose skip comes back as a number"
-    );
+    assert_eq!(wasm.calls, before + 3, "nothing held: one set-pod");
     assert_eq!(
         plan.filter,
         sdk::FilterPlan::Skip,
         "the pod left the mirror"
+    );
+    assert!(
+        !wasm.plans_follow,
+        "after a skip, the next pod goes through apply-and-plan again"
     );
 }
 
