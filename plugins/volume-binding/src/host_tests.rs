@@ -5,7 +5,7 @@
 
 use wasched_sdk::{Driver, Exported, FilterResults, NodeId, NodeInfo};
 
-use crate::cases::{claiming, class, host, local, offered, waiting};
+use crate::cases::{claiming, class, host, local, offered, volume, waiting};
 use crate::VolumeBinding;
 
 const LOCAL: &str = "kubernetes.io/no-provisioner";
@@ -126,4 +126,14 @@ fn hosts_long_gone_are_let_go_and_the_rest_still_found() {
     assert_eq!(passing(&mut driver, &[0, 1]), [true, false]);
     pin(&mut driver, "pv-b", "b");
     assert_eq!(passing(&mut driver, &[0, 1]), [true, true]);
+}
+
+#[test]
+fn a_volume_found_for_one_node_is_still_free_for_the_next() {
+    // One volume any node can use: the batch filter finds it for every node it examines, not
+    // only for the first (what a node found is for that node alone).
+    let mut driver = driver(vec![host("a", "z1"), host("b", "z1"), host("c", "z2")]);
+    let local_class = class("local", "WaitForFirstConsumer", LOCAL);
+    driver.upsert_volumes(offered(&local_class, vec![volume("pv-any", 20, None)]));
+    assert_eq!(passing(&mut driver, &[0, 1, 2]), [true, true, true]);
 }

@@ -735,13 +735,17 @@ impl Claims {
 
     /// kube-scheduler's `FindPodVolumes`: the volumes for `node`, whose `kubernetes.io/hostname`
     /// is `host` (none when no volume was ever pinned to it), with `classes` from
-    /// [`Claims::classes`]; or the node's reasons.
+    /// [`Claims::classes`], written into `found` (emptied first); or the node's reasons. A batch
+    /// passes the same `found` for every node, so a filter allocates for the first node only.
     fn find<'a>(
         &'a self,
         node: &NodeInfo,
         host: Option<HostId>,
         classes: &[Option<&'a ClassVolumes>],
-    ) -> Result<Found<'a>, Reasons> {
+        found: &mut Found<'a>,
+    ) -> Result<(), Reasons> {
+        found.static_bindings.clear();
+        found.provisions.clear();
         let mut node_conflict = false;
         let mut missing_volume = false;
         for claim in &self.bound {
@@ -757,11 +761,10 @@ impl Claims {
                 Some(_) => {}
             }
         }
-        let mut found = Found::default();
         let provision = if self.waiting.is_empty() {
             Provision::Possible
         } else {
-            self.bind_waiting(node, host, classes, &mut found)
+            self.bind_waiting(node, host, classes, found)
         };
         let reasons = Reasons(
             [
@@ -775,7 +778,7 @@ impl Claims {
             .fold(0, |mask, (bit, failed)| mask | (u8::from(failed) << bit)),
         );
         if reasons.0 == 0 {
-            Ok(found)
+            Ok(())
         } else {
             Err(reasons)
         }
@@ -966,12 +969,13 @@ impl Plugin for VolumeBinding {
     /// kube-scheduler's Reserve (`AssumePodVolumes` of what `FindPodVolumes` found): the
     /// volumes of the claims prepared for this pod, on the chosen node.
     fn reserve(&mut self, _pod: &Pod, node: &NodeInfo) -> Result<Reservation, Failure> {
-        let found = self
-            .claims
+        let mut found = Found::default();
+        self.claims
             .find(
                 node,
                 host_of(node, &self.volumes),
                 &self.claims.classes(&self.volumes),
+                &mut found,
             )
             .map_err(Reasons::failure)?;
         Ok(Reservation {
@@ -1015,8 +1019,8 @@ impl FilterPlugin for VolumeBinding {
                 node,
                 host_of(node, &self.volumes),
                 &self.claims.classes(&self.volumes),
+                &mut Found::default(),
             )
-            .map(drop)
             .map_err(Reasons::failure)
     }
 
@@ -1025,14 +1029,15 @@ impl FilterPlugin for VolumeBinding {
         let classes = self.claims.classes(&self.volumes);
         // Per combination of reasons, its failure interned the first time a node fails with it.
         let mut interned = [0u32; 1 << Reasons::ORDER.len()];
+        let mut found = Found::default();
         for &id in ids {
             let Some(node) = nodes.get(id) else {
                 out.push(Err(Nodes::unknown(id)));
                 continue;
             };
             let host = self.hosts.host(nodes, id, &self.volumes);
-            let verdict = match self.claims.find(node, host, &classes) {
-                Ok(_) => 0,
+            let verdict = match self.claims.find(node, host, &classes, &mut found) {
+                Ok(()) => 0,
                 Err(reasons) => {
                     let failure = &mut interned[usize::from(reasons.0)];
                     if *failure == 0 {
