@@ -412,6 +412,21 @@ pub fn cases() -> Vec<Case> {
             vec![pass(), pass(), bind_conflict()],
         ),
         Case::filter(
+            "two claims to provision, each within its own class's allowed topologies",
+            claiming(vec![
+                Some(waiting(10, StorageClassInfo {
+                    allowed_topologies: vec![term(ZONE, &["a"])],
+                    ..dynamic()
+                })),
+                Some(waiting(5, StorageClassInfo {
+                    name: "anywhere".into(),
+                    ..dynamic()
+                })),
+            ]),
+            three(),
+            vec![pass(), pass(), bind_conflict()],
+        ),
+        Case::filter(
             "storage capacity: room in zone a only",
             provisioning_with(true, vec![room(Some("a"), Some(100))]),
             three(),

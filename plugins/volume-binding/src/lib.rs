@@ -16,9 +16,9 @@ use wasched_sdk::helpers::{selector_matches, FastMap};
 use wasched_sdk::node_selector::{parse_term, Term};
 pub use wasched_sdk::PodVolumes;
 use wasched_sdk::{
-    ClaimInfo, ClaimRef, Failure, FilterPlan, FilterPlugin, FilterResults, LabelColumnId, NodeId,
-    NodeInfo, NodeSelectorTerm, Nodes, Plugin, Pod, PodParts, PodPlan, Reservation,
-    StorageCapacity, Verdict, VolumeInfo,
+    ClaimInfo, ClaimRef, Failure, FilterPlan, FilterPlugin, FilterResults, LabelColumnId,
+    LabelTest, NodeId, NodeInfo, NodeSelectorTerm, Nodes, Plugin, Pod, PodParts, PodPlan,
+    Reservation, StorageCapacity, Verdict, VolumeInfo,
 };
 
 /// The name used in configs and messages.
@@ -121,6 +121,59 @@ fn topology_allows(terms: &[NodeSelectorTerm], node: &NodeInfo) -> bool {
                         .is_some_and(|v| r.values.iter().any(|x| x == v))
                 })
         })
+}
+
+/// What [`Claims::find`] asks about a claim's class's topologies, answered from `node`'s labels.
+fn by_labels(node: &NodeInfo) -> impl Fn(&WaitingClaim) -> bool + '_ {
+    move |claim| {
+        claim
+            .claim
+            .storage_class
+            .as_ref()
+            .is_none_or(|class| topology_allows(&class.allowed_topologies, node))
+    }
+}
+
+/// [`topology_allows`] as label tests on one batch's mirror: a node is then a table lookup per
+/// requirement, not a search of its labels (which at 50,000 nodes miss the cache).
+enum Topology {
+    /// No `allowedTopologies`: every node.
+    Everywhere,
+    /// The terms with requirements (an empty term holds for no node), each requirement's test.
+    Terms(Vec<Vec<LabelTest>>),
+}
+
+impl Topology {
+    fn compile(terms: &[NodeSelectorTerm], nodes: &Nodes) -> Self {
+        if terms.is_empty() {
+            return Topology::Everywhere;
+        }
+        Topology::Terms(
+            terms
+                .iter()
+                .filter(|t| !t.match_expressions.is_empty())
+                .map(|t| {
+                    t.match_expressions
+                        .iter()
+                        .map(|r| {
+                            nodes.label_test(&r.key, |value| {
+                                value.is_some_and(|v| r.values.iter().any(|x| x == v))
+                            })
+                        })
+                        .collect()
+                })
+                .collect(),
+        )
+    }
+
+    fn allows(&self, nodes: &Nodes, id: NodeId) -> bool {
+        match self {
+            Topology::Everywhere => true,
+            Topology::Terms(terms) => terms
+                .iter()
+                .any(|tests| tests.iter().all(|test| nodes.passes(id, test))),
+        }
+    }
 }
 
 /// A bound claim: its volume's affinity, or `None` when the volume does not exist.
@@ -468,6 +521,8 @@ struct WaitingClaim {
     capacities: Option<Vec<StorageCapacity>>,
     /// Per [`Shape`] number: whether the claim can take a volume of that shape.
     shape_fits: Vec<bool>,
+    /// Its place in [`Claims::waiting`], where a batch keeps what it compiled for it.
+    index: usize,
 }
 
 /// Whether a claim can be provisioned for a node (kube-scheduler's `checkVolumeProvisions`).
@@ -491,6 +546,7 @@ impl WaitingClaim {
             elsewhere: Vec::new(),
             capacities: None,
             shape_fits: Vec::new(),
+            index: 0,
         };
         let Some(class) = class else {
             return waiting;
@@ -569,12 +625,12 @@ impl WaitingClaim {
             }
     }
 
-    fn provision_on(&self, node: &NodeInfo) -> Provision {
+    /// Whether the claim can be provisioned for `node`, whose labels the class's
+    /// `allowedTopologies` take in when `allows` says so.
+    fn provision_on(&self, node: &NodeInfo, allows: &dyn Fn(&WaitingClaim) -> bool) -> Provision {
         // A class with a provisioner whose topologies take the node in.
         let provisionable = self.claim.storage_class.as_ref().is_some_and(|c| {
-            !c.provisioner.is_empty()
-                && c.provisioner != NO_PROVISIONER
-                && topology_allows(&c.allowed_topologies, node)
+            !c.provisioner.is_empty() && c.provisioner != NO_PROVISIONER && allows(self)
         });
         if !provisionable {
             return Provision::Impossible;
@@ -712,6 +768,9 @@ impl Claims {
             return Err(Failure::unresolvable(REASON_UNBOUND_IMMEDIATE));
         }
         claims.waiting.sort_by_key(|c| c.claim.requested_storage);
+        for (index, claim) in claims.waiting.iter_mut().enumerate() {
+            claim.index = index;
+        }
         Ok(Some(claims))
     }
 
@@ -733,15 +792,34 @@ impl Claims {
             .collect()
     }
 
+    /// Each waiting claim's class's `allowedTopologies` compiled for a batch on `nodes`, in the
+    /// order of `waiting`.
+    fn topologies(&self, nodes: &Nodes) -> Vec<Topology> {
+        self.waiting
+            .iter()
+            .map(|c| {
+                let terms = c
+                    .claim
+                    .storage_class
+                    .as_ref()
+                    .map(|class| &class.allowed_topologies);
+                Topology::compile(terms.map_or(&[][..], Vec::as_slice), nodes)
+            })
+            .collect()
+    }
+
     /// kube-scheduler's `FindPodVolumes`: the volumes for `node`, whose `kubernetes.io/hostname`
     /// is `host` (none when no volume was ever pinned to it), with `classes` from
     /// [`Claims::classes`], written into `found` (emptied first); or the node's reasons. A batch
     /// passes the same `found` for every node, so a filter allocates for the first node only.
+    /// `allows` says whether a waiting claim's class's `allowedTopologies` take the node in
+    /// ([`by_labels`] reads the node's labels).
     fn find<'a>(
         &'a self,
         node: &NodeInfo,
         host: Option<HostId>,
         classes: &[Option<&'a ClassVolumes>],
+        allows: &dyn Fn(&WaitingClaim) -> bool,
         found: &mut Found<'a>,
     ) -> Result<(), Reasons> {
         found.static_bindings.clear();
@@ -764,7 +842,7 @@ impl Claims {
         let provision = if self.waiting.is_empty() {
             Provision::Possible
         } else {
-            self.bind_waiting(node, host, classes, found)
+            self.bind_waiting(node, host, classes, allows, found)
         };
         let reasons = Reasons(
             [
@@ -791,6 +869,7 @@ impl Claims {
         node: &NodeInfo,
         host: Option<HostId>,
         classes: &[Option<&'a ClassVolumes>],
+        allows: &dyn Fn(&WaitingClaim) -> bool,
         found: &mut Found<'a>,
     ) -> Provision {
         if self.waiting.iter().any(|c| {
@@ -821,7 +900,7 @@ impl Claims {
         found
             .provisions
             .iter()
-            .map(|c| c.provision_on(node))
+            .map(|c| c.provision_on(node, allows))
             .find(|p| *p != Provision::Possible)
             .unwrap_or(Provision::Possible)
     }
@@ -975,6 +1054,7 @@ impl Plugin for VolumeBinding {
                 node,
                 host_of(node, &self.volumes),
                 &self.claims.classes(&self.volumes),
+                &by_labels(node),
                 &mut found,
             )
             .map_err(Reasons::failure)?;
@@ -1019,6 +1099,7 @@ impl FilterPlugin for VolumeBinding {
                 node,
                 host_of(node, &self.volumes),
                 &self.claims.classes(&self.volumes),
+                &by_labels(node),
                 &mut Found::default(),
             )
             .map_err(Reasons::failure)
@@ -1030,13 +1111,15 @@ impl FilterPlugin for VolumeBinding {
         // Per combination of reasons, its failure interned the first time a node fails with it.
         let mut interned = [0u32; 1 << Reasons::ORDER.len()];
         let mut found = Found::default();
+        let topologies = self.claims.topologies(nodes);
         for &id in ids {
             let Some(node) = nodes.get(id) else {
                 out.push(Err(Nodes::unknown(id)));
                 continue;
             };
             let host = self.hosts.host(nodes, id, &self.volumes);
-            let verdict = match self.claims.find(node, host, &classes, &mut found) {
+            let allows = |claim: &WaitingClaim| topologies[claim.index].allows(nodes, id);
+            let verdict = match self.claims.find(node, host, &classes, &allows, &mut found) {
                 Ok(()) => 0,
                 Err(reasons) => {
                     let failure = &mut interned[usize::from(reasons.0)];
