@@ -259,6 +259,16 @@ pub fn cases() -> Vec<Case> {
             vec![pass(), pass(), unresolvable(REASON_NODE_CONFLICT)],
         ),
         Case::filter(
+            "a bound claim whose local volume is on n2",
+            claiming(vec![Some(bound("pv-local", Some(local("pv-local", 1, "n2"))))]),
+            three(),
+            vec![
+                unresolvable(REASON_NODE_CONFLICT),
+                pass(),
+                unresolvable(REASON_NODE_CONFLICT),
+            ],
+        ),
+        Case::filter(
             "a bound claim whose volume does not exist",
             claiming(vec![Some(bound("pv-a", None))]),
             three(),
