@@ -69,10 +69,10 @@ pub trait Matcher {
 
 /// Allocates every claim of `claims` from `pools` (the node's): the devices per claim, none when
 /// there is no solution, an error when a claim cannot be allocated anywhere (kube's errors).
-pub fn allocate(
+pub fn allocate<M: Matcher + ?Sized>(
     pools: &[DevicePool],
     claims: &[ClaimPlan],
-    matcher: &mut dyn Matcher,
+    matcher: &mut M,
 ) -> Result<Option<Vec<ClaimAllocation>>, String> {
     let Some(search) = search(pools, claims, matcher)? else {
         return Ok(None);
@@ -94,20 +94,22 @@ pub fn allocate(
 
 /// Whether [`allocate`] finds a solution, without writing it out: what a filter asks of each
 /// node (the names each device result carries cost four strings a device).
-pub fn allocates(
+pub fn allocates<M: Matcher + ?Sized>(
     pools: &[DevicePool],
     claims: &[ClaimPlan],
-    matcher: &mut dyn Matcher,
+    matcher: &mut M,
 ) -> Result<bool, String> {
     Ok(search(pools, claims, matcher)?.is_some())
 }
 
-/// The search behind [`allocate`], done: `None` when there is no solution.
-fn search<'a>(
+/// The search behind [`allocate`], done: `None` when there is no solution. Generic over the
+/// matcher, which it asks about every device of the node: a call through `dyn` could not be
+/// inlined, and as WebAssembly it is an indirect call checked against the table every time.
+fn search<'a, M: Matcher + ?Sized>(
     pools: &'a [DevicePool],
     claims: &'a [ClaimPlan],
-    matcher: &'a mut dyn Matcher,
-) -> Result<Option<Search<'a>>, String> {
+    matcher: &'a mut M,
+) -> Result<Option<Search<'a, M>>, String> {
     let mut search = Search {
         pools,
         claims,
@@ -183,10 +185,10 @@ struct ConstraintState {
 /// A device by pool and index in the node's pools.
 type DeviceRef = (usize, usize);
 
-struct Search<'a> {
+struct Search<'a, M: Matcher + ?Sized> {
     pools: &'a [DevicePool],
     claims: &'a [ClaimPlan],
-    matcher: &'a mut dyn Matcher,
+    matcher: &'a mut M,
     /// Per claim, request and alternative, the devices an `All` alternative takes.
     all_devices: Vec<Vec<Vec<Option<Vec<DeviceRef>>>>>,
     /// Devices taken in this attempt, with the claim taking each.
@@ -196,7 +198,7 @@ struct Search<'a> {
     constraints: Vec<Vec<ConstraintState>>,
 }
 
-impl Search<'_> {
+impl<M: Matcher + ?Sized> Search<'_, M> {
     fn device(&self, (pool, index): DeviceRef) -> (&DevicePool, &Device) {
         let pool = &self.pools[pool];
         (pool, &pool.devices[index])
@@ -454,7 +456,7 @@ impl Search<'_> {
 }
 
 /// `request` or `request/sub`.
-impl Search<'_> {
+impl<M: Matcher + ?Sized> Search<'_, M> {
     /// The result of device `device`, taken at `step`.
     fn result(&self, step: Step, device: DeviceRef) -> DeviceResult {
         let request = &self.claims[step.claim].requests[step.request];
