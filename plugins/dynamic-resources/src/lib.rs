@@ -241,6 +241,9 @@ struct NodeMatcher<'a> {
 }
 
 impl Matcher for NodeMatcher<'_> {
+    /// The answer the cache holds, inlined into the search's loops over the node's devices;
+    /// anything else (a first look, an error) in [`NodeMatcher::look_up`].
+    #[inline]
     fn matches(
         &mut self,
         set: u32,
@@ -249,6 +252,32 @@ impl Matcher for NodeMatcher<'_> {
         device_index: usize,
     ) -> Result<bool, String> {
         let number = self.numbers[pool_index][device_index];
+        let cached = self
+            .plugin
+            .matched
+            .borrow()
+            .get(set as usize)
+            .and_then(|m| m.get(number as usize).copied());
+        match cached {
+            Some(MatchedByte::YES) => Ok(true),
+            Some(MatchedByte::NO) => Ok(false),
+            _ => self.look_up(set, claim, pool_index, device_index, number),
+        }
+    }
+}
+
+impl NodeMatcher<'_> {
+    /// [`Matcher::matches`] for a device the cache has no yes or no for: its error, or a first
+    /// evaluation, kept in the cache.
+    #[inline(never)]
+    fn look_up(
+        &mut self,
+        set: u32,
+        claim: &ClaimPlan,
+        pool_index: usize,
+        device_index: usize,
+        number: u32,
+    ) -> Result<bool, String> {
         let pool = &self.pools[pool_index];
         let device = &pool.devices[device_index];
         let cached = self
