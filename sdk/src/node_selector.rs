@@ -91,6 +91,7 @@ impl RequiredNodeAffinity {
 impl CompiledNodeAffinity {
     /// What [`RequiredNodeAffinity::matches`] gives for node `id` of the mirror it was compiled
     /// against.
+    #[inline]
     pub fn matches(&self, nodes: &Nodes, id: u32) -> bool {
         self.node_selector.iter().all(|test| nodes.passes(id, test))
             && self
@@ -161,6 +162,7 @@ pub struct CompiledTerm {
 
 impl CompiledTerm {
     /// What [`Term::matches`] gives for node `id` of the mirror the term was compiled against.
+    #[inline]
     pub fn matches(&self, nodes: &Nodes, id: u32) -> bool {
         self.labels.iter().all(|test| nodes.passes(id, test))
             && (self.fields.is_empty()
