@@ -442,7 +442,6 @@ impl Nodes {
 
     /// Whether node `id` passes `test` (a node the mirror lacks counts as having no labels).
     #[inline]
-    #[inline]
     pub fn passes(&self, id: NodeId, test: &LabelTest) -> bool {
         let value = match (test.column, &self.labels) {
             (Some(c), Some(index)) => index.columns[c]
