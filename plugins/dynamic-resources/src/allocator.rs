@@ -74,13 +74,14 @@ pub fn allocate<M: Matcher + ?Sized>(
     claims: &[ClaimPlan],
     matcher: &mut M,
 ) -> Result<Option<Vec<ClaimAllocation>>, String> {
-    let Some(search) = search(pools, claims, matcher)? else {
+    let mut scratch = Scratch::default();
+    let Some(search) = search(pools, claims, matcher, &mut scratch)? else {
         return Ok(None);
     };
     Ok(Some(
         claims
             .iter()
-            .zip(&search.results)
+            .zip(search.results.iter())
             .map(|(claim, taken)| ClaimAllocation {
                 claim: claim.name.clone(),
                 devices: taken
@@ -93,13 +94,48 @@ pub fn allocate<M: Matcher + ?Sized>(
 }
 
 /// Whether [`allocate`] finds a solution, without writing it out: what a filter asks of each
-/// node (the names each device result carries cost four strings a device).
+/// node (the names each device result carries cost four strings a device). `scratch` is the
+/// search's working space, kept by the caller from one node to the next.
 pub fn allocates<M: Matcher + ?Sized>(
     pools: &[DevicePool],
     claims: &[ClaimPlan],
     matcher: &mut M,
+    scratch: &mut Scratch,
 ) -> Result<bool, String> {
-    Ok(search(pools, claims, matcher)?.is_some())
+    Ok(search(pools, claims, matcher, scratch)?.is_some())
+}
+
+/// A search's working space: a filter keeps one for all the nodes it examines, so that a node's
+/// search allocates nothing it sizes by the claims (they are the pod's, the same on every node).
+#[derive(Default)]
+pub struct Scratch {
+    all_devices: Vec<Vec<Vec<Option<Vec<DeviceRef>>>>>,
+    allocating: Vec<(DeviceRef, usize)>,
+    results: Vec<Vec<(Step, DeviceRef)>>,
+    constraints: Vec<Vec<ConstraintState>>,
+}
+
+impl Scratch {
+    /// Empties the space for a search of `claims`, made again where their shape differs from
+    /// the last search's.
+    fn reset(&mut self, claims: &[ClaimPlan]) {
+        self.all_devices.resize_with(claims.len(), Vec::new);
+        for (alternatives, claim) in self.all_devices.iter_mut().zip(claims) {
+            alternatives.resize_with(claim.requests.len(), Vec::new);
+            for (devices, request) in alternatives.iter_mut().zip(&claim.requests) {
+                devices.clear();
+                devices.resize(request.alternatives.len(), None);
+            }
+        }
+        self.allocating.clear();
+        self.results.resize_with(claims.len(), Vec::new);
+        self.results.iter_mut().for_each(Vec::clear);
+        self.constraints.resize_with(claims.len(), Vec::new);
+        for (states, claim) in self.constraints.iter_mut().zip(claims) {
+            states.clear();
+            states.resize_with(claim.constraints.len(), ConstraintState::default);
+        }
+    }
 }
 
 /// The search behind [`allocate`], done: `None` when there is no solution. Generic over the
@@ -109,31 +145,23 @@ fn search<'a, M: Matcher + ?Sized>(
     pools: &'a [DevicePool],
     claims: &'a [ClaimPlan],
     matcher: &'a mut M,
+    scratch: &'a mut Scratch,
 ) -> Result<Option<Search<'a, M>>, String> {
+    scratch.reset(claims);
+    let Scratch {
+        all_devices,
+        allocating,
+        results,
+        constraints,
+    } = scratch;
     let mut search = Search {
         pools,
         claims,
         matcher,
-        all_devices: claims
-            .iter()
-            .map(|c| {
-                c.requests
-                    .iter()
-                    .map(|r| vec![None; r.alternatives.len()])
-                    .collect()
-            })
-            .collect(),
-        allocating: Vec::new(),
-        results: vec![Vec::new(); claims.len()],
-        constraints: claims
-            .iter()
-            .map(|c| {
-                c.constraints
-                    .iter()
-                    .map(|_| ConstraintState::default())
-                    .collect()
-            })
-            .collect(),
+        all_devices,
+        allocating,
+        results,
+        constraints,
     };
     for (claim_index, claim) in claims.iter().enumerate() {
         let mut min_devices = 0;
@@ -190,12 +218,12 @@ struct Search<'a, M: Matcher + ?Sized> {
     claims: &'a [ClaimPlan],
     matcher: &'a mut M,
     /// Per claim, request and alternative, the devices an `All` alternative takes.
-    all_devices: Vec<Vec<Vec<Option<Vec<DeviceRef>>>>>,
+    all_devices: &'a mut Vec<Vec<Vec<Option<Vec<DeviceRef>>>>>,
     /// Devices taken in this attempt, with the claim taking each.
-    allocating: Vec<(DeviceRef, usize)>,
+    allocating: &'a mut Vec<(DeviceRef, usize)>,
     /// Per claim, the devices taken so far and the step that took each.
-    results: Vec<Vec<(Step, DeviceRef)>>,
-    constraints: Vec<Vec<ConstraintState>>,
+    results: &'a mut Vec<Vec<(Step, DeviceRef)>>,
+    constraints: &'a mut Vec<Vec<ConstraintState>>,
 }
 
 impl<M: Matcher + ?Sized> Search<'_, M> {

@@ -180,6 +180,27 @@ pub fn cases() -> Vec<Case> {
             )],
         ),
         Case::filter(
+            "matchAttribute holds per node: pairs on different roots on two nodes",
+            claiming(vec![PodClaim {
+                constraints: vec![DeviceConstraint {
+                    requests: Vec::new(),
+                    match_attribute: "resource.kubernetes.io/pcieRoot".into(),
+                }],
+                ..claim("pair", vec![request("gpus", 2)])
+            }]),
+            vec![
+                one_root.clone(),
+                gpu_node(
+                    "paired-on-pci1",
+                    vec![
+                        gpu("g0", "a100", "40Gi", "pci1"),
+                        gpu("g1", "a100", "40Gi", "pci1"),
+                    ],
+                ),
+            ],
+            vec![pass(), pass()],
+        ),
+        Case::filter(
             "without the constraint two devices on two roots do",
             claiming(vec![claim("pair", vec![request("gpus", 2)])]),
             vec![two_roots.clone()],

@@ -69,6 +69,8 @@ pub struct DynamicResources {
     /// How many device numbers `node_devices` holds, counted with repeats.
     held_numbers: usize,
     pod: PodState,
+    /// The allocator's working space, kept from one examined node to the next.
+    scratch: RefCell<allocator::Scratch>,
 }
 
 /// A selector set's class and expressions.
@@ -200,7 +202,13 @@ impl DynamicResources {
                 pools: &node.device_pools,
                 numbers,
             };
-            match allocator::allocates(&node.device_pools, &self.pod.plans, &mut matcher) {
+            let mut scratch = self.scratch.borrow_mut();
+            match allocator::allocates(
+                &node.device_pools,
+                &self.pod.plans,
+                &mut matcher,
+                &mut scratch,
+            ) {
                 Err(e) => return Err(Failure::error(e)),
                 Ok(false) => return Err(Failure::unresolvable(REASON_CANNOT_ALLOCATE)),
                 Ok(true) => {}
