@@ -964,6 +964,19 @@ pub struct VolumeBinding {
     hosts: HostsByValue,
 }
 
+impl VolumeBinding {
+    /// [`Claims::find`] for one node, read from the node itself (Reserve, the one-node filter).
+    fn find_on<'a>(&'a self, node: &NodeInfo, found: &mut Found<'a>) -> Result<(), Reasons> {
+        self.claims.find(
+            node,
+            host_of(node, &self.volumes),
+            &self.claims.classes(&self.volumes),
+            &by_labels(node),
+            found,
+        )
+    }
+}
+
 /// Each node's host as [`VolumeIndex::hosts`] numbers it, found through the mirror's label
 /// index, for the batch filter: a node's hostname is there one array read, and the host it
 /// stands for is kept per value id. The filter then neither reads the node's labels nor hashes
@@ -1049,15 +1062,7 @@ impl Plugin for VolumeBinding {
     /// volumes of the claims prepared for this pod, on the chosen node.
     fn reserve(&mut self, _pod: &Pod, node: &NodeInfo) -> Result<Reservation, Failure> {
         let mut found = Found::default();
-        self.claims
-            .find(
-                node,
-                host_of(node, &self.volumes),
-                &self.claims.classes(&self.volumes),
-                &by_labels(node),
-                &mut found,
-            )
-            .map_err(Reasons::failure)?;
+        self.find_on(node, &mut found).map_err(Reasons::failure)?;
         Ok(Reservation {
             volumes: found.owned(),
             claims: Vec::new(),
@@ -1094,14 +1099,7 @@ impl Plugin for VolumeBinding {
 
 impl FilterPlugin for VolumeBinding {
     fn filter(&self, _pod: &Pod, node: &NodeInfo) -> Verdict {
-        self.claims
-            .find(
-                node,
-                host_of(node, &self.volumes),
-                &self.claims.classes(&self.volumes),
-                &by_labels(node),
-                &mut Found::default(),
-            )
+        self.find_on(node, &mut Found::default())
             .map_err(Reasons::failure)
     }
 
