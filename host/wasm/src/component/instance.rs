@@ -220,7 +220,7 @@ impl ComponentInstance {
             .apply_and_plan()
             .call(&mut self.store, (&self.input,))
             .map_err(|e| trapped("apply-and-plan", e))?;
-        match sdk::wire::plan_of_number(number) {
+        match wire::plan_of_number(number) {
             Ok(Some(plan)) => Ok(plan),
             Ok(None) => {
                 self.plans_follow = true;
@@ -430,21 +430,18 @@ impl PluginInstance for ComponentInstance {
             );
             match self.plain_plans {
                 Some(plain) if !self.plans_follow => return self.apply_and_plan(plain),
-                _ => {
-                    let plan = encoded
-                        .apply_and_set_pod()
-                        .call(&mut self.store, (&self.input,))
-                        .map(|(plan,)| plan)
-                        .map_err(|e| trapped("apply-and-set-pod", e))?;
-                    self.plans_follow =
-                        !matches!(plan.filter, wit::FilterPlan::Run | wit::FilterPlan::Skip);
-                    plan
-                }
+                _ => encoded
+                    .apply_and_set_pod()
+                    .call(&mut self.store, (&self.input,))
+                    .map(|(plan,)| plan)
+                    .map_err(|e| trapped("apply-and-set-pod", e))?,
             }
         } else {
             self.set_pod_lowered(pod, items)?
         };
-        check_plan(plan)
+        let plan = check_plan(plan)?;
+        self.plans_follow = wire::plain_plan(&plan) == wire::PLAN_FOLLOWS;
+        Ok(plan)
     }
 
     fn filter(&mut self, ids: &[u32], out: &mut sdk::FilterResults) -> Result<(), CallError> {

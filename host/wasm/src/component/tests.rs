@@ -243,7 +243,8 @@ fn held_back_updates_go_with_the_next_pod_sent(sending: Sending) {
     assert_eq!(
         wasm.calls,
         before + plan_calls,
-        "one call: the pod, then set-pod ({sending:?})"
+        "the held pod and the next in one call, then last-plan for a plan listing nodes \
+         ({sending:?})"
     );
     assert_eq!(
         !wasm.input.is_empty(),
