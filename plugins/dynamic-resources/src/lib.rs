@@ -265,19 +265,18 @@ impl Matcher for NodeMatcher<'_> {
             .matched
             .borrow()
             .get(set as usize)
-            .and_then(|m| m.get(number as usize).copied())
-            .unwrap_or(MatchedByte::UNKNOWN);
+            .and_then(|m| m.get(number as usize).copied());
         match cached {
-            MatchedByte::YES => Ok(true),
-            MatchedByte::NO => Ok(false),
-            _ => self.look_up(set, claim, pool_index, device_index, number, cached),
+            Some(MatchedByte::YES) => Ok(true),
+            Some(MatchedByte::NO) => Ok(false),
+            _ => self.look_up(set, claim, pool_index, device_index, number),
         }
     }
 }
 
 impl NodeMatcher<'_> {
-    /// [`Matcher::matches`] for a device the cache has no yes or no for (`cached`): its error,
-    /// or a first evaluation, kept in the cache.
+    /// [`Matcher::matches`] for a device the cache has no yes or no for: its error, or a first
+    /// evaluation, kept in the cache.
     #[inline(never)]
     fn look_up(
         &mut self,
@@ -286,11 +285,19 @@ impl NodeMatcher<'_> {
         pool_index: usize,
         device_index: usize,
         number: u32,
-        cached: u8,
     ) -> Result<bool, String> {
         let pool = &self.pools[pool_index];
         let device = &pool.devices[device_index];
+        let cached = self
+            .plugin
+            .matched
+            .borrow()
+            .get(set as usize)
+            .and_then(|m| m.get(number as usize).copied())
+            .unwrap_or(MatchedByte::UNKNOWN);
         let matched = match cached {
+            MatchedByte::YES => Matched::Yes,
+            MatchedByte::NO => Matched::No,
             MatchedByte::ERROR => self.plugin.match_errors.borrow()[&(set, number)].clone(),
             _ => {
                 let m = self.plugin.evaluate(set, &pool.driver, device);
