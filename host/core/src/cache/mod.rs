@@ -163,6 +163,9 @@ enum Change {
     Remove(u32),
     /// Only its usage changed.
     Usage(u32),
+    /// Only details some plugins read changed (its images, CSINode or device pools, which an
+    /// allocation changes): send the node to those plugins alone.
+    Details(u32, sdk::wire::NodeDetails),
     /// A pod (by pod id) was placed, moved, removed, or its node came or went: send its current
     /// state (or its removal) to plugins that read existing pods.
     Pod(u32),
@@ -181,6 +184,9 @@ pub struct Delta {
     pub removals: Vec<u32>,
     /// Node ids whose usage changed.
     pub usage: Vec<u32>,
+    /// Node ids whose images, CSINode or device pools alone changed, with which of them: a
+    /// plugin that reads none of those has nothing to learn of them.
+    pub details: Vec<(u32, sdk::wire::NodeDetails)>,
     /// Pod ids whose state to send: [`Cache::existing_pod`] says whether to upsert or remove.
     pub pods: Vec<u32>,
     /// Namespace ids whose state to send: [`Cache::namespace`] says which.
@@ -195,6 +201,7 @@ impl Delta {
         self.upserts.is_empty()
             && self.removals.is_empty()
             && self.usage.is_empty()
+            && self.details.is_empty()
             && self.pods.is_empty()
             && self.namespaces.is_empty()
             && self.volumes.is_empty()
@@ -353,23 +360,24 @@ impl Cache {
                 .as_mut()
                 .expect("indexed node exists");
             // The cache keeps the usage; the update's own is not the placed pods'.
-            info.usage = sdk::NodeUsage::default();
-            let usage = std::mem::take(&mut entry.info.usage);
-            let unchanged = entry.info == info;
-            info.usage = usage;
-            if unchanged {
+            info.usage = std::mem::take(&mut entry.info.usage);
+            let change = match node_change(&entry.info, &info) {
                 // A status update that changes nothing plugins see (kubelet heartbeats,
                 // conditions): their mirrors, and what plugins worked out from them, stay valid.
-                entry.info.usage = info.usage;
-                return id;
-            }
+                NodeChange::None => {
+                    entry.info.usage = info.usage;
+                    return id;
+                }
+                NodeChange::Details(parts) => Change::Details(id, parts),
+                NodeChange::Whole => Change::Upsert(id),
+            };
             if entry.zone != zone {
                 self.tree.update(id, &entry.zone, &zone);
                 self.listing = None;
                 entry.zone = zone;
             }
             entry.info = info;
-            self.log.push(Change::Upsert(id));
+            self.log.push(change);
             return id;
         }
         let id = self.free_ids.pop().unwrap_or(self.nodes.len() as u32);
@@ -805,60 +813,66 @@ impl Cache {
         let start = since.saturating_sub(self.log_base) as usize;
         let window = self.log.get(start..).unwrap_or_default();
         let mut delta = Delta::default();
-        // Walk backwards so the newest change of a node decides what is sent.
-        let mut seen: Vec<u32> = Vec::new();
-        let mut seen_set: std::collections::HashSet<u32> = Default::default();
-        let mut usage_only: Vec<u32> = Vec::new();
+        // Walk backwards so the newest upsert or removal of a node decides what is sent; the
+        // usage and detail changes older than it are part of what it sends.
+        let mut nodes = NodesSeen::new(window.len());
         let mut pods_seen: std::collections::HashSet<u32> = Default::default();
         let mut namespaces_seen: std::collections::HashSet<u32> = Default::default();
         let mut volumes_seen: std::collections::HashSet<u32> = Default::default();
         for change in window.iter().rev() {
-            let (id, decisive) = match *change {
-                Change::Upsert(id) | Change::Remove(id) => (id, true),
-                Change::Usage(id) => (id, false),
+            match *change {
+                Change::Upsert(id) | Change::Remove(id) => {
+                    let seen = nodes.get(id);
+                    if !seen.decided {
+                        *seen = SeenNode {
+                            decided: true,
+                            ..SeenNode::default()
+                        };
+                        match change {
+                            Change::Upsert(_) if self.node(id).is_some() => delta.upserts.push(id),
+                            _ => delta.removals.push(id),
+                        }
+                    }
+                }
+                Change::Usage(id) => {
+                    let seen = nodes.get(id);
+                    seen.usage |= !seen.decided;
+                }
+                Change::Details(id, parts) => {
+                    let seen = nodes.get(id);
+                    if !seen.decided {
+                        seen.details = union(seen.details, parts);
+                    }
+                }
                 Change::Pod(id) => {
                     if pods_seen.insert(id) {
                         delta.pods.push(id);
                     }
-                    continue;
                 }
                 Change::Namespace(id) => {
                     if namespaces_seen.insert(id) {
                         delta.namespaces.push(id);
                     }
-                    continue;
                 }
                 Change::Volume(id) => {
                     if volumes_seen.insert(id) {
                         delta.volumes.push(id);
                     }
-                    continue;
                 }
-            };
-            let first_time = if window.len() > 64 {
-                seen_set.insert(id)
-            } else if seen.contains(&id) {
-                false
-            } else {
-                seen.push(id);
-                true
-            };
-            if decisive {
-                if first_time || usage_only.contains(&id) {
-                    usage_only.retain(|&u| u != id);
-                    match change {
-                        Change::Upsert(_) if self.node(id).is_some() => delta.upserts.push(id),
-                        Change::Upsert(_) => delta.removals.push(id),
-                        _ => delta.removals.push(id),
-                    }
-                }
-            } else if first_time {
-                usage_only.push(id);
             }
         }
-        // A node removed after a usage change is a removal, not a usage update.
-        usage_only.retain(|id| self.node(*id).is_some());
-        delta.usage = usage_only;
+        // A node removed after a usage or detail change is a removal, nothing else.
+        for (id, seen) in nodes.in_order() {
+            if seen.decided || self.node(id).is_none() {
+                continue;
+            }
+            if seen.usage {
+                delta.usage.push(id);
+            }
+            if seen.details != sdk::wire::NodeDetails::default() {
+                delta.details.push((id, seen.details));
+            }
+        }
         delta
     }
 
@@ -869,6 +883,100 @@ impl Cache {
             .min(self.log.len() as u64) as usize;
         self.log.drain(..drop);
         self.log_base += drop as u64;
+    }
+}
+
+/// What an update of a known node changed, as plugins see it (its usage is the cache's).
+enum NodeChange {
+    None,
+    /// Only details that plugins read when they say so.
+    Details(sdk::wire::NodeDetails),
+    Whole,
+}
+
+fn node_change(old: &sdk::NodeInfo, new: &sdk::NodeInfo) -> NodeChange {
+    // Named field by field so that a field added to `NodeInfo` must be placed here.
+    let sdk::NodeInfo {
+        name,
+        labels,
+        annotations,
+        taints,
+        unschedulable,
+        allocatable,
+        usage: _,
+        images,
+        csi_node,
+        device_pools,
+    } = new;
+    let whole = *name != old.name
+        || *labels != old.labels
+        || *annotations != old.annotations
+        || *taints != old.taints
+        || *unschedulable != old.unschedulable
+        || *allocatable != old.allocatable;
+    let details = sdk::wire::NodeDetails {
+        images: *images != old.images,
+        csi_node: *csi_node != old.csi_node,
+        devices: *device_pools != old.device_pools,
+    };
+    if whole {
+        NodeChange::Whole
+    } else if details != sdk::wire::NodeDetails::default() {
+        NodeChange::Details(details)
+    } else {
+        NodeChange::None
+    }
+}
+
+fn union(a: sdk::wire::NodeDetails, b: sdk::wire::NodeDetails) -> sdk::wire::NodeDetails {
+    sdk::wire::NodeDetails {
+        images: a.images || b.images,
+        csi_node: a.csi_node || b.csi_node,
+        devices: a.devices || b.devices,
+    }
+}
+
+/// What [`Cache::delta_since`] has met of one node, newest change first.
+#[derive(Debug, Default, Clone, Copy)]
+struct SeenNode {
+    /// An upsert or removal was met: it sends everything older.
+    decided: bool,
+    usage: bool,
+    details: sdk::wire::NodeDetails,
+}
+
+/// The nodes a log window names, in the order first met; indexed by a map only for a long
+/// window, since most windows name a few nodes.
+struct NodesSeen {
+    order: Vec<(u32, SeenNode)>,
+    index: Option<HashMap<u32, usize>>,
+}
+
+impl NodesSeen {
+    fn new(window: usize) -> NodesSeen {
+        NodesSeen {
+            order: Vec::new(),
+            index: (window > 64).then(HashMap::new),
+        }
+    }
+
+    fn get(&mut self, id: u32) -> &mut SeenNode {
+        let at = match &mut self.index {
+            Some(index) => *index.entry(id).or_insert(self.order.len()),
+            None => self
+                .order
+                .iter()
+                .position(|(seen, _)| *seen == id)
+                .unwrap_or(self.order.len()),
+        };
+        if at == self.order.len() {
+            self.order.push((id, SeenNode::default()));
+        }
+        &mut self.order[at].1
+    }
+
+    fn in_order(&self) -> impl Iterator<Item = (u32, SeenNode)> + '_ {
+        self.order.iter().copied()
     }
 }
 
@@ -1083,6 +1191,85 @@ mod tests {
             500,
             "the usage stays with the node"
         );
+    }
+
+    #[test]
+    fn a_change_of_details_alone_is_told_apart_from_a_whole_upsert() {
+        use sdk::wire::NodeDetails;
+        let devices = NodeDetails {
+            devices: true,
+            ..NodeDetails::default()
+        };
+        let with_images = |zone: &str, image: &str| sdk::NodeInfo {
+            images: vec![sdk::NodeImage {
+                names: vec![image.into()],
+                size_bytes: 1,
+            }],
+            ..node("n1", zone)
+        };
+        let mut cache = Cache::default();
+        let id = cache.upsert_node(with_images("a", "one"));
+        cache.upsert_node(node("n2", "a"));
+        let since = cache.generation();
+
+        cache.upsert_node(with_images("a", "two"));
+        let delta = cache.delta_since(since);
+        assert!(delta.upserts.is_empty(), "only the images changed");
+        let images = NodeDetails {
+            images: true,
+            ..NodeDetails::default()
+        };
+        assert_eq!(delta.details, [(id, images)]);
+
+        // The device pools change through a slice; usage through a placement. Each kind is
+        // told once, with every detail that changed since `since`.
+        let mut gpu = crate::k8s::devices::Slice {
+            driver: "gpu".into(),
+            pool: "n1".into(),
+            generation: 1,
+            slice_count: 1,
+            node_name: Some("n1".into()),
+            devices: vec![sdk::Device {
+                name: "g0".into(),
+                ..sdk::Device::default()
+            }],
+            ..Default::default()
+        };
+        let after_images = cache.generation();
+        cache.upsert_resource_slice("n1-gpu", gpu.clone());
+        cache.add_pod(&pod("p1", 500), "n1");
+        let delta = cache.delta_since(since);
+        assert!(delta.upserts.is_empty());
+        assert_eq!(delta.usage, [id]);
+        let both = NodeDetails {
+            images: true,
+            devices: true,
+            ..NodeDetails::default()
+        };
+        assert_eq!(delta.details, [(id, both)]);
+        assert_eq!(
+            cache.delta_since(after_images).details,
+            [(id, devices)],
+            "a mirror that has the images is told of the devices alone"
+        );
+
+        // A whole change older or newer than the details sends the node whole, once.
+        cache.upsert_node(with_images("b", "two"));
+        let delta = cache.delta_since(since);
+        assert_eq!(delta.upserts, [id]);
+        assert!(delta.details.is_empty() && delta.usage.is_empty());
+        let relabelled = cache.generation();
+        gpu.devices.clear();
+        cache.upsert_resource_slice("n1-gpu", gpu);
+        assert_eq!(cache.delta_since(relabelled).details, [(id, devices)]);
+        assert_eq!(cache.delta_since(since).upserts, [id]);
+        assert!(cache.delta_since(since).details.is_empty());
+
+        // A node removed after its details changed is a removal.
+        cache.remove_node("n1");
+        let delta = cache.delta_since(relabelled);
+        assert_eq!(delta.removals, [id]);
+        assert!(delta.details.is_empty() && delta.upserts.is_empty());
     }
 
     #[test]

@@ -1059,7 +1059,10 @@ mod tests {
     /// breach of the contract's ordering promises written down.
     #[derive(Default)]
     struct SentMirror {
-        nodes: std::collections::BTreeSet<u32>,
+        /// Each node as the plugin was last sent it, without its usage (which it does not read).
+        nodes: std::collections::BTreeMap<u32, sdk::NodeInfo>,
+        /// How many nodes it was sent, counting each time.
+        node_upserts: usize,
         pods: std::collections::BTreeMap<u32, sdk::ExistingPod>,
         namespaces: std::collections::BTreeMap<String, sdk::Labels>,
         volumes: std::collections::BTreeMap<String, sdk::VolumeInfo>,
@@ -1077,7 +1080,10 @@ mod tests {
         }
         fn upsert_nodes(&mut self, nodes: &[(u32, &sdk::NodeInfo)]) -> Result<(), CallError> {
             let mut sent = self.sent.lock().unwrap();
-            sent.nodes.extend(nodes.iter().map(|(id, _)| *id));
+            for (id, node) in nodes {
+                sent.nodes.insert(*id, as_read(node, &self.descriptor));
+            }
+            sent.node_upserts += nodes.len();
             Ok(())
         }
         fn remove_nodes(&mut self, ids: &[u32]) -> Result<(), CallError> {
@@ -1097,7 +1103,7 @@ mod tests {
         fn upsert_pods(&mut self, pods: &[(u32, sdk::ExistingPod)]) -> Result<(), CallError> {
             let mut sent = self.sent.lock().unwrap();
             for (id, pod) in pods {
-                if !sent.nodes.contains(&pod.node) {
+                if !sent.nodes.contains_key(&pod.node) {
                     let breach = format!("pod {id} sent on node {} the mirror lacks", pod.node);
                     sent.breaches.push(breach);
                 }
@@ -1155,9 +1161,21 @@ mod tests {
         }
     }
 
+    /// A node as a plugin with `descriptor` reads it, but for its usage.
+    fn as_read(node: &sdk::NodeInfo, descriptor: &sdk::Descriptor) -> sdk::NodeInfo {
+        let mut read = node.sent(
+            descriptor.reads_node_images,
+            descriptor.reads_csi_nodes,
+            descriptor.reads_devices,
+        );
+        read.usage = sdk::NodeUsage::default();
+        read
+    }
+
     /// Makes [`Recording`] instances; a fresh one starts from an empty mirror.
     struct RecordingFactory {
         parts: sdk::ExistingPodParts,
+        reads_node_images: bool,
         sent: Arc<std::sync::Mutex<SentMirror>>,
     }
 
@@ -1179,7 +1197,7 @@ mod tests {
                     pre_enqueue: false,
                     permit: false,
                     reserve: false,
-                    reads_node_images: false,
+                    reads_node_images: self.reads_node_images,
                     reads_csi_nodes: false,
                     reads_devices: false,
                     reads_groups: false,
@@ -1202,24 +1220,72 @@ mod tests {
     /// moved, relabelled and deleted; namespaces relabelled and deleted), with the log compacted now
     /// and then: after every catch-up, the instance's mirror holds exactly the cache's pods on the
     /// cache's nodes with the parts it reads, and never held a pod on a node it lacked. A plugin
-    /// reading only host ports holds exactly the pods that have some.
+    /// reading only host ports holds exactly the pods that have some. Its nodes are the cache's
+    /// as it reads them, whether a change was to their labels or to their images alone.
     #[test]
     fn an_instance_mirrors_exactly_the_existing_pods_namespaces_and_volumes_through_any_changes() {
         for seed in 1..=20 {
             mirror_follows_random_changes(
                 seed,
                 sdk::ExistingPodParts::LABELS | sdk::ExistingPodParts::HOST_PORTS,
+                true,
             );
-            mirror_follows_random_changes(seed, sdk::ExistingPodParts::HOST_PORTS);
+            mirror_follows_random_changes(seed, sdk::ExistingPodParts::HOST_PORTS, false);
         }
     }
 
-    fn mirror_follows_random_changes(seed: u64, parts: sdk::ExistingPodParts) {
+    #[test]
+    fn a_node_whose_images_alone_changed_is_sent_only_to_a_plugin_that_reads_them() {
+        for reads_node_images in [false, true] {
+            let sent = Arc::new(std::sync::Mutex::new(SentMirror::default()));
+            let spec = PluginSpec {
+                name: "recording".into(),
+                factory: Arc::new(RecordingFactory {
+                    parts: sdk::ExistingPodParts::NONE,
+                    reads_node_images,
+                    sent: sent.clone(),
+                }),
+                config: "{}".into(),
+                policy: FailurePolicy::default(),
+                stats: Arc::new(PluginCallStats::default()),
+                idle_when: None,
+            };
+            let reads = Reads::of(spec.factory.instantiate("").unwrap().descriptor());
+            let node = |image: &str| sdk::NodeInfo {
+                name: "n1".into(),
+                images: vec![sdk::NodeImage {
+                    names: vec![image.into()],
+                    size_bytes: 1,
+                }],
+                ..sdk::NodeInfo::default()
+            };
+            let mut cache = Cache::default();
+            cache.upsert_node(node("one"));
+            let (mut instance, mut synced) = (None, Synced::default());
+            catch_up(&spec, reads, &mut instance, &mut synced, &cache).unwrap();
+            assert_eq!(sent.lock().unwrap().node_upserts, 1);
+            cache.upsert_node(node("two"));
+            catch_up(&spec, reads, &mut instance, &mut synced, &cache).unwrap();
+            let sent = sent.lock().unwrap();
+            assert_eq!(
+                sent.node_upserts,
+                1 + usize::from(reads_node_images),
+                "reads images: {reads_node_images}"
+            );
+        }
+    }
+
+    fn mirror_follows_random_changes(
+        seed: u64,
+        parts: sdk::ExistingPodParts,
+        reads_node_images: bool,
+    ) {
         let sent = Arc::new(std::sync::Mutex::new(SentMirror::default()));
         let spec = PluginSpec {
             name: "recording".into(),
             factory: Arc::new(RecordingFactory {
                 parts,
+                reads_node_images,
                 sent: sent.clone(),
             }),
             config: "{}".into(),
@@ -1232,12 +1298,24 @@ mod tests {
             existing_pods: parts,
             namespaces: true,
             volumes: true,
+            details: sdk::wire::NodeDetails {
+                images: reads_node_images,
+                ..sdk::wire::NodeDetails::default()
+            },
         };
         let mut cache = Cache::default();
         let (mut instance, mut synced) = (None, Synced::default());
         let mut rng = Rng::new(seed);
-        let node = |i: u64| sdk::NodeInfo {
+        // A node's labels change less often than its images (as kubelet reports them).
+        let node = |i: u64, version: u64| sdk::NodeInfo {
             name: format!("node-{i}"),
+            labels: [("rack".to_string(), format!("r{}", version / 4 % 2))]
+                .into_iter()
+                .collect(),
+            images: vec![sdk::NodeImage {
+                names: vec![format!("image-{}", version % 3)],
+                size_bytes: 1,
+            }],
             ..sdk::NodeInfo::default()
         };
         let pod = |i: u64, version: u64| sdk::Pod {
@@ -1263,7 +1341,7 @@ mod tests {
             let (n, p) = (rng.below(8), rng.below(24));
             match rng.below(13) {
                 0 => {
-                    cache.upsert_node(node(n));
+                    cache.upsert_node(node(n, step));
                 }
                 10 => cache.upsert_volume(
                     serde_json::from_value(serde_json::json!({
@@ -1323,8 +1401,11 @@ mod tests {
                     .map(|(id, node, pod)| (id, pod.with_parts(node, parts)))
                     .collect();
                 assert_eq!(sent.pods, want, "seed {seed} step {step}: pods");
-                let nodes: std::collections::BTreeSet<u32> =
-                    cache.nodes().map(|(id, _)| id).collect();
+                let descriptor = instance.as_ref().expect("caught up").descriptor();
+                let nodes: std::collections::BTreeMap<u32, sdk::NodeInfo> = cache
+                    .nodes()
+                    .map(|(id, entry)| (id, as_read(&entry.info, descriptor)))
+                    .collect();
                 assert_eq!(sent.nodes, nodes, "seed {seed} step {step}: nodes");
                 let namespaces: std::collections::BTreeMap<String, sdk::Labels> = cache
                     .namespaces()

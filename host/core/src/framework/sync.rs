@@ -14,6 +14,8 @@ pub(super) struct Reads {
     pub(super) existing_pods: sdk::ExistingPodParts,
     pub(super) namespaces: bool,
     pub(super) volumes: bool,
+    /// The node details it is sent beside each node.
+    pub(super) details: sdk::wire::NodeDetails,
 }
 
 impl Reads {
@@ -23,6 +25,11 @@ impl Reads {
             existing_pods: descriptor.reads_existing_pods,
             namespaces: descriptor.reads_namespaces,
             volumes: descriptor.reads_volumes,
+            details: sdk::wire::NodeDetails {
+                images: descriptor.reads_node_images,
+                csi_node: descriptor.reads_csi_nodes,
+                devices: descriptor.reads_devices,
+            },
         }
     }
 }
@@ -230,9 +237,16 @@ fn send_delta(
     if !delta.removals.is_empty() {
         instance.remove_nodes(&delta.removals)?;
     }
-    if !delta.upserts.is_empty() {
-        let nodes: Vec<(u32, &sdk::NodeInfo)> = delta
-            .upserts
+    // A node whose changes are all in details the plugin is not sent is left as its mirror
+    // has it, and so are the plans worked out from it.
+    let details_read = delta
+        .details
+        .iter()
+        .filter(|(_, changed)| reads_any(reads.details, *changed))
+        .map(|&(id, _)| id);
+    let upserts: Vec<u32> = delta.upserts.iter().copied().chain(details_read).collect();
+    if !upserts.is_empty() {
+        let nodes: Vec<(u32, &sdk::NodeInfo)> = upserts
             .iter()
             .filter_map(|&id| cache.node(id).map(|n| (id, &n.info)))
             .collect();
@@ -260,6 +274,12 @@ fn send_delta(
         send_volume_changes(instance, &delta.volumes, cache)?;
     }
     Ok(())
+}
+
+fn reads_any(reads: sdk::wire::NodeDetails, changed: sdk::wire::NodeDetails) -> bool {
+    (reads.images && changed.images)
+        || (reads.csi_node && changed.csi_node)
+        || (reads.devices && changed.devices)
 }
 
 fn send_namespace_changes(
