@@ -276,10 +276,10 @@ impl<M: Matcher + ?Sized> Search<'_, M> {
         }
     }
 
-    /// How many devices the alternative could take at most: free, in a complete pool and
-    /// matching its selectors (a selector that fails counts as a match here, so that the search
-    /// meets the failure where kube's does).
-    fn usable(&mut self, claim_index: usize, alternative: &Alternative) -> usize {
+    /// Whether the alternative could take `needed` devices at all: that many are free, in a
+    /// complete pool and match its selectors (a selector that fails counts as a match here, so
+    /// that the search meets the failure where kube's does). It stops counting at `needed`.
+    fn has_usable(&mut self, claim_index: usize, alternative: &Alternative, needed: usize) -> bool {
         let (claims, pools) = (self.claims, self.pools);
         let mut usable = 0;
         for (p, pool) in pools.iter().enumerate().filter(|(_, pool)| pool.complete) {
@@ -291,10 +291,13 @@ impl<M: Matcher + ?Sized> Search<'_, M> {
                         .unwrap_or(true)
                 {
                     usable += 1;
+                    if usable >= needed {
+                        return true;
+                    }
                 }
             }
         }
-        usable
+        false
     }
 
     fn allocate_one(&mut self, step: Step, in_alternative: bool) -> Result<bool, String> {
@@ -347,7 +350,7 @@ impl<M: Matcher + ?Sized> Search<'_, M> {
         // finding that there are too few (8! orders for a node with 8 of 9 GPUs free), on every
         // node, for every attempt of a pod that cannot fit anywhere. Only branches without a
         // solution are cut, so the devices chosen are kube's.
-        if step.device == 0 && self.usable(step.claim, alternative) < needed {
+        if step.device == 0 && !self.has_usable(step.claim, alternative, needed) {
             return Ok(false);
         }
         let pools = self.pools;
