@@ -266,6 +266,7 @@ impl<M: Matcher + ?Sized> Search<'_, M> {
         Ok(all)
     }
 
+    #[inline(always)]
     fn in_use(&self, device: DeviceRef, claim: usize, admin_access: bool) -> bool {
         if admin_access {
             self.allocating

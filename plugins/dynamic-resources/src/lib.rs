@@ -250,8 +250,9 @@ struct NodeMatcher<'a> {
 
 impl Matcher for NodeMatcher<'_> {
     /// The answer the cache holds, inlined into the search's loops over the node's devices;
-    /// anything else (a first look, an error) in [`NodeMatcher::look_up`].
-    #[inline]
+    /// anything else (a first look, an error) in [`NodeMatcher::look_up`]. As WebAssembly,
+    /// LLVM left a plain `#[inline]` a call per device.
+    #[inline(always)]
     fn matches(
         &mut self,
         set: u32,
