@@ -610,4 +610,32 @@ mod tests {
             "an A100 is no H100"
         );
     }
+    #[test]
+    fn a_node_sent_again_is_matched_as_its_devices_now_are() {
+        use wasched_sdk::{Driver, FilterResults};
+        let mut driver = Driver::<DynamicResources>::new("{}").unwrap();
+        let h100 = selecting(
+            request("gpu", 1),
+            "device.attributes['gpu.example.com'].model == 'h100'",
+        );
+        let job = claiming(vec![claim("gpu", vec![h100])]);
+        let fits = |driver: &mut Driver<DynamicResources>, devices: Vec<Device>| {
+            driver.upsert_nodes([(0, gpu_node("n0", devices))]);
+            driver.set_pod(job.clone());
+            let mut out = FilterResults::default();
+            driver.filter(&[0], &mut out);
+            out.failure(0).is_none()
+        };
+        let allocated = |mut device: Device| {
+            device.allocated = true;
+            device
+        };
+        assert!(!fits(&mut driver, vec![gpu("gpu-0", "a100", "40Gi", "0")]));
+        // The same device name and place, another model: numbered as what it is now.
+        assert!(fits(&mut driver, vec![gpu("gpu-0", "h100", "80Gi", "0")]));
+        let h100 = || gpu("gpu-0", "h100", "80Gi", "0");
+        assert!(!fits(&mut driver, vec![allocated(h100())]), "taken");
+        assert!(fits(&mut driver, vec![h100()]), "freed");
+        assert!(!fits(&mut driver, vec![gpu("gpu-0", "a100", "80Gi", "0")]));
+    }
 }

@@ -180,6 +180,22 @@ impl DynamicResources {
     }
 
     /// The device numbers of `pools` (a node's), looked up by content.
+    /// Whether `numbers`, a node's device numbers, are still those of `pools`: device by
+    /// device, the numbered key is the device's driver, attributes and capacity.
+    fn numbers_stand(&self, numbers: &[Vec<u32>], pools: &[DevicePool]) -> bool {
+        numbers.len() == pools.len()
+            && numbers.iter().zip(pools).all(|(of_pool, pool)| {
+                of_pool.len() == pool.devices.len()
+                    && of_pool.iter().zip(&pool.devices).all(|(&number, device)| {
+                        self.devices.get(number as usize).is_some_and(|key| {
+                            key.0 == pool.driver
+                                && key.1 == device.attributes
+                                && key.2 == device.capacity
+                        })
+                    })
+            })
+    }
+
     fn numbers_of(&self, pools: &[DevicePool]) -> Vec<Vec<u32>> {
         pools
             .iter()
@@ -432,6 +448,16 @@ impl Plugin for DynamicResources {
     }
 
     fn node_upserted(&mut self, id: NodeId, node: &NodeInfo) {
+        // A node is sent again whenever one of its devices is allocated or freed; its devices'
+        // numbers stand as long as what a selector reads of them is unchanged, which a
+        // comparison tells without building (and hashing) each device's key again.
+        if self
+            .node_devices
+            .get(id as usize)
+            .is_some_and(|numbers| self.numbers_stand(numbers, &node.device_pools))
+        {
+            return;
+        }
         if let Some(old) = self.node_devices.get_mut(id as usize) {
             self.held_numbers -= old.iter().map(Vec::len).sum::<usize>();
             old.clear();
