@@ -179,7 +179,6 @@ impl DynamicResources {
         self.match_errors.get_mut().clear();
     }
 
-    /// The device numbers of `pools` (a node's), looked up by content.
     /// Whether `numbers`, a node's device numbers, are still those of `pools`: device by
     /// device, the numbered key is the device's driver, attributes and capacity.
     fn numbers_stand(&self, numbers: &[Vec<u32>], pools: &[DevicePool]) -> bool {
@@ -196,6 +195,7 @@ impl DynamicResources {
             })
     }
 
+    /// The device numbers of `pools` (a node's), looked up by content.
     fn numbers_of(&self, pools: &[DevicePool]) -> Vec<Vec<u32>> {
         pools
             .iter()
