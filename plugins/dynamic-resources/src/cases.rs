@@ -610,6 +610,7 @@ mod tests {
             "an A100 is no H100"
         );
     }
+
     #[test]
     fn a_node_sent_again_is_matched_as_its_devices_now_are() {
         use wasched_sdk::{Driver, FilterResults};

@@ -1237,19 +1237,7 @@ mod tests {
     #[test]
     fn a_node_whose_images_alone_changed_is_sent_only_to_a_plugin_that_reads_them() {
         for reads_node_images in [false, true] {
-            let sent = Arc::new(std::sync::Mutex::new(SentMirror::default()));
-            let spec = PluginSpec {
-                name: "recording".into(),
-                factory: Arc::new(RecordingFactory {
-                    parts: sdk::ExistingPodParts::NONE,
-                    reads_node_images,
-                    sent: sent.clone(),
-                }),
-                config: "{}".into(),
-                policy: FailurePolicy::default(),
-                stats: Arc::new(PluginCallStats::default()),
-                idle_when: None,
-            };
+            let (spec, sent) = recording(sdk::ExistingPodParts::NONE, reads_node_images);
             let reads = Reads::of(spec.factory.instantiate("").unwrap().descriptor());
             let node = |image: &str| sdk::NodeInfo {
                 name: "n1".into(),
@@ -1275,11 +1263,12 @@ mod tests {
         }
     }
 
-    fn mirror_follows_random_changes(
-        seed: u64,
+    /// A plugin that records what it is sent, reading `parts` of placed pods and, if
+    /// `reads_node_images`, the nodes' images; with what it was sent.
+    fn recording(
         parts: sdk::ExistingPodParts,
         reads_node_images: bool,
-    ) {
+    ) -> (PluginSpec, Arc<std::sync::Mutex<SentMirror>>) {
         let sent = Arc::new(std::sync::Mutex::new(SentMirror::default()));
         let spec = PluginSpec {
             name: "recording".into(),
@@ -1293,6 +1282,15 @@ mod tests {
             stats: Arc::new(PluginCallStats::default()),
             idle_when: None,
         };
+        (spec, sent)
+    }
+
+    fn mirror_follows_random_changes(
+        seed: u64,
+        parts: sdk::ExistingPodParts,
+        reads_node_images: bool,
+    ) {
+        let (spec, sent) = recording(parts, reads_node_images);
         let reads = Reads {
             usage: false,
             existing_pods: parts,
