@@ -530,6 +530,38 @@ pub struct NodeDetails {
     pub devices: bool,
 }
 
+impl NodeDetails {
+    /// The details a plugin with `descriptor` reads.
+    pub fn read_by(descriptor: &Descriptor) -> NodeDetails {
+        NodeDetails {
+            images: descriptor.reads_node_images,
+            csi_node: descriptor.reads_csi_nodes,
+            devices: descriptor.reads_devices,
+        }
+    }
+
+    /// Every detail in `self` or in `other`.
+    pub fn union(self, other: NodeDetails) -> NodeDetails {
+        NodeDetails {
+            images: self.images || other.images,
+            csi_node: self.csi_node || other.csi_node,
+            devices: self.devices || other.devices,
+        }
+    }
+
+    /// Whether some detail is in both `self` and `other`.
+    pub fn meets(self, other: NodeDetails) -> bool {
+        (self.images && other.images)
+            || (self.csi_node && other.csi_node)
+            || (self.devices && other.devices)
+    }
+
+    /// No detail at all.
+    pub fn is_empty(self) -> bool {
+        self == NodeDetails::default()
+    }
+}
+
 /// Appends `nodes` to `out` as the input of `upsert-nodes`: a `list<tuple<node-id, node-info>>`,
 /// each node followed by the `details` the plugin reads.
 pub fn write_nodes(out: &mut Vec<u8>, nodes: &[(NodeId, &NodeInfo)], details: NodeDetails) {

@@ -841,7 +841,7 @@ impl Cache {
                 Change::Details(id, parts) => {
                     let seen = nodes.get(id);
                     if !seen.decided {
-                        seen.details = union(seen.details, parts);
+                        seen.details = seen.details.union(parts);
                     }
                 }
                 Change::Pod(id) => {
@@ -869,7 +869,7 @@ impl Cache {
             if seen.usage {
                 delta.usage.push(id);
             }
-            if seen.details != sdk::wire::NodeDetails::default() {
+            if !seen.details.is_empty() {
                 delta.details.push((id, seen.details));
             }
         }
@@ -921,18 +921,10 @@ fn node_change(old: &sdk::NodeInfo, new: &sdk::NodeInfo) -> NodeChange {
     };
     if whole {
         NodeChange::Whole
-    } else if details != sdk::wire::NodeDetails::default() {
+    } else if !details.is_empty() {
         NodeChange::Details(details)
     } else {
         NodeChange::None
-    }
-}
-
-fn union(a: sdk::wire::NodeDetails, b: sdk::wire::NodeDetails) -> sdk::wire::NodeDetails {
-    sdk::wire::NodeDetails {
-        images: a.images || b.images,
-        csi_node: a.csi_node || b.csi_node,
-        devices: a.devices || b.devices,
     }
 }
 

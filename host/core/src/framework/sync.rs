@@ -25,11 +25,7 @@ impl Reads {
             existing_pods: descriptor.reads_existing_pods,
             namespaces: descriptor.reads_namespaces,
             volumes: descriptor.reads_volumes,
-            details: sdk::wire::NodeDetails {
-                images: descriptor.reads_node_images,
-                csi_node: descriptor.reads_csi_nodes,
-                devices: descriptor.reads_devices,
-            },
+            details: sdk::wire::NodeDetails::read_by(descriptor),
         }
     }
 }
@@ -242,7 +238,7 @@ fn send_delta(
     let details_read = delta
         .details
         .iter()
-        .filter(|(_, changed)| reads_any(reads.details, *changed))
+        .filter(|(_, changed)| reads.details.meets(*changed))
         .map(|&(id, _)| id);
     let upserts: Vec<u32> = delta.upserts.iter().copied().chain(details_read).collect();
     if !upserts.is_empty() {
@@ -274,12 +270,6 @@ fn send_delta(
         send_volume_changes(instance, &delta.volumes, cache)?;
     }
     Ok(())
-}
-
-fn reads_any(reads: sdk::wire::NodeDetails, changed: sdk::wire::NodeDetails) -> bool {
-    (reads.images && changed.images)
-        || (reads.csi_node && changed.csi_node)
-        || (reads.devices && changed.devices)
 }
 
 fn send_namespace_changes(

@@ -291,11 +291,7 @@ impl PluginInstance for ComponentInstance {
         );
         if let Some(encoded) = self.encoded {
             self.input.clear();
-            let details = wire::NodeDetails {
-                images: self.descriptor.reads_node_images,
-                csi_node: self.descriptor.reads_csi_nodes,
-                devices: self.descriptor.reads_devices,
-            };
+            let details = wire::NodeDetails::read_by(&self.descriptor);
             wire::write_nodes(&mut self.input, nodes, details);
             return encoded
                 .upsert_nodes()
