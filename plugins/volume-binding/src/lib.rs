@@ -627,7 +627,7 @@ impl WaitingClaim {
 
     /// Whether the claim can be provisioned for `node`, whose labels the class's
     /// `allowedTopologies` take in when `allows` says so.
-    fn provision_on(&self, node: &NodeInfo, allows: &dyn Fn(&WaitingClaim) -> bool) -> Provision {
+    fn provision_on(&self, node: &NodeInfo, allows: impl Fn(&WaitingClaim) -> bool) -> Provision {
         // A class with a provisioner whose topologies take the node in.
         let provisionable = self.claim.storage_class.as_ref().is_some_and(|c| {
             !c.provisioner.is_empty() && c.provisioner != NO_PROVISIONER && allows(self)
@@ -819,7 +819,7 @@ impl Claims {
         node: &NodeInfo,
         host: Option<HostId>,
         classes: &[Option<&'a ClassVolumes>],
-        allows: &dyn Fn(&WaitingClaim) -> bool,
+        allows: impl Fn(&WaitingClaim) -> bool,
         found: &mut Found<'a>,
     ) -> Result<(), Reasons> {
         found.static_bindings.clear();
@@ -869,7 +869,7 @@ impl Claims {
         node: &NodeInfo,
         host: Option<HostId>,
         classes: &[Option<&'a ClassVolumes>],
-        allows: &dyn Fn(&WaitingClaim) -> bool,
+        allows: impl Fn(&WaitingClaim) -> bool,
         found: &mut Found<'a>,
     ) -> Provision {
         if self.waiting.iter().any(|c| {
@@ -900,7 +900,7 @@ impl Claims {
         found
             .provisions
             .iter()
-            .map(|c| c.provision_on(node, allows))
+            .map(|c| c.provision_on(node, &allows))
             .find(|p| *p != Provision::Possible)
             .unwrap_or(Provision::Possible)
     }
@@ -971,7 +971,7 @@ impl VolumeBinding {
             node,
             host_of(node, &self.volumes),
             &self.claims.classes(&self.volumes),
-            &by_labels(node),
+            by_labels(node),
             found,
         )
     }
@@ -1117,7 +1117,7 @@ impl FilterPlugin for VolumeBinding {
             };
             let host = self.hosts.host(nodes, id, &self.volumes);
             let allows = |claim: &WaitingClaim| topologies[claim.index].allows(nodes, id);
-            let verdict = match self.claims.find(node, host, &classes, &allows, &mut found) {
+            let verdict = match self.claims.find(node, host, &classes, allows, &mut found) {
                 Ok(()) => 0,
                 Err(reasons) => {
                     let failure = &mut interned[usize::from(reasons.0)];
