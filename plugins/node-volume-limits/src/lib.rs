@@ -272,7 +272,8 @@ pub struct NodeVolumeLimits {
     interned: Interned,
     /// Per node id.
     attached: Vec<Attached>,
-    /// Node ids by name, for [`FilterPlugin::filter`], which is given the node alone.
+    /// The ids of the nodes with attachments, by name, for [`FilterPlugin::filter`], which is
+    /// given the node alone.
     ids_by_name: HashMap<String, NodeId>,
     /// The current pod's attachments, each once, with their drivers.
     pod_attachments: Vec<(u32, u32)>,
@@ -287,16 +288,15 @@ pub struct NodeVolumeLimits {
 impl NodeVolumeLimits {
     fn count(&mut self, pod: ExistingPodRef<'_>, node: &NodeInfo, added: bool) {
         let id = pod.node as usize;
-        if self.attached.len() <= id {
-            self.attached.resize(id + 1, Attached::default());
-        }
-        if added {
-            self.ids_by_name.insert(node.name.clone(), pod.node);
-        }
+        let mut attaches = false;
         for volume in pod.volumes {
             let Some(attachment) = attachment(pod.namespace, volume) else {
                 continue;
             };
+            attaches = true;
+            if self.attached.len() <= id {
+                self.attached.resize(id + 1, Attached::default());
+            }
             let (attachment, driver) = self.interned.ids(&attachment);
             let counted = if added {
                 self.attached[id].add(attachment, driver)
@@ -307,8 +307,15 @@ impl NodeVolumeLimits {
                 self.interned.placed(attachment, added);
             }
         }
-        if !added && self.attached[id].users.is_empty() {
-            self.ids_by_name.remove(&node.name);
+        // Only nodes with attachments are named here: most pods attach nothing, and a placement
+        // then costs no node name copied and hashed.
+        if !attaches {
+            return;
+        }
+        if self.attached[id].users.is_empty() {
+            self.ids_by_name.remove(node.name.as_str());
+        } else if self.ids_by_name.get(node.name.as_str()) != Some(&pod.node) {
+            self.ids_by_name.insert(node.name.clone(), pod.node);
         }
     }
 
@@ -775,6 +782,34 @@ mod tests {
             [true, true],
             "shared is attached to a"
         );
+    }
+
+    #[test]
+    fn the_one_node_filter_sees_a_nodes_attachments_through_pods_that_attach_nothing() {
+        let mut driver = Driver::<NodeVolumeLimits>::new("{}").unwrap();
+        let node_a = with_limit("a", Some(1));
+        driver.upsert_nodes([(0, node_a.clone())]);
+        let holding = |handle: &str| Pod {
+            volumes: vec![PodVolume {
+                name: "v".into(),
+                plugin: CSI_PLUGIN.into(),
+                driver: EBS.into(),
+                handle: handle.into(),
+                ..PodVolume::default()
+            }],
+            ..pod("holder")
+        };
+        let one_node = |driver: &mut Driver<NodeVolumeLimits>| {
+            driver.set_pod(holding("vol-new"));
+            driver.plugin().filter(driver.pod(), &node_a).is_ok()
+        };
+        driver.upsert_pods([(0, ExistingPod::of(&holding("vol-held"), 0))]);
+        driver.upsert_pods([(1, ExistingPod::of(&pod("plain"), 0))]);
+        driver.remove_pods(&[1]);
+        assert!(!one_node(&mut driver), "vol-held fills a's one slot");
+        driver.remove_pods(&[0]);
+        assert!(one_node(&mut driver));
+        assert!(driver.plugin().ids_by_name.is_empty());
     }
 
     #[test]

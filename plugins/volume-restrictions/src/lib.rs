@@ -53,9 +53,10 @@ fn conflicts(new: &PodVolume, existing: &PodVolume) -> bool {
 pub struct VolumeRestrictions {
     /// Per node name: the checked inline disks of the pods on it.
     disks: HashMap<String, Vec<(PodId, PodVolume)>>,
-    /// Per `(namespace, claim)`: how many placed pods use the claim (`persistentVolumeClaim`
-    /// volumes, as kube-scheduler's snapshot counts them).
-    claim_users: HashMap<(String, String), u32>,
+    /// Per namespace, per claim: how many placed pods use the claim (`persistentVolumeClaim`
+    /// volumes, as kube-scheduler's snapshot counts them). Nested so that a placed pod's claims
+    /// are looked up by the names it brings, without building a key.
+    claim_users: HashMap<String, HashMap<String, u32>>,
     /// The current pod's checked inline disks.
     pod_disks: Vec<PodVolume>,
     /// How many of the pod's ReadWriteOncePod claims placed pods use.
@@ -71,25 +72,51 @@ fn claims_of(volumes: &[PodVolume]) -> impl Iterator<Item = &PodVolume> {
 
 impl VolumeRestrictions {
     fn count(&mut self, pod: ExistingPodRef<'_>, node: &NodeInfo, id: PodId, added: bool) {
-        let disks = self.disks.entry(node.name.clone()).or_default();
-        disks.retain(|(holder, _)| *holder != id);
-        if added {
-            let own = pod.volumes.iter().filter(|v| is_checked_disk(v));
-            disks.extend(own.map(|v| (id, v.clone())));
-        }
-        if disks.is_empty() {
-            self.disks.remove(&node.name);
+        let mut own = pod.volumes.iter().filter(|v| is_checked_disk(v)).peekable();
+        // Inline disks are rare: a pod without one, on a node without any, touches no list, so
+        // a placement costs no node name copied and hashed.
+        match self.disks.get_mut(node.name.as_str()) {
+            Some(disks) => {
+                disks.retain(|(holder, _)| *holder != id);
+                if added {
+                    disks.extend(own.map(|v| (id, v.clone())));
+                }
+                if disks.is_empty() {
+                    self.disks.remove(node.name.as_str());
+                }
+            }
+            None if added && own.peek().is_some() => {
+                let disks = own.map(|v| (id, v.clone())).collect();
+                self.disks.insert(node.name.clone(), disks);
+            }
+            None => {}
         }
         for claim in claims_of(pod.volumes) {
-            let key = (pod.namespace.to_string(), claim.claim_name.clone());
-            let users = self.claim_users.entry(key.clone()).or_default();
+            let name = claim.claim_name.as_str();
             if added {
-                *users += 1;
-            } else {
+                let claims = match self.claim_users.get_mut(pod.namespace) {
+                    Some(claims) => claims,
+                    None => self.claim_users.entry(pod.namespace.to_string()).or_default(),
+                };
+                match claims.get_mut(name) {
+                    Some(users) => *users += 1,
+                    None => {
+                        claims.insert(name.to_string(), 1);
+                    }
+                }
+                continue;
+            }
+            let Some(claims) = self.claim_users.get_mut(pod.namespace) else {
+                continue;
+            };
+            if let Some(users) = claims.get_mut(name) {
                 *users = users.saturating_sub(1);
                 if *users == 0 {
-                    self.claim_users.remove(&key);
+                    claims.remove(name);
                 }
+            }
+            if claims.is_empty() {
+                self.claim_users.remove(pod.namespace);
             }
         }
     }
@@ -130,8 +157,9 @@ impl Plugin for VolumeRestrictions {
         self.conflicting_claims = read_write_once_pod
             .iter()
             .filter(|claim| {
-                let key = (pod.namespace.clone(), (**claim).clone());
-                self.claim_users.contains_key(&key)
+                self.claim_users
+                    .get(pod.namespace.as_str())
+                    .is_some_and(|claims| claims.contains_key(claim.as_str()))
             })
             .count();
         let nothing_to_check = self.pod_disks.is_empty() && self.conflicting_claims == 0;
@@ -368,8 +396,69 @@ pub fn cases() -> Vec<wasched_sdk::testing::Case> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use wasched_sdk::testing::{node, pod};
+    use wasched_sdk::{Driver, ExistingPod, FilterResults};
+
     #[test]
     fn answers_as_kube_scheduler() {
         wasched_sdk::testing::check::<super::VolumeRestrictions>(&super::cases());
+    }
+
+    /// Which of nodes 0 and 1 pass `pod`.
+    fn passing(driver: &mut Driver<VolumeRestrictions>, pod: &Pod) -> [bool; 2] {
+        driver.set_pod(pod.clone());
+        let mut out = FilterResults::default();
+        driver.filter(&[0, 1], &mut out);
+        [out.failure(0).is_none(), out.failure(1).is_none()]
+    }
+
+    #[test]
+    fn pods_that_leave_free_their_disks_and_claims_and_no_others() {
+        let disk = PodVolume {
+            name: "disk".into(),
+            plugin: GCE_PD.into(),
+            handle: "pd-1".into(),
+            ..PodVolume::default()
+        };
+        let exclusive = PodVolume {
+            name: "data".into(),
+            claim_name: "data".into(),
+            claim_found: true,
+            access_modes: vec!["ReadWriteOncePod".into()],
+            ..PodVolume::default()
+        };
+        let holder = Pod {
+            volumes: vec![disk.clone(), exclusive.clone()],
+            ..pod("holder")
+        };
+        let wants_disk = Pod {
+            volumes: vec![disk],
+            ..pod("p")
+        };
+        let wants_claim = Pod {
+            volumes: vec![exclusive.clone()],
+            ..pod("p")
+        };
+        let mut driver = Driver::<VolumeRestrictions>::new("{}").unwrap();
+        driver.upsert_nodes([(0, node("a")), (1, node("b"))]);
+        driver.upsert_pods([(0, ExistingPod::of(&holder, 0))]);
+        // Pods beside the holder that come and go: one without volumes, one sharing its claim.
+        let sharer = Pod {
+            volumes: vec![exclusive],
+            ..pod("sharer")
+        };
+        driver.upsert_pods([(1, ExistingPod::of(&pod("plain"), 0))]);
+        driver.upsert_pods([(2, ExistingPod::of(&sharer, 1))]);
+        driver.remove_pods(&[1, 2]);
+        assert_eq!(passing(&mut driver, &wants_disk), [false, true]);
+        assert_eq!(passing(&mut driver, &wants_claim), [false, false]);
+
+        driver.remove_pods(&[0]);
+        assert_eq!(passing(&mut driver, &wants_disk), [true, true]);
+        assert_eq!(passing(&mut driver, &wants_claim), [true, true]);
+        let plugin = driver.plugin();
+        assert!(plugin.disks.is_empty(), "{:?}", plugin.disks);
+        assert!(plugin.claim_users.is_empty(), "{:?}", plugin.claim_users);
     }
 }
