@@ -5,8 +5,8 @@
 
 #![warn(missing_docs)]
 
-use std::collections::HashMap;
 use std::sync::Arc;
+use wasched_sdk::helpers::FastMap;
 
 use wasched_sdk::helpers::Interner;
 
@@ -34,32 +34,18 @@ fn migrated_driver(plugin: &str) -> Option<&'static str> {
     MIGRATED.iter().find(|(p, _)| *p == plugin).map(|(_, d)| *d)
 }
 
-/// The handle csi-translation-lib gives a migrated disk: EBS volume ids lose their `aws://zone/`
-/// prefix, GCE disks become a zonal resource path; the others keep theirs.
-fn migrated_handle(plugin: &str, handle: &str) -> String {
+/// Writes the handle csi-translation-lib gives a migrated disk: EBS volume ids lose their
+/// `aws://zone/` prefix, GCE disks become a zonal resource path; the others keep theirs.
+fn push_migrated_handle(out: &mut String, plugin: &str, handle: &str) {
     match plugin {
         "kubernetes.io/aws-ebs" if handle.starts_with("aws://") => {
-            handle.rsplit('/').next().unwrap_or(handle).to_string()
+            out.push_str(handle.rsplit('/').next().unwrap_or(handle));
         }
-        "kubernetes.io/gce-pd" => format!("projects/UNSPECIFIED/zones/UNSPECIFIED/disks/{handle}"),
-        _ => handle.to_string(),
-    }
-}
-
-/// A volume a node attaches: `driver/handle`, which makes two pods' uses of one volume one
-/// attachment, and the driver it counts under.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct Attachment {
-    unique: String,
-    driver: String,
-}
-
-impl Attachment {
-    fn new(driver: &str, handle: &str) -> Self {
-        Attachment {
-            unique: format!("{driver}/{handle}"),
-            driver: driver.to_string(),
+        "kubernetes.io/gce-pd" => {
+            out.push_str("projects/UNSPECIFIED/zones/UNSPECIFIED/disks/");
+            out.push_str(handle);
         }
+        _ => out.push_str(handle),
     }
 }
 
@@ -68,66 +54,80 @@ impl Attachment {
 /// and handle (a migrated in-tree volume's driver); a claim without an existing volume its
 /// class's provisioner, under a handle of its own; an inline migrated disk its driver. None
 /// for anything else, and for a claim that does not exist.
-fn attachment(namespace: &str, volume: &PodVolume) -> Option<Attachment> {
-    let source_attachment = || {
+///
+/// The attachment is written into `unique` as `driver/handle`, which makes two pods' uses of one
+/// volume one attachment; the driver it counts under is returned. The caller's buffer is reused,
+/// as every placed pod's volumes pass here.
+fn attachment<'v>(namespace: &str, volume: &'v PodVolume, unique: &mut String) -> Option<&'v str> {
+    unique.clear();
+    let source_attachment = |unique: &mut String| {
         if volume.plugin == CSI_PLUGIN {
-            return (!volume.driver.is_empty() && !volume.handle.is_empty())
-                .then(|| Attachment::new(&volume.driver, &volume.handle));
+            if volume.driver.is_empty() || volume.handle.is_empty() {
+                return None;
+            }
+            unique.push_str(&volume.driver);
+            unique.push('/');
+            unique.push_str(&volume.handle);
+            return Some(volume.driver.as_str());
         }
         let driver = migrated_driver(&volume.plugin)?;
-        Some(Attachment::new(
-            driver,
-            &migrated_handle(&volume.plugin, &volume.handle),
-        ))
+        unique.push_str(driver);
+        unique.push('/');
+        push_migrated_handle(unique, &volume.plugin, &volume.handle);
+        Some(driver)
     };
     if volume.claim_name.is_empty() {
-        return source_attachment();
+        return source_attachment(unique);
     }
     if !volume.claim_found {
         return None;
     }
     if volume.bound {
-        return source_attachment();
+        return source_attachment(unique);
     }
     if volume.provisioner.is_empty() {
         return None;
     }
     // kube-scheduler names an unprovisioned claim's volume with a random prefix no real handle
     // has; a NUL byte does the same.
-    let handle = format!("\0{namespace}/{}", volume.claim_name);
     let driver = migrated_driver(&volume.provisioner).unwrap_or(&volume.provisioner);
-    Some(Attachment::new(driver, &handle))
+    unique.push_str(driver);
+    unique.push_str("/\0");
+    unique.push_str(namespace);
+    unique.push('/');
+    unique.push_str(&volume.claim_name);
+    Some(driver)
 }
 
 /// Small ids for attachments and drivers, so a node's counts are a few integers to compare.
 #[derive(Default)]
 struct Interned {
-    attachments: HashMap<String, u32>,
+    attachments: FastMap<String, u32>,
     /// Per attachment id: how many placed pods use it, on any node.
     placed_uses: Vec<u32>,
     /// Attachment ids with placed uses.
     in_use: usize,
     /// Attachment ids given back by [`Interned::release_unused`], to be given out again.
     free: Vec<u32>,
-    drivers: HashMap<String, u32>,
+    drivers: FastMap<String, u32>,
     driver_names: Vec<String>,
 }
 
 impl Interned {
-    /// The ids of `attachment` and of its driver, made if new.
-    fn ids(&mut self, attachment: &Attachment) -> (u32, u32) {
-        let id = match self.attachments.get(&attachment.unique) {
+    /// The ids of the attachment `unique` and of its `driver`, made if new.
+    fn ids(&mut self, unique: &str, driver: &str) -> (u32, u32) {
+        let id = match self.attachments.get(unique) {
             Some(&id) => id,
             None => {
                 let id = self.free.pop().unwrap_or(self.placed_uses.len() as u32);
                 if id as usize == self.placed_uses.len() {
                     self.placed_uses.push(0);
                 }
-                self.attachments.insert(attachment.unique.clone(), id);
+                self.attachments.insert(unique.to_string(), id);
                 id
             }
         };
-        (id, self.driver_id(&attachment.driver))
+        (id, self.driver_id(driver))
     }
 
     /// Counts a placed pod's use of `attachment` (`added`), or its end.
@@ -202,15 +202,15 @@ impl LimitSets {
         }
     }
 
-    /// The limit node `id`'s CSINode gives `driver`: none without a CSINode, a driver it does
-    /// not name, or a count it leaves out (unlimited). The first entry for a driver counts.
-    fn limit(&self, id: NodeId, driver: u32) -> Option<i32> {
-        let list = self.of_node.get(id as usize)?.as_ref()?;
-        list.iter().find(|&&(d, _)| d == driver)?.1
+    /// Node `id`'s CSINode limits; none without a CSINode.
+    fn of(&self, id: NodeId) -> Option<&Limits> {
+        self.of_node.get(id as usize)?.as_deref()
     }
 
-    fn has_csi_node(&self, id: NodeId) -> bool {
-        matches!(self.of_node.get(id as usize), Some(Some(_)))
+    /// The limit `limits` give `driver`: none for a driver they do not name, or a count they
+    /// leave out (unlimited). The first entry for a driver counts.
+    fn limit_in(limits: &Limits, driver: u32) -> Option<i32> {
+        limits.iter().find(|&&(d, _)| d == driver)?.1
     }
 }
 
@@ -274,15 +274,17 @@ pub struct NodeVolumeLimits {
     attached: Vec<Attached>,
     /// The ids of the nodes with attachments, by name, for [`FilterPlugin::filter`], which is
     /// given the node alone.
-    ids_by_name: HashMap<String, NodeId>,
+    ids_by_name: FastMap<String, NodeId>,
     /// The current pod's attachments, each once, with their drivers.
     pod_attachments: Vec<(u32, u32)>,
-    /// The drivers of the pod's attachments, each once.
-    pod_drivers: Vec<u32>,
+    /// The drivers of the pod's attachments, each once, with how many of them it has.
+    pod_drivers: Vec<(u32, u32)>,
     /// Why every node fails the current pod: a claim of it that does not exist.
     missing_claim: Option<String>,
     /// Each node's CSINode limits, by node id.
     limits: LimitSets,
+    /// The buffer [`attachment`] writes each attachment's name into.
+    unique: String,
 }
 
 impl NodeVolumeLimits {
@@ -290,14 +292,14 @@ impl NodeVolumeLimits {
         let id = pod.node as usize;
         let mut attaches = false;
         for volume in pod.volumes {
-            let Some(attachment) = attachment(pod.namespace, volume) else {
+            let Some(driver) = attachment(pod.namespace, volume, &mut self.unique) else {
                 continue;
             };
             attaches = true;
             if self.attached.len() <= id {
                 self.attached.resize(id + 1, Attached::default());
             }
-            let (attachment, driver) = self.interned.ids(&attachment);
+            let (attachment, driver) = self.interned.ids(&self.unique, driver);
             let counted = if added {
                 self.attached[id].add(attachment, driver)
             } else {
@@ -322,15 +324,23 @@ impl NodeVolumeLimits {
     /// Whether the node `id` can attach the pod's new volumes: [`Self::fits`] from the node's
     /// limits kept by id.
     fn fits_id(&self, id: NodeId) -> bool {
-        if !self.limits.has_csi_node(id) {
+        let Some(limits) = self.limits.of(id) else {
             return true;
-        }
-        let attached = self.attached.get(id as usize);
-        for &driver in &self.pod_drivers {
-            let Some(limit) = self.limits.limit(id, driver) else {
+        };
+        // Most nodes hold none of the pods' volumes: all of the pod's are then new there.
+        let attached = self
+            .attached
+            .get(id as usize)
+            .filter(|a| !a.users.is_empty());
+        for &(driver, count) in &self.pod_drivers {
+            let Some(limit) = LimitSets::limit_in(limits, driver) else {
                 continue;
             };
-            if !self.within(attached, driver, limit) {
+            let fits = match attached {
+                None => i64::from(count) <= i64::from(limit),
+                Some(_) => self.within(attached, driver, limit),
+            };
+            if !fits {
                 return false;
             }
         }
@@ -356,7 +366,7 @@ impl NodeVolumeLimits {
             return true;
         };
         let attached = id.and_then(|id| self.attached.get(id as usize));
-        for &driver in &self.pod_drivers {
+        for &(driver, _) in &self.pod_drivers {
             let name = &self.interned.driver_names[driver as usize];
             let limit = csi
                 .drivers
@@ -398,13 +408,15 @@ impl Plugin for NodeVolumeLimits {
                 ));
                 return PodPlan::default();
             }
-            if let Some(attachment) = attachment(&pod.namespace, volume) {
-                let (attachment, driver) = self.interned.ids(&attachment);
-                if !self.pod_attachments.contains(&(attachment, driver)) {
-                    self.pod_attachments.push((attachment, driver));
+            if let Some(driver) = attachment(&pod.namespace, volume, &mut self.unique) {
+                let (attachment, driver) = self.interned.ids(&self.unique, driver);
+                if self.pod_attachments.contains(&(attachment, driver)) {
+                    continue;
                 }
-                if !self.pod_drivers.contains(&driver) {
-                    self.pod_drivers.push(driver);
+                self.pod_attachments.push((attachment, driver));
+                match self.pod_drivers.iter_mut().find(|(d, _)| *d == driver) {
+                    Some((_, count)) => *count += 1,
+                    None => self.pod_drivers.push((driver, 1)),
                 }
             }
         }

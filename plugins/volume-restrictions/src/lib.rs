@@ -4,7 +4,7 @@
 
 #![warn(missing_docs)]
 
-use std::collections::HashMap;
+use wasched_sdk::helpers::FastMap;
 
 use wasched_sdk::{
     ExistingPodParts, ExistingPodRef, Failure, FilterPlan, FilterPlugin, NodeInfo, Nodes, Plugin,
@@ -52,11 +52,11 @@ fn conflicts(new: &PodVolume, existing: &PodVolume) -> bool {
 #[derive(Default)]
 pub struct VolumeRestrictions {
     /// Per node name: the checked inline disks of the pods on it.
-    disks: HashMap<String, Vec<(PodId, PodVolume)>>,
+    disks: FastMap<String, Vec<(PodId, PodVolume)>>,
     /// Per namespace, per claim: how many placed pods use the claim (`persistentVolumeClaim`
     /// volumes, as kube-scheduler's snapshot counts them). Nested so that a placed pod's claims
     /// are looked up by the names it brings, without building a key.
-    claim_users: HashMap<String, HashMap<String, u32>>,
+    claim_users: FastMap<String, FastMap<String, u32>>,
     /// The current pod's checked inline disks.
     pod_disks: Vec<PodVolume>,
     /// How many of the pod's ReadWriteOncePod claims placed pods use.
@@ -96,7 +96,10 @@ impl VolumeRestrictions {
             if added {
                 let claims = match self.claim_users.get_mut(pod.namespace) {
                     Some(claims) => claims,
-                    None => self.claim_users.entry(pod.namespace.to_string()).or_default(),
+                    None => self
+                        .claim_users
+                        .entry(pod.namespace.to_string())
+                        .or_default(),
                 };
                 match claims.get_mut(name) {
                     Some(users) => *users += 1,
