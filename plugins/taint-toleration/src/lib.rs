@@ -31,6 +31,9 @@ pub struct TaintToleration {
     prefer_no_schedule_tolerations: Vec<Toleration>,
     /// Per taint set of the mirror, within one batch: the verdict (filter) or score, once known.
     per_taint_set: Vec<u32>,
+    /// The mirror's generation when the current pod was found to score 0 on every node: no
+    /// node has a `PreferNoSchedule` taint it does not tolerate (most clusters have none).
+    scores_zero_at: Option<u64>,
 }
 
 /// kube-scheduler's reason, naming the first untolerated taint (a taint without a value prints as
@@ -60,8 +63,19 @@ impl Plugin for TaintToleration {
             .collect();
         let mut plan = PodPlan::default();
         let sets = nodes.taint_set_count();
+        self.scores_zero_at = None;
         if sets > MOST_SETS_CHECKED_UP_FRONT {
             return plan;
+        }
+        let scores_zero = (0..sets as u32).all(|set| {
+            nodes.nodes_with_taint_set(set).is_empty()
+                || untolerated_preferences(
+                    &self.prefer_no_schedule_tolerations,
+                    nodes.taint_set(set),
+                ) == 0
+        });
+        if scores_zero {
+            self.scores_zero_at = Some(nodes.generation());
         }
         let mut failing = Vec::new();
         let mut results = FilterResults::default();
@@ -159,6 +173,15 @@ impl ScorePlugin for TaintToleration {
     /// One `extend` over the ids rather than a `push` per node: as WebAssembly each `push`
     /// loaded and stored the vector's length in memory and checked its capacity.
     fn score_batch(&mut self, _pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut Vec<i64>) {
+        // Checked against the generation as a plan is: taints that came since it was made are
+        // read.
+        if self.scores_zero_at == Some(nodes.generation()) {
+            out.extend(
+                ids.iter()
+                    .map(|&id| if nodes.contains(id) { 0 } else { i64::MIN }),
+            );
+            return;
+        }
         let memo = &mut self.per_taint_set;
         reset(memo, nodes);
         let tolerations = &self.prefer_no_schedule_tolerations;
@@ -305,8 +328,46 @@ pub fn cases() -> Vec<wasched_sdk::testing::Case> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use wasched_sdk::testing::{node, pod, toleration, with_taints};
+    use wasched_sdk::Driver;
+
     #[test]
     fn answers_as_kube_scheduler() {
         wasched_sdk::testing::check::<super::TaintToleration>(&super::cases());
+    }
+
+    fn scores(driver: &mut Driver<TaintToleration>, ids: &[u32]) -> Vec<i64> {
+        let mut out = Vec::new();
+        driver.score(ids, &mut out);
+        out
+    }
+
+    #[test]
+    fn a_pod_scoring_zero_everywhere_still_reads_taints_that_came_after_its_plan() {
+        let spot = || with_taints(node("spot"), &[("spot", "", effect::PREFER_NO_SCHEDULE)]);
+        let gpu = with_taints(node("gpu"), &[("gpu", "", effect::NO_SCHEDULE)]);
+        let mut driver = Driver::<TaintToleration>::new("{}").unwrap();
+        driver.upsert_nodes([(0, node("plain")), (1, gpu), (2, spot())]);
+        let tolerating = Pod {
+            tolerations: vec![toleration("spot", "Exists", "", effect::PREFER_NO_SCHEDULE)],
+            ..pod("p")
+        };
+        driver.set_pod(tolerating);
+        assert_eq!(scores(&mut driver, &[0, 1, 2, 7]), [0, 0, 0, i64::MIN]);
+
+        driver.set_pod(pod("p"));
+        assert_eq!(
+            scores(&mut driver, &[0, 1, 2]),
+            [0, 0, 1],
+            "spot is not tolerated"
+        );
+
+        driver.remove_nodes(&[2]);
+        driver.set_pod(pod("p"));
+        assert_eq!(scores(&mut driver, &[0, 1]), [0, 0]);
+        // A node tainted after the plan was made, before the score.
+        driver.upsert_nodes([(0, spot())]);
+        assert_eq!(scores(&mut driver, &[0, 1]), [1, 0]);
     }
 }
