@@ -276,8 +276,13 @@ impl Eligibility {
             .collect();
         let some_key_missing = required_columns.is_none();
         let required_columns = required_columns.unwrap_or_default();
+        // Whether the pod tolerates each taint set, once known: nodes share few taint lists, and
+        // reading a node's own list touched its whole `NodeInfo`, a cache miss per node.
+        let mut tolerated_sets: Vec<Option<bool>> = vec![None; nodes.taint_set_count()];
         for id in nodes.ids().filter(|_| !some_key_missing) {
-            let Some(node) = nodes.get(id) else { continue };
+            let Some(summary) = nodes.summary(id) else {
+                continue;
+            };
             if !required_columns
                 .iter()
                 .all(|&c| nodes.label_value(c, id) != 0)
@@ -286,11 +291,15 @@ impl Eligibility {
             }
             let matches_affinity = key.node_selection.is_none() || required.matches(nodes, id);
             let tolerated = key.tolerations.is_none()
-                || node
-                    .taints
-                    .iter()
-                    .filter(|t| t.effect == effect::NO_SCHEDULE || t.effect == effect::NO_EXECUTE)
-                    .all(|t| tolerated_by_any(tolerations, t));
+                || *tolerated_sets[summary.taint_set as usize].get_or_insert_with(|| {
+                    nodes
+                        .taint_set(summary.taint_set)
+                        .iter()
+                        .filter(|t| {
+                            t.effect == effect::NO_SCHEDULE || t.effect == effect::NO_EXECUTE
+                        })
+                        .all(|t| tolerated_by_any(tolerations, t))
+                });
             for (i, (_, affinity, taints)) in key.policies.iter().enumerate() {
                 if (*affinity && !matches_affinity) || (*taints && !tolerated) {
                     continue;
