@@ -40,6 +40,17 @@ impl Labels {
         Labels::build(pairs.into_iter().collect())
     }
 
+    /// A set from the buffer and spans it keeps. `in_order` says the keys are sorted with none
+    /// twice; otherwise they are sorted, the last of a key kept, as [`Labels::from_pairs`] does.
+    pub(crate) fn from_spans(text: String, spans: Vec<[u32; 3]>, in_order: bool) -> Self {
+        let labels = Labels { text, spans };
+        if in_order {
+            labels
+        } else {
+            Labels::from_pairs(labels.iter())
+        }
+    }
+
     fn build<S: AsRef<str>>(mut pairs: Vec<(S, S)>) -> Self {
         // A stable sort keeps insertion order among equal keys, so the last one wins below.
         pairs.sort_by(|a, b| a.0.as_ref().cmp(b.0.as_ref()));

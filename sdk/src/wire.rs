@@ -612,18 +612,29 @@ impl<'a> Reader<'a> {
         }
     }
 
+    // The readers of numbers, lengths and strings run for every field a guest decodes: inlined,
+    // with their errors built out of line, as a component they stop being a call each.
+    #[inline(always)]
     fn take(&mut self, n: usize) -> Decoded<&'a [u8]> {
         if self.rest.len() < n {
-            return Err(WireError(format!(
-                "{n} bytes wanted, {} left",
-                self.rest.len()
-            )));
+            return Err(Self::short(n, self.rest.len()));
         }
         let (head, tail) = self.rest.split_at(n);
         self.rest = tail;
         Ok(head)
     }
 
+    #[cold]
+    fn short(wanted: usize, left: usize) -> WireError {
+        WireError(format!("{wanted} bytes wanted, {left} left"))
+    }
+
+    #[cold]
+    fn overrun(n: usize, left: usize) -> WireError {
+        WireError(format!("a length of {n} with {left} bytes left"))
+    }
+
+    #[inline(always)]
     fn array<const N: usize>(&mut self) -> Decoded<[u8; N]> {
         let bytes = self.take(N)?;
         Ok(bytes.try_into().expect("take returns N bytes"))
@@ -641,6 +652,7 @@ impl<'a> Reader<'a> {
         }
     }
 
+    #[inline(always)]
     fn u32(&mut self) -> Decoded<u32> {
         self.array().map(u32::from_le_bytes)
     }
@@ -655,20 +667,30 @@ impl<'a> Reader<'a> {
 
     /// A list's length, refused when even one byte per item would overrun the input (so garbage
     /// cannot make the decoder reserve gigabytes).
+    #[inline(always)]
     fn len(&mut self) -> Decoded<usize> {
         let n = self.u32()? as usize;
         if n > self.rest.len() {
-            return Err(WireError(format!(
-                "a length of {n} with {} bytes left",
-                self.rest.len()
-            )));
+            return Err(Self::overrun(n, self.rest.len()));
         }
         Ok(n)
     }
 
+    #[inline(always)]
     fn str(&mut self) -> Decoded<&'a str> {
         let n = self.len()?;
-        std::str::from_utf8(self.take(n)?).map_err(|e| WireError(format!("string: {e}")))
+        let bytes = self.take(n)?;
+        // Names and labels are ASCII: checked in a word-at-a-time loop here instead of a call
+        // to the general UTF-8 check.
+        if bytes.is_ascii() {
+            // SAFETY: ASCII bytes are valid UTF-8.
+            return Ok(unsafe { std::str::from_utf8_unchecked(bytes) });
+        }
+        Self::utf8(bytes)
+    }
+
+    fn utf8(bytes: &[u8]) -> Decoded<&str> {
+        std::str::from_utf8(bytes).map_err(|e| WireError(format!("string: {e}")))
     }
 
     fn string(&mut self) -> Decoded<String> {
@@ -700,13 +722,34 @@ impl<'a> Reader<'a> {
         Ok(items)
     }
 
+    /// A label set, copied straight into its buffer: the host writes sets in key order, so
+    /// they need no sort (one arriving out of order is sorted as [`Labels::from_pairs`] does).
     fn labels(&mut self) -> Decoded<Labels> {
         let n = self.len()?;
-        let mut pairs = Vec::with_capacity(n);
-        for _ in 0..n {
-            pairs.push((self.str()?, self.str()?));
+        // The lengths first, so the buffer is allocated once and at its size.
+        let mut text_len = 0usize;
+        let mut scan = Reader { rest: self.rest };
+        for _ in 0..2 * n {
+            let len = scan.len()?;
+            scan.take(len)?;
+            text_len += len;
         }
-        Ok(Labels::from_pairs(pairs))
+        let mut text = String::with_capacity(text_len);
+        let mut spans: Vec<[u32; 3]> = Vec::with_capacity(n);
+        let mut in_order = true;
+        for _ in 0..n {
+            let key = self.str()?;
+            let value = self.str()?;
+            if let Some(&[start, middle, _]) = spans.last() {
+                in_order &= text[start as usize..middle as usize] < *key;
+            }
+            let start = text.len() as u32;
+            text.push_str(key);
+            let middle = text.len() as u32;
+            text.push_str(value);
+            spans.push([start, middle, text.len() as u32]);
+        }
+        Ok(Labels::from_spans(text, spans, in_order))
     }
 
     fn resources(&mut self) -> Decoded<Resources> {
@@ -1560,6 +1603,39 @@ mod tests {
         Writer(&mut unknown_part).i32(0);
         unknown_part.extend_from_slice(&(1u16 << 15).to_le_bytes());
         assert!(Reader::new(&unknown_part).pod().is_err());
+    }
+
+    #[test]
+    fn labels_decode_to_the_set_their_pairs_make_in_any_order_and_any_script() {
+        let decode = |pairs: &[(&str, &str)]| {
+            let mut bytes = Vec::new();
+            let mut w = Writer(&mut bytes);
+            w.len(pairs.len());
+            for (key, value) in pairs {
+                w.str(key);
+                w.str(value);
+            }
+            let mut r = Reader::new(&bytes);
+            let labels = r.labels().expect("decodes");
+            r.finish().expect("all read");
+            labels
+        };
+        for pairs in [
+            &[][..],
+            &[("app", "web"), ("tier", "front")],
+            &[("zone", "zürich-1"), ("ключ", "значение")],
+            &[("b", "1"), ("a", "2"), ("b", "3"), ("c", "")],
+            &[("a", "1"), ("a", "2")],
+        ] {
+            let decoded = decode(pairs);
+            assert_eq!(
+                decoded,
+                Labels::from_pairs(pairs.iter().copied()),
+                "{pairs:?}"
+            );
+            let sorted: Vec<_> = decoded.iter().map(|(k, _)| k).collect();
+            assert!(sorted.windows(2).all(|w| w[0] < w[1]), "{sorted:?}");
+        }
     }
 
     #[test]
