@@ -118,23 +118,37 @@ pub struct Scratch {
 impl Scratch {
     /// Empties the space for a search of `claims`, made again where their shape differs from
     /// the last search's.
+    ///
+    /// It runs for every examined node with the same claims, so the lists are resized only when
+    /// their length differs: as WebAssembly each resize was a call (`reset` was 3% of a `dra`
+    /// run's samples, against 0.9% natively).
     fn reset(&mut self, claims: &[ClaimPlan]) {
-        self.all_devices.resize_with(claims.len(), Vec::new);
+        fit(&mut self.all_devices, claims.len(), Vec::new);
         for (alternatives, claim) in self.all_devices.iter_mut().zip(claims) {
-            alternatives.resize_with(claim.requests.len(), Vec::new);
+            fit(alternatives, claim.requests.len(), Vec::new);
             for (devices, request) in alternatives.iter_mut().zip(&claim.requests) {
-                devices.clear();
-                devices.resize(request.alternatives.len(), None);
+                devices.iter_mut().for_each(|all| *all = None);
+                fit(devices, request.alternatives.len(), || None);
             }
         }
         self.allocating.clear();
-        self.results.resize_with(claims.len(), Vec::new);
+        fit(&mut self.results, claims.len(), Vec::new);
         self.results.iter_mut().for_each(Vec::clear);
-        self.constraints.resize_with(claims.len(), Vec::new);
+        fit(&mut self.constraints, claims.len(), Vec::new);
         for (states, claim) in self.constraints.iter_mut().zip(claims) {
-            states.clear();
-            states.resize_with(claim.constraints.len(), ConstraintState::default);
+            states
+                .iter_mut()
+                .for_each(|state| *state = ConstraintState::default());
+            fit(states, claim.constraints.len(), ConstraintState::default);
         }
+    }
+}
+
+/// Makes `list` `len` long, new items made by `make`, unless it is already.
+#[inline(always)]
+fn fit<T>(list: &mut Vec<T>, len: usize, make: impl FnMut() -> T) {
+    if list.len() != len {
+        list.resize_with(len, make);
     }
 }
 
