@@ -46,6 +46,9 @@ pub struct NodeSummary {
     /// True when the node lists any scalar (extended) resource in allocatable or usage: the summary
     /// then does not tell the whole story and the full [`NodeInfo`] must be read for those.
     pub has_scalar_resources: bool,
+    /// The mirror has the node: [`Nodes::summary`] reads it here, in the line it reads next,
+    /// rather than from a list of its own.
+    present: bool,
 }
 
 impl NodeSummary {
@@ -57,6 +60,7 @@ impl NodeSummary {
             allocatable_pods: node.allocatable.pods,
             taint_set,
             unschedulable: node.unschedulable,
+            present: true,
             ..NodeSummary::default()
         };
         summary.set_usage(&node.allocatable, &node.usage);
@@ -492,11 +496,7 @@ impl Nodes {
     /// The summary of node `id`, if the mirror has it.
     #[inline]
     pub fn summary(&self, id: NodeId) -> Option<&NodeSummary> {
-        if self.contains(id) {
-            Some(&self.summaries[id as usize])
-        } else {
-            None
-        }
+        self.summaries.get(id as usize).filter(|s| s.present)
     }
 
     /// The taint list a [`NodeSummary::taint_set`] id stands for.
@@ -679,6 +679,7 @@ impl Nodes {
             if let Some(old) = slot.take() {
                 self.leave_taint_set(id);
                 self.present[id as usize] = false;
+                self.summaries[id as usize].present = false;
                 self.cordoned.remove(&id);
                 self.live -= 1;
                 self.generation += 1;
