@@ -6,9 +6,8 @@
 #![warn(missing_docs)]
 
 use std::sync::Arc;
-use wasched_sdk::helpers::FastMap;
 
-use wasched_sdk::helpers::Interner;
+use wasched_sdk::helpers::{FastMap, Interner};
 
 use wasched_sdk::{
     ExistingPodParts, ExistingPodRef, Failure, FilterPlan, FilterPlugin, FilterResults, NodeId,
