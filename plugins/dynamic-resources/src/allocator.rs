@@ -22,8 +22,16 @@ pub struct ClaimPlan {
     pub constraints: Vec<ConstraintPlan>,
 }
 
+impl ClaimPlan {
+    /// Whether a search for `self` goes as one for `other` on any node: the same requests and
+    /// constraints, whatever the claims' names (which only name results and errors).
+    pub fn same_search(&self, other: &ClaimPlan) -> bool {
+        self.requests == other.requests && self.constraints == other.constraints
+    }
+}
+
 /// A request: one alternative, or a `firstAvailable` list of them tried in order.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RequestPlan {
     /// The request's name.
     pub name: String,
@@ -32,7 +40,7 @@ pub struct RequestPlan {
 }
 
 /// What one alternative of a request asks for.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Alternative {
     /// The sub-request's name, for a `firstAvailable` one.
     pub sub_name: Option<String>,
@@ -45,7 +53,7 @@ pub struct Alternative {
 }
 
 /// A `matchAttribute` constraint of a claim.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ConstraintPlan {
     /// The requests it binds (`request` or `request/sub`); empty for all.
     pub requests: Vec<String>,

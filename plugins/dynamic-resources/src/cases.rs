@@ -639,4 +639,168 @@ mod tests {
         assert!(fits(&mut driver, vec![h100()]), "freed");
         assert!(!fits(&mut driver, vec![gpu("gpu-0", "a100", "80Gi", "0")]));
     }
+
+    #[test]
+    fn answers_held_for_one_pods_claims_serve_only_pods_whose_claims_search_alike() {
+        use wasched_sdk::{Driver, FilterResults};
+        let mut driver = Driver::<DynamicResources>::new("{}").unwrap();
+        let h100 = |count| {
+            selecting(
+                request("gpu", count),
+                "device.attributes['gpu.example.com'].model == 'h100'",
+            )
+        };
+        let same_root = |claim: PodClaim| PodClaim {
+            constraints: vec![DeviceConstraint {
+                requests: Vec::new(),
+                match_attribute: "resource.kubernetes.io/pcieRoot".into(),
+            }],
+            ..claim
+        };
+        // Two H100s on two PCIe roots, one H100, one A100.
+        driver.upsert_nodes([
+            (
+                0,
+                gpu_node(
+                    "two",
+                    vec![
+                        gpu("g0", "h100", "80Gi", "0"),
+                        gpu("g1", "h100", "80Gi", "1"),
+                    ],
+                ),
+            ),
+            (1, gpu_node("one", vec![gpu("g0", "h100", "80Gi", "0")])),
+            (2, gpu_node("a100", vec![gpu("g0", "a100", "40Gi", "0")])),
+        ]);
+        let fits = |driver: &mut Driver<DynamicResources>, claim: PodClaim| {
+            driver.set_pod(claiming(vec![claim]));
+            let mut out = FilterResults::default();
+            driver.filter(&[0, 1, 2], &mut out);
+            (0..3)
+                .map(|k| match out.failure(k) {
+                    None => "fits".to_string(),
+                    Some(failure) => failure.reasons.join("; "),
+                })
+                .collect::<Vec<_>>()
+        };
+        let cannot = REASON_CANNOT_ALLOCATE;
+        assert_eq!(
+            fits(&mut driver, claim("a", vec![h100(1)])),
+            ["fits", "fits", cannot]
+        );
+        // Another pod's claim asking the same: the answers stand, whatever its name.
+        driver.set_pod(claiming(vec![claim("b", vec![h100(1)])]));
+        assert_eq!(
+            driver.plugin().answers.get(1),
+            Some(true),
+            "held for the claim's like"
+        );
+        assert_eq!(
+            fits(&mut driver, claim("b", vec![h100(1)])),
+            ["fits", "fits", cannot]
+        );
+        // Each differing part of a search is one the answers are not for.
+        assert_eq!(
+            fits(&mut driver, claim("c", vec![h100(2)])),
+            ["fits", cannot, cannot]
+        );
+        assert_eq!(
+            fits(&mut driver, same_root(claim("d", vec![h100(2)]))),
+            [cannot, cannot, cannot],
+            "no two H100s share a root"
+        );
+        assert_eq!(
+            fits(&mut driver, claim("e", vec![request("gpu", 1)])),
+            ["fits", "fits", "fits"],
+            "any GPU"
+        );
+        // Errors name the claim they are for, so none is held.
+        let failing = |name: &str| {
+            claim(
+                name,
+                vec![selecting(
+                    request("gpu", 1),
+                    "device.attributes['gpu.example.com'].vendor == 'x'",
+                )],
+            )
+        };
+        for name in ["f", "g"] {
+            let answers = fits(&mut driver, failing(name));
+            assert!(
+                answers
+                    .iter()
+                    .all(|a| a.starts_with(&format!("claim default/{name}: selector #0"))),
+                "{answers:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_long_lived_instance_filters_as_a_fresh_look_at_each_node_would() {
+        use wasched_sdk::{Driver, FilterPlugin, FilterResults};
+        let mut driver = Driver::<DynamicResources>::new("{}").unwrap();
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut below = |n: u64| {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) % n
+        };
+        let mut nodes: Vec<NodeInfo> = Vec::new();
+        let random_node = |name: String, below: &mut dyn FnMut(u64) -> u64| {
+            let devices = (0..4)
+                .map(|d| {
+                    let model = ["a100", "h100"][below(2) as usize];
+                    let device = gpu(&format!("g{d}"), model, "80Gi", &below(2).to_string());
+                    if below(3) == 0 {
+                        allocated(device)
+                    } else {
+                        device
+                    }
+                })
+                .collect();
+            gpu_node(&name, devices)
+        };
+        for i in 0..24 {
+            nodes.push(random_node(format!("n{i}"), &mut below));
+        }
+        driver.upsert_nodes(
+            nodes
+                .iter()
+                .cloned()
+                .enumerate()
+                .map(|(i, n)| (i as u32, n)),
+        );
+        let ids: Vec<u32> = (0..nodes.len() as u32).collect();
+        for step in 0..600 {
+            // A few nodes' devices taken, freed or swapped between pods, as placements do.
+            for _ in 0..below(3) {
+                let i = below(nodes.len() as u64) as usize;
+                nodes[i] = random_node(format!("n{i}"), &mut below);
+                driver.upsert_nodes([(i as u32, nodes[i].clone())]);
+            }
+            let mut request = request("gpu", 1 + below(3) as u32);
+            if below(2) == 0 {
+                request = selecting(
+                    request,
+                    "device.attributes['gpu.example.com'].model == 'h100'",
+                );
+            }
+            let mut claim = claim(&format!("claim-{step}"), vec![request]);
+            if below(2) == 0 {
+                claim.constraints.push(DeviceConstraint {
+                    requests: Vec::new(),
+                    match_attribute: "resource.kubernetes.io/pcieRoot".into(),
+                });
+            }
+            let pod = claiming(vec![claim]);
+            driver.set_pod(pod.clone());
+            let mut out = FilterResults::default();
+            driver.filter(&ids, &mut out);
+            for (k, node) in nodes.iter().enumerate() {
+                let fresh = driver.plugin().filter(&pod, node).err();
+                assert_eq!(out.failure(k), fresh.as_ref(), "step {step}, node {k}");
+            }
+        }
+    }
 }

@@ -71,6 +71,8 @@ pub struct DynamicResources {
     pod: PodState,
     /// The allocator's working space, kept from one examined node to the next.
     scratch: RefCell<allocator::Scratch>,
+    /// What the allocator answered per node for the last pods' claims.
+    answers: HeldAnswers,
 }
 
 /// A selector set's class and expressions.
@@ -211,24 +213,38 @@ impl DynamicResources {
             .collect()
     }
 
+    /// Whether the pod's claims can all be allocated from `node`'s devices (`numbers` being
+    /// their numbers); an error is kube's `statusError`.
+    fn allocates(&self, node: &NodeInfo, numbers: &[Vec<u32>]) -> Result<bool, String> {
+        if self.pod.plans.is_empty() {
+            return Ok(true);
+        }
+        let mut matcher = NodeMatcher {
+            plugin: self,
+            pools: &node.device_pools,
+            numbers,
+        };
+        let mut scratch = self.scratch.borrow_mut();
+        allocator::allocates(
+            &node.device_pools,
+            &self.pod.plans,
+            &mut matcher,
+            &mut scratch,
+        )
+    }
+
     fn verdict(&self, node: &NodeInfo, numbers: &[Vec<u32>]) -> Verdict {
-        if !self.pod.plans.is_empty() {
-            let mut matcher = NodeMatcher {
-                plugin: self,
-                pools: &node.device_pools,
-                numbers,
-            };
-            let mut scratch = self.scratch.borrow_mut();
-            match allocator::allocates(
-                &node.device_pools,
-                &self.pod.plans,
-                &mut matcher,
-                &mut scratch,
-            ) {
-                Err(e) => return Err(Failure::error(e)),
-                Ok(false) => return Err(Failure::unresolvable(REASON_CANNOT_ALLOCATE)),
-                Ok(true) => {}
-            }
+        match self.allocates(node, numbers) {
+            Err(e) => Err(Failure::error(e)),
+            Ok(allocates) => self.verdict_of(allocates, node),
+        }
+    }
+
+    /// The verdict on `node` once the allocator said whether the claims can be allocated there:
+    /// the claims allocated already must be reachable from it.
+    fn verdict_of(&self, allocates: bool, node: &NodeInfo) -> Verdict {
+        if !allocates {
+            return Err(Failure::unresolvable(REASON_CANNOT_ALLOCATE));
         }
         if self
             .pod
@@ -239,6 +255,66 @@ impl DynamicResources {
             return Err(Failure::unresolvable(REASON_NOT_AVAILABLE));
         }
         Ok(())
+    }
+}
+
+/// The allocator's answers per node for pods whose claims search alike, kept from one pod to
+/// the next: the pods of one Job or ReplicaSet ask for the same devices, each through a claim
+/// of its own, and between two of them only the node that took the last one's devices changed.
+/// An answer stands until its node is sent again (any allocation or freeing of its devices
+/// sends it) or a pod's claims search otherwise. Errors are not kept: they name the claim.
+#[derive(Default)]
+struct HeldAnswers {
+    /// The claims the answers are for; only what [`ClaimPlan::same_search`] compares counts.
+    claims: Vec<ClaimPlan>,
+    /// Per node id, [`HeldAnswers::UNKNOWN`], [`HeldAnswers::ALLOCATES`] or
+    /// [`HeldAnswers::CANNOT`].
+    by_node: Vec<u8>,
+}
+
+impl HeldAnswers {
+    const UNKNOWN: u8 = 0;
+    const ALLOCATES: u8 = 1;
+    const CANNOT: u8 = 2;
+
+    /// Keeps the answers if `claims` search as the held ones do, else forgets them all.
+    fn hold_for(&mut self, claims: &[ClaimPlan]) {
+        let alike = self.claims.len() == claims.len()
+            && self
+                .claims
+                .iter()
+                .zip(claims)
+                .all(|(a, b)| a.same_search(b));
+        if !alike {
+            self.claims = claims.to_vec();
+            self.by_node.fill(Self::UNKNOWN);
+        }
+    }
+
+    fn forget(&mut self, id: NodeId) {
+        if let Some(answer) = self.by_node.get_mut(id as usize) {
+            *answer = Self::UNKNOWN;
+        }
+    }
+
+    #[inline(always)]
+    fn get(&self, id: NodeId) -> Option<bool> {
+        match self.by_node.get(id as usize).copied() {
+            Some(Self::ALLOCATES) => Some(true),
+            Some(Self::CANNOT) => Some(false),
+            _ => None,
+        }
+    }
+
+    fn set(&mut self, id: NodeId, allocates: bool) {
+        if self.by_node.len() <= id as usize {
+            self.by_node.resize(id as usize + 1, Self::UNKNOWN);
+        }
+        self.by_node[id as usize] = if allocates {
+            Self::ALLOCATES
+        } else {
+            Self::CANNOT
+        };
     }
 }
 
@@ -448,6 +524,8 @@ impl Plugin for DynamicResources {
     }
 
     fn node_upserted(&mut self, id: NodeId, node: &NodeInfo) {
+        // Sent again for an allocation its numbers would not show.
+        self.answers.forget(id);
         // A node is sent again whenever one of its devices is allocated or freed; its devices'
         // numbers stand as long as what a selector reads of them is unchanged, which a
         // comparison tells without building (and hashing) each device's key again.
@@ -521,6 +599,9 @@ impl Plugin for DynamicResources {
                     Err(failure) => return plan(FilterPlan::Reject(failure)),
                 },
             }
+        }
+        if !state.plans.is_empty() {
+            self.answers.hold_for(&state.plans);
         }
         self.pod = state;
         plan(FilterPlan::Run)
@@ -616,22 +697,43 @@ impl FilterPlugin for DynamicResources {
     }
 
     fn filter_batch(&mut self, _pod: &Pod, nodes: &Nodes, ids: &[NodeId], out: &mut FilterResults) {
+        // The answers are the mirror's nodes': `filter` may be shown another node, so only the
+        // batch, which reads the mirror, keeps them.
+        let held = !self.pod.plans.is_empty();
         for &id in ids {
             let Some(node) = nodes.get(id) else {
                 out.push(Err(Nodes::unknown(id)));
                 continue;
             };
-            let looked_up;
-            let numbers = match self.node_devices.get(id as usize) {
-                Some(numbers) if !numbers.is_empty() || node.device_pools.is_empty() => {
-                    numbers.as_slice()
-                }
-                _ => {
-                    looked_up = self.numbers_of(&node.device_pools);
-                    looked_up.as_slice()
+            let known = if held { self.answers.get(id) } else { None };
+            let allocates = match known {
+                Some(allocates) => allocates,
+                None => {
+                    let looked_up;
+                    let numbers = match self.node_devices.get(id as usize) {
+                        Some(numbers) if !numbers.is_empty() || node.device_pools.is_empty() => {
+                            numbers.as_slice()
+                        }
+                        _ => {
+                            looked_up = self.numbers_of(&node.device_pools);
+                            looked_up.as_slice()
+                        }
+                    };
+                    match self.allocates(node, numbers) {
+                        Ok(allocates) => {
+                            if held {
+                                self.answers.set(id, allocates);
+                            }
+                            allocates
+                        }
+                        Err(e) => {
+                            out.push(Err(Failure::error(e)));
+                            continue;
+                        }
+                    }
                 }
             };
-            out.push(self.verdict(node, numbers));
+            out.push(self.verdict_of(allocates, node));
         }
     }
 }
