@@ -8,7 +8,7 @@
 //! compute per distinct taint set instead of per node.
 
 use crate::helpers::{FastMap, Interner};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::types::{
@@ -83,6 +83,10 @@ impl NodeSummary {
 /// The id of the empty taint list.
 pub const NO_TAINTS: u32 = 0;
 
+/// How many of the latest node changes [`Nodes::changed_since`] can tell: past this many, work
+/// over a few changed nodes would cost about as much as starting over.
+const CHANGES_KEPT: usize = 1024;
+
 /// The nodes a plugin instance knows, by the ids the host gave them.
 ///
 /// Ids of taint sets and label values stay valid while the mirror does not change, which holds
@@ -110,6 +114,8 @@ pub struct Nodes {
     label_rebuilds: u64,
     /// Changes whenever a node is added, replaced or removed.
     generation: u64,
+    /// The node each of the latest generations changed, oldest first ([`Nodes::changed_since`]).
+    changes: VecDeque<NodeId>,
     /// The pods on the nodes, when the plugin reads them ([`crate::Plugin::READS_EXISTING_PODS`]).
     pods: PodMirror,
     /// Namespace labels by name, when the plugin reads them ([`crate::Plugin::READS_NAMESPACES`]).
@@ -324,6 +330,7 @@ impl Nodes {
             labels: index_labels.then(LabelIndex::default),
             label_rebuilds: 0,
             generation: 0,
+            changes: VecDeque::new(),
             pods: PodMirror::default(),
             namespaces: HashMap::new(),
             volumes: VolumeMirror::default(),
@@ -470,6 +477,24 @@ impl Nodes {
     /// updates): label tests and taint-set ids made at one generation hold until it changes.
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// The nodes added, replaced or removed since generation `generation` (each once per change,
+    /// oldest first), or `None` when that is too long ago to tell: a plugin that worked something
+    /// out over every node then updates it for these alone instead of starting over.
+    pub fn changed_since(&self, generation: u64) -> Option<impl Iterator<Item = NodeId> + '_> {
+        let back = self.generation.checked_sub(generation)?;
+        let skip = (self.changes.len() as u64).checked_sub(back)?;
+        Some(self.changes.iter().skip(skip as usize).copied())
+    }
+
+    /// A new generation, changed by node `id`.
+    fn changed(&mut self, id: NodeId) {
+        self.generation += 1;
+        if self.changes.len() == CHANGES_KEPT {
+            self.changes.pop_front();
+        }
+        self.changes.push_back(id);
     }
 
     /// One past the largest node id the mirror has held. Ids are small integers the host reuses,
@@ -642,7 +667,7 @@ impl Nodes {
 
     pub(crate) fn upsert(&mut self, id: u32, node: NodeInfo) {
         let slot = id as usize;
-        self.generation += 1;
+        self.changed(id);
         if slot >= self.infos.len() {
             self.infos.resize_with(slot + 1, || None);
             self.present.resize(slot + 1, false);
@@ -682,7 +707,7 @@ impl Nodes {
                 self.summaries[id as usize].present = false;
                 self.cordoned.remove(&id);
                 self.live -= 1;
-                self.generation += 1;
+                self.changed(id);
                 if let Some(index) = &mut self.labels {
                     index.clear(id as usize, &old);
                 }
@@ -791,6 +816,37 @@ mod tests {
                 .collect(),
             ..NodeInfo::default()
         }
+    }
+
+    #[test]
+    fn the_nodes_changed_since_a_generation_are_told_while_it_is_recent() {
+        let mut nodes = Nodes::default();
+        let since = |nodes: &Nodes, generation| {
+            nodes
+                .changed_since(generation)
+                .map(|changed| changed.collect::<Vec<_>>())
+        };
+        nodes.upsert(3, node("a", &[]));
+        let start = nodes.generation();
+        assert_eq!(since(&nodes, start), Some(vec![]));
+        nodes.upsert(5, node("b", &[]));
+        nodes.remove(3);
+        nodes.remove(3); // not there: no change
+        nodes.upsert(5, node("b", &[("dedicated", "gpu")]));
+        assert_eq!(since(&nodes, start), Some(vec![5, 3, 5]));
+        assert_eq!(since(&nodes, start + 2), Some(vec![5]));
+        assert_eq!(
+            since(&nodes, nodes.generation() + 1),
+            None,
+            "a generation to come"
+        );
+        for i in 0..CHANGES_KEPT as u32 {
+            nodes.upsert(i % 7, node("c", &[]));
+        }
+        assert_eq!(since(&nodes, start), None, "more changes than are kept");
+        let kept = since(&nodes, nodes.generation() - CHANGES_KEPT as u64).unwrap();
+        assert_eq!(kept.len(), CHANGES_KEPT);
+        assert_eq!(kept[..3], [0, 1, 2]);
     }
 
     #[test]
