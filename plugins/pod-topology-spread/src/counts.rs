@@ -221,11 +221,118 @@ impl EligibilityKey {
 pub struct Eligibility {
     generation: u64,
     used: u64,
-    /// Per constraint, per node id: whether the node counts.
-    pub eligible: Vec<Vec<bool>>,
+    /// How the nodes' domains were read: when it no longer holds, they are read again.
+    reading: Reading,
+    /// Per constraint, per node id: the domain the node counts in (its value id of the key, 0
+    /// for a node without the key or with an empty value), [`NOT_COUNTED`] when it does not count.
+    domains: Vec<Vec<u32>>,
+    /// Per constraint, per domain: how many nodes count in it.
+    members: Vec<Vec<u32>>,
     /// Per constraint: how many domains the nodes that count make (a node without the key, when
     /// keys are not required, makes the empty value's).
     pub domain_count: Vec<usize>,
+}
+
+/// A node's entry in [`Eligibility`]'s domains when it does not count.
+const NOT_COUNTED: u32 = u32::MAX;
+
+/// How a set of constraints reads nodes' domains from the mirror's label index: kept with the
+/// domains read, since a key or an empty value seen for the first time, or an index numbered
+/// again, makes them read otherwise.
+#[derive(PartialEq)]
+struct Reading {
+    label_ids_epoch: u64,
+    /// Per constraint, its key's column.
+    columns: Vec<Option<LabelColumnId>>,
+    /// Per constraint, the value id of the empty value of its key.
+    empty_values: Vec<Option<u32>>,
+    /// The columns of the keys every counted node must have; `None` when some key has none.
+    required_columns: Option<Vec<LabelColumnId>>,
+}
+
+impl Reading {
+    fn of(key: &EligibilityKey, nodes: &Nodes) -> Self {
+        let columns: Vec<Option<LabelColumnId>> = key
+            .policies
+            .iter()
+            .map(|(topology_key, _, _)| nodes.label_column(topology_key))
+            .collect();
+        Reading {
+            label_ids_epoch: nodes.label_ids_epoch(),
+            empty_values: columns
+                .iter()
+                .map(|c| c.and_then(|c| nodes.label_value_id(c, "")))
+                .collect(),
+            columns,
+            // A key no node has leaves no node eligible when it is required.
+            required_columns: key
+                .required_keys
+                .iter()
+                .map(|k| nodes.label_column(k))
+                .collect(),
+        }
+    }
+}
+
+/// Which domains a node counts in, for a set of constraints at the mirror's present generation.
+struct Judge<'a> {
+    key: &'a EligibilityKey,
+    required: CompiledNodeAffinity,
+    /// Whether the pod tolerates each taint set, once known: nodes share few taint lists, and
+    /// reading a node's own list touched its whole `NodeInfo`, a cache miss per node.
+    tolerated_sets: Vec<Option<bool>>,
+}
+
+impl<'a> Judge<'a> {
+    fn new(key: &'a EligibilityKey, nodes: &Nodes) -> Self {
+        Judge {
+            key,
+            required: Eligibility::required_affinity(key, nodes),
+            tolerated_sets: vec![None; nodes.taint_set_count()],
+        }
+    }
+
+    /// Calls `counts(i, domain)` for each constraint `i` node `id` counts for.
+    fn domains_of(
+        &mut self,
+        nodes: &Nodes,
+        reading: &Reading,
+        id: NodeId,
+        mut counts: impl FnMut(usize, u32),
+    ) {
+        let key = self.key;
+        let (Some(summary), Some(required_columns)) =
+            (nodes.summary(id), &reading.required_columns)
+        else {
+            return;
+        };
+        if !required_columns
+            .iter()
+            .all(|&c| nodes.label_value(c, id) != 0)
+        {
+            return;
+        }
+        let matches_affinity = key.node_selection.is_none() || self.required.matches(nodes, id);
+        let tolerated = key.tolerations.as_deref().is_none_or(|tolerations| {
+            *self.tolerated_sets[summary.taint_set as usize].get_or_insert_with(|| {
+                nodes
+                    .taint_set(summary.taint_set)
+                    .iter()
+                    .filter(|t| t.effect == effect::NO_SCHEDULE || t.effect == effect::NO_EXECUTE)
+                    .all(|t| tolerated_by_any(tolerations, t))
+            })
+        });
+        for (i, (_, affinity, taints)) in key.policies.iter().enumerate() {
+            if (*affinity && !matches_affinity) || (*taints && !tolerated) {
+                continue;
+            }
+            let mut value = reading.columns[i].map_or(0, |c| nodes.label_value(c, id));
+            if Some(value) == reading.empty_values[i] {
+                value = 0;
+            }
+            counts(i, value);
+        }
+    }
 }
 
 impl Eligibility {
@@ -248,85 +355,128 @@ impl Eligibility {
     }
 
     fn compute(key: &EligibilityKey, nodes: &Nodes) -> Self {
-        let required = Self::required_affinity(key, nodes);
-        let tolerations = key.tolerations.as_deref().unwrap_or_default();
         let count = key.policies.len();
-        let mut eligible = vec![vec![false; nodes.id_bound()]; count];
-        // Per constraint, the domains seen by value id; a node without the key and one with an
-        // empty value are in one domain (id 0), as kube-scheduler reads a missing label as "".
-        let columns: Vec<Option<LabelColumnId>> = key
-            .policies
-            .iter()
-            .map(|(topology_key, _, _)| nodes.label_column(topology_key))
-            .collect();
-        let empty_values: Vec<Option<u32>> = columns
-            .iter()
-            .map(|c| c.and_then(|c| nodes.label_value_id(c, "")))
-            .collect();
-        let mut seen: Vec<Vec<bool>> = columns
-            .iter()
-            .map(|c| vec![false; c.map_or(1, |c| nodes.label_value_bound(c))])
-            .collect();
-        let mut domain_count = vec![0usize; count];
-        // A key no node has leaves no node eligible when it is required.
-        let required_columns: Option<Vec<LabelColumnId>> = key
-            .required_keys
-            .iter()
-            .map(|k| nodes.label_column(k))
-            .collect();
-        let some_key_missing = required_columns.is_none();
-        let required_columns = required_columns.unwrap_or_default();
-        // Whether the pod tolerates each taint set, once known: nodes share few taint lists, and
-        // reading a node's own list touched its whole `NodeInfo`, a cache miss per node.
-        let mut tolerated_sets: Vec<Option<bool>> = vec![None; nodes.taint_set_count()];
-        for id in nodes.ids().filter(|_| !some_key_missing) {
-            let Some(summary) = nodes.summary(id) else {
-                continue;
-            };
-            if !required_columns
-                .iter()
-                .all(|&c| nodes.label_value(c, id) != 0)
-            {
-                continue;
-            }
-            let matches_affinity = key.node_selection.is_none() || required.matches(nodes, id);
-            let tolerated = key.tolerations.is_none()
-                || *tolerated_sets[summary.taint_set as usize].get_or_insert_with(|| {
-                    nodes
-                        .taint_set(summary.taint_set)
-                        .iter()
-                        .filter(|t| {
-                            t.effect == effect::NO_SCHEDULE || t.effect == effect::NO_EXECUTE
-                        })
-                        .all(|t| tolerated_by_any(tolerations, t))
-                });
-            for (i, (_, affinity, taints)) in key.policies.iter().enumerate() {
-                if (*affinity && !matches_affinity) || (*taints && !tolerated) {
-                    continue;
-                }
-                eligible[i][id as usize] = true;
-                let mut value = columns[i].map_or(0, |c| nodes.label_value(c, id));
-                if Some(value) == empty_values[i] {
-                    value = 0;
-                }
-                let seen = &mut seen[i][value as usize];
-                if !*seen {
-                    *seen = true;
-                    domain_count[i] += 1;
-                }
-            }
-        }
-        Eligibility {
+        let mut eligibility = Eligibility {
             generation: nodes.generation(),
             used: 0,
-            eligible,
-            domain_count,
+            reading: Reading::of(key, nodes),
+            domains: vec![vec![NOT_COUNTED; nodes.id_bound()]; count],
+            members: vec![Vec::new(); count],
+            domain_count: vec![0; count],
+        };
+        let mut judge = Judge::new(key, nodes);
+        for id in nodes.ids() {
+            eligibility.count_in(&mut judge, nodes, id);
         }
+        eligibility
+    }
+
+    /// Brings the domains to the mirror's generation by reading again only the nodes changed
+    /// since; `false` when that cannot be told or they are read otherwise now (then they must be
+    /// worked out over every node).
+    fn catch_up(&mut self, key: &EligibilityKey, nodes: &Nodes) -> bool {
+        if self.generation == nodes.generation() {
+            return true;
+        }
+        let Some(changed) = nodes.changed_since(self.generation) else {
+            return false;
+        };
+        if Reading::of(key, nodes) != self.reading {
+            return false;
+        }
+        let mut judge = Judge::new(key, nodes);
+        for id in changed {
+            self.count_out(id);
+            self.count_in(&mut judge, nodes, id);
+        }
+        self.generation = nodes.generation();
+        true
+    }
+
+    fn count_out(&mut self, id: NodeId) {
+        for ((domains, members), domain_count) in self
+            .domains
+            .iter_mut()
+            .zip(&mut self.members)
+            .zip(&mut self.domain_count)
+        {
+            let Some(domain) = domains.get_mut(id as usize) else {
+                continue;
+            };
+            if *domain != NOT_COUNTED {
+                let in_domain = &mut members[*domain as usize];
+                *in_domain -= 1;
+                if *in_domain == 0 {
+                    *domain_count -= 1;
+                }
+                *domain = NOT_COUNTED;
+            }
+        }
+    }
+
+    fn count_in(&mut self, judge: &mut Judge<'_>, nodes: &Nodes, id: NodeId) {
+        let Eligibility {
+            reading,
+            domains,
+            members,
+            domain_count,
+            ..
+        } = self;
+        judge.domains_of(nodes, reading, id, |i, domain| {
+            let of_nodes = &mut domains[i];
+            if of_nodes.len() <= id as usize {
+                of_nodes.resize(nodes.id_bound(), NOT_COUNTED);
+            }
+            of_nodes[id as usize] = domain;
+            let of_domains = &mut members[i];
+            if of_domains.len() <= domain as usize {
+                of_domains.resize(domain as usize + 1, 0);
+            }
+            of_domains[domain as usize] += 1;
+            if of_domains[domain as usize] == 1 {
+                domain_count[i] += 1;
+            }
+        });
+    }
+
+    /// What differs between these domains, kept up to date, and those worked out now over every
+    /// node (`None` when nothing does).
+    #[cfg(test)]
+    pub fn differs_from_computed(&self, key: &EligibilityKey, nodes: &Nodes) -> Option<String> {
+        let fresh = Eligibility::compute(key, nodes);
+        let trimmed = |members: &[u32]| {
+            let end = members.iter().rposition(|&m| m != 0).map_or(0, |p| p + 1);
+            members[..end].to_vec()
+        };
+        for i in 0..self.domains.len() {
+            for id in 0..nodes.id_bound() as NodeId {
+                let (kept, now) = (
+                    self.domains[i].get(id as usize),
+                    fresh.domains[i].get(id as usize),
+                );
+                if kept.copied().unwrap_or(NOT_COUNTED) != now.copied().unwrap_or(NOT_COUNTED) {
+                    return Some(format!(
+                        "constraint {i}, node {id}: {kept:?} kept, {now:?} now"
+                    ));
+                }
+            }
+            if trimmed(&self.members[i]) != trimmed(&fresh.members[i])
+                || self.domain_count[i] != fresh.domain_count[i]
+            {
+                return Some(format!(
+                    "constraint {i}: {:?} in {} domains kept, {:?} in {} now",
+                    self.members[i], self.domain_count[i], fresh.members[i], fresh.domain_count[i]
+                ));
+            }
+        }
+        None
     }
 
     /// Whether node `id` counts for constraint `i`.
     pub fn counts(&self, i: usize, id: NodeId) -> bool {
-        self.eligible[i].get(id as usize).copied().unwrap_or(false)
+        self.domains[i]
+            .get(id as usize)
+            .is_some_and(|&domain| domain != NOT_COUNTED)
     }
 }
 
@@ -340,18 +490,37 @@ pub struct EligibilityCache {
     clock: u64,
     /// How many times eligible nodes were worked out (each a pass over every node).
     pub computed: u64,
+    /// How many times they were brought up to date from the nodes changed since.
+    pub caught_up: u64,
 }
 
 impl EligibilityCache {
-    /// The eligible nodes for `key`, computed once until the mirror changes.
+    /// The entries at the mirror's generation (the others are brought up to date when asked).
+    #[cfg(test)]
+    pub fn current<'a>(
+        &'a self,
+        nodes: &'a Nodes,
+    ) -> impl Iterator<Item = (&'a EligibilityKey, &'a Eligibility)> + 'a {
+        self.entries
+            .iter()
+            .filter(|(_, e)| e.generation == nodes.generation())
+    }
+
+    /// The eligible nodes for `key`, computed once and then kept up to date with the nodes that
+    /// change.
     pub fn get(&mut self, key: &EligibilityKey, nodes: &Nodes) -> &Eligibility {
         self.clock += 1;
-        let fresh = self
-            .entries
-            .get(key)
-            .is_some_and(|e| e.generation == nodes.generation());
+        let fresh = match self.entries.get_mut(key) {
+            Some(entry) if entry.generation == nodes.generation() => true,
+            Some(entry) => {
+                let caught_up = entry.catch_up(key, nodes);
+                self.caught_up += u64::from(caught_up);
+                caught_up
+            }
+            None => false,
+        };
         if !fresh {
-            if self.entries.len() >= ELIGIBILITY_CAPACITY {
+            if self.entries.len() >= ELIGIBILITY_CAPACITY && !self.entries.contains_key(key) {
                 let oldest = self
                     .entries
                     .iter()
