@@ -1,7 +1,7 @@
 //! Micro-benchmarks of the scheduling cycle's hot paths, so a regression shows up on its own:
 //! starting a cycle (`set-pod`), one filter batch and one score batch per default plugin (as
-//! WebAssembly and native), bringing a plugin's mirror up to date after a placement, and listing
-//! the node tree.
+//! WebAssembly and native), bringing a plugin's mirror up to date after a placement or a pulled
+//! image, and listing the node tree.
 //!
 //! `cargo bench -p wasched --bench hot_paths` (add `-- filter_batch` to run one group).
 
@@ -165,6 +165,69 @@ fn set_pod_after_placement(c: &mut Criterion) {
     group.finish();
 }
 
+/// Nodes that each hold `IMAGES_PER_NODE` of a pool of `IMAGE_POOL` images (two names each), as
+/// kubelets report them, for ImageLocality.
+fn nodes_with_images(nodes: &[NodeInfo]) -> Vec<NodeInfo> {
+    (0..nodes.len())
+        .map(|i| NodeInfo {
+            images: (0..IMAGES_PER_NODE)
+                .map(|k| pool_image((i * 7 + k * 13) % IMAGE_POOL))
+                .collect(),
+            ..nodes[i].clone()
+        })
+        .collect()
+}
+
+const IMAGES_PER_NODE: usize = 30;
+const IMAGE_POOL: usize = 400;
+
+fn pool_image(k: usize) -> wasched_sdk::NodeImage {
+    wasched_sdk::NodeImage {
+        names: vec![
+            format!("registry.example.com/team-{}/app-{k}:v1", k % 20),
+            format!(
+                "registry.example.com/team-{}/app-{k}@sha256:{k:064x}",
+                k % 20
+            ),
+        ],
+        size_bytes: (50 + (k as i64 * 37) % 750) * 1024 * 1024,
+    }
+}
+
+/// A cycle's start after a kubelet reported a pulled image: one node's image list changed since
+/// the last pod, as happens all the time in a busy cluster, then the pod comes.
+fn set_pod_after_image_pull(c: &mut Criterion) {
+    let cluster = synthetic::cluster(Scenario::Mixed, NODES, 500, 1);
+    let mut nodes = nodes_with_images(&cluster.nodes);
+    let pod = Pod {
+        images: vec![
+            "registry.example.com/team-3/app-23:v1".into(),
+            "registry.example.com/team-5/app-105:v1".into(),
+        ],
+        ..cluster.pods[0].clone()
+    };
+    let mut group = c.benchmark_group("set_pod_after_image_pull");
+    for (runtime, label) in runtimes() {
+        let mut instance = loaded("ImageLocality", runtime, &nodes, &pod);
+        let mut next = 0usize;
+        group.bench_function(BenchmarkId::new("ImageLocality", label), |b| {
+            b.iter(|| {
+                let id = next % NODES;
+                next += 1;
+                let pulled = pool_image((next * 11) % IMAGE_POOL);
+                let images = &mut nodes[id].images;
+                images.remove(0);
+                images.push(pulled);
+                instance
+                    .upsert_nodes(&[(id as u32, &nodes[id])])
+                    .expect("upsert");
+                black_box(instance.set_pod(black_box(&pod)).expect("set-pod"))
+            })
+        });
+    }
+    group.finish();
+}
+
 /// The same calls as a cycle makes them: every default plugin in turn takes the pod after a
 /// placement, so each call finds the others' memory in the caches, not its own. Throughput is per
 /// call; compare with `set_pod_after_placement`, which calls one instance over and over.
@@ -274,6 +337,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = hot_paths;
     config = config();
-    targets = set_pod, set_pod_after_placement, set_pod_in_turn, filter_batch, score_batch, snapshot_update, node_tree_listing
+    targets = set_pod, set_pod_after_placement, set_pod_after_image_pull, set_pod_in_turn, filter_batch, score_batch, snapshot_update, node_tree_listing
 }
 criterion_main!(hot_paths);

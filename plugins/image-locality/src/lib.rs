@@ -20,6 +20,7 @@ const MAX_CONTAINER_THRESHOLD: i64 = 1000 * MB;
 /// An image name as the nodes report it: its size and the nodes that hold it (kube-scheduler's
 /// `ImageStateSummary`).
 struct ImageState {
+    name: String,
     size: i64,
     nodes: Vec<NodeId>,
 }
@@ -27,14 +28,130 @@ struct ImageState {
 /// The plugin: an index of the nodes' images, and the current pod's sums per node.
 #[derive(Default)]
 pub struct ImageLocality {
-    /// Image name -> its state, with the mirror generation it was made at.
-    index: Option<(u64, HashMap<String, ImageState>)>,
+    index: ImageIndex,
     /// Per node id: the scaled sizes of the pod's images the node holds.
     sums: Vec<i64>,
     /// The pod's images the nodes hold, by normalized name, with their scaled sizes.
     held: Vec<(String, i64)>,
     /// Init containers and containers of the current pod.
     containers: i64,
+}
+
+/// Every image name of every node, each node counted once per name, kept up to date with the
+/// nodes that change (kube-scheduler's cache does the same per node event): a kubelet reports
+/// each pulled image, and in a busy cluster some node's list changes between any two pods.
+///
+/// A name's size is the one the first node holding it reported, kept while any node holds it, as
+/// kube-scheduler keeps the size it saw first.
+#[derive(Default)]
+struct ImageIndex {
+    /// The mirror generation the index is at; `None` before the first pod.
+    generation: Option<u64>,
+    ids: HashMap<String, u32>,
+    /// By image id; an id whose name no node holds any more is in `free`.
+    states: Vec<ImageState>,
+    free: Vec<u32>,
+    /// Per node id: the images it is counted in, each with its position in the image's `nodes`.
+    of_node: Vec<Vec<(u32, u32)>>,
+    /// How many times the index was made over every node (for tests).
+    rebuilt: u64,
+}
+
+impl ImageIndex {
+    fn state(&self, name: &str) -> Option<&ImageState> {
+        self.ids.get(name).map(|&id| &self.states[id as usize])
+    }
+
+    /// Brings the index to the mirror's generation: the nodes changed since are counted out and
+    /// in again, or, when those cannot be told, every node is.
+    fn catch_up(&mut self, nodes: &Nodes) {
+        let generation = nodes.generation();
+        let changed = self.generation.and_then(|since| nodes.changed_since(since));
+        match changed {
+            Some(changed) => {
+                for id in changed {
+                    self.count_out(id);
+                    self.count_in(id, nodes.get(id));
+                }
+            }
+            None => {
+                *self = ImageIndex {
+                    rebuilt: self.rebuilt + 1,
+                    ..ImageIndex::default()
+                };
+                for id in nodes.ids() {
+                    self.count_in(id, nodes.get(id));
+                }
+            }
+        }
+        self.generation = Some(generation);
+    }
+
+    fn count_in(&mut self, id: NodeId, node: Option<&NodeInfo>) {
+        let Some(node) = node else { return };
+        if self.of_node.len() <= id as usize {
+            self.of_node.resize_with(id as usize + 1, Vec::new);
+        }
+        let mut counted = std::mem::take(&mut self.of_node[id as usize]);
+        for image in &node.images {
+            for name in &image.names {
+                let image_id = match self.ids.get(name) {
+                    Some(&image_id) => image_id,
+                    None => {
+                        let state = ImageState {
+                            name: name.clone(),
+                            size: image.size_bytes,
+                            nodes: Vec::new(),
+                        };
+                        let image_id = match self.free.pop() {
+                            Some(free) => {
+                                self.states[free as usize] = state;
+                                free
+                            }
+                            None => {
+                                self.states.push(state);
+                                self.states.len() as u32 - 1
+                            }
+                        };
+                        self.ids.insert(name.clone(), image_id);
+                        image_id
+                    }
+                };
+                if counted
+                    .iter()
+                    .any(|&(counted_id, _)| counted_id == image_id)
+                {
+                    continue;
+                }
+                let holders = &mut self.states[image_id as usize].nodes;
+                counted.push((image_id, holders.len() as u32));
+                holders.push(id);
+            }
+        }
+        self.of_node[id as usize] = counted;
+    }
+
+    fn count_out(&mut self, id: NodeId) {
+        let Some(counted) = self.of_node.get_mut(id as usize) else {
+            return;
+        };
+        let counted = std::mem::take(counted);
+        for &(image_id, position) in &counted {
+            let state = &mut self.states[image_id as usize];
+            state.nodes.swap_remove(position as usize);
+            if let Some(&moved) = state.nodes.get(position as usize) {
+                let entry = self.of_node[moved as usize]
+                    .iter_mut()
+                    .find(|(counted_id, _)| *counted_id == image_id)
+                    .expect("a holder counts the image");
+                entry.1 = position;
+            } else if state.nodes.is_empty() {
+                self.ids.remove(&state.name);
+                state.name = String::new();
+                self.free.push(image_id);
+            }
+        }
+    }
 }
 
 /// The name the container runtime reports for `image`: `:latest` added when it has neither a
@@ -48,27 +165,6 @@ pub fn normalized_image_name(image: &str) -> String {
     } else {
         image.to_string()
     }
-}
-
-/// Every image name of every node, each node counted once per name. A name's size is the one
-/// the first node holding it reports, as kube-scheduler keeps the size it saw first.
-fn index(nodes: &Nodes) -> HashMap<String, ImageState> {
-    let mut index: HashMap<String, ImageState> = HashMap::new();
-    for id in nodes.ids() {
-        let Some(node) = nodes.get(id) else { continue };
-        for image in &node.images {
-            for name in &image.names {
-                let state = index.entry(name.clone()).or_insert_with(|| ImageState {
-                    size: image.size_bytes,
-                    nodes: Vec::new(),
-                });
-                if state.nodes.last() != Some(&id) {
-                    state.nodes.push(id);
-                }
-            }
-        }
-    }
-    index
 }
 
 /// The node's score from the summed scaled sizes: clamped to the thresholds, scaled to 0..=100
@@ -94,10 +190,8 @@ impl Plugin for ImageLocality {
     }
 
     fn prepare(&mut self, pod: &Pod, nodes: &Nodes) -> PodPlan {
-        if !matches!(&self.index, Some((generation, _)) if *generation == nodes.generation()) {
-            self.index = Some((nodes.generation(), index(nodes)));
-        }
-        let index = &self.index.as_ref().expect("just made").1;
+        self.index.catch_up(nodes);
+        let index = &self.index;
         self.containers = pod.images.len() as i64;
         self.sums.clear();
         self.sums.resize(nodes.id_bound(), 0);
@@ -105,7 +199,7 @@ impl Plugin for ImageLocality {
         let total = nodes.len() as f64;
         for image in &pod.images {
             let name = normalized_image_name(image);
-            let Some(state) = index.get(&name) else {
+            let Some(state) = index.state(&name) else {
                 continue;
             };
             // kube-scheduler's `scaledImageScore`: the size weighed by the share of nodes
@@ -286,11 +380,115 @@ pub fn cases() -> Vec<wasched_sdk::testing::Case> {
 
 #[cfg(test)]
 mod tests {
-    use super::normalized_image_name;
+    use super::{normalized_image_name, ImageLocality, MB};
+    use wasched_sdk::testing::{node, pod, Walk};
+    use wasched_sdk::{Driver, NodeId, NodeImage, NodeInfo, Pod};
 
     #[test]
     fn answers_as_kube_scheduler() {
         wasched_sdk::testing::check::<super::ImageLocality>(&super::cases());
+    }
+
+    fn image(name: &str, size_mb: i64) -> NodeImage {
+        NodeImage {
+            names: vec![name.to_string()],
+            size_bytes: size_mb * MB,
+        }
+    }
+
+    fn holding(name: &str, images: Vec<NodeImage>) -> NodeInfo {
+        NodeInfo {
+            images,
+            ..node(name)
+        }
+    }
+
+    /// Every node's score for `pod` (empty when the plugin has no opinion).
+    fn scores(driver: &mut Driver<ImageLocality>, pod: &Pod) -> Vec<i64> {
+        let plan = driver.set_pod(pod.clone());
+        let ids: Vec<NodeId> = driver.nodes().ids().collect();
+        let mut scores = Vec::new();
+        if plan.score {
+            driver.score(&ids, &mut scores);
+        }
+        scores
+    }
+
+    #[test]
+    fn images_pulled_and_removed_node_by_node_score_as_from_scratch() {
+        let mut walk = Walk(7);
+        let mut driver = Driver::<ImageLocality>::new("{}").unwrap();
+        let pool = |k: u64| {
+            // Two names an image, one size a name.
+            NodeImage {
+                names: vec![format!("app-{k}:v1"), format!("app-{k}@sha256:{k:04}")],
+                size_bytes: (40 + 97 * k as i64 % 900) * MB,
+            }
+        };
+        let random_node = |walk: &mut Walk, id: NodeId| {
+            let images = (0..walk.below(6)).map(|_| pool(walk.below(12))).collect();
+            holding(&format!("node-{id}"), images)
+        };
+        let mut asked = 0;
+        for step in 0..1_500 {
+            let id = walk.below(16) as NodeId;
+            match walk.below(8) {
+                0 => driver.remove_nodes(&[id]),
+                1 | 2 => {
+                    let node = random_node(&mut walk, id);
+                    driver.upsert_nodes([(id, node)]);
+                }
+                _ => {
+                    let pod = Pod {
+                        images: (0..1 + walk.below(3))
+                            .map(|_| format!("app-{}", walk.below(14)))
+                            .collect(),
+                        ..pod("p")
+                    };
+                    let kept = scores(&mut driver, &pod);
+                    let mut fresh = Driver::<ImageLocality>::new("{}").unwrap();
+                    let nodes = driver.nodes();
+                    fresh.upsert_nodes(nodes.ids().map(|id| (id, nodes.get(id).unwrap().clone())));
+                    assert_eq!(kept, scores(&mut fresh, &pod), "step {step}: {pod:?}");
+                    asked += 1;
+                }
+            }
+        }
+        assert!(asked > 500);
+        assert_eq!(
+            driver.plugin().index.rebuilt,
+            1,
+            "made once, then kept up to date"
+        );
+    }
+
+    /// kube-scheduler's cache keeps an image's size from the node that first reported it, for as
+    /// long as any node holds it.
+    #[test]
+    fn an_images_size_is_the_first_reported_while_any_node_holds_it() {
+        let mut driver = Driver::<ImageLocality>::new("{}").unwrap();
+        let pod = Pod {
+            images: vec!["app:v1".into()],
+            ..pod("p")
+        };
+        driver.upsert_nodes([
+            (0, holding("a", vec![image("app:v1", 1000)])),
+            (1, node("b")),
+        ]);
+        // 1000M/2 = 500M: 100 * (500M - 23M) / (1000M - 23M) = 48.
+        assert_eq!(scores(&mut driver, &pod), [48, 0]);
+        driver.upsert_nodes([(1, holding("b", vec![image("app:v1", 200)]))]);
+        assert_eq!(scores(&mut driver, &pod), [100, 100], "1000M on both");
+        driver.upsert_nodes([(0, node("a"))]);
+        assert_eq!(
+            scores(&mut driver, &pod),
+            [0, 48],
+            "still 1000M, on one of two"
+        );
+        driver.upsert_nodes([(1, node("b"))]);
+        driver.upsert_nodes([(0, holding("a", vec![image("app:v1", 200)]))]);
+        // 200M/2 = 100M: 100 * (100M - 23M) / 977M = 7.
+        assert_eq!(scores(&mut driver, &pod), [7, 0], "held by none in between");
     }
 
     /// kube-scheduler's `TestNormalizedImageName`.
