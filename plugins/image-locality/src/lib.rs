@@ -31,6 +31,9 @@ pub struct ImageLocality {
     index: ImageIndex,
     /// Per node id: the scaled sizes of the pod's images the node holds.
     sums: Vec<i64>,
+    /// The ids whose sums the pod may have made other than 0 (with repeats): a pod's images are
+    /// held by some nodes, so its start does not go over every node.
+    summed: Vec<NodeId>,
     /// The pod's images the nodes hold, by normalized name, with their scaled sizes.
     held: Vec<(String, i64)>,
     /// Init containers and containers of the current pod.
@@ -193,8 +196,12 @@ impl Plugin for ImageLocality {
         self.index.catch_up(nodes);
         let index = &self.index;
         self.containers = pod.images.len() as i64;
-        self.sums.clear();
-        self.sums.resize(nodes.id_bound(), 0);
+        for id in self.summed.drain(..) {
+            self.sums[id as usize] = 0;
+        }
+        if self.sums.len() < nodes.id_bound() {
+            self.sums.resize(nodes.id_bound(), 0);
+        }
         self.held.clear();
         let total = nodes.len() as f64;
         for image in &pod.images {
@@ -207,13 +214,20 @@ impl Plugin for ImageLocality {
             let spread = state.nodes.len() as f64 / total;
             let scaled = (state.size as f64 * spread) as i64;
             for &id in &state.nodes {
-                self.sums[id as usize] += scaled;
+                let sum = &mut self.sums[id as usize];
+                if *sum == 0 {
+                    self.summed.push(id);
+                }
+                *sum += scaled;
             }
             self.held.push((name, scaled));
         }
         PodPlan {
             // Every node below the minimum scores 0: the same as no opinion.
-            score: self.sums.iter().any(|&sum| sum > MIN_THRESHOLD),
+            score: self
+                .summed
+                .iter()
+                .any(|&id| self.sums[id as usize] > MIN_THRESHOLD),
             ..PodPlan::default()
         }
     }
