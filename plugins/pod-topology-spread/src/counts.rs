@@ -1,7 +1,7 @@
 //! What kube-scheduler's PreFilter and PreScore recount from every pod and node of the cluster
 //! for each pod they schedule, kept instead: per selector, how many placed pods it matches on
 //! each node ([`Tallies`], kept up to date as pods come and go), and per set of constraints, which
-//! nodes count and which domains they make ([`Eligibility`], worked out again only when nodes
+//! nodes count and which domains they make ([`Eligibility`], read again for the nodes that
 //! change).
 
 use wasched_sdk::helpers::{DenseCounts, FastMap};

@@ -6,7 +6,7 @@
 //! kube-scheduler counts, for every pod it schedules, the matching pods of every node. This plugin
 //! keeps per selector the matching pods per node as pods enter and leave its mirror
 //! ([`counts::Tallies`]), and per constraint set the nodes that count and their domains
-//! ([`counts::EligibilityCache`], worked out again only when nodes change). `prepare` then sums
+//! ([`counts::EligibilityCache`], read again for the nodes that change). `prepare` then sums
 //! the few nodes that have matching pods into domains and names the failing nodes through the
 //! mirror's label index, so the host calls the filter for no node.
 
