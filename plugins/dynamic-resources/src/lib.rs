@@ -233,6 +233,17 @@ impl DynamicResources {
         )
     }
 
+    /// [`DynamicResources::allocates`] on node `id` of the mirror, through the numbers its upsert
+    /// gave its devices (looked up by content for a node it has none for).
+    fn allocates_at(&self, id: NodeId, node: &NodeInfo) -> Result<bool, String> {
+        match self.node_devices.get(id as usize) {
+            Some(numbers) if !numbers.is_empty() || node.device_pools.is_empty() => {
+                self.allocates(node, numbers)
+            }
+            _ => self.allocates(node, &self.numbers_of(&node.device_pools)),
+        }
+    }
+
     fn verdict(&self, node: &NodeInfo, numbers: &[Vec<u32>]) -> Verdict {
         match self.allocates(node, numbers) {
             Err(e) => Err(Failure::error(e)),
@@ -708,30 +719,18 @@ impl FilterPlugin for DynamicResources {
             let known = if held { self.answers.get(id) } else { None };
             let allocates = match known {
                 Some(allocates) => allocates,
-                None => {
-                    let looked_up;
-                    let numbers = match self.node_devices.get(id as usize) {
-                        Some(numbers) if !numbers.is_empty() || node.device_pools.is_empty() => {
-                            numbers.as_slice()
+                None => match self.allocates_at(id, node) {
+                    Ok(allocates) => {
+                        if held {
+                            self.answers.set(id, allocates);
                         }
-                        _ => {
-                            looked_up = self.numbers_of(&node.device_pools);
-                            looked_up.as_slice()
-                        }
-                    };
-                    match self.allocates(node, numbers) {
-                        Ok(allocates) => {
-                            if held {
-                                self.answers.set(id, allocates);
-                            }
-                            allocates
-                        }
-                        Err(e) => {
-                            out.push(Err(Failure::error(e)));
-                            continue;
-                        }
+                        allocates
                     }
-                }
+                    Err(e) => {
+                        out.push(Err(Failure::error(e)));
+                        continue;
+                    }
+                },
             };
             out.push(self.verdict_of(allocates, node));
         }
