@@ -1,11 +1,14 @@
 //! The batch filter finds each node's host through the mirror's label index and remembers what
-//! each hostname value stands for. Checked against the one-node filter, which reads the node's
-//! labels, as volumes are pinned to hosts already looked up and as the mirror numbers its labels
-//! again.
+//! each hostname value stands for, and it keeps its answers from one pod to the next. Checked
+//! against the one-node filter, which reads the node's labels and keeps nothing, as volumes are
+//! pinned to hosts already looked up, as the mirror numbers its labels again, and as nodes,
+//! volumes and pods' claims change at random.
 
-use wasched_sdk::{Driver, Exported, FilterResults, NodeId, NodeInfo};
+use wasched_sdk::{
+    ClaimRef, Driver, Exported, FilterResults, LabelSelector, NodeId, NodeInfo, StorageClassInfo,
+};
 
-use crate::cases::{claiming, class, host, local, offered, volume, waiting};
+use crate::cases::{claiming, class, host, local, offered, term, volume, waiting};
 use crate::VolumeBinding;
 
 const LOCAL: &str = "kubernetes.io/no-provisioner";
@@ -136,4 +139,150 @@ fn a_volume_found_for_one_node_is_still_free_for_the_next() {
     let local_class = class("local", "WaitForFirstConsumer", LOCAL);
     driver.upsert_volumes(offered(&local_class, vec![volume("pv-any", 20, None)]));
     assert_eq!(passing(&mut driver, &[0, 1, 2]), [true, true, true]);
+}
+
+/// A long-lived instance, its answers held from pod to pod, against the one-node filter, over
+/// random steps: nodes relabelled, local volumes pinned, taken and released, volumes usable from
+/// a zone coming and going, and pods whose claims search alike or not (sizes, classes, selected
+/// nodes, selectors, volumes pre-bound to them).
+#[test]
+fn held_answers_filter_as_a_fresh_look_at_each_node_would() {
+    for seed in [
+        0x2545_f491_4f6c_dd1d_u64,
+        0x9e37_79b9_7f4a_7c15,
+        0xd1b5_4a32_d192_ed03,
+    ] {
+        filter_at_random_as_a_fresh_look_would(seed);
+    }
+}
+
+fn filter_at_random_as_a_fresh_look_would(mut seed: u64) {
+    let mut below = move |n: u64| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (seed >> 33) % n
+    };
+    let zones = ["z0", "z1", "z2"];
+    let local_class = class("local", "WaitForFirstConsumer", LOCAL);
+    // The provisioning class as two pods may see it, before and after it was made again with
+    // other topologies.
+    let fast_class = |zones: &[&str]| StorageClassInfo {
+        allowed_topologies: vec![term("topology.kubernetes.io/zone", zones)],
+        ..class("fast", "WaitForFirstConsumer", "csi.example.com")
+    };
+    let classes: [StorageClassInfo; 3] = [
+        local_class.clone(),
+        fast_class(&["z0", "z1"]),
+        fast_class(&["z1", "z2"]),
+    ];
+    let mut nodes: Vec<NodeInfo> = (0..12)
+        .map(|i| host(&format!("h{i}"), zones[i % 3]))
+        .collect();
+    let mut driver = driver(nodes.clone());
+    let ids: Vec<NodeId> = (0..nodes.len() as NodeId).collect();
+    let mut volumes = 0;
+    let mut zonal: Vec<String> = Vec::new();
+    for step in 0..1_500 {
+        for _ in 0..below(3) {
+            match below(6) {
+                // A node relabelled: another zone, or another hostname (one of the hosts).
+                0 => {
+                    let i = below(nodes.len() as u64) as usize;
+                    let name = format!("h{}", below(14));
+                    nodes[i] = host(&name, zones[below(3) as usize]);
+                    driver.upsert_nodes([(i as NodeId, nodes[i].clone())]);
+                }
+                // A local volume pinned to a host, maybe one no node has.
+                1 | 2 => {
+                    volumes += 1;
+                    let mut pv = local(
+                        &format!("pv-{volumes}"),
+                        10 * (1 + below(3) as i64),
+                        &format!("h{}", below(14)),
+                    );
+                    if below(2) == 0 {
+                        pv.labels = [("tier".to_string(), "gold".to_string())]
+                            .into_iter()
+                            .collect();
+                    }
+                    driver.upsert_volumes(offered(&local_class, vec![pv]));
+                }
+                // A volume taken by some claim (it leaves the host's offered volumes), or one
+                // pre-bound to the claim `pvc-0` of the pods below.
+                3 => {
+                    let name = format!("pv-{}", 1 + below(volumes.max(1)));
+                    if let Some(mut pv) = driver.nodes().volume(&name).cloned() {
+                        pv.claim_ref = Some(ClaimRef {
+                            namespace: "default".into(),
+                            name: if below(3) == 0 { "pvc-0" } else { "other" }.into(),
+                            uid: String::new(),
+                        });
+                        driver.upsert_volumes([pv]);
+                    }
+                }
+                // A volume removed.
+                4 => {
+                    let name = format!("pv-{}", 1 + below(volumes.max(1)));
+                    driver.remove_volumes([name.as_str()]);
+                }
+                // A volume usable from a zone (pinned to no host) comes, or one goes: a few at
+                // a time, so that a zone's nodes pass or fail by them.
+                _ => match zonal.len() {
+                    0 | 1 if below(2) == 0 => {
+                        volumes += 1;
+                        let name = format!("pv-{volumes}");
+                        let zone = zones[below(3) as usize];
+                        let pv = volume(
+                            &name,
+                            10 * (1 + below(3) as i64),
+                            Some(term("topology.kubernetes.io/zone", &[zone])),
+                        );
+                        driver.upsert_volumes(offered(&local_class, vec![pv]));
+                        zonal.push(name);
+                    }
+                    0 => {}
+                    _ => {
+                        let name = zonal.swap_remove(below(zonal.len() as u64) as usize);
+                        driver.remove_volumes([name.as_str()]);
+                    }
+                },
+            }
+        }
+        let claims = (0..1 + below(2))
+            .map(|_| {
+                let mut claim = waiting(
+                    10 * (1 + below(2) as i64),
+                    classes[below(3) as usize].clone(),
+                );
+                if below(8) == 0 {
+                    claim.selected_node = Some(format!("h{}", below(14)));
+                }
+                if below(4) == 0 {
+                    claim.selector = Some(LabelSelector {
+                        match_labels: [("tier".to_string(), "gold".to_string())]
+                            .into_iter()
+                            .collect(),
+                        match_expressions: Vec::new(),
+                    });
+                }
+                Some(claim)
+            })
+            .collect();
+        let pod = claiming(claims);
+        driver.set_pod(pod.clone());
+        let mut out = FilterResults::default();
+        driver.filter(&ids, &mut out);
+        for (k, node) in nodes.iter().enumerate() {
+            let fresh = driver.plugin().filter_one(&pod, node).err();
+            assert_eq!(out.failure(k), fresh.as_ref(), "step {step}, node {k}");
+        }
+    }
+    let held = &driver.plugin().held;
+    assert!(
+        held.used > 1_000,
+        "answers were held for {} of {} node checks",
+        held.used,
+        1_500 * 12
+    );
 }

@@ -6,6 +6,10 @@
 //! claims. Its Reserve runs the filter's matching again for the chosen node and hands the host
 //! the volumes it found there, which the host binds before the pod (kube-scheduler's PreBind), so
 //! the filter and the binding never disagree.
+//!
+//! The batch filter keeps each node's answer for the last few sets of claims pods came with
+//! ([`HeldAnswers`]): the pods of a StatefulSet or a Job ask alike, and between two of them only
+//! the host whose volume the last one took has changed.
 
 #![warn(missing_docs)]
 
@@ -17,8 +21,8 @@ use wasched_sdk::node_selector::{parse_term, Term};
 pub use wasched_sdk::PodVolumes;
 use wasched_sdk::{
     ClaimInfo, ClaimRef, Failure, FilterPlan, FilterPlugin, FilterResults, LabelColumnId,
-    LabelTest, NodeId, NodeInfo, NodeSelectorTerm, Nodes, Plugin, Pod, PodParts, PodPlan,
-    Reservation, StorageCapacity, Verdict, VolumeInfo,
+    LabelSelector, LabelTest, NodeId, NodeInfo, NodeSelectorTerm, Nodes, Plugin, Pod, PodParts,
+    PodPlan, Reservation, StorageCapacity, StorageClassInfo, Verdict, VolumeInfo,
 };
 
 /// The name used in configs and messages.
@@ -213,6 +217,12 @@ struct VolumeIndex {
     hosts: FastMap<String, HostId>,
     /// Changes whenever `hosts` is numbered again.
     hosts_epoch: u64,
+    /// Per host number, how many times a volume was pinned to it or unpinned from it: a filter
+    /// answer held for a node holds while its host's count stays ([`HeldAnswers`]).
+    host_changes: Vec<u32>,
+    /// Per class name, how many times a volume entered or left its `elsewhere` group (kept
+    /// when the class empties, so a count never goes back).
+    elsewhere_changes: FastMap<String, u64>,
     /// Every [`Shape`] of a volume pinned to a host, numbered in `shape_list`'s order.
     shapes: FastMap<Shape, u32>,
     shape_list: Vec<Shape>,
@@ -383,6 +393,16 @@ impl Group<'_> {
 }
 
 impl VolumeIndex {
+    /// How many times the volumes pinned to `host` changed (see [`VolumeIndex::host_changes`]).
+    #[inline]
+    fn changes_of_host(&self, host: HostId) -> u32 {
+        self.host_changes.get(host as usize).copied().unwrap_or(0)
+    }
+
+    fn elsewhere_changes_of(&self, class: &str) -> u64 {
+        self.elsewhere_changes.get(class).copied().unwrap_or(0)
+    }
+
     fn add(&mut self, volume: &Arc<VolumeInfo>) {
         let class = self
             .classes
@@ -408,6 +428,7 @@ impl VolumeIndex {
                 for host in hosts {
                     let next = self.hosts.len() as HostId;
                     let host = *self.hosts.entry(host.clone()).or_insert(next);
+                    changed(&mut self.host_changes, host);
                     class.pin(
                         host,
                         Pinned {
@@ -421,6 +442,10 @@ impl VolumeIndex {
             }
             Group::Elsewhere => {
                 class.elsewhere.insert(name.clone(), Arc::clone(volume));
+                *self
+                    .elsewhere_changes
+                    .entry(volume.storage_class_name.clone())
+                    .or_default() += 1;
             }
             Group::Unoffered => {}
         }
@@ -459,6 +484,8 @@ impl VolumeIndex {
             }
             class.on_host = on_host;
         }
+        // Answers held by host number are all forgotten with the old numbering.
+        self.host_changes = vec![0; kept as usize];
         self.hosts_epoch += 1;
     }
 
@@ -474,11 +501,15 @@ impl VolumeIndex {
             }
             Group::OnHosts(hosts) => {
                 for &host in hosts.iter().filter_map(|h| self.hosts.get(h)) {
+                    changed(&mut self.host_changes, host);
                     class.unpin(host, &volume.name);
                 }
             }
             Group::Elsewhere => {
                 class.elsewhere.remove(&volume.name);
+                if let Some(changes) = self.elsewhere_changes.get_mut(&volume.storage_class_name) {
+                    *changes += 1;
+                }
             }
             Group::Unoffered => {}
         }
@@ -486,6 +517,14 @@ impl VolumeIndex {
             self.classes.remove(&volume.storage_class_name);
         }
     }
+}
+
+/// Counts a change of the volumes pinned to `host`.
+fn changed(host_changes: &mut Vec<u32>, host: HostId) {
+    if host_changes.len() <= host as usize {
+        host_changes.resize(host as usize + 1, 0);
+    }
+    host_changes[host as usize] = host_changes[host as usize].wrapping_add(1);
 }
 
 /// Removes the volume `name` from the group `key` of `groups`, and the group once it is empty.
@@ -774,6 +813,17 @@ impl Claims {
         Ok(Some(claims))
     }
 
+    /// Whether a node's verdict for these claims is the same for any pod whose claims search
+    /// alike ([`ClaimSearch`]), while the node, its host's volumes and the classes' volumes pinned
+    /// to no host stay: no bound volume limits the nodes, and no volume is pre-bound to a waiting
+    /// claim (which names the claim).
+    fn holdable(&self) -> bool {
+        self.bound
+            .iter()
+            .all(|c| matches!(c.volume, Some(Affinity::Any)))
+            && self.waiting.iter().all(|c| c.prebound.is_empty())
+    }
+
     /// No claim waits and every bound volume exists and can be used from any node.
     fn fit_everywhere(&self) -> bool {
         self.waiting.is_empty()
@@ -908,7 +958,7 @@ impl Claims {
 
 /// Why a node fails, one bit per reason in the order kube-scheduler lists them
 /// ([`Reasons::ORDER`]): a batch interns each combination once.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Reasons(u8);
 
 impl Reasons {
@@ -962,6 +1012,7 @@ pub struct VolumeBinding {
     volumes: VolumeIndex,
     claims: Claims,
     hosts: HostsByValue,
+    held: HeldAnswers,
 }
 
 impl VolumeBinding {
@@ -974,6 +1025,221 @@ impl VolumeBinding {
             by_labels(node),
             found,
         )
+    }
+}
+
+/// What a waiting claim's search on a node reads besides the node and the volumes: two claims
+/// equal in these get the same answer on a node whose host's volumes and class's volumes pinned
+/// to no host did not change. Names and uids are left out (a claim that volumes are pre-bound to
+/// is never held), and so are the phase and deletion, which [`Claims::of`] has already decided.
+#[derive(Debug)]
+struct ClaimSearch {
+    requested_storage: i64,
+    storage_class_name: String,
+    storage_class: Option<StorageClassInfo>,
+    access_modes: Vec<String>,
+    volume_mode: String,
+    volume_attributes_class_name: Option<String>,
+    selector: Option<LabelSelector>,
+    selected_node: Option<String>,
+    capacities: Option<Vec<StorageCapacity>>,
+    shape_fits: Vec<bool>,
+    /// The class's [`VolumeIndex::elsewhere_changes`] when the answers were found.
+    elsewhere_changes: u64,
+}
+
+impl ClaimSearch {
+    fn of(waiting: &WaitingClaim, volumes: &VolumeIndex) -> Self {
+        let claim = &waiting.claim;
+        ClaimSearch {
+            requested_storage: claim.requested_storage,
+            storage_class_name: claim.storage_class_name.clone(),
+            storage_class: claim.storage_class.clone(),
+            access_modes: claim.access_modes.clone(),
+            volume_mode: claim.volume_mode.clone(),
+            volume_attributes_class_name: claim.volume_attributes_class_name.clone(),
+            selector: claim.selector.clone(),
+            selected_node: claim.selected_node.clone(),
+            capacities: waiting.capacities.clone(),
+            shape_fits: waiting.shape_fits.clone(),
+            elsewhere_changes: volumes.elsewhere_changes_of(&claim.storage_class_name),
+        }
+    }
+
+    /// Whether `waiting` searches as this claim did (its class's volumes pinned to no host
+    /// aside, which [`HeldAnswers::hold_for`] checks).
+    fn searches_as(&self, waiting: &WaitingClaim) -> bool {
+        let claim = &waiting.claim;
+        self.requested_storage == claim.requested_storage
+            && self.storage_class_name == claim.storage_class_name
+            && self.storage_class == claim.storage_class
+            && self.access_modes == claim.access_modes
+            && self.volume_mode == claim.volume_mode
+            && self.volume_attributes_class_name == claim.volume_attributes_class_name
+            && self.selector == claim.selector
+            && self.selected_node == claim.selected_node
+            && self.capacities == waiting.capacities
+            && self.shape_fits == waiting.shape_fits
+    }
+}
+
+/// The batch filter's answers, kept per node for the last [`HeldAnswers::SETS`] sets of claims
+/// that pods came with. The pods of a StatefulSet or a Job come with claims alike but for their
+/// names, and between two of them only the host whose volume the last one took has changed; the
+/// filter had searched each examined node's volumes again for every pod.
+///
+/// An answer is for one node, the host it had and that host's [`VolumeIndex::host_changes`]: it
+/// is forgotten when the node is sent again, and not used once a volume was pinned to or unpinned
+/// from the host, or the node has another host. A set's answers are all forgotten when a volume
+/// pinned to no host enters or leaves one of its claims' classes, and every set's when the hosts
+/// are numbered again. Only the batch filter uses them; errors are never held.
+#[derive(Debug, Default)]
+struct HeldAnswers {
+    sets: Vec<HeldSet>,
+    /// The set of the pod being filtered, when its claims can be held.
+    current: Option<usize>,
+    /// Gives out stamps and use times; 0 is never given.
+    clock: u32,
+    /// [`VolumeIndex::hosts_epoch`] the answers were found under.
+    hosts_epoch: u64,
+    /// How many times [`HeldAnswers::answer`] found an answer (tests read it).
+    used: u64,
+}
+
+#[derive(Debug)]
+struct HeldSet {
+    claims: Vec<ClaimSearch>,
+    /// An entry made under another stamp is no answer: a set taken for new claims, or whose
+    /// answers were all forgotten, takes a new stamp rather than clearing every node's entry.
+    stamp: u32,
+    last_used: u32,
+    by_node: Vec<Held>,
+}
+
+/// One node's held answer.
+#[derive(Clone, Copy, Debug, Default)]
+struct Held {
+    stamp: u32,
+    /// The node's host number + 1 (0: none) when the answer was found.
+    host: u32,
+    /// That host's [`VolumeIndex::host_changes`] then.
+    host_changes: u32,
+    reasons: Reasons,
+}
+
+impl HeldAnswers {
+    /// Enough for the claim shapes of the StatefulSets and Jobs of a busy cluster; at 50,000
+    /// nodes they take at most 32 x 16 bytes per node, 25.6 MB.
+    const SETS: usize = 32;
+
+    fn tick(&mut self) -> u32 {
+        self.clock += 1;
+        self.clock
+    }
+
+    /// Chooses the set of answers for a pod with `claims` (which [`Claims::holdable`] must
+    /// allow), taking the least recently used set for claims none holds.
+    fn hold_for(&mut self, claims: &Claims, volumes: &VolumeIndex) {
+        self.current = None;
+        // A call ticks at most once per set and three times more: the clock never wraps.
+        if self.clock > u32::MAX - 2 * Self::SETS as u32 {
+            self.sets.clear();
+            self.clock = 0;
+        }
+        if volumes.hosts_epoch != self.hosts_epoch {
+            self.hosts_epoch = volumes.hosts_epoch;
+            for index in 0..self.sets.len() {
+                self.sets[index].stamp = self.tick();
+            }
+        }
+        let now = self.tick();
+        let found = self.sets.iter().position(|set| {
+            set.claims.len() == claims.waiting.len()
+                && set
+                    .claims
+                    .iter()
+                    .zip(&claims.waiting)
+                    .all(|(held, waiting)| held.searches_as(waiting))
+        });
+        let index = match found {
+            Some(index) => {
+                let mut elsewhere_stayed = true;
+                for claim in &mut self.sets[index].claims {
+                    let changes = volumes.elsewhere_changes_of(&claim.storage_class_name);
+                    elsewhere_stayed &= changes == claim.elsewhere_changes;
+                    claim.elsewhere_changes = changes;
+                }
+                if !elsewhere_stayed {
+                    self.sets[index].stamp = self.tick();
+                }
+                index
+            }
+            None => {
+                let set = HeldSet {
+                    claims: claims
+                        .waiting
+                        .iter()
+                        .map(|w| ClaimSearch::of(w, volumes))
+                        .collect(),
+                    stamp: self.tick(),
+                    last_used: now,
+                    by_node: Vec::new(),
+                };
+                if self.sets.len() < Self::SETS {
+                    self.sets.push(set);
+                    self.sets.len() - 1
+                } else {
+                    let (oldest, _) = self
+                        .sets
+                        .iter()
+                        .enumerate()
+                        .min_by_key(|(_, set)| set.last_used)
+                        .expect("SETS > 0");
+                    let by_node = std::mem::take(&mut self.sets[oldest].by_node);
+                    self.sets[oldest] = HeldSet { by_node, ..set };
+                    oldest
+                }
+            }
+        };
+        self.sets[index].last_used = now;
+        self.current = Some(index);
+    }
+
+    /// Forgets every set's answer for node `id`.
+    fn forget(&mut self, id: NodeId) {
+        for set in &mut self.sets {
+            if let Some(held) = set.by_node.get_mut(id as usize) {
+                held.stamp = 0;
+            }
+        }
+    }
+
+    /// The current pod's held answer for node `id`, whose host is `host` with `host_changes`.
+    #[inline]
+    fn answer(&mut self, id: NodeId, host: Option<HostId>, host_changes: u32) -> Option<Reasons> {
+        let set = &self.sets[self.current?];
+        let held = set.by_node.get(id as usize)?;
+        let same = held.stamp == set.stamp
+            && held.host == host.map_or(0, |h| h + 1)
+            && held.host_changes == host_changes;
+        self.used += u64::from(same);
+        same.then_some(held.reasons)
+    }
+
+    fn keep(&mut self, id: NodeId, host: Option<HostId>, host_changes: u32, reasons: Reasons) {
+        let Some(index) = self.current else {
+            return;
+        };
+        let set = &mut self.sets[index];
+        if set.by_node.len() <= id as usize {
+            set.by_node.resize(id as usize + 1, Held::default());
+        }
+        set.by_node[id as usize] = Held {
+            stamp: set.stamp,
+            host: host.map_or(0, |h| h + 1),
+            host_changes,
+            reasons,
+        };
     }
 }
 
@@ -1078,14 +1344,22 @@ impl Plugin for VolumeBinding {
         self.volumes.release_unpinned_hosts();
     }
 
+    fn node_upserted(&mut self, id: NodeId, _node: &NodeInfo) {
+        self.held.forget(id);
+    }
+
     fn prepare(&mut self, pod: &Pod, _nodes: &Nodes) -> PodPlan {
         self.claims = Claims::default();
+        self.held.current = None;
         let filter = match Claims::of(pod, &self.volumes) {
             Err(failure) => FilterPlan::Reject(failure),
             Ok(None) => FilterPlan::Skip,
             // Every claim bound to a volume any node can use: every node passes.
             Ok(Some(claims)) if claims.fit_everywhere() => FilterPlan::Skip,
             Ok(Some(claims)) => {
+                if claims.holdable() {
+                    self.held.hold_for(&claims, &self.volumes);
+                }
                 self.claims = claims;
                 FilterPlan::Run
             }
@@ -1104,23 +1378,42 @@ impl FilterPlugin for VolumeBinding {
     }
 
     fn filter_batch(&mut self, _pod: &Pod, nodes: &Nodes, ids: &[NodeId], out: &mut FilterResults) {
-        self.hosts.refresh(nodes, &self.volumes);
-        let classes = self.claims.classes(&self.volumes);
+        let VolumeBinding {
+            volumes,
+            claims,
+            hosts,
+            held,
+        } = self;
+        hosts.refresh(nodes, volumes);
+        let classes = claims.classes(volumes);
         // Per combination of reasons, its failure interned the first time a node fails with it.
         let mut interned = [0u32; 1 << Reasons::ORDER.len()];
         let mut found = Found::default();
-        let topologies = self.claims.topologies(nodes);
+        let topologies = claims.topologies(nodes);
         for &id in ids {
-            let Some(node) = nodes.get(id) else {
+            if !nodes.contains(id) {
                 out.push(Err(Nodes::unknown(id)));
                 continue;
+            }
+            let host = hosts.host(nodes, id, volumes);
+            let host_changes = host.map_or(0, |h| volumes.changes_of_host(h));
+            let reasons = match held.answer(id, host, host_changes) {
+                Some(reasons) => reasons,
+                None => {
+                    let node = nodes.get(id).expect("the mirror has the node");
+                    let allows = |claim: &WaitingClaim| topologies[claim.index].allows(nodes, id);
+                    let reasons = match claims.find(node, host, &classes, allows, &mut found) {
+                        Ok(()) => Reasons::default(),
+                        Err(reasons) => reasons,
+                    };
+                    held.keep(id, host, host_changes, reasons);
+                    reasons
+                }
             };
-            let host = self.hosts.host(nodes, id, &self.volumes);
-            let allows = |claim: &WaitingClaim| topologies[claim.index].allows(nodes, id);
-            let verdict = match self.claims.find(node, host, &classes, allows, &mut found) {
-                Ok(()) => 0,
-                Err(reasons) => {
-                    let failure = &mut interned[usize::from(reasons.0)];
+            let verdict = match reasons.0 {
+                0 => 0,
+                bits => {
+                    let failure = &mut interned[usize::from(bits)];
                     if *failure == 0 {
                         *failure = out.intern(reasons.failure());
                     }
