@@ -816,15 +816,22 @@ unsafe impl Sync for HeldPlan {}
 
 static HELD_PLAN: HeldPlan = HeldPlan(UnsafeCell::new(None));
 
+/// `apply-and-plan` of `plain-plans`, or of `zero-scores` when `tell_zero_scores`.
+fn apply_and_plan<P: Exported>(input: &[u8], tell_zero_scores: bool) -> u32 {
+    let plan = apply_and_set_encoded_pod::<P>(input);
+    let driver = driver::<P>();
+    let scores_zero = tell_zero_scores && plan.score && driver.plugin().scores_zero(driver.nodes());
+    let number = crate::wire::plain_plan_scoring(&plan, scores_zero);
+    if number == crate::wire::PLAN_FOLLOWS {
+        // SAFETY: single-threaded instance, and no other borrow of the held plan lives.
+        unsafe { *HELD_PLAN.0.get() = Some(plan) };
+    }
+    number
+}
+
 impl<P: Exported> plain_plans::Guest for Component<P> {
     fn apply_and_plan(input: Vec<u8>) -> u32 {
-        let plan = apply_and_set_encoded_pod::<P>(&input);
-        let number = crate::wire::plain_plan(&plan);
-        if number == crate::wire::PLAN_FOLLOWS {
-            // SAFETY: single-threaded instance, and no other borrow of the held plan lives.
-            unsafe { *HELD_PLAN.0.get() = Some(plan) };
-        }
-        number
+        apply_and_plan::<P>(&input, false)
     }
 
     fn last_plan() -> wit::PodPlan {
@@ -834,5 +841,13 @@ impl<P: Exported> plain_plans::Guest for Component<P> {
             "the host asks for the last plan only after apply-and-plan returned PLAN_FOLLOWS",
         )
         .into()
+    }
+}
+
+use bindings::exports::wasched::plugin::zero_scores;
+
+impl<P: Exported> zero_scores::Guest for Component<P> {
+    fn apply_and_plan(input: Vec<u8>) -> u32 {
+        apply_and_plan::<P>(&input, true)
     }
 }

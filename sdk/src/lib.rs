@@ -335,6 +335,15 @@ pub trait ScorePlugin: Plugin {
     fn normalize(&self, pod: &Pod, scores: &mut [i64]) {
         let _ = (pod, scores);
     }
+
+    /// Asked right after [`Plugin::prepare`] planned to score: true when
+    /// [`ScorePlugin::score_batch`] would give 0 for every node of `nodes` as they are now. The
+    /// host then scores the pod's nodes 0 without calling the component, unless it sends the
+    /// plugin anything but filter calls first. The default says false.
+    fn scores_zero(&self, nodes: &Nodes) -> bool {
+        let _ = nodes;
+        false
+    }
 }
 
 /// What [`export_plugin!`] implements for a plugin type: the extension points it exports.
@@ -351,6 +360,8 @@ pub trait Exported: Plugin {
     fn filter_one(&self, pod: &Pod, node: &NodeInfo) -> Verdict;
     /// [`ScorePlugin::score`] for one node (0 when the plugin does not score).
     fn score_one(&self, pod: &Pod, node: &NodeInfo) -> i64;
+    /// [`ScorePlugin::scores_zero`] (false when the plugin does not score).
+    fn scores_zero(&self, nodes: &Nodes) -> bool;
 }
 
 /// Exports a plugin type: `export_plugin!(MyPlugin: filter)`, `export_plugin!(MyPlugin: score)` or
@@ -402,6 +413,9 @@ macro_rules! __export_plugin {
             }
             fn score_one(&self, pod: &$crate::Pod, node: &$crate::NodeInfo) -> i64 {
                 $crate::__if!($score, <$ty as $crate::ScorePlugin>::score(self, pod, node), { let _ = (pod, node); 0 })
+            }
+            fn scores_zero(&self, nodes: &$crate::Nodes) -> bool {
+                $crate::__if!($score, <$ty as $crate::ScorePlugin>::scores_zero(self, nodes), { let _ = nodes; false })
             }
         }
 

@@ -41,6 +41,38 @@ pub fn plain_plan(plan: &PodPlan) -> u32 {
     skip | (u32::from(plan.score) << 1)
 }
 
+/// Added by `zero-scores.apply-and-plan` to a number whose plan scores, when every node would
+/// score 0.
+pub const SCORES_ZERO: u32 = 8;
+
+/// The number `zero-scores.apply-and-plan` returns for `plan`: [`plain_plan`], plus
+/// [`SCORES_ZERO`] when the plan scores and `scores_zero` says every node would score 0.
+pub fn plain_plan_scoring(plan: &PodPlan, scores_zero: bool) -> u32 {
+    let number = plain_plan(plan);
+    if number != PLAN_FOLLOWS && plan.score && scores_zero {
+        number | SCORES_ZERO
+    } else {
+        number
+    }
+}
+
+/// The plan a number from `zero-scores.apply-and-plan` stands for (`None` for [`PLAN_FOLLOWS`]),
+/// and whether every node scores 0.
+///
+/// # Errors
+/// A number the interface does not define, or [`SCORES_ZERO`] on a plan that does not score.
+pub fn plan_of_scoring_number(number: u32) -> Result<(Option<PodPlan>, bool), String> {
+    let scores_zero = number & SCORES_ZERO != 0;
+    let plan = plan_of_number(number & !SCORES_ZERO)?;
+    if scores_zero && !plan.as_ref().is_some_and(|p| p.score) {
+        return Err(format!(
+            "returned plan number {number}, which says every node scores 0 for a plan that does \
+             not score"
+        ));
+    }
+    Ok((plan, scores_zero))
+}
+
 /// The plan a number from `plain-plans.apply-and-plan` stands for: `Ok(None)` for
 /// [`PLAN_FOLLOWS`].
 ///
@@ -1165,6 +1197,31 @@ mod tests {
         }
         assert!(plan_of_number(PLAN_FOLLOWS + 1).is_err());
         assert!(plan_of_number(u32::MAX).is_err());
+    }
+
+    #[test]
+    fn zero_scores_travel_only_with_plans_that_score() {
+        for filter in [FilterPlan::Run, FilterPlan::Skip] {
+            for score in [false, true] {
+                for scores_zero in [false, true] {
+                    let plan = PodPlan {
+                        filter: filter.clone(),
+                        score,
+                    };
+                    let number = plain_plan_scoring(&plan, scores_zero);
+                    let back = plan_of_scoring_number(number).expect("a defined number");
+                    assert_eq!(back, (Some(plan.clone()), score && scores_zero), "{plan:?}");
+                }
+            }
+        }
+        let follows = PodPlan {
+            filter: FilterPlan::OnlyNodes(vec!["n1".into()]),
+            score: true,
+        };
+        assert_eq!(plain_plan_scoring(&follows, true), PLAN_FOLLOWS);
+        for refused in [SCORES_ZERO, SCORES_ZERO | 1, SCORES_ZERO | PLAN_FOLLOWS, 16] {
+            assert!(plan_of_scoring_number(refused).is_err(), "{refused}");
+        }
     }
     use super::*;
     use crate::{AttributeValue, Device, DevicePool};

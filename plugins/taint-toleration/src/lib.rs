@@ -172,6 +172,10 @@ impl ScorePlugin for TaintToleration {
 
     /// One `extend` over the ids rather than a `push` per node: as WebAssembly each `push`
     /// loaded and stored the vector's length in memory and checked its capacity.
+    fn scores_zero(&self, nodes: &Nodes) -> bool {
+        self.scores_zero_at == Some(nodes.generation())
+    }
+
     fn score_batch(&mut self, _pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut Vec<i64>) {
         // Checked against the generation as a plan is: taints that came since it was made are
         // read.

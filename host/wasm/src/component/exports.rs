@@ -478,21 +478,33 @@ pub(super) fn declare_usage_with_calls(
 /// The interface through which a component answers `set-pod` with a number for the common plans.
 pub const PLAIN_PLANS_INTERFACE: &str = "wasched:plugin/plain-plans@0.2.1";
 
-/// The functions of [`PLAIN_PLANS_INTERFACE`], type-checked when the instance starts.
+/// The interface whose `apply-and-plan` also tells when every node scores 0.
+pub const ZERO_SCORES_INTERFACE: &str = "wasched:plugin/zero-scores@0.2.1";
+
+/// The functions of [`PLAIN_PLANS_INTERFACE`], and `apply-and-plan` of
+/// [`ZERO_SCORES_INTERFACE`] when the component has it, type-checked when the instance starts.
 #[derive(Clone, Copy)]
 pub(super) struct PlainPlansExports {
     pub(super) apply_and_plan: Func,
     pub(super) last_plan: TypedFunc<(), (wit::PodPlan,)>,
+    pub(super) apply_and_plan_scoring: Option<Func>,
 }
 
 impl PlainPlansExports {
-    pub(super) fn apply_and_plan(&self) -> TypedFunc<(&[u8],), (u32,)> {
-        // SAFETY: `plain_plans_exports` checked this type when the instance started.
-        unsafe { TypedFunc::new_unchecked(self.apply_and_plan) }
+    /// The `apply-and-plan` to call, and whether its numbers tell zero scores: the one of
+    /// [`ZERO_SCORES_INTERFACE`] when the component has it.
+    pub(super) fn apply_and_plan(&self) -> (TypedFunc<(&[u8],), (u32,)>, bool) {
+        let (func, scoring) = match self.apply_and_plan_scoring {
+            Some(func) => (func, true),
+            None => (self.apply_and_plan, false),
+        };
+        // SAFETY: `plain_plans_exports` checked both functions' type when the instance started.
+        (unsafe { TypedFunc::new_unchecked(func) }, scoring)
     }
 }
 
-/// The functions of [`PLAIN_PLANS_INTERFACE`] of `instance`, if it exports it.
+/// The functions of [`PLAIN_PLANS_INTERFACE`] (and [`ZERO_SCORES_INTERFACE`]) of `instance`, if
+/// it exports them.
 pub(super) fn plain_plans_exports(
     store: &mut Store<StoreState>,
     instance: &Instance,
@@ -507,8 +519,22 @@ pub(super) fn plain_plans_exports(
         return Ok(None);
     };
     apply_and_plan.typed::<(&[u8],), (u32,)>(&*store)?;
+    let in_zero_scores = |e: wasmtime::Error| e.context(format!("in {ZERO_SCORES_INTERFACE}"));
+    let apply_and_plan_scoring =
+        match interface_funcs(store, instance, ZERO_SCORES_INTERFACE, ["apply-and-plan"])
+            .map_err(in_zero_scores)?
+        {
+            Some([scoring]) => {
+                scoring
+                    .typed::<(&[u8],), (u32,)>(&*store)
+                    .map_err(in_zero_scores)?;
+                Some(scoring)
+            }
+            None => None,
+        };
     Ok(Some(PlainPlansExports {
         apply_and_plan,
         last_plan: last_plan.typed(&*store)?,
+        apply_and_plan_scoring,
     }))
 }

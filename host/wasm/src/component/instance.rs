@@ -41,8 +41,14 @@ pub(super) struct ComponentInstance {
     pub(super) held: Option<Held>,
     /// The bytes of the last `encoded` call, kept for their allocation.
     pub(super) input: Vec<u8>,
-    /// Calls made into the component, for tests.
+    /// Calls made into the component.
     pub(super) calls: u64,
+    /// The last plan came with word that every node scores 0 ([`ZERO_SCORES_INTERFACE`]).
+    pub(super) scores_zero: bool,
+    /// [`ComponentInstance::calls`] after the last plan, moved on by filter calls that sent
+    /// nothing else: while it equals `calls`, the word of [`ComponentInstance::scores_zero`]
+    /// holds, and `score` is answered without a call.
+    pub(super) calls_at_plan: u64,
 }
 
 pub(super) fn trapped(call: &'static str, error: wasmtime::Error) -> CallError {
@@ -216,13 +222,22 @@ impl ComponentInstance {
     /// `plain-plans.apply-and-plan` of the bytes in `input` (armed already), and `last-plan`
     /// when the plan did not come back as a number.
     fn apply_and_plan(&mut self, plain: PlainPlansExports) -> Result<sdk::PodPlan, CallError> {
-        let (number,) = plain
-            .apply_and_plan()
+        let (apply_and_plan, scoring) = plain.apply_and_plan();
+        let (number,) = apply_and_plan
             .call(&mut self.store, (&self.input,))
             .map_err(|e| trapped("apply-and-plan", e))?;
-        match wire::plan_of_number(number) {
-            Ok(Some(plan)) => Ok(plan),
-            Ok(None) => {
+        let decoded = if scoring {
+            wire::plan_of_scoring_number(number)
+        } else {
+            wire::plan_of_number(number).map(|plan| (plan, false))
+        };
+        match decoded {
+            Ok((Some(plan), scores_zero)) => {
+                self.scores_zero = scores_zero;
+                self.calls_at_plan = self.calls;
+                Ok(plan)
+            }
+            Ok((None, _)) => {
                 self.plans_follow = true;
                 self.arm_for(Duration::ZERO);
                 let (plan,) = plain
@@ -414,6 +429,7 @@ impl PluginInstance for ComponentInstance {
     }
 
     fn set_pod(&mut self, pod: &sdk::Pod) -> Result<sdk::PodPlan, CallError> {
+        self.scores_zero = false;
         let items = pod_items(pod, self.descriptor.reads_pod);
         let plan = if let (Some(encoded), Some(Held::Bytes(held))) = (self.encoded, &mut self.held)
         {
@@ -441,6 +457,7 @@ impl PluginInstance for ComponentInstance {
     }
 
     fn filter(&mut self, ids: &[u32], out: &mut sdk::FilterResults) -> Result<(), CallError> {
+        let before = self.calls;
         let results = match self.usage_with_call(ids.len()) {
             Some(usage) => usage
                 .apply_and_filter()
@@ -450,7 +467,13 @@ impl PluginInstance for ComponentInstance {
             None => {
                 self.send_held()?;
                 self.arm(ids.len());
-                call!(self, call_filter, filter, ids).map_err(|e| trapped("filter", e))?
+                let results =
+                    call!(self, call_filter, filter, ids).map_err(|e| trapped("filter", e))?;
+                // A filter call alone changes nothing the scores are worked out from.
+                if self.calls_at_plan == before && self.calls == before + 1 {
+                    self.calls_at_plan = self.calls;
+                }
+                results
             }
         };
         check_failures("filter", &results.failures, ids.len())?;
@@ -466,6 +489,10 @@ impl PluginInstance for ComponentInstance {
     }
 
     fn score(&mut self, ids: &[u32], out: &mut Vec<i64>) -> Result<(), CallError> {
+        if self.scores_zero && self.calls == self.calls_at_plan {
+            out.resize(out.len() + ids.len(), 0);
+            return Ok(());
+        }
         let scores = match self.usage_with_call(ids.len()) {
             Some(usage) => usage
                 .apply_and_score()

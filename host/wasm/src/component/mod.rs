@@ -63,7 +63,7 @@ use convert::*;
 use exports::*;
 pub use exports::{
     BATCHED_INTERFACE, DETAILS_INTERFACE, ENCODED_INTERFACE, PLAIN_PLANS_INTERFACE,
-    RESERVE_INTERFACE, STAGES_INTERFACE,
+    RESERVE_INTERFACE, STAGES_INTERFACE, ZERO_SCORES_INTERFACE,
 };
 use held::*;
 use instance::*;
@@ -641,6 +641,8 @@ impl ComponentFactory {
             plans_follow: false,
             input: Vec::new(),
             calls: 0,
+            scores_zero: false,
+            calls_at_plan: 0,
         })
     }
 }

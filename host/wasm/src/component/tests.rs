@@ -108,10 +108,27 @@ fn pod(i: u8, kind: u8) -> sdk::Pod {
 
 #[derive(Debug, Clone)]
 enum Step {
-    Place { pod: u32, node: u32, app: u8 },
-    Remove { pod: u32 },
-    Usage { node: u32, milli_cpu: i64 },
-    Schedule { app: u8, kind: u8 },
+    Place {
+        pod: u32,
+        node: u32,
+        app: u8,
+    },
+    Remove {
+        pod: u32,
+    },
+    Usage {
+        node: u32,
+        milli_cpu: i64,
+    },
+    /// Node `node` sent again, with a `PreferNoSchedule` taint or without.
+    Taint {
+        node: u32,
+        tainted: bool,
+    },
+    Schedule {
+        app: u8,
+        kind: u8,
+    },
     Filter,
 }
 
@@ -120,9 +137,23 @@ fn step() -> impl Strategy<Value = Step> {
         (0u32..6, 0u32..4, 0u8..3).prop_map(|(pod, node, app)| Step::Place { pod, node, app }),
         (0u32..6).prop_map(|pod| Step::Remove { pod }),
         (0u32..4, 0i64..4000).prop_map(|(node, milli_cpu)| Step::Usage { node, milli_cpu }),
+        (0u32..4, any::<bool>()).prop_map(|(node, tainted)| Step::Taint { node, tainted }),
         (0u8..3, 0u8..3).prop_map(|(app, kind)| Step::Schedule { app, kind }),
         Just(Step::Filter),
     ]
+}
+
+/// Node `i`, with a `PreferNoSchedule` taint that no test pod tolerates when `tainted`.
+fn tainted_node(i: u32, tainted: bool) -> sdk::NodeInfo {
+    let mut node = node(i);
+    if tainted {
+        node.taints.push(sdk::Taint {
+            key: "spot".into(),
+            value: "true".into(),
+            effect: "PreferNoSchedule".into(),
+        });
+    }
+    node
 }
 
 /// What an instance answers to `step` (nothing for a mirror update).
@@ -153,6 +184,12 @@ fn answer(
                 pod_count: 1,
             };
             instance.update_usage(&[(node, &usage)]).unwrap();
+            None
+        }
+        Step::Taint { node, tainted } => {
+            instance
+                .upsert_nodes(&[(node, &tainted_node(node, tainted))])
+                .unwrap();
             None
         }
         Step::Schedule { app, kind } => {
@@ -345,6 +382,59 @@ fn usage_after_a_placement_goes_with_the_next_filter_or_score_of_a_plugin_whose_
 }
 
 #[test]
+fn scores_of_zero_everywhere_are_given_without_a_call_until_something_is_sent() {
+    let (mut wasm, mut native) = instances_sending("TaintToleration", Sending::Encoded);
+    assert!(
+        wasm.plain_plans
+            .is_some_and(|p| p.apply_and_plan_scoring.is_some()),
+        "the SDK exports {ZERO_SCORES_INTERFACE}"
+    );
+    let nodes: Vec<sdk::NodeInfo> = (0..4).map(|i| tainted_node(i, false)).collect();
+    let entries: Vec<(u32, &sdk::NodeInfo)> = (0u32..).zip(&nodes).collect();
+    wasm.upsert_nodes(&entries).unwrap();
+    native.upsert_nodes(&entries).unwrap();
+    let ids = [0, 1, 2, 3];
+    let pod = pod(0, 0);
+    let native_scores = |native: &mut Box<dyn PluginInstance>| {
+        native.set_pod(&pod).unwrap();
+        let mut scores = Vec::new();
+        native.score(&ids, &mut scores).unwrap();
+        scores
+    };
+
+    // No node has a taint the pod does not tolerate: the plan says so, and filter calls keep it.
+    assert!(wasm.set_pod(&pod).unwrap().score);
+    wasm.filter(&ids, &mut sdk::FilterResults::default())
+        .unwrap();
+    let before = wasm.calls;
+    let mut scores = vec![7];
+    wasm.score(&ids, &mut scores).unwrap();
+    assert_eq!(wasm.calls, before, "scored without a call");
+    assert_eq!(scores, [7, 0, 0, 0, 0], "appended, as a call's scores are");
+    assert_eq!(scores[1..], native_scores(&mut native)[..]);
+
+    // A node tainted after the plan and before the scores: the component is asked.
+    wasm.set_pod(&pod).unwrap();
+    let tainted = tainted_node(2, true);
+    wasm.upsert_nodes(&[(2, &tainted)]).unwrap();
+    native.upsert_nodes(&[(2, &tainted)]).unwrap();
+    let before = wasm.calls;
+    let mut scores = Vec::new();
+    wasm.score(&ids, &mut scores).unwrap();
+    assert_eq!(wasm.calls, before + 1, "the score call is made");
+    assert_eq!(scores, native_scores(&mut native));
+    assert_ne!(scores[2], 0, "the tainted node counts its taint");
+
+    // The next pod's plan sees the taint, and no longer says every node scores 0.
+    wasm.set_pod(&pod).unwrap();
+    let before = wasm.calls;
+    let mut scores = Vec::new();
+    wasm.score(&ids, &mut scores).unwrap();
+    assert_eq!(wasm.calls, before + 1);
+    assert_eq!(scores, native_scores(&mut native));
+}
+
+#[test]
 fn a_component_without_the_batched_interface_gets_each_update_at_once() {
     let (mut wasm, _) = instances_sending("InterPodAffinity", Sending::Plain);
     let nodes: Vec<sdk::NodeInfo> = (0..4).map(node).collect();
@@ -368,7 +458,12 @@ proptest! {
     fn held_back_updates_give_the_answers_of_updates_sent_at_once(
         steps in proptest::collection::vec(step(), 1..40)
     ) {
-        for (name, sending) in ["InterPodAffinity", "PodTopologySpread", "NodeResourcesFit"]
+        for (name, sending) in [
+            "InterPodAffinity",
+            "PodTopologySpread",
+            "NodeResourcesFit",
+            "TaintToleration",
+        ]
             .into_iter()
             .flat_map(|name| {
                 [
