@@ -170,12 +170,13 @@ impl ScorePlugin for TaintToleration {
         untolerated_preferences(&self.prefer_no_schedule_tolerations, &node.taints)
     }
 
-    /// One `extend` over the ids rather than a `push` per node: as WebAssembly each `push`
-    /// loaded and stored the vector's length in memory and checked its capacity.
+    /// What `prepare` found, if no node has changed since.
     fn scores_zero(&self, nodes: &Nodes) -> bool {
         self.scores_zero_at == Some(nodes.generation())
     }
 
+    /// One `extend` over the ids rather than a `push` per node: as WebAssembly each `push`
+    /// loaded and stored the vector's length in memory and checked its capacity.
     fn score_batch(&mut self, _pod: &Pod, nodes: &Nodes, ids: &[u32], out: &mut Vec<i64>) {
         // Checked against the generation as a plan is: taints that came since it was made are
         // read.
