@@ -5,7 +5,8 @@
 //! volumes and pods' claims change at random.
 
 use wasched_sdk::{
-    ClaimRef, Driver, Exported, FilterResults, LabelSelector, NodeId, NodeInfo, StorageClassInfo,
+    ClaimInfo, ClaimRef, Driver, Exported, FilterResults, LabelSelector, NodeId, NodeInfo,
+    StorageClassInfo,
 };
 
 use crate::cases::{claiming, class, host, local, offered, term, volume, waiting};
@@ -156,109 +157,134 @@ fn held_answers_filter_as_a_fresh_look_at_each_node_would() {
     }
 }
 
-fn filter_at_random_as_a_fresh_look_would(mut seed: u64) {
-    let mut below = move |n: u64| {
-        seed = seed
+/// The numbers the random steps are drawn from (a linear congruential generator).
+struct Draws(u64);
+
+impl Draws {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
             .wrapping_mul(6_364_136_223_846_793_005)
             .wrapping_add(1_442_695_040_888_963_407);
-        (seed >> 33) % n
-    };
-    let zones = ["z0", "z1", "z2"];
-    let local_class = class("local", "WaitForFirstConsumer", LOCAL);
-    // The provisioning class as two pods may see it, before and after it was made again with
-    // other topologies.
-    let fast_class = |zones: &[&str]| StorageClassInfo {
-        allowed_topologies: vec![term("topology.kubernetes.io/zone", zones)],
-        ..class("fast", "WaitForFirstConsumer", "csi.example.com")
-    };
-    let classes: [StorageClassInfo; 3] = [
-        local_class.clone(),
-        fast_class(&["z0", "z1"]),
-        fast_class(&["z1", "z2"]),
-    ];
-    let mut nodes: Vec<NodeInfo> = (0..12)
-        .map(|i| host(&format!("h{i}"), zones[i % 3]))
-        .collect();
-    let mut driver = driver(nodes.clone());
-    let ids: Vec<NodeId> = (0..nodes.len() as NodeId).collect();
-    let mut volumes = 0;
-    let mut zonal: Vec<String> = Vec::new();
-    for step in 0..1_500 {
-        for _ in 0..below(3) {
-            match below(6) {
-                // A node relabelled: another zone, or another hostname (one of the hosts).
-                0 => {
-                    let i = below(nodes.len() as u64) as usize;
-                    let name = format!("h{}", below(14));
-                    nodes[i] = host(&name, zones[below(3) as usize]);
-                    driver.upsert_nodes([(i as NodeId, nodes[i].clone())]);
-                }
-                // A local volume pinned to a host, maybe one no node has.
-                1 | 2 => {
-                    volumes += 1;
-                    let mut pv = local(
-                        &format!("pv-{volumes}"),
-                        10 * (1 + below(3) as i64),
-                        &format!("h{}", below(14)),
-                    );
-                    if below(2) == 0 {
-                        pv.labels = [("tier".to_string(), "gold".to_string())]
-                            .into_iter()
-                            .collect();
-                    }
-                    driver.upsert_volumes(offered(&local_class, vec![pv]));
-                }
-                // A volume taken by some claim (it leaves the host's offered volumes), or one
-                // pre-bound to the claim `pvc-0` of the pods below.
-                3 => {
-                    let name = format!("pv-{}", 1 + below(volumes.max(1)));
-                    if let Some(mut pv) = driver.nodes().volume(&name).cloned() {
-                        pv.claim_ref = Some(ClaimRef {
-                            namespace: "default".into(),
-                            name: if below(3) == 0 { "pvc-0" } else { "other" }.into(),
-                            uid: String::new(),
-                        });
-                        driver.upsert_volumes([pv]);
-                    }
-                }
-                // A volume removed.
-                4 => {
-                    let name = format!("pv-{}", 1 + below(volumes.max(1)));
-                    driver.remove_volumes([name.as_str()]);
-                }
-                // A volume usable from a zone (pinned to no host) comes, or one goes: a few at
-                // a time, so that a zone's nodes pass or fail by them.
-                _ => match zonal.len() {
-                    0 | 1 if below(2) == 0 => {
-                        volumes += 1;
-                        let name = format!("pv-{volumes}");
-                        let zone = zones[below(3) as usize];
-                        let pv = volume(
-                            &name,
-                            10 * (1 + below(3) as i64),
-                            Some(term("topology.kubernetes.io/zone", &[zone])),
-                        );
-                        driver.upsert_volumes(offered(&local_class, vec![pv]));
-                        zonal.push(name);
-                    }
-                    0 => {}
-                    _ => {
-                        let name = zonal.swap_remove(below(zonal.len() as u64) as usize);
-                        driver.remove_volumes([name.as_str()]);
-                    }
-                },
-            }
+        (self.0 >> 33) % n
+    }
+}
+
+const ZONES: [&str; 3] = ["z0", "z1", "z2"];
+
+/// Twelve nodes, the volumes given to them so far, and a plugin instance that has seen it all.
+struct RandomCluster {
+    draws: Draws,
+    driver: Driver<VolumeBinding>,
+    nodes: Vec<NodeInfo>,
+    /// How many volumes were made (`pv-1` ... `pv-N`), whatever became of them.
+    volumes: u64,
+    /// The volumes usable from a zone (pinned to no host) now in the mirror.
+    zonal: Vec<String>,
+}
+
+impl RandomCluster {
+    fn new(seed: u64) -> Self {
+        let nodes: Vec<NodeInfo> = (0..12)
+            .map(|i| host(&format!("h{i}"), ZONES[i % 3]))
+            .collect();
+        RandomCluster {
+            draws: Draws(seed),
+            driver: driver(nodes.clone()),
+            nodes,
+            volumes: 0,
+            zonal: Vec::new(),
         }
-        let claims = (0..1 + below(2))
-            .map(|_| {
-                let mut claim = waiting(
-                    10 * (1 + below(2) as i64),
-                    classes[below(3) as usize].clone(),
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.draws.below(n)
+    }
+
+    /// One change of the nodes or volumes.
+    fn change(&mut self, local_class: &StorageClassInfo) {
+        match self.below(6) {
+            // A node relabelled: another zone, or another hostname (one of the hosts).
+            0 => {
+                let i = self.below(self.nodes.len() as u64) as usize;
+                let name = format!("h{}", self.below(14));
+                self.nodes[i] = host(&name, ZONES[self.below(3) as usize]);
+                self.driver
+                    .upsert_nodes([(i as NodeId, self.nodes[i].clone())]);
+            }
+            // A local volume pinned to a host, maybe one no node has.
+            1 | 2 => {
+                self.volumes += 1;
+                let mut pv = local(
+                    &format!("pv-{}", self.volumes),
+                    10 * (1 + self.below(3) as i64),
+                    &format!("h{}", self.below(14)),
                 );
-                if below(8) == 0 {
-                    claim.selected_node = Some(format!("h{}", below(14)));
+                if self.below(2) == 0 {
+                    pv.labels = [("tier".to_string(), "gold".to_string())]
+                        .into_iter()
+                        .collect();
                 }
-                if below(4) == 0 {
+                self.driver.upsert_volumes(offered(local_class, vec![pv]));
+            }
+            // A volume taken by some claim (it leaves the host's offered volumes), or one
+            // pre-bound to the claim `pvc-0` of the pods.
+            3 => {
+                let name = format!("pv-{}", 1 + self.below(self.volumes.max(1)));
+                if let Some(mut pv) = self.driver.nodes().volume(&name).cloned() {
+                    let claim = if self.below(3) == 0 { "pvc-0" } else { "other" };
+                    pv.claim_ref = Some(ClaimRef {
+                        namespace: "default".into(),
+                        name: claim.into(),
+                        uid: String::new(),
+                    });
+                    self.driver.upsert_volumes([pv]);
+                }
+            }
+            // A volume removed.
+            4 => {
+                let name = format!("pv-{}", 1 + self.below(self.volumes.max(1)));
+                self.driver.remove_volumes([name.as_str()]);
+            }
+            // A volume usable from a zone comes, or one goes: a few at a time, so that a zone's
+            // nodes pass or fail by them.
+            _ => match self.zonal.len() {
+                0 | 1 if self.below(2) == 0 => {
+                    self.volumes += 1;
+                    let name = format!("pv-{}", self.volumes);
+                    let zone = ZONES[self.below(3) as usize];
+                    let pv = volume(
+                        &name,
+                        10 * (1 + self.below(3) as i64),
+                        Some(term("topology.kubernetes.io/zone", &[zone])),
+                    );
+                    self.driver.upsert_volumes(offered(local_class, vec![pv]));
+                    self.zonal.push(name);
+                }
+                0 => {}
+                _ => {
+                    let i = self.below(self.zonal.len() as u64) as usize;
+                    let name = self.zonal.swap_remove(i);
+                    self.driver.remove_volumes([name.as_str()]);
+                }
+            },
+        }
+    }
+
+    /// One or two waiting claims of a size, one of `classes`, maybe a selected node and a
+    /// selector.
+    fn claims(&mut self, classes: &[StorageClassInfo]) -> Vec<Option<ClaimInfo>> {
+        (0..1 + self.below(2))
+            .map(|_| {
+                let size = 10 * (1 + self.below(2) as i64);
+                let mut claim = waiting(
+                    size,
+                    classes[self.below(classes.len() as u64) as usize].clone(),
+                );
+                if self.below(8) == 0 {
+                    claim.selected_node = Some(format!("h{}", self.below(14)));
+                }
+                if self.below(4) == 0 {
                     claim.selector = Some(LabelSelector {
                         match_labels: [("tier".to_string(), "gold".to_string())]
                             .into_iter()
@@ -268,21 +294,44 @@ fn filter_at_random_as_a_fresh_look_would(mut seed: u64) {
                 }
                 Some(claim)
             })
-            .collect();
-        let pod = claiming(claims);
-        driver.set_pod(pod.clone());
+            .collect()
+    }
+}
+
+fn filter_at_random_as_a_fresh_look_would(seed: u64) {
+    let local_class = class("local", "WaitForFirstConsumer", LOCAL);
+    // The provisioning class as two pods may see it, before and after it was made again with
+    // other topologies.
+    let fast_class = |zones: &[&str]| StorageClassInfo {
+        allowed_topologies: vec![term("topology.kubernetes.io/zone", zones)],
+        ..class("fast", "WaitForFirstConsumer", "csi.example.com")
+    };
+    let classes = [
+        local_class.clone(),
+        fast_class(&["z0", "z1"]),
+        fast_class(&["z1", "z2"]),
+    ];
+    let mut cluster = RandomCluster::new(seed);
+    let ids: Vec<NodeId> = (0..cluster.nodes.len() as NodeId).collect();
+    let steps = 1_500;
+    for step in 0..steps {
+        for _ in 0..cluster.below(3) {
+            cluster.change(&local_class);
+        }
+        let pod = claiming(cluster.claims(&classes));
+        cluster.driver.set_pod(pod.clone());
         let mut out = FilterResults::default();
-        driver.filter(&ids, &mut out);
-        for (k, node) in nodes.iter().enumerate() {
-            let fresh = driver.plugin().filter_one(&pod, node).err();
+        cluster.driver.filter(&ids, &mut out);
+        for (k, node) in cluster.nodes.iter().enumerate() {
+            let fresh = cluster.driver.plugin().filter_one(&pod, node).err();
             assert_eq!(out.failure(k), fresh.as_ref(), "step {step}, node {k}");
         }
     }
-    let held = &driver.plugin().held;
+    let held = &cluster.driver.plugin().held;
     assert!(
         held.used > 1_000,
         "answers were held for {} of {} node checks",
         held.used,
-        1_500 * 12
+        steps * cluster.nodes.len()
     );
 }
